@@ -28,6 +28,7 @@ Invariants guarded by tests/test_wire.py (packing round trips, limits, slot arit
 from __future__ import annotations
 
 import enum
+import sys
 
 import numpy as np
 
@@ -111,6 +112,23 @@ def unpack_records(records: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     event_id = (tag >> EVENT_ID_SHIFT) & MAX_EVENT_ID
     event_type = tag & ((1 << EVENT_TYPE_BITS) - 1)
     return timer, lane, event_id, event_type
+
+
+def split_records(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint64 records -> (timer_lo32, tag32) as uint32 arrays, without 64-bit arithmetic where possible."""
+    records = np.ascontiguousarray(records, dtype=np.uint64)
+    if sys.byteorder == "little":
+        halves = records.view(np.uint32).reshape(-1, 2)  # [tag, timer] per record
+        return np.ascontiguousarray(halves[:, 1]), np.ascontiguousarray(halves[:, 0])
+    return (records >> np.uint64(32)).astype(np.uint32), (records & np.uint64(0xFFFF_FFFF)).astype(np.uint32)
+
+
+def tag_fields(tag32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """uint32 tags -> (lane uint32, event_id uint16, event_type uint8)."""
+    lane = tag32 >> np.uint32(LANE_SHIFT)
+    event = (tag32 >> np.uint32(EVENT_ID_SHIFT)).astype(np.uint16) & np.uint16(MAX_EVENT_ID)
+    etype = tag32.astype(np.uint8) & np.uint8((1 << EVENT_TYPE_BITS) - 1)
+    return lane, event, etype
 
 
 # --- lane layout -----------------------------------------------------------------------------------

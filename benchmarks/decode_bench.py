@@ -1,0 +1,106 @@
+"""Decode throughput and peak memory.
+
+    python benchmarks/decode_bench.py                  # 1 M records: records/s vs a per-record Python loop
+    python benchmarks/decode_bench.py --records 100e6  # peak memory for a 100 M-record buffer (needs ~4 GB)
+
+Goals (issue 2): >= 20 M records/s on a 2-core CPU; decoder peak memory <= 3x the raw buffer.
+Peak memory is what the decoder allocates on top of the input (tracemalloc sees numpy's allocations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+from host_decode import wire
+from host_decode.decoder import decode
+
+
+def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed: int = 0) -> np.ndarray:
+    """A full buffer: lanes of nested regions (outer + inner per iteration), anchors, finalize."""
+    rpl = 2 * regions_per_lane + 3
+    lanes = max(1, records // rpl)
+    lanes -= lanes % groups
+    lanes = max(lanes, groups)
+    rng = np.random.default_rng(seed)
+    k = np.arange(rpl)
+    # program per lane: two anchors, then (outer B, inner B, inner E, outer E) per iteration, finalize
+    j = np.maximum(k - 2, 0)
+    ev = np.array([1, 2, 2, 1])[j % 4]
+    ty = np.array([0, 0, 1, 1])[j % 4]
+    ev[:2] = [wire.ANCHOR_LO_EVENT_ID, wire.ANCHOR_HI_EVENT_ID]
+    ty[:2] = int(wire.EventType.INSTANT)
+    base = rng.integers(0, 2**32, lanes, dtype=np.int64)
+    t = base[:, None] + np.cumsum(rng.integers(1, 400, (lanes, rpl)), axis=1)
+    buf = np.zeros(wire.buffer_slots(lanes, rpl), np.uint64)
+    buf[0] = wire.pack_header(lanes // groups, groups)
+    lane = np.broadcast_to(np.arange(lanes)[:, None], (lanes, rpl))
+    evs = np.broadcast_to(ev, (lanes, rpl)).copy()
+    tys = np.broadcast_to(ty, (lanes, rpl)).copy()
+    tys[:, -1] = int(wire.EventType.FINALIZE)
+    evs[:, -1] = 5
+    t[:, 1] = (base + (1 << 40)) >> 32  # ANCHOR_HI's field: the high half
+    rec = wire.pack_records(t.T.ravel(), lane.T.ravel(), evs.T.ravel(), tys.T.ravel())
+    buf[1:] = rec
+    return buf
+
+
+def python_loop_decode(buf: np.ndarray) -> int:
+    """The per-record loop peers use (reference speed only)."""
+    nb, ng = wire.unpack_header(int(buf[0]))
+    open_, spans = {}, 0
+    for i in range(1, buf.size):
+        r = int(buf[i])
+        if not r:
+            continue
+        tag = r & 0xFFFFFFFF
+        key = (tag >> 12, (tag >> 2) & 1023)
+        typ = tag & 3
+        if typ == 0:
+            open_.setdefault(key, []).append(r >> 32)
+        elif typ == 1 and open_.get(key):
+            open_[key].pop()
+            spans += 1
+    return spans
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=float, default=1e6)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    n = int(args.records)
+    buf = make_buffer(n)
+    nrec = int(np.count_nonzero(buf[1:]))
+    raw = buf.nbytes
+    decode(buf)  # warm up
+    times = []
+    for _ in range(args.repeat if n <= 10_000_000 else 1):
+        t0 = time.perf_counter()
+        trace = decode(buf)
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    med = float(np.median(times))
+    tracemalloc.start()
+    decode(buf)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    sub = buf[: min(buf.size, 200_001)].copy()
+    t0 = time.perf_counter()
+    python_loop_decode(sub)
+    loop_rate = (np.count_nonzero(sub[1:])) / (time.perf_counter() - t0)
+    rate = nrec / med
+    print(f"buffer: {nrec:,} records, {raw / 2**20:.1f} MiB raw, {trace.spans.size:,} spans, "
+          f"{trace.num_lanes} lanes")
+    print(f"{'decoder':<28}{'records/s':>14}{'vs loop':>10}")
+    print(f"{'ikp (median of %d)' % len(times):<28}{rate / 1e6:>12.1f} M{rate / loop_rate:>9.1f}x")
+    print(f"{'ikp (best)':<28}{nrec / best / 1e6:>12.1f} M{nrec / best / loop_rate:>9.1f}x")
+    print(f"{'per-record Python loop':<28}{loop_rate / 1e6:>12.2f} M{1.0:>9.1f}x")
+    print(f"peak decoder memory: {peak / 2**20:.1f} MiB = {peak / raw:.2f}x the raw buffer (goal <= 3x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,507 @@
+"""Vectorized v1 decoder: raw buffer -> Trace (spans, instants, lanes, loss report).
+
+How it works (no Python loop per record; per chunk of lanes only):
+1. The buffer after the header is viewed as ``(rows, write_stride)``: column ``c`` holds the records
+   of lane ``c`` in program order, so a transposed copy of a chunk of columns is lane-major and
+   slot-ordered for free. A record whose tag names another lane than its column (or a lane past
+   ``num_lanes``) is *malformed*.
+2. Per lane: records after the first FINALIZE are *after_finalize*; the 32-bit timer is unwrapped
+   with signed deltas between consecutive timed records (program order), so wraps inside a lane and
+   the small reorderings of atomic/static modes both come out right.
+3. Pairing per (lane, event id) is a stack, done with a clamped prefix sum (an END at depth 0 is an
+   *unmatched_end*) and a radix sort by nesting level: inside one (event, lane, level) run BEGIN and
+   END alternate, so each END pairs with the element before it. Left-over BEGINs are *unmatched_begin*.
+4. Lanes are put on one 64-bit timeline: from their ANCHOR_LO/ANCHOR_HI pair when present (absolute
+   ``%globaltimer`` ns), otherwise by the signed 32-bit distance of each lane's first record to a
+   reference lane (lanes of one launch start far less than 2**31 ns apart).
+
+Invariant (LossReport checks it; tests/test_decode.py fuzzes it): every non-zero slot after the header
+is in exactly one loss bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from host_decode import wire
+from host_decode.errors import DecodeError
+from host_decode.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+
+CHUNK_SLOTS = 1 << 20  # slots transposed at a time: bounds the scratch memory (~8 MiB of records) and stays in cache
+
+_BEGIN, _END, _INSTANT, _FINALIZE = (int(t) for t in wire.EventType)
+_BUCKET_INDEX = {name: i for i, name in enumerate(LOSS_BUCKETS)}
+
+
+# --- input -----------------------------------------------------------------------------------------
+
+
+def as_uint64(buffer: Any, source: str | None = None) -> np.ndarray:
+    """numpy or torch int64/uint64 1-D buffer -> uint64 numpy view (no copy for numpy input)."""
+    if hasattr(buffer, "detach") and hasattr(buffer, "cpu"):  # torch tensor, without importing torch
+        buffer = buffer.detach().cpu().numpy()
+    if not isinstance(buffer, np.ndarray):
+        raise DecodeError(f"buffer must be a numpy array or torch tensor, got {type(buffer).__name__}", source=source)
+    if buffer.dtype not in (np.dtype(np.int64), np.dtype(np.uint64)):
+        raise DecodeError(f"wrong dtype {buffer.dtype}: a v1 buffer is int64 or uint64", source=source)
+    if buffer.ndim != 1:
+        raise DecodeError(f"wrong shape {buffer.shape}: a v1 buffer is one-dimensional", source=source)
+    if buffer.size == 0:
+        raise DecodeError("empty buffer: no header", slot=0, source=source)
+    return np.ascontiguousarray(buffer).view(np.uint64)
+
+
+def _check_header(buf: np.ndarray, source: str | None) -> tuple[int, int]:
+    header = int(buf[0])
+    if header == 0:
+        raise DecodeError("missing header: slot 0 is zero (the header is (num_groups << 32) | num_blocks)", slot=0, source=source)
+    num_blocks, num_groups = wire.unpack_header(header)
+    if num_blocks == 0 or num_groups == 0 or num_blocks * num_groups > wire.MAX_LANES:
+        raise DecodeError(
+            f"impossible header 0x{header:016x}: num_blocks={num_blocks}, num_groups={num_groups} "
+            f"(each must be >= 1 and their product <= {wire.MAX_LANES})",
+            slot=0,
+            source=source,
+        )
+    return num_blocks, num_groups
+
+
+def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
+    """The lane layout's stride when no sidecar says it: the gcd of (slot offset - lane) over records
+    whose lane is in range, if that is a valid stride (>= num_lanes); else num_lanes. Looks at samples
+    (the start, row 1 and the end) first: the malformed check validates every record anyway."""
+    sample = 1 << 16
+    windows = [(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]
+    nz = np.unique(np.concatenate([max(0, a) + np.flatnonzero(body[max(0, a) : min(body.size, b)])
+                                   for a, b in windows if min(body.size, b) > max(0, a)]))
+    stride = _stride_from(body, nz, num_lanes)
+    if stride is None and nz.size < np.count_nonzero(body):
+        stride = _stride_from(body, np.flatnonzero(body), num_lanes)
+    return stride if stride is not None and stride >= num_lanes else num_lanes
+
+
+def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
+    lane = (body[nz] & np.uint64(0xFFFF_FFFF)) >> np.uint64(wire.LANE_SHIFT)
+    off = nz - lane.astype(np.int64)
+    off = off[(lane < num_lanes) & (off > 0)]
+    return int(np.gcd.reduce(off)) if off.size else None
+
+
+# --- decode ----------------------------------------------------------------------------------------
+
+
+def decode(
+    buffer: Any,
+    names: Names | dict | None = None,
+    write_stride: int | None = None,
+    meta: dict | None = None,
+    source: str | None = None,
+) -> Trace:
+    """Decode a v1 buffer. `write_stride` defaults to the sidecar's (meta) or is inferred."""
+    buf = as_uint64(buffer, source)
+    num_blocks, num_groups = _check_header(buf, source)
+    num_lanes = num_blocks * num_groups
+    body = buf[1:]
+    if body.size < num_lanes:
+        raise DecodeError(
+            f"truncated buffer: {body.size} slots after the header, fewer than the {num_lanes} lanes "
+            f"(num_blocks={num_blocks} x num_groups={num_groups}) the header declares",
+            slot=buf.size,
+            source=source,
+        )
+    meta = dict(meta or {})
+    if write_stride is None:
+        write_stride = meta.get("write_stride")
+    if write_stride is None:
+        write_stride = infer_write_stride(body, num_lanes)
+    write_stride = int(write_stride)
+    if write_stride < num_lanes:
+        raise DecodeError(f"write_stride {write_stride} is smaller than num_lanes {num_lanes}", source=source)
+    meta["write_stride"] = write_stride
+    if not isinstance(names, Names):
+        names = Names.from_json(names or {})
+
+    parts = [_decode_columns(body, c0, min(c0 + _chunk_lanes(body.size, write_stride), write_stride), write_stride, num_lanes)
+             for c0 in range(0, write_stride, _chunk_lanes(body.size, write_stride))]
+    return _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, source)
+
+
+def _chunk_lanes(body_slots: int, write_stride: int) -> int:
+    rows = max(1, math.ceil(body_slots / write_stride))
+    return max(1, min(write_stride, CHUNK_SLOTS // rows))
+
+
+def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: int) -> dict:
+    """Decode the records of slot columns [c0, c1) (lanes c0..c1-1), lane-major in program order.
+
+    Per-lane arrays are indexed by local lane (lane - c0); per-record index sets are kept sorted so
+    per-lane counts are searchsorted differences, never a pass over all records."""
+    nloc = c1 - c0
+    records, counts, flat, rows = _gather(body, c0, c1, stride)
+    timer, tag = wire.split_records(records)
+    lane, event, etype = wire.tag_fields(tag)
+    del records, tag
+    out: dict[str, Any] = {"c0": c0, "nloc": nloc}
+
+    # malformed: the tag names another lane than the slot's column, or a lane that does not exist
+    col = np.repeat(np.arange(c0, c1, dtype=np.uint32), counts)
+    malformed = lane != col
+    if c1 > num_lanes:
+        malformed |= lane >= num_lanes
+    bad = np.flatnonzero(malformed)
+    out["malformed_loc"] = (col[bad] - c0).astype(np.int64)
+    out["malformed_range"] = int((lane[bad] >= num_lanes).sum())
+    out["malformed_column"] = bad.size - out["malformed_range"]
+    bad_slots = 1 + col[bad].astype(np.int64) + (flat[bad] % rows) * stride
+    out["first_bad_slot"] = bad_slots[[bad_slots.argmin()]] if bad_slots.size else bad_slots
+    del col, flat, malformed
+    if bad.size:
+        ok = np.ones(lane.size, bool)
+        ok[bad] = False
+        timer, lane, event, etype = timer[ok], lane[ok], event[ok], etype[ok]
+        counts = counts - np.bincount(out["malformed_loc"], minlength=nloc)
+    loc = (lane - np.uint32(c0)).view(np.int32)
+    del lane
+
+    n = loc.size
+    has = counts > 0
+    lane_loc = np.flatnonzero(has)
+    bounds = np.r_[0, np.cumsum(counts[has])]
+    starts = bounds[:-1]
+    per_lane = lambda idx: _scatter(nloc, lane_loc, np.diff(np.searchsorted(idx, bounds)))  # noqa: E731
+    out["records"] = counts.astype(np.int64)
+
+    # records after the first FINALIZE of their lane are set aside (after_finalize)
+    fin = np.flatnonzero(etype == _FINALIZE)
+    fin_is_last = bounds[np.minimum(np.searchsorted(bounds, fin + 1), bounds.size - 1)] == fin + 1
+    after = np.zeros(0, np.int64)
+    if not fin_is_last.all():
+        is_fin = etype == _FINALIZE
+        cf = np.cumsum(is_fin, dtype=np.int32)
+        before_lane = (cf - is_fin)[starts]
+        after_mask = (cf - is_fin - np.repeat(before_lane, np.diff(bounds))) > 0
+        after = np.flatnonzero(after_mask)
+        keep = ~after_mask
+        out["after_finalize"] = per_lane(after)
+        timer, loc, event, etype = timer[keep], loc[keep], event[keep], etype[keep]
+        n = loc.size
+        starts = np.flatnonzero(np.r_[True, loc[1:] != loc[:-1]]) if n else np.zeros(0, np.int64)
+        bounds = np.r_[starts, n]
+        lane_loc = loc[starts].astype(np.int64)
+        fin = np.flatnonzero(etype == _FINALIZE)
+    else:
+        out["after_finalize"] = np.zeros(nloc, np.int64)
+    out["finalize"] = per_lane(fin)
+
+    # instants: anchors and drop counts are ours; the rest are the user's
+    inst = np.flatnonzero(etype == _INSTANT)
+    inst_ev = event[inst]
+    hi = inst[inst_ev == wire.ANCHOR_HI_EVENT_ID]
+    lo = inst[inst_ev == wire.ANCHOR_LO_EVENT_ID]
+    dropped = inst[inst_ev == wire.DROPPED_EVENT_ID]
+    user = inst[(inst_ev < wire.DROPPED_EVENT_ID)]
+    out["instant"] = per_lane(inst)
+
+    # one 64-bit timeline per lane: signed 32-bit steps between consecutive records (program order);
+    # ANCHOR_HI and DROPPED carry no time: they take their predecessor's
+    t = timer
+    untimed = np.union1d(hi, dropped)
+    if untimed.size:
+        t = timer.copy()
+        t[untimed] = t[_timed_predecessor(untimed)]
+    d = np.empty(n, np.int64)
+    if n:
+        d[0] = 0
+        d[1:] = np.subtract(t[1:], t[:-1]).view(np.int32)  # uint32 difference wraps; int32 view = signed step
+        d[starts] = 0
+        sums = np.add.reduceat(d, starts)
+        d[starts[1:]] = -sums[:-1]  # makes the running sum restart at every lane
+    rel = np.cumsum(d)
+    del d
+    out["rel_min"] = _scatter(nloc, lane_loc, np.minimum.reduceat(rel, starts) if n else rel[:0], fill=0)
+    out["rel_max"] = _scatter(nloc, lane_loc, np.maximum.reduceat(rel, starts) if n else rel[:0], fill=0)
+    out["first_raw"] = _scatter(nloc, lane_loc, t[starts].astype(np.int64), fill=-1)
+    out["has"] = has if not after.size else out["records"] > out["after_finalize"]
+
+    # anchors: absolute ns of each anchored lane's timeline origin
+    lo_first, hi_first = _first_of_lane(loc, lo, nloc), _first_of_lane(loc, hi, nloc)
+    anchored = (lo_first >= 0) & (hi_first >= 0)
+    abs_base = np.full(nloc, -1, np.int64)
+    a = np.flatnonzero(anchored)
+    if a.size:
+        absolute = (timer[hi_first[a]].astype(np.int64) << 32) | timer[lo_first[a]].astype(np.int64)
+        abs_base[a] = absolute - rel[lo_first[a]]
+    out["anchored"], out["abs_base"] = anchored, abs_base
+
+    # per-lane facts
+    sm = np.full(nloc, -1, np.int64)
+    fin_rel = np.full(nloc, -1, np.int64)
+    sm[loc[fin]] = event[fin]
+    fin_rel[loc[fin]] = rel[fin]
+    out["sm"], out["fin_rel"], out["has_fin"] = sm, fin_rel, out["finalize"] > 0
+    out["dropped"] = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc).astype(np.int64)
+
+    # pairing
+    be = np.flatnonzero(etype <= _END)
+    begins, ends, depth, unmatched_begin, unmatched_end = _pair(be, etype[be], event[be], loc[be])
+    out["paired_begin"] = per_lane(begins)
+    out["paired_end"] = out["paired_begin"]  # pairs never cross lanes
+    out["unmatched_begin"] = per_lane(unmatched_begin)
+    out["unmatched_end"] = per_lane(unmatched_end)
+    out["spans"] = {"loc": loc[begins], "event": event[begins], "depth": depth, "start": rel[begins], "end": rel[ends]}
+    out["instants"] = {"loc": loc[user], "event": event[user], "ts": rel[user]}
+    return out
+
+
+def _gather(body: np.ndarray, c0: int, c1: int, stride: int):
+    """Non-zero records of columns [c0, c1), lane-major (a transposed copy of the chunk), with their
+    column (the lane the slot belongs to), their flat position in the chunk and the row length."""
+    full_rows = body.size // stride
+    block = body[: full_rows * stride].reshape(full_rows, stride)[:, c0:c1].T
+    tail = body[full_rows * stride :]
+    if c0 < tail.size:  # a partial last row (a buffer that is not a whole number of rows)
+        extra = np.zeros((c1 - c0, 1), np.uint64)
+        part = tail[c0:c1]
+        extra[: part.size, 0] = part
+        block = np.concatenate([block, extra], axis=1)
+    block = np.ascontiguousarray(block)
+    rows = block.shape[1]
+    flat = np.flatnonzero(block)
+    records = block.reshape(-1)[flat]
+    return records, np.count_nonzero(block, axis=1), flat, rows
+
+
+def _scatter(nloc: int, lane_loc: np.ndarray, values: np.ndarray, fill: int = 0) -> np.ndarray:
+    out = np.full(nloc, fill, np.int64)
+    out[lane_loc] = values
+    return out
+
+
+def _first_of_lane(loc: np.ndarray, idx: np.ndarray, nloc: int) -> np.ndarray:
+    """Index of the first of the (sorted) record indices idx in each lane, -1 where none."""
+    first = np.full(nloc, -1, np.int64)
+    if idx.size:
+        lanes = loc[idx]
+        keep = np.r_[True, lanes[1:] != lanes[:-1]]
+        first[lanes[keep]] = idx[keep]
+    return first
+
+
+def _timed_predecessor(untimed: np.ndarray) -> np.ndarray:
+    """For sorted indices of untimed records, the nearest earlier index that is not untimed (0 at worst)."""
+    run_start = np.where(np.r_[True, np.diff(untimed) != 1], untimed, 0)
+    return np.maximum(np.maximum.accumulate(run_start) - 1, 0)
+
+
+def _pair(be, etype, event, loc):
+    """Stack pairing per (lane, event id) of BEGIN/END records given in lane-major program order.
+
+    Returns sorted record indices of paired begins, the matching ends (same order), each span's
+    depth (paired regions of the lane open at its begin), and sorted unmatched begins / ends.
+    Fast path: when every lane is balanced and nests properly across ids (the usual case), one radix
+    sort by nesting level pairs everything. Otherwise the general path pairs per (event, lane)."""
+    m = be.size
+    step = (1 - 2 * etype.astype(np.int32)) if m else np.zeros(0, np.int32)
+    if m:
+        s = np.cumsum(step, dtype=np.int32)
+        lane_end = np.flatnonzero(np.r_[loc[1:] != loc[:-1], True])
+        if s.min() >= 0 and not s[lane_end].any():
+            level = s + (step < 0)  # a BEGIN's level is its depth after the push, an END's before the pop
+            b_o, e_o = _alternating_pairs(level)
+            if b_o.size * 2 == m and (event[b_o] == event[e_o]).all():
+                partner = np.empty(m, np.int64)
+                partner[b_o] = e_o
+                bi = np.flatnonzero(step > 0)
+                none = np.zeros(0, np.int64)
+                return be[bi], be[partner[bi]], (level[bi] - 1).astype(np.int64), none, none
+    return _pair_general(be, step, event, loc)
+
+
+def _alternating_pairs(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Balanced, properly nested sequence: among the records of one level (program order) BEGIN and
+    END alternate, so pairs are (0, 1), (2, 3), ... of each level. Returns (begin idx, end idx)."""
+    top = int(level.max())
+    if top <= 8:  # shallow nesting (the usual case): a pass per level beats a sort
+        per_level = [np.flatnonzero(level == lv) for lv in range(1, top + 1)]
+        order = np.concatenate(per_level) if per_level else np.zeros(0, np.int64)
+    else:
+        order = _sort_small(level)
+    return order[0::2], order[1::2]
+
+
+def _pair_general(be, step, event, loc):
+    m = be.size
+    pr = np.argsort(event.astype(np.uint16), kind="stable")  # radix sort: (event, lane, program order)
+    st = step[pr].astype(np.int64)
+    key = event[pr].astype(np.int64) * (1 << 32) + loc[pr]
+    g_first = np.r_[True, key[1:] != key[:-1]] if m else np.zeros(0, bool)
+    g = np.cumsum(g_first) - 1
+    s = np.cumsum(st)
+    g_starts = np.flatnonzero(g_first)
+    s_in = s - np.repeat((s - st)[g_starts], np.diff(np.r_[g_starts, m]))  # running sum inside the group
+    big = 2 * m + 2
+    run_min = np.minimum.accumulate(s_in - big * g) + big * g  # segmented running minimum
+    depth_after = s_in - np.minimum(run_min, 0)  # stack depth, unmatched ENDs ignored
+    prev_depth = np.r_[0, depth_after[:-1]]
+    prev_depth[g_first] = 0
+    unmatched_end = (st < 0) & (prev_depth == 0)
+    level = np.where(st > 0, depth_after, prev_depth)
+    cand = np.flatnonzero(~unmatched_end)
+    order = cand[_sort_small(level[cand])]
+    # inside each (level, group) run BEGIN and END alternate: an END pairs with its predecessor
+    o_st, o_g = st[order], g[order]
+    is_pair_end = np.zeros(order.size, bool)
+    is_pair_end[1:] = (o_st[1:] < 0) & (o_g[1:] == o_g[:-1])
+    e_pos = np.flatnonzero(is_pair_end)
+    if (o_st[e_pos - 1] < 0).any():
+        raise AssertionError("pairing invariant broken: an END paired with an END")
+    b_sub, e_sub = pr[order[e_pos - 1]], pr[order[e_pos]]  # indices into be
+    by_begin = np.argsort(b_sub, kind="stable")
+    b_sub, e_sub = b_sub[by_begin], e_sub[by_begin]
+    paired = np.zeros(m, np.int64)
+    paired[b_sub] = 1
+    paired[e_sub] = -1
+    open_before = np.cumsum(paired) - paired  # pairs stay in their lane, so lanes balance
+    unmatched_b = np.ones(m, bool)
+    unmatched_b[b_sub] = False
+    unmatched_b &= step > 0
+    um_end = np.sort(pr[unmatched_end])
+    return be[b_sub], be[e_sub], open_before[b_sub], be[np.flatnonzero(unmatched_b)], be[um_end]
+
+
+def _sort_small(values: np.ndarray) -> np.ndarray:
+    """Stable argsort; a radix sort when the values fit 16 bits (nesting levels always do in practice)."""
+    if values.size and values.min() >= 0 and values.max() < (1 << 16):
+        return np.argsort(values.astype(np.uint16), kind="stable")
+    return np.argsort(values, kind="stable")
+
+
+def _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, source) -> Trace:
+    """Concatenate chunk results (per-lane arrays cover columns 0..write_stride) onto one timeline."""
+    cat = lambda key: np.concatenate([p[key] for p in parts])  # noqa: E731
+    records = cat("records")
+    malformed_range = sum(p["malformed_range"] for p in parts)
+    malformed_column = sum(p["malformed_column"] for p in parts)
+    nonzero = int(records.sum()) + malformed_range + malformed_column
+    if nonzero == 0:
+        raise DecodeError("no records: every slot after the header is zero", slot=1, source=source)
+
+    # one timeline: per-lane origin, absolute from anchors, else aligned to a reference lane
+    first_raw, abs_base, anchored, has = cat("first_raw"), cat("abs_base"), cat("anchored"), cat("has")
+    absolute = bool(anchored.any())
+    if absolute:
+        ref_abs = int(abs_base[np.flatnonzero(anchored)[0]])
+    else:
+        ref_abs = int(first_raw[np.flatnonzero(has)[0]]) if has.any() else 0
+    delta = ((first_raw - (ref_abs & 0xFFFF_FFFF) + (1 << 31)) & 0xFFFF_FFFF) - (1 << 31)
+    base = np.where(anchored, abs_base, ref_abs + delta)
+    if not absolute and has.any() and base[has].min() < 0:
+        base += 1 << 32  # stay non-negative; still equal to the device timer modulo 2**32
+
+    spans = _table(parts, "spans", SPAN_DTYPE, num_groups, base, {"event": "event", "depth": "depth"},
+                   {"start_ns": "start", "end_ns": "end"})
+    instants = _table(parts, "instants", INSTANT_DTYPE, num_groups, base, {"event": "event"}, {"ts_ns": "ts"})
+
+    lane_ids = np.flatnonzero(has)
+    lanes = np.zeros(lane_ids.size, LANE_DTYPE)
+    lanes["lane"] = lane_ids
+    lanes["block"] = lane_ids // num_groups
+    lanes["group"] = lane_ids % num_groups
+    lanes["sm"] = cat("sm")[lane_ids]
+    b = base[lane_ids]
+    lanes["first_ns"] = b + cat("rel_min")[lane_ids]
+    lanes["last_ns"] = b + cat("rel_max")[lane_ids]
+    has_fin = cat("has_fin")[lane_ids]
+    lanes["finalize_ns"] = np.where(has_fin, b + cat("fin_rel")[lane_ids], -1)
+    lanes["records"] = records[lane_ids]
+    lanes["dropped"] = cat("dropped")[lane_ids]
+    lanes["anchored"] = anchored[lane_ids]
+
+    malformed = np.zeros(records.size, np.int64)
+    for p in parts:
+        np.add.at(malformed, p["malformed_loc"] + p["c0"], 1)
+    counts = {bucket: (malformed if bucket == "malformed" else cat(bucket)) for bucket in LOSS_BUCKETS}
+    touched = np.flatnonzero(has | (malformed > 0))
+    per_lane = np.zeros(touched.size, [("lane", np.int64)] + [(bk, np.int64) for bk in LOSS_BUCKETS])
+    per_lane["lane"] = touched  # malformed records are reported under the lane whose slot they occupy
+    for bucket, c in counts.items():
+        per_lane[bucket] = c[touched]
+    totals = {bucket: int(c.sum()) for bucket, c in counts.items()}
+    reasons = {k: v for k, v in (("lane_out_of_range", malformed_range), ("slot_of_another_lane", malformed_column)) if v}
+    bad_slots = cat("first_bad_slot")
+    if bad_slots.size:
+        meta.setdefault("first_malformed_slot", int(bad_slots.min()))
+    loss = LossReport(nonzero_slots=nonzero, totals=totals, per_lane=per_lane, malformed_reasons=reasons,
+                      dropped_on_device=int(lanes["dropped"].sum()))
+    if source:
+        meta.setdefault("source", str(source))
+    return Trace(num_blocks=num_blocks, num_groups=num_groups, write_stride=write_stride, spans=spans,
+                 instants=instants, lanes=lanes, loss=loss, names=names, absolute=absolute, meta=meta)
+
+
+def _table(parts, key, dtype, num_groups, base, plain, timed) -> np.ndarray:
+    n = sum(p[key]["loc"].size for p in parts)
+    out = np.empty(n, dtype)
+    at = 0
+    for p in parts:
+        cols = p[key]
+        m = cols["loc"].size
+        view = out[at : at + m]
+        lane = cols["loc"].astype(np.int64) + p["c0"]
+        view["lane"] = lane
+        lanes_here = np.arange(p["c0"], p["c0"] + p["nloc"], dtype=np.int32)
+        view["block"] = (lanes_here // num_groups)[cols["loc"]]
+        view["group"] = (lanes_here % num_groups)[cols["loc"]]
+        for field, src in plain.items():
+            view[field] = cols[src]
+        lane_base = base[lane]
+        for field, src in timed.items():
+            view[field] = lane_base + cols[src]
+        at += m
+    return out
+
+
+# --- captures on disk ------------------------------------------------------------------------------
+
+
+def read_sidecar(path: str | Path) -> dict:
+    """The JSON sidecar of a capture (BUFFER.json next to BUFFER.npy); {} when there is none."""
+    side = Path(path).with_suffix(".json")
+    if not side.exists():
+        return {}
+    try:
+        obj = json.loads(side.read_text())
+    except json.JSONDecodeError as e:
+        raise DecodeError(f"sidecar is not valid JSON: {e}", source=str(side)) from None
+    if not isinstance(obj, dict):
+        raise DecodeError("sidecar must be a JSON object", source=str(side))
+    return obj
+
+
+def load_buffer(path: str | Path) -> np.ndarray:
+    """Read a raw v1 buffer saved with numpy (.npy; never unpickled)."""
+    path = Path(path)
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (ValueError, EOFError, OSError) as e:
+        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file): {e}", source=str(path)) from None
+    if isinstance(arr, np.lib.npyio.NpzFile):
+        raise DecodeError("expected a .npy array, got a .npz archive", source=str(path))
+    return arr
+
+
+def load_capture(path: str | Path, names: Names | dict | None = None, write_stride: int | None = None) -> Trace:
+    """Decode BUFFER.npy with its sidecar BUFFER.json (names, write_stride, device facts) if present."""
+    path = Path(path)
+    side = read_sidecar(path)
+    if names is None:
+        names = Names.from_json(side)
+    meta = {k: v for k, v in side.items() if k not in ("events", "groups")}
+    return decode(load_buffer(path), names=names, write_stride=write_stride, meta=meta, source=str(path))

@@ -1,0 +1,797 @@
+"""Native Perfetto traces (TrackEvent protobuf), encoded with numpy a whole column at a time.
+
+What the file holds (one packet sequence, ``SEQUENCE_ID``):
+1. an interning packet (``SEQ_INCREMENTAL_STATE_CLEARED``): event names (iid = event id + 1) and
+   debug-annotation names;
+2. the track tree, one TrackDescriptor a packet, parents before children, ``child_ordering = EXPLICIT``
+   and ``sibling_order_rank`` by index::
+
+       launch (kernel on device)          root; its description gives the time origin
+         lanes in <region>                counter per region: lanes inside it over time
+         SM 12                            only when the trace knows SMs
+           block 37
+             <group name>                 group track; overlapping regions of different ids go to
+             <group name>                 sibling tracks with the same sibling_merge_key (one row)
+
+3. the events, per lane in one merged time order: ``TYPE_SLICE_BEGIN`` / ``TYPE_SLICE_END`` (begins
+   carry ``name_iid`` and ``SEQ_NEEDS_INCREMENTAL_STATE``), user instants as ``TYPE_INSTANT``;
+4. the counter samples (``TYPE_COUNTER``).
+
+Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
+with the official protos and replays what trace processor does):
+- slices on one track nest strictly: ``assign_subtracks`` puts regions of different ids that overlap
+  without nesting on sibling tracks (test_overlap_goes_to_sibling_track, test_random_traces_nest);
+- at equal timestamps an END is written before a BEGIN on the same lane (trace processor sorts by
+  timestamp and keeps file order for ties; the other order silently nests the two slices);
+  a zero-length region is a BEGIN immediately followed by its END (test_equal_timestamps);
+- every interned id is defined in the first packet (test_interning_defined_before_use);
+- no field is unknown to the official protos (padded varints are valid protobuf: the fixed widths
+  let whole columns be written at once) (test_no_unknown_fields, test_validator_rejects_*).
+
+Times are rebased to the launch origin (``trace.start_ns`` = 0 ns in the trace): small timestamps make
+small varints; the root track's description gives the origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip as gzip_module
+import sys
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from host_decode.model import Trace
+
+SEQUENCE_ID = 7  # any constant > 1 (1 is the tracing service's own sequence); one byte as a varint
+
+# TrackEvent.Type / TracePacket.SequenceFlags / TrackDescriptor enums (perfetto_trace.proto)
+TYPE_SLICE_BEGIN, TYPE_SLICE_END, TYPE_INSTANT, TYPE_COUNTER = 1, 2, 3, 4
+SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE = 1, 2
+CHILD_ORDERING_EXPLICIT = 3
+SIBLING_MERGE_BY_KEY = 3
+
+ARG_NAMES = ("block", "group", "sm", "lane", "event")  # debug-annotation names, iid = index + 1
+
+_TS_BITS = 41  # rebased ns that fit the merge key (36 minutes); longer traces take the lexsort path
+_LANE_BITS = 20
+
+
+@dataclasses.dataclass
+class WriteStats:
+    path: str
+    bytes: int
+    slices: int
+    instants: int
+    counter_samples: int
+    tracks: int
+    overlap_tracks: int  # sibling tracks added for regions that overlap without nesting
+    seconds: float
+    phases: dict
+
+    @property
+    def bytes_per_slice(self) -> float:
+        return self.bytes / max(self.slices, 1)
+
+
+# --- public API ------------------------------------------------------------------------------------
+
+
+def write_perfetto(
+    trace: Trace,
+    path: str | Path,
+    *,
+    gzip: bool | None = None,
+    args: bool = True,
+    counters: bool = True,
+    progress: bool = False,
+) -> WriteStats:
+    """Write `trace` as a Perfetto protobuf trace. gzip=None: gzip iff the path ends in .gz."""
+    t0 = time.perf_counter()
+    path = Path(path)
+    use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
+    chunks, info = encode_perfetto(trace, args=args, counters=counters, progress=progress)
+    t_write = time.perf_counter()
+    opener = (lambda p: gzip_module.open(p, "wb", compresslevel=6)) if use_gzip else (lambda p: open(p, "wb"))
+    with opener(path) as f:
+        _write_chunks(f, chunks)
+    info["phases"]["write"] = time.perf_counter() - t_write
+    if progress:
+        print(f"perfetto: write {info['phases']['write'] * 1e3:.0f} ms -> {path}", file=sys.stderr)
+    return WriteStats(
+        path=str(path),
+        bytes=path.stat().st_size,
+        slices=info["slices"],
+        instants=info["instants"],
+        counter_samples=info["counter_samples"],
+        tracks=info["tracks"],
+        overlap_tracks=info["overlap_tracks"],
+        seconds=time.perf_counter() - t0,
+        phases=info["phases"],
+    )
+
+
+def encode_perfetto(
+    trace: Trace, *, args: bool = True, counters: bool = True, progress: bool = False
+) -> tuple[list, dict]:
+    """-> (chunks, info): the trace file is the concatenation of the chunks (bytes or uint8 arrays)."""
+    phases: dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = now - clock[0]
+        clock[0] = now
+        if progress:
+            print(f"perfetto: {name} {phases[name] * 1e3:.0f} ms", file=sys.stderr)
+
+    spans, instants = trace.spans, trace.instants
+    _check_input(spans, instants)
+    origin = trace_origin(trace)
+    stream = merged_stream(spans, instants, origin)
+    phase("order")
+    sub = assign_subtracks(spans, stream)
+    phase("subtracks")
+    tree = build_track_tree(trace, spans, instants, sub, counters=counters)
+    phase("tracks")
+    chunks: list = [_interning_packet(trace, spans, instants, args), tree.descriptor_bytes(origin, trace.absolute)]
+    chunks.append(_encode_events(trace, spans, instants, stream, tree, origin, args))
+    phase("events")
+    samples = 0
+    if counters and spans.size:
+        counter_rows, samples = _encode_counters(spans, tree, origin)
+        chunks.append(counter_rows)
+        phase("counters")
+    info = {
+        "slices": int(spans.size),
+        "instants": int(instants.size),
+        "counter_samples": samples,
+        "tracks": tree.num_tracks,
+        "overlap_tracks": int(tree.overlap_tracks),
+        "phases": phases,
+    }
+    return chunks, info
+
+
+def perfetto_bytes(trace: Trace, *, args: bool = True, counters: bool = True) -> bytes:
+    chunks, _ = encode_perfetto(trace, args=args, counters=counters)
+    return b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks)
+
+
+def trace_origin(trace: Trace) -> int:
+    """The ns that becomes t=0: the launch's first record, or earlier if an event is earlier."""
+    origin = trace.start_ns if trace.lanes.size else None
+    lows = [int(trace.spans["start_ns"].min())] if trace.spans.size else []
+    if trace.instants.size:
+        lows.append(int(trace.instants["ts_ns"].min()))
+    if lows and (origin is None or min(lows) < origin):
+        origin = min(lows)
+    return int(origin or 0)
+
+
+def _check_input(spans: np.ndarray, instants: np.ndarray) -> None:
+    if spans.size:
+        bad = np.flatnonzero(spans["end_ns"] < spans["start_ns"])
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"{bad.size} span(s) end before they begin (first: span row {i}, lane {int(spans['lane'][i])}, "
+                f"start {int(spans['start_ns'][i])} ns > end {int(spans['end_ns'][i])} ns)"
+            )
+        if int(spans["lane"].min()) < 0 or int(spans["event"].min()) < 0:
+            raise ValueError("span table has negative lane or event ids")
+    if instants.size and (int(instants["lane"].min()) < 0 or int(instants["event"].min()) < 0):
+        raise ValueError("instant table has negative lane or event ids")
+
+
+def _write_chunks(f: BinaryIO, chunks: list) -> None:
+    for c in chunks:
+        f.write(c if isinstance(c, bytes) else memoryview(np.ascontiguousarray(c)).cast("B"))
+
+
+# --- event order -----------------------------------------------------------------------------------
+
+KIND_END, KIND_INSTANT, KIND_BEGIN = 0, 1, 2  # order of events of one lane at one timestamp
+
+
+@dataclasses.dataclass
+class Stream:
+    """The file order of all events: per lane by time; at equal time ENDs (inner first), then
+    instants, then BEGINs (outer first). A zero-length span is its BEGIN then its END, adjacent."""
+
+    kind: np.ndarray  # int8 KIND_* per stream position
+    index: np.ndarray  # row in spans (BEGIN/END) or instants (INSTANT)
+    pos_begin: np.ndarray  # stream position of each span's BEGIN
+    pos_end: np.ndarray  # ... and END
+
+
+def merged_stream(spans: np.ndarray, instants: np.ndarray, origin: int) -> Stream:
+    n, m = spans.size, instants.size
+    zero = spans["end_ns"] == spans["start_ns"] if n else np.zeros(0, bool)
+    pos_idx = np.flatnonzero(~zero)  # spans whose END is its own stream event
+    lane_b = spans["lane"].astype(np.int64)
+    lane_i = instants["lane"].astype(np.int64)
+    tb = spans["start_ns"] - origin
+    te = spans["end_ns"][pos_idx] - origin
+    ti = instants["ts_ns"] - origin
+    # ENDs enter in reverse row order so that stable ties close the later-begun (inner) region first.
+    end_rows = pos_idx[::-1]
+    te_rev = te[::-1]
+    lane_e = lane_b[end_rows]
+    n_end = end_rows.size
+    tmax = max([int(a.max()) for a in (tb, te, ti) if a.size] + [0])
+    lmax = max([int(a.max()) for a in (lane_b, lane_i) if a.size] + [0])
+    if tmax < (1 << _TS_BITS) and lmax < (1 << _LANE_BITS):
+        def key(lane, t, kind):
+            return ((lane << _TS_BITS) | t) << 2 | kind
+
+        keys = np.concatenate([key(lane_e, te_rev, KIND_END), key(lane_i, ti, KIND_INSTANT), key(lane_b, tb, KIND_BEGIN)])
+        order = np.argsort(keys, kind="stable")
+    else:  # very long or very wide traces: same order, slower sort
+        lanes = np.concatenate([lane_e, lane_i, lane_b])
+        ts = np.concatenate([te_rev, ti, tb])
+        kinds = np.concatenate([np.full(n_end, KIND_END), np.full(m, KIND_INSTANT), np.full(n, KIND_BEGIN)])
+        order = np.lexsort((kinds, ts, lanes))
+    src_kind = np.concatenate([np.full(n_end, KIND_END, np.int8), np.full(m, KIND_INSTANT, np.int8), np.full(n, KIND_BEGIN, np.int8)])
+    src_index = np.concatenate([end_rows, np.arange(m), np.arange(n)])
+    kind = src_kind[order]
+    index = src_index[order]
+    # expand zero-length BEGINs into BEGIN, END
+    width = np.ones(kind.size, np.int64)
+    is_zero_begin = np.zeros(kind.size, bool)
+    if n and zero.any():
+        is_zero_begin = (kind == KIND_BEGIN) & zero[np.where(kind == KIND_BEGIN, index, 0)]
+        width[is_zero_begin] = 2
+        start = np.cumsum(width) - width
+        total = int(width.sum())
+        kind2 = np.empty(total, np.int8)
+        index2 = np.empty(total, np.int64)
+        kind2[start] = kind
+        index2[start] = index
+        second = start[is_zero_begin] + 1
+        kind2[second] = KIND_END
+        index2[second] = index[is_zero_begin]
+        kind, index = kind2, index2
+    pos = np.arange(kind.size)
+    pos_begin = np.empty(n, np.int64)
+    pos_end = np.empty(n, np.int64)
+    is_b = kind == KIND_BEGIN
+    is_e = kind == KIND_END
+    pos_begin[index[is_b]] = pos[is_b]
+    pos_end[index[is_e]] = pos[is_e]
+    return Stream(kind=kind, index=index, pos_begin=pos_begin, pos_end=pos_end)
+
+
+# --- sub-tracks for overlapping regions ----------------------------------------------------------
+
+
+def _not_nested(pos_begin: np.ndarray, pos_end: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """Spans that are not strictly nested within their (lane, sub-track) event sequence.
+
+    Events of each (lane, sub) group in stream order form a parenthesis string; it nests strictly iff
+    for every span the count of open spans just after its BEGIN equals the count just before its END
+    (a crossing pair always breaks that equality for the earliest-begun left member)."""
+    n = pos_begin.size
+    key_shift = 42
+    keys = np.concatenate([(sub << key_shift) | pos_begin, (sub << key_shift) | pos_end])
+    order = np.argsort(keys, kind="stable")
+    delta = np.where(order < n, 1, -1).astype(np.int32)
+    depth = np.cumsum(delta)  # groups are balanced, so a global cumsum is each group's own depth
+    rank = np.empty(2 * n, np.int64)
+    rank[order] = np.arange(2 * n)
+    after_begin = depth[rank[:n]]
+    before_end = depth[rank[n:]] + 1
+    return after_begin != before_end
+
+
+def assign_subtracks(spans: np.ndarray, stream: Stream, max_rounds: int = 64) -> np.ndarray:
+    """Sub-track per span (0 = the group track): within each (lane, sub-track) slices nest strictly.
+
+    Vectorized: lanes whose regions all nest (the common case) keep everything on sub-track 0 after
+    one check. In other lanes, each round moves one region id per offending (lane, sub-track) to the
+    next sub-track (the largest id among the offending spans), so a region id keeps one row per lane.
+    Same-id regions nest by construction of the decoder's stack pairing; if they do not (foreign
+    input), the remaining lanes fall back to a first-fit packing per span."""
+    n = spans.size
+    sub = np.zeros(n, np.int64)
+    if n == 0:
+        return sub
+    lane = spans["lane"].astype(np.int64)
+    event = spans["event"].astype(np.int64)
+    bad = _not_nested(stream.pos_begin, stream.pos_end, sub)
+    if not bad.any():
+        return sub
+    active = np.flatnonzero(np.isin(lane, np.unique(lane[bad])))
+    for _ in range(max_rounds):
+        a_bad = _not_nested(stream.pos_begin[active], stream.pos_end[active], sub[active])
+        if not a_bad.any():
+            return sub
+        group = (lane[active] << 16) | sub[active]
+        bg, be = group[a_bad], event[active][a_bad]
+        o = np.lexsort((be, bg))
+        bg, be = bg[o], be[o]
+        last = np.r_[bg[1:] != bg[:-1], True]
+        move_group, move_event = bg[last], be[last]  # per offending group: its largest offending id
+        at = np.searchsorted(move_group, group)
+        at_c = np.minimum(at, move_group.size - 1)
+        hit = (at < move_group.size) & (move_group[at_c] == group) & (move_event[at_c] == event[active])
+        sub[active[hit]] += 1
+        # lanes that are now clean drop out
+        a_bad_lanes = np.unique(lane[active][a_bad])
+        active = active[np.isin(lane[active], a_bad_lanes)]
+    still = _not_nested(stream.pos_begin[active], stream.pos_end[active], sub[active])
+    _first_fit(active[np.isin(lane[active], np.unique(lane[active][still]))], lane, stream, sub)
+    return sub
+
+
+def _first_fit(rows: np.ndarray, lane: np.ndarray, stream: Stream, sub: np.ndarray) -> None:
+    """Per-span fallback: each BEGIN goes to the lowest sub-track whose open slice contains it."""
+    if rows.size == 0:
+        return
+    rows = rows[np.argsort(stream.pos_begin[rows], kind="stable")]
+    pb, pe = stream.pos_begin, stream.pos_end
+    stacks: dict[int, list[list[int]]] = {}
+    events = sorted([(int(pb[r]), 1, int(r)) for r in rows] + [(int(pe[r]), 0, int(r)) for r in rows])
+    where: dict[int, int] = {}
+    for _, is_begin, r in events:
+        tracks = stacks.setdefault(int(lane[r]), [])
+        if is_begin:
+            k = 0
+            while k < len(tracks) and tracks[k] and pe[tracks[k][-1]] < pe[r]:
+                k += 1
+            if k == len(tracks):
+                tracks.append([])
+            tracks[k].append(r)
+            where[r] = k
+        else:
+            tracks[where[r]].remove(r)  # the top, since everything above r ended inside it
+    for r, k in where.items():
+        sub[r] = k
+
+
+# --- track tree ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrackTree:
+    uuid: list  # per track, parents before children
+    parent: list  # 0 = none
+    name: list
+    rank: list  # sibling_order_rank (None for the root)
+    merge_key: list  # sibling_merge_key or None
+    counter: list  # bool
+    explicit_children: list  # bool
+    span_uuid: np.ndarray  # per span
+    instant_uuid: np.ndarray  # per instant
+    counter_uuid: dict  # event id -> uuid
+    overlap_tracks: int
+    root_name: str
+
+    @property
+    def num_tracks(self) -> int:
+        return len(self.uuid)
+
+    def descriptor_bytes(self, origin: int, absolute: bool) -> bytes:
+        clock = "absolute %globaltimer" if absolute else "device timer (low 32 bits unwrapped)"
+        desc = f"ikp_cute launch timeline; t = 0 is {origin} ns on the {clock}"
+        out = bytearray()
+        for i in range(len(self.uuid)):
+            td = bytearray()
+            td += _f_varint(1, self.uuid[i])
+            if self.parent[i]:
+                td += _f_varint(5, self.parent[i])
+            td += _f_bytes(2, self.name[i].encode())
+            if i == 0:
+                td += _f_bytes(14, desc.encode())
+            if self.counter[i]:
+                td += _f_bytes(8, _f_bytes(6, b"lanes"))
+            if self.explicit_children[i]:
+                td += _f_varint(11, CHILD_ORDERING_EXPLICIT)
+            if self.rank[i] is not None:
+                td += _f_varint(12, self.rank[i])
+            if self.merge_key[i] is not None:
+                td += _f_varint(15, SIBLING_MERGE_BY_KEY)
+                td += _f_bytes(16, self.merge_key[i].encode())
+            out += _packet(_f_varint(10, SEQUENCE_ID) + _f_bytes(60, bytes(td)))
+        return bytes(out)
+
+
+def root_name(trace: Trace) -> str:
+    meta = trace.meta or {}
+    kernel, device = meta.get("kernel"), meta.get("device")
+    name = str(kernel) if kernel else "GPU launch"
+    if device:
+        name += f" on {device}"
+    if meta.get("launch_index") is not None:
+        name += f" (launch {meta['launch_index']})"
+    return name
+
+
+def build_track_tree(
+    trace: Trace, spans: np.ndarray, instants: np.ndarray, sub: np.ndarray, *, counters: bool = True
+) -> TrackTree:
+    names = trace.names
+    uuid, parent, name, rank, merge_key, counter, explicit = [], [], [], [], [], [], []
+
+    def add(p: int, nm: str, rk: int | None, *, key: str | None = None, is_counter=False, parent_of_children=False) -> int:
+        u = len(uuid) + 1
+        uuid.append(u)
+        parent.append(p)
+        name.append(nm)
+        rank.append(rk)
+        merge_key.append(key)
+        counter.append(is_counter)
+        explicit.append(parent_of_children)
+        return u
+
+    rname = root_name(trace)
+    root = add(0, rname, None, parent_of_children=True)
+    event_ids = np.unique(spans["event"]).tolist() if spans.size else []
+    counter_uuid = {}
+    if counters:
+        for k, e in enumerate(event_ids):
+            counter_uuid[int(e)] = add(root, f"lanes in {names.event(e)}", k, is_counter=True)
+    base_rank = len(counter_uuid)
+
+    # lanes that have anything to show, with block, group, sub-track count and SM
+    lane_all = np.concatenate([spans["lane"].astype(np.int64), instants["lane"].astype(np.int64)])
+    block_all = np.concatenate([spans["block"].astype(np.int64), instants["block"].astype(np.int64)])
+    group_all = np.concatenate([spans["group"].astype(np.int64), instants["group"].astype(np.int64)])
+    sub_all = np.concatenate([sub, np.zeros(instants.size, np.int64)])
+    lanes, first = np.unique(lane_all, return_index=True)
+    lane_block, lane_group = block_all[first], group_all[first]
+    lane_row = np.searchsorted(lanes, lane_all)
+    nsub = np.zeros(lanes.size, np.int64)
+    if lane_all.size:
+        np.maximum.at(nsub, lane_row, sub_all)
+    nsub += 1
+    lane_sm = _lane_sm(trace, lanes)
+
+    blocks, block_first = np.unique(lane_block, return_index=True)
+    block_sm = np.full(blocks.size, -1, np.int64)
+    np.maximum.at(block_sm, np.searchsorted(blocks, lane_block), lane_sm)
+    block_parent = np.full(blocks.size, root, np.int64)
+    if (block_sm >= 0).any():
+        sms = np.unique(block_sm)
+        sm_uuid = {}
+        for sm in sms.tolist():
+            label = f"SM {sm}" if sm >= 0 else "SM unknown"
+            sm_uuid[sm] = add(root, label, base_rank + (sm if sm >= 0 else int(sms.max()) + 1), parent_of_children=True)
+        block_parent = np.array([sm_uuid[s] for s in block_sm.tolist()], np.int64)
+    block_uuid = np.empty(blocks.size, np.int64)
+    for i, (b, p) in enumerate(zip(blocks.tolist(), block_parent.tolist())):
+        sm = int(block_sm[i])
+        label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
+        block_uuid[i] = add(p, label, base_rank + b if p == root else b, parent_of_children=True)
+
+    # group tracks and their overlap siblings; rank keeps siblings of one group adjacent
+    max_sub = int(nsub.max()) if nsub.size else 1
+    lane_block_row = np.searchsorted(blocks, lane_block)
+    first_uuid = np.empty(lanes.size, np.int64)
+    for i in range(lanes.size):
+        g = int(lane_group[i])
+        gname = names.group(g)
+        key = f"group {g}"
+        bu = int(block_uuid[lane_block_row[i]])
+        first_uuid[i] = len(uuid) + 1
+        for k in range(int(nsub[i])):
+            add(bu, gname, g * max_sub + k, key=key)
+    span_uuid = first_uuid[lane_row[: spans.size]] + sub
+    instant_uuid = first_uuid[lane_row[spans.size :]]
+    return TrackTree(
+        uuid=uuid,
+        parent=parent,
+        name=name,
+        rank=rank,
+        merge_key=merge_key,
+        counter=counter,
+        explicit_children=explicit,
+        span_uuid=span_uuid,
+        instant_uuid=instant_uuid,
+        counter_uuid=counter_uuid,
+        overlap_tracks=int((nsub - 1).sum()),
+        root_name=rname,
+    )
+
+
+def _lane_sm(trace: Trace, lanes: np.ndarray) -> np.ndarray:
+    sm = np.full(lanes.size, -1, np.int64)
+    if trace.lanes.size and lanes.size:
+        known = trace.lanes["lane"].astype(np.int64)
+        o = np.argsort(known)
+        at = np.searchsorted(known[o], lanes)
+        at_c = np.minimum(at, known.size - 1)
+        hit = (at < known.size) & (known[o][at_c] == lanes)
+        sm[hit] = trace.lanes["sm"][o][at_c[hit]]
+    return sm
+
+
+# --- interning -------------------------------------------------------------------------------------
+
+
+def _interning_packet(trace: Trace, spans: np.ndarray, instants: np.ndarray, args: bool) -> bytes:
+    ids = np.unique(np.concatenate([spans["event"].astype(np.int64), instants["event"].astype(np.int64)]))
+    interned = bytearray()
+    for e in ids.tolist():
+        interned += _f_bytes(2, _f_varint(1, e + 1) + _f_bytes(2, trace.names.event(e).encode()))
+    if args:
+        for i, a in enumerate(ARG_NAMES):
+            interned += _f_bytes(3, _f_varint(1, i + 1) + _f_bytes(2, a.encode()))
+    body = (
+        _f_varint(10, SEQUENCE_ID)
+        + _f_varint(13, SEQ_INCREMENTAL_STATE_CLEARED)
+        + _f_varint(87, 1)  # first_packet_on_sequence
+        + _f_bytes(12, bytes(interned))
+    )
+    return _packet(body)
+
+
+# --- bulk event encoding ---------------------------------------------------------------------------
+
+
+class _Layout:
+    """A fixed-width protobuf record: constant bytes and padded-varint columns, filled column-wise."""
+
+    def __init__(self) -> None:
+        self.parts: list = []  # ("c", bytes) | ("v", values, width)
+
+    @property
+    def width(self) -> int:
+        return sum(len(p[1]) if p[0] == "c" else p[2] for p in self.parts)
+
+    def const(self, b: bytes) -> "_Layout":
+        self.parts.append(("c", bytes(b)))
+        return self
+
+    def varint(self, field: int, values: np.ndarray | int, width: int) -> "_Layout":
+        self.const(_tag(field, 0))
+        if isinstance(values, (int, np.integer)):
+            self.const(_varint(int(values), width))
+        else:
+            self.parts.append(("v", values, width))
+        return self
+
+    def message(self, field: int, inner: "_Layout") -> "_Layout":
+        self.const(_tag(field, 2) + _varint(inner.width, _varint_width(inner.width)))
+        self.parts.extend(inner.parts)
+        return self
+
+    def fill(self, n: int) -> np.ndarray:
+        out = np.empty((n, self.width), np.uint8)
+        col = 0
+        for p in self.parts:
+            if p[0] == "c":
+                w = len(p[1])
+                out[:, col : col + w] = np.frombuffer(p[1], np.uint8)
+            else:
+                _put_varint(out, col, p[1], p[2])
+                w = p[2]
+            col += w
+        return out
+
+
+def _packet_layout(body: _Layout) -> _Layout:
+    return _Layout().message(1, body)
+
+
+def _put_varint(out: np.ndarray, col: int, values: np.ndarray, width: int) -> None:
+    v = values.astype(np.int64, copy=False).view(np.uint64)
+    for k in range(width):
+        b = v >> np.uint64(7 * k) if k else v
+        b = (b & np.uint64(0x7F)).astype(np.uint8)
+        if k < width - 1:
+            b |= 0x80
+        out[:, col + k] = b
+
+
+def _uwidth(values: np.ndarray) -> int:
+    """Padded-varint width that holds every value (negative int64 take 10 bytes)."""
+    if values.size == 0:
+        return 1
+    if int(values.min()) < 0:
+        return 10
+    return _varint_width(int(values.max()))
+
+
+def _event_layouts(n_named, ts_named, uuid_named, type_named, iid_named, arg_cols, n_end, ts_end, uuid_end):
+    """BEGIN/INSTANT ("named") and END records -> (named rows, end rows).
+
+    Both kinds share timestamp and uuid widths. When their widths differ, a few padding bytes (wider
+    varints: still valid protobuf) make both multiples of 4 (or 2), so `_interleave` moves 32-bit
+    (16-bit) words instead of bytes."""
+    tw = _uwidth(np.concatenate([ts_named, ts_end]))
+    uw = _uwidth(np.concatenate([uuid_named, uuid_end]))
+    iw = _uwidth(iid_named)
+
+    def named(pad: int) -> _Layout:
+        te = _Layout().varint(9, type_named, 1).varint(11, uuid_named, uw).varint(10, iid_named, iw + pad)
+        for i, col in arg_cols:
+            te.message(4, _Layout().varint(1, i + 1, 1).varint(4, col, _uwidth(col)))
+        body = _Layout().varint(8, ts_named, tw).varint(10, SEQUENCE_ID, 1).varint(13, SEQ_NEEDS_INCREMENTAL_STATE, 1)
+        return _packet_layout(body.message(11, te))
+
+    def end(pad: int) -> _Layout:
+        te = _Layout().varint(9, TYPE_SLICE_END, 1).varint(11, uuid_end, uw + pad)
+        return _packet_layout(_Layout().varint(8, ts_end, tw).varint(10, SEQUENCE_ID, 1).message(11, te))
+
+    wa, wb = named(0).width, end(0).width
+    pa = pb = 0
+    if wa != wb and n_named and n_end:
+        p4 = (-wa % 4, -wb % 4)
+        pa, pb = p4 if sum(p4) <= 2 else (wa % 2, wb % 2)
+    return named(pa).fill(n_named), end(pb).fill(n_end)
+
+
+def _encode_events(trace, spans, instants, stream: Stream, tree: TrackTree, origin: int, args: bool) -> np.ndarray:
+    kind, index = stream.kind, stream.index
+    is_end = kind == KIND_END
+    named_pos = np.flatnonzero(~is_end)
+    end_pos = np.flatnonzero(is_end)
+    nk, ni = kind[named_pos], index[named_pos]
+    is_inst = nk == KIND_INSTANT
+    span_row = np.where(is_inst, 0, ni)
+    inst_row = np.where(is_inst, ni, 0)
+
+    def pick(span_col, inst_col):  # per named event: the span's or the instant's value
+        if not instants.size:
+            return span_col[span_row]
+        if not spans.size:
+            return inst_col[inst_row]
+        return np.where(is_inst, inst_col[inst_row], span_col[span_row])
+
+    ts_named = pick(spans["start_ns"], instants["ts_ns"]) - origin
+    uuid_named = pick(tree.span_uuid, tree.instant_uuid)
+    event_named = pick(spans["event"].astype(np.int64), instants["event"].astype(np.int64))
+    type_named = np.where(is_inst, TYPE_INSTANT, TYPE_SLICE_BEGIN)
+    arg_cols = []
+    if args:
+        lane_named = pick(spans["lane"].astype(np.int64), instants["lane"].astype(np.int64))
+        cols = {
+            "block": pick(spans["block"].astype(np.int64), instants["block"].astype(np.int64)),
+            "group": pick(spans["group"].astype(np.int64), instants["group"].astype(np.int64)),
+            "lane": lane_named,
+            "event": event_named,
+        }
+        sm = _lane_sm(trace, np.unique(lane_named))
+        if (sm >= 0).any():
+            cols["sm"] = sm[np.searchsorted(np.unique(lane_named), lane_named)]
+        arg_cols = [(i, cols[a]) for i, a in enumerate(ARG_NAMES) if a in cols]
+    end_rows = index[end_pos]
+    ts_end = spans["end_ns"][end_rows] - origin
+    uuid_end = tree.span_uuid[end_rows]
+    named, end = _event_layouts(
+        named_pos.size, ts_named, uuid_named, type_named, event_named + 1, arg_cols, end_pos.size, ts_end, uuid_end
+    )
+    return _interleave(kind.size, named_pos, named, end_pos, end)
+
+
+def _interleave(total: int, pos_a: np.ndarray, rows_a: np.ndarray, pos_b: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+    """Rows of two fixed-width record kinds placed at their stream positions, as one byte array."""
+    wa, wb = rows_a.shape[1], rows_b.shape[1]
+    if wa == wb:
+        out = np.empty((total, wa), np.uint8)
+        out[pos_a] = rows_a
+        out[pos_b] = rows_b
+        return out.reshape(-1)
+    # unequal widths: offsets from the running sum of widths, in the largest word both widths divide
+    unit = next(u for u in (8, 4, 2, 1) if wa % u == 0 and wb % u == 0)
+    word = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[unit]
+    width = np.empty(total, np.int64)
+    width[pos_a] = wa // unit
+    width[pos_b] = wb // unit
+    offset = np.cumsum(width) - width
+    out = np.empty(int(width.sum()), word)
+    for rows, pos in ((rows_a, pos_a), (rows_b, pos_b)):
+        words = np.ascontiguousarray(rows).view(word)
+        off = offset[pos]
+        for c in range(words.shape[1]):
+            out[off + c] = words[:, c]
+    return out.view(np.uint8)
+
+
+# --- counters --------------------------------------------------------------------------------------
+
+
+def lanes_inside(spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per region id, the number of lanes inside it over time: (event, ts_ns, value) change points,
+    sorted by (event, ts). A lane inside nested regions of the same id counts once. At equal time the
+    decrements apply first, so back-to-back regions of one lane never count twice."""
+    z = np.zeros(0, np.int64)
+    if spans.size == 0:
+        return z, z, z
+    lane = spans["lane"].astype(np.int64)
+    event = spans["event"].astype(np.int64)
+    start, end = spans["start_ns"], spans["end_ns"]
+    t0 = int(start.min())
+    outer = _outermost_same_id(lane, event, start - t0, end - t0)
+    ev = event[outer]
+    t = np.concatenate([end[outer], start[outer]]) - t0
+    up = np.concatenate([np.zeros(ev.size, np.int64), np.ones(ev.size, np.int64)])
+    e2 = np.concatenate([ev, ev])
+    if int(t.max()) < (1 << 42) and int(e2.max()) < (1 << 15):
+        key = np.sort(((e2 << 42 | t) << 1) | up)  # ids, then time, decrements (0) first
+        up, t, e2 = key & 1, (key >> 1) & ((1 << 42) - 1), key >> 43
+    else:
+        o = np.lexsort((up, t, e2))
+        up, t, e2 = up[o], t[o], e2[o]
+    value = np.cumsum(2 * up - 1)  # each id's run returns to 0, so the running sum is per id
+    last = np.r_[(e2[1:] != e2[:-1]) | (t[1:] != t[:-1]), True]
+    return e2[last], t[last] + t0, value[last]
+
+
+def _outermost_same_id(lane, event, start, end) -> np.ndarray:
+    """Rows of spans not nested inside another span of the same (lane, event id)."""
+    same_lane = lane[1:] == lane[:-1]
+    if np.all(lane[1:] >= lane[:-1]) and np.all(start[1:][same_lane] >= start[:-1][same_lane]):
+        o = np.argsort((lane << 16) | event, kind="stable")  # rows are in begin order within a lane
+    else:
+        o = np.lexsort((-end, start, event, lane))
+    grp = (lane[o] << 16) | event[o]
+    new = np.r_[True, grp[1:] != grp[:-1]]
+    seg = np.cumsum(new) - 1
+    # running max of end inside each group; groups are offset so a max never leaks into the next one
+    stride = int(end.max()) + 1
+    if (int(seg[-1]) + 1) * stride >= 1 << 62:
+        raise ValueError("trace too long/wide for the lanes-inside counter (time range x groups overflows int64)")
+    runmax = np.maximum.accumulate(end[o] + seg * stride)
+    prev = np.r_[-1, runmax[:-1]]
+    is_outer = new | (start[o] + seg * stride >= prev)
+    return np.sort(o[is_outer])
+
+
+def _encode_counters(spans: np.ndarray, tree: TrackTree, origin: int) -> tuple[np.ndarray, int]:
+    ev, t, value = lanes_inside(spans)
+    # each counter starts at 0 at the origin, so its track reads from the launch start
+    first = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
+    need = first[t[first] > origin]
+    ev = np.insert(ev, need, ev[need])
+    t = np.insert(t, need, origin)
+    value = np.insert(value, need, 0)
+    lut_ids = np.array(sorted(tree.counter_uuid), np.int64)
+    lut_uuid = np.array([tree.counter_uuid[i] for i in lut_ids.tolist()], np.int64)
+    uuid = lut_uuid[np.searchsorted(lut_ids, ev)]
+    ts = t - origin
+    te = _Layout().varint(9, TYPE_COUNTER, 1).varint(11, uuid, _uwidth(uuid)).varint(30, value, _uwidth(value))
+    body = _Layout().varint(8, ts, _uwidth(ts)).varint(10, SEQUENCE_ID, 1).message(11, te)
+    return _packet_layout(body).fill(ts.size).reshape(-1), int(ts.size)
+
+
+# --- tiny protobuf helpers (preamble only; the bulk path is _Layout) -------------------------------
+
+
+def _varint_width(v: int) -> int:
+    return max(1, (int(v).bit_length() + 6) // 7)
+
+
+def _varint(v: int, width: int | None = None) -> bytes:
+    v &= (1 << 64) - 1
+    width = width or _varint_width(v)
+    out = bytearray()
+    for k in range(width):
+        b = (v >> (7 * k)) & 0x7F
+        out.append(b | 0x80 if k < width - 1 else b)
+    if v >> (7 * width):
+        raise ValueError(f"value {v} does not fit a {width}-byte varint")
+    return bytes(out)
+
+
+def _tag(field: int, wire_type: int) -> bytes:
+    return _varint((field << 3) | wire_type)
+
+
+def _f_varint(field: int, v: int) -> bytes:
+    return _tag(field, 0) + _varint(v)
+
+
+def _f_bytes(field: int, b: bytes) -> bytes:
+    return _tag(field, 2) + _varint(len(b)) + b
+
+
+def _packet(body: bytes) -> bytes:
+    return _f_bytes(1, body)
+
+
+def describe_defaults() -> dict[str, Any]:
+    return {"sequence_id": SEQUENCE_ID, "arg_names": ARG_NAMES}

@@ -1,0 +1,277 @@
+"""Device side: the profiler handle built inside ``@cute.kernel`` and ``profile_region``.
+
+Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_decode/wire.py). Per lane:
+k=0 ANCHOR_LO, k=1 ANCHOR_HI (one 64-bit %globaltimer read), user records from k=2, and the last two
+slots for [DROPPED] + FINALIZE (event id = SM id). Only the leader thread of a lane writes.
+
+How the cheap path stays cheap (cursor mode, checked by tests/test_device_compile.py):
+* the lane's base address, its tag bits and a store limit (``records_per_lane-2`` for the leader,
+  0 for everyone else) are computed once when the handle is built;
+* the write cursor is a one-element register tensor updated in place, which the DSL carries through
+  ``cutlass.range`` loops and ``if`` branches (a Python int attribute would be refused, a rebound-only
+  DynamicExpression silently not carried: tests prove every iteration's records are present);
+* write_stride is a compile-time constant, so consecutive records are immediate offsets from one
+  address and the per-record guard is one compare of the cursor against the limit.
+Records past capacity are not written; the cursor keeps counting, so finalize knows exactly how many
+were dropped and writes that number in a DROPPED instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64, Uint32, Uint64
+
+from host_decode import wire
+
+from .spec import ProfileSpec
+
+BEGIN = int(wire.EventType.BEGIN)
+END = int(wire.EventType.END)
+INSTANT = int(wire.EventType.INSTANT)
+FINALIZE = int(wire.EventType.FINALIZE)
+
+
+def _pack(timer32, tag32):
+    """(timer32 << 32) | tag32 as Int64, both halves zero-extended."""
+    return Int64((Uint64(Uint32(timer32)) << 32) | Uint64(Uint32(tag32)))
+
+
+def _sub_nsw(value, amount: int):
+    """value - amount marked no-signed-wrap, so LLVM may fold `room - j > 0` into `room > j` after
+    unrolling (one compare per record instead of a subtract and a compare)."""
+    from cutlass._mlir import ir
+    from cutlass._mlir.dialects import arith
+
+    flags = ir.Attribute.parse("#arith.overflow<nsw>")
+    return Int32(arith.subi(Int32(value).ir_value(), Int32(amount).ir_value(), overflow_flags=flags))
+
+
+def _event_bits(event_id: int, event_type: int) -> int:
+    return (event_id << wire.EVENT_ID_SHIFT) | event_type
+
+
+def _buffer_tensor(spec: ProfileSpec, buf):
+    if buf is not None:
+        return buf
+    if spec.baked_address is None:
+        raise ValueError(
+            "ikp_cute.Profiler: no buffer. Pass the session's kernel argument (session.kernel_arg()) "
+            "or build the session with bake_address=True"
+        )
+    ptr = cute.make_ptr(Int64, spec.baked_address, cute.AddressSpace.gmem, assumed_align=8)
+    return cute.make_tensor(ptr, cute.make_layout(spec.total_slots))
+
+
+@dataclasses.dataclass(frozen=True, init=False, eq=False)
+class Profiler:
+    """Per-lane recording handle. Build it inside ``@cute.kernel``:
+
+        prof = Profiler(spec, prof_buf, group=warp_idx // 4)      # spec: cutlass.Constexpr
+        with profile_region(prof, "mma"):
+            ...
+        prof.finalize()
+
+    group:  the lane's group id in this block (Python int or runtime Int32), 0 <= group < num_groups.
+    leader: runtime predicate choosing the writing thread; default lane 0 of warp
+            ``group * spec.warps_per_group``. Exactly one thread per (block, group) should be leader
+            (atomic mode allows several: each region reserves its own two slots).
+    """
+
+    # Frozen dataclass on purpose: the DSL carries a mutable object used inside a runtime `if`/loop as a
+    # loop/branch value (and refuses it); a frozen one is passed through read-only. All mutable state
+    # (the cursor) lives in a register tensor updated in place, which the DSL carries itself.
+    spec: ProfileSpec
+    enabled: bool
+
+    def __init__(self, spec: ProfileSpec, buf=None, group=0, leader=None):
+        if not isinstance(spec, ProfileSpec):
+            raise TypeError(f"Profiler needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "enabled", spec.enabled)
+        if not cutlass.const_expr(spec.enabled):
+            return
+        state = _setup(spec, _buffer_tensor(spec, buf), group, leader)
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+
+    # --- records -----------------------------------------------------------------------------------
+
+    @cute.jit
+    def _store(self, k, bits: cutlass.Constexpr):
+        """Read the timer and write one record at index k if k is under this thread's limit."""
+        timer = cute.arch.globaltimer_lo()
+        records, tag = self._lane, self._tag
+        if k < self._limit:
+            records[k] = _pack(timer, tag | bits)
+
+    @cute.jit
+    def _store_timed(self, k, timer, bits: cutlass.Constexpr):
+        records, tag = self._lane, self._tag
+        if k < self._limit:
+            records[k] = _pack(timer, tag | bits)
+
+    @cute.jit
+    def _cursor_record(self, bits: cutlass.Constexpr):
+        # The cursor counts the room left (limit - k): the guard is `room > 0`, one compare against an
+        # immediate once the loop is unrolled, and k = trailer_slot - room for the leader.
+        room = self._cursor[0]
+        timer = Int32(cute.arch.globaltimer())  # 64-bit read: one CS2R into a register pair in SASS
+        records, tag = self._lane, self._tag
+        if room > 0:
+            records[self.spec.trailer_slot - room] = _pack(timer, tag | bits)
+        self._cursor[0] = _sub_nsw(room, 1)
+
+    @cute.jit
+    def _static_record(self, k, bits: cutlass.Constexpr):
+        self._store(k, bits)
+        drops = self._cursor
+        if self._leader & (k >= self._limit):
+            drops[0] = drops[0] + 1  # static mode: the cursor counts drops
+
+    @cute.jit
+    def _reserve(self, count: cutlass.Constexpr):
+        """Atomic mode: the leader reserves `count` consecutive records; others get an index never stored."""
+        k = Int32(wire.ANCHOR_RECORDS)
+        counter = self._counter
+        if self._leader:
+            k = Int32(cute.arch.atomic_add(counter, Int64(count))) + wire.ANCHOR_RECORDS
+        return k
+
+    def _fence(self):
+        if cutlass.const_expr(self.spec.fence == "cta"):
+            cute.arch.fence_acq_rel_cta()
+
+    def begin(self, name: str, index=None):
+        """Open region `name`; returns the token end() needs. Prefer ``with profile_region(...)``."""
+        if not cutlass.const_expr(self.enabled):
+            return None
+        bits = _event_bits(self.spec.event_id(name), BEGIN)
+        mode = self.spec.mode
+        if cutlass.const_expr(mode == "cursor"):
+            self._cursor_record(bits)
+            token = None
+        elif cutlass.const_expr(mode == "atomic"):
+            token = self._reserve(2)  # before the timer read: the atomic's latency stays outside the region
+            self._store(token, bits)
+        else:
+            if index is None:
+                raise ValueError(f"static mode: profile_region(prof, {name!r}, index=...) needs a slot index")
+            token = wire.ANCHOR_RECORDS + 2 * index
+            self._static_record(token, bits)
+        self._fence()
+        return token
+
+    def end(self, name: str, token=None):
+        if not cutlass.const_expr(self.enabled):
+            return
+        self._fence()
+        bits = _event_bits(self.spec.event_id(name), END)
+        mode = self.spec.mode
+        if cutlass.const_expr(mode == "cursor"):
+            self._cursor_record(bits)
+        elif cutlass.const_expr(mode == "atomic"):
+            self._store(token + 1, bits)
+        else:
+            self._static_record(token + 1, bits)
+
+    def mark(self, name: str, index=None):
+        """An instant record. Static mode: `index` is a region index (uses its begin slot)."""
+        if not cutlass.const_expr(self.enabled):
+            return
+        bits = _event_bits(self.spec.event_id(name), INSTANT)
+        mode = self.spec.mode
+        if cutlass.const_expr(mode == "cursor"):
+            self._cursor_record(bits)
+        elif cutlass.const_expr(mode == "atomic"):
+            self._store(self._reserve(1), bits)
+        else:
+            if index is None:
+                raise ValueError(f"static mode: prof.mark({name!r}, index=...) needs a slot index")
+            self._static_record(wire.ANCHOR_RECORDS + 2 * index, bits)
+
+    def finalize(self):
+        """Write [DROPPED] + FINALIZE (SM id) in the lane's last two slots. Call once per lane, at the end
+        (atomic mode with several writers per lane: after a barrier that orders all their records)."""
+        if not cutlass.const_expr(self.enabled):
+            return
+        self._finalize()
+
+    @cute.jit
+    def _finalize(self):
+        spec = self.spec
+        if cutlass.const_expr(spec.mode == "cursor"):
+            dropped = -self._cursor[0]
+        elif cutlass.const_expr(spec.mode == "atomic"):
+            dropped = Int32(0)
+            counter = self._counter
+            if self._leader:
+                used = Int32(cute.arch.atomic_add(counter, Int64(0)))
+                dropped = used + wire.ANCHOR_RECORDS - spec.trailer_slot
+        else:
+            dropped = self._cursor[0]
+        timer = cute.arch.globaltimer_lo()
+        records, tag = self._lane, self._tag
+        if self._leader:
+            if dropped > 0:
+                records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
+            sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
+            records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
+
+
+@cute.jit
+def _setup(spec: cutlass.Constexpr, tensor, group, leader):
+    """Per-lane state, computed once: write it as attributes of the frozen Profiler."""
+    bx, by, bz = cute.arch.block_idx()
+    gx, gy, gz = cute.arch.grid_dim()
+    block = Int32(bx + by * gx + bz * gx * gy)
+    lane = block * spec.num_groups + group
+    if cutlass.const_expr(leader is None):
+        leader = (cute.arch.warp_idx() == group * spec.warps_per_group) & (cute.arch.lane_idx() == 0)
+    # Lanes past write_stride (grid larger than the session was sized for) write nothing.
+    leader = leader & (lane < spec.write_stride)
+    limit = cutlass.select_(leader, Int32(spec.trailer_slot), Int32(0))
+    tag = Int32(lane) << wire.LANE_SHIFT
+    records = cute.make_tensor(
+        tensor.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
+    )
+    counter = tensor.iterator + spec.counter_offset + lane
+    # Register cursor (cursor mode) / drop counter (static mode): carried in place through loops.
+    cursor = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+    if cutlass.const_expr(spec.mode == "cursor"):
+        cursor[0] = limit - wire.ANCHOR_RECORDS  # room left; <= 0 for non-leaders
+    else:
+        cursor[0] = Int32(0)  # static mode: records dropped
+    if leader & (lane == 0):
+        tensor[0] = Int64((Int64(spec.num_groups) << 32) | Int64(gx * gy * gz))
+    now = cute.arch.globaltimer()
+    if leader:
+        records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
+        records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
+    return dict(_leader=leader, _limit=limit, _tag=tag, _lane=records, _counter=counter, _cursor=cursor)
+
+
+class profile_region:
+    """``with profile_region(prof, "name"):`` records begin/end of the enclosed code on prof's lane.
+
+    Works in any branch or ``cutlass.range`` loop, nested to any depth. Static mode needs ``index=``
+    (the region's slot pair: records 2+2*index and 3+2*index). The name is mapped to an event id when
+    the kernel is traced (prof.spec.events), so ids are fixed at compile time.
+    """
+
+    def __init__(self, prof: Profiler, name: str, index=None):
+        self.prof = prof
+        self.name = name
+        self.index = index
+        self._token = None
+
+    def __enter__(self):
+        self._token = self.prof.begin(self.name, self.index)
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.prof.end(self.name, self._token)
+        return False

@@ -1,0 +1,217 @@
+"""Golden buffers built by hand: one test per record kind and layout; expected values computed by hand."""
+
+import numpy as np
+import pytest
+
+from host_decode import wire
+from host_decode.decoder import decode, infer_write_stride, load_capture
+from host_decode.capture import save_capture
+from host_decode.errors import DecodeError
+from host_decode.model import LOSS_BUCKETS
+from tests.buffers import B, E, F, I, BufferBuilder
+
+
+def spans_of(trace):
+    s = trace.spans
+    return sorted(zip(s["lane"].tolist(), s["event"].tolist(), (s["start_ns"] - trace.start_ns).tolist(),
+                      (s["end_ns"] - trace.start_ns).tolist(), s["depth"].tolist()))
+
+
+def test_nested_overlap_and_every_bucket():
+    b = BufferBuilder(2, 2, 8)
+    # lane 0: A and B overlap without nesting (async work); finalize with SM 7
+    b.put(0, 100, 1, B).put(0, 110, 2, B).put(0, 120, 1, E).put(0, 130, 2, E).put(0, 140, 7, F)
+    # lane 1: re-entrant A inside A, then one END too many
+    b.put(1, 100, 1, B).put(1, 105, 1, B).put(1, 110, 1, E).put(1, 120, 1, E).put(1, 125, 1, E)
+    # lane 2: an instant and an unmatched begin
+    b.put(2, 100, 4, I).put(2, 101, 3, B)
+    # lane 3: begin, finalize, then an end after the finalize
+    b.put(3, 50, 1, B).put(3, 60, 0, F).put(3, 70, 1, E)
+    t = decode(b.buf)
+    assert spans_of(t) == [(0, 1, 50, 70, 0), (0, 2, 60, 80, 1), (1, 1, 50, 70, 0), (1, 1, 55, 60, 1)]
+    assert t.loss.totals == dict(paired_begin=4, paired_end=4, instant=1, finalize=2, unmatched_begin=2,
+                                 unmatched_end=1, after_finalize=1, malformed=0)
+    assert t.loss.nonzero_slots == 15
+    assert t.instants["event"].tolist() == [4] and t.instants["lane"].tolist() == [2]
+    sm = dict(zip(t.lanes["lane"].tolist(), t.lanes["sm"].tolist()))
+    assert sm == {0: 7, 1: -1, 2: -1, 3: 0}
+    per = {int(r["lane"]): {k: int(r[k]) for k in LOSS_BUCKETS} for r in t.loss.per_lane}
+    assert per[1]["unmatched_end"] == 1 and per[3]["after_finalize"] == 1 and per[3]["unmatched_begin"] == 1
+    assert t.spans["block"].tolist() == [0, 0, 0, 0] and t.spans["group"].tolist() == [0, 0, 1, 1]
+
+
+def test_recursive_same_id_three_deep():
+    b = BufferBuilder(1, 1, 8)
+    for ts, ty in [(0, B), (1, B), (2, B), (3, E), (4, E), (5, B), (6, E), (7, E)]:
+        b.put(0, ts * 10, 9, ty)
+    assert spans_of(decode(b.buf)) == [(0, 9, 0, 70, 0), (0, 9, 10, 40, 1), (0, 9, 20, 30, 2), (0, 9, 50, 60, 1)]
+
+
+def test_wrap_inside_a_lane():
+    b = BufferBuilder(1, 1, 4)
+    b.put(0, 2**32 - 40, 1, B).put(0, 24, 1, E)  # the timer wrapped between begin and end
+    t = decode(b.buf)
+    assert (t.spans["end_ns"] - t.spans["start_ns"]).tolist() == [64]
+
+
+def test_wrap_across_lanes():
+    b = BufferBuilder(2, 1, 4)
+    b.put(0, 10, 1, B).put(0, 30, 1, E)  # lane 0 starts just after the wrap
+    b.put(1, 2**32 - 20, 1, B).put(1, 50, 1, E)  # lane 1 just before it
+    t = decode(b.buf)
+    assert spans_of(t) == [(0, 1, 30, 50, 0), (1, 1, 0, 70, 0)]
+    assert t.start_ns >= 0
+
+
+def test_anchors_give_absolute_time():
+    t0 = (0x1234 << 32) + 2**32 - 100  # the low half wraps 100 ns after the anchor
+    b = BufferBuilder(1, 2, 8)
+    b.anchor(0, t0).put(0, (t0 + 50) & 0xFFFFFFFF, 1, B).put(0, (t0 + 300) & 0xFFFFFFFF, 1, E)
+    b.anchor(1, t0 + 10).put(1, (t0 + 60) & 0xFFFFFFFF, 2, B).put(1, (t0 + 70) & 0xFFFFFFFF, 2, E)
+    t = decode(b.buf)
+    assert t.absolute and t.lanes["anchored"].all()
+    assert t.spans["start_ns"].tolist() == [t0 + 50, t0 + 60]
+    assert t.spans["end_ns"].tolist() == [t0 + 300, t0 + 70]
+    assert t.instants.size == 0 and t.loss.totals["instant"] == 4  # anchors are decoded instants, not user ones
+
+
+def test_lane_without_anchor_joins_the_absolute_timeline():
+    t0 = (7 << 32) + 1000
+    b = BufferBuilder(2, 1, 8)
+    b.anchor(0, t0).put(0, (t0 + 5) & 0xFFFFFFFF, 1, B).put(0, (t0 + 9) & 0xFFFFFFFF, 1, E)
+    b.put(1, (t0 - 40) & 0xFFFFFFFF, 1, B).put(1, (t0 + 40) & 0xFFFFFFFF, 1, E)  # a peer-style lane
+    t = decode(b.buf)
+    assert t.absolute
+    assert sorted(t.spans["start_ns"].tolist()) == [t0 - 40, t0 + 5]
+
+
+def test_dropped_records_are_counted():
+    b = BufferBuilder(1, 1, 6)  # capacity 2 after anchors and trailer
+    b.anchor(0, 1 << 40).put(0, 5, 1, B).put(0, 9, 1, E).put(0, 17, wire.DROPPED_EVENT_ID, I).put(0, 20, 3, F)
+    t = decode(b.buf)
+    assert t.loss.dropped_on_device == 17 and t.lanes["dropped"].tolist() == [17]
+    assert t.loss.lost == 17 and t.lanes["sm"].tolist() == [3]
+
+
+def test_3d_grid_lanes_flatten():
+    gx, gy, gz, ng = 3, 2, 2, 2
+    nb = gx * gy * gz
+    b = BufferBuilder(nb, ng, 4)
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                bl = wire.block_linear(x, y, z, gx, gy)
+                for g in range(ng):
+                    b.put(bl * ng + g, 100 + bl, g, B).put(bl * ng + g, 200 + bl, g, E)
+    t = decode(b.buf)
+    assert t.spans.size == nb * ng
+    assert sorted(zip(t.spans["block"].tolist(), t.spans["group"].tolist())) == [(bl, g) for bl in range(nb) for g in range(ng)]
+
+
+def test_persistent_layout_with_larger_stride():
+    b = BufferBuilder(3, 2, 5, write_stride=10)  # 6 lanes, stride 10 (e.g. sized for more SMs)
+    for lane in range(6):
+        for it in range(2):
+            b.put(lane, 1000 * it + lane, 1, B).put(lane, 1000 * it + lane + 100, 1, E)
+    assert infer_write_stride(b.buf[1:], 6) == 10
+    t = decode(b.buf)
+    assert t.write_stride == 10 and t.spans.size == 12 and t.loss.totals["malformed"] == 0
+    t2 = decode(b.buf, write_stride=6)  # the wrong stride: records land in other lanes' columns
+    assert t2.loss.totals["malformed"] > 0
+    assert sum(t2.loss.totals.values()) == t2.loss.nonzero_slots
+
+
+def test_malformed_records_are_counted_not_fatal():
+    b = BufferBuilder(1, 2, 4)
+    b.put(0, 1, 1, B).put(0, 2, 1, E)
+    b.put(1, 5, 1, B, tag_lane=7)  # lane 7 does not exist
+    b.put(1, 6, 1, B, tag_lane=0)  # lane 0's tag in lane 1's slot
+    t = decode(b.buf)
+    assert t.loss.totals["malformed"] == 2
+    assert t.loss.malformed_reasons == {"lane_out_of_range": 1, "slot_of_another_lane": 1}
+    assert t.spans.size == 1
+
+
+def test_capacity_overflow_leftovers_pair_what_fits():
+    # a peer writer without our trailer: the lane ran out mid-region, the last BEGIN has no END
+    b = BufferBuilder(1, 1, 3)
+    b.put(0, 1, 1, B).put(0, 2, 1, E).put(0, 3, 1, B)
+    t = decode(b.buf)
+    assert t.spans.size == 1 and t.loss.totals["unmatched_begin"] == 1
+
+
+@pytest.mark.parametrize(
+    "buf, match",
+    [
+        (np.zeros(0, np.uint64), "empty buffer"),
+        (np.zeros(8, np.uint64), "missing header"),
+        (np.array([1 << 32, 0, 0], np.uint64), "impossible header"),
+        (np.array([(1 << 32) | 4, 0, 0], np.uint64), "truncated"),
+        (np.array([(1 << 32) | 1, 0, 0], np.uint64), "no records"),
+        (np.zeros(8, np.float32), "wrong dtype"),
+        (np.zeros((2, 4), np.int64), "wrong shape"),
+        ([1, 2, 3], "numpy array or torch tensor"),
+    ],
+)
+def test_unusable_input_raises_decode_error(buf, match):
+    with pytest.raises(DecodeError, match=match):
+        decode(buf)
+
+
+def test_errors_name_the_slot():
+    with pytest.raises(DecodeError) as e:
+        decode(np.array([(3 << 32) | 5, 0], np.uint64))
+    assert e.value.slot == 2 and "slot 2" in str(e.value)
+
+
+def test_int64_and_uint64_decode_alike():
+    b = BufferBuilder(1, 1, 4)
+    b.put(0, 2**32 - 1, 1, B).put(0, 2**31 + 5, 1, E)  # high bit set: negative as int64
+    a, c = decode(b.buf), decode(b.buf.view(np.int64))
+    assert spans_of(a) == spans_of(c)
+
+
+def test_capture_round_trip_and_bad_files(tmp_path):
+    b = BufferBuilder(1, 2, 4)
+    b.put(0, 1, 0, B).put(0, 9, 0, E).put(1, 2, 1, B).put(1, 4, 1, E)
+    path = save_capture(tmp_path / "cap.npy", b.buf, {"events": ["load", "mma"], "groups": ["producer", "consumer"]},
+                        kernel="k", write_stride=2)
+    t = load_capture(path)
+    assert t.names.event(1) == "mma" and t.names.group(0) == "producer" and t.meta["kernel"] == "k"
+    assert t.names.event(5) == "event_5"
+    trunc = tmp_path / "trunc.npy"
+    trunc.write_bytes(path.read_bytes()[:-9])
+    with pytest.raises(DecodeError, match="truncated"):
+        load_capture(trunc)
+    pickled = tmp_path / "obj.npy"
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(DecodeError, match="cannot read"):
+        load_capture(pickled)
+
+
+def test_torch_tensor_input():
+    torch = pytest.importorskip("torch")
+    b = BufferBuilder(1, 1, 4)
+    b.put(0, 10, 1, B).put(0, 20, 1, E)
+    t = decode(torch.from_numpy(b.buf.view(np.int64)))
+    assert t.spans.size == 1
+
+
+def test_many_chunks_decode_like_one(monkeypatch):
+    rng = np.random.default_rng(1)
+    b = BufferBuilder(64, 4, 16)
+    for lane in range(256):
+        ts = 0
+        for _ in range(6):
+            ev = int(rng.integers(0, 3))
+            ts += int(rng.integers(1, 50))
+            b.put(lane, ts, ev, B)
+            ts += int(rng.integers(1, 50))
+            b.put(lane, ts, ev, E)
+    whole = decode(b.buf)
+    import host_decode.decoder as d
+
+    monkeypatch.setattr(d, "CHUNK_SLOTS", 40)  # a few lanes per chunk
+    parts = decode(b.buf)
+    assert spans_of(whole) == spans_of(parts)
+    assert whole.loss.totals == parts.loss.totals

@@ -1,0 +1,237 @@
+"""CPU-only tests of the ikp_cute device side: CuTe DSL compiles for sm_90a without a GPU, so every
+compile-time property (modes compile in nested branches and loops, PTX contents, the carried cursor,
+disabled == uninstrumented PTX, SASS instructions per event) is checked in CI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from host_decode import wire
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+cutlass = pytest.importorskip("cutlass")
+cute = pytest.importorskip("cutlass.cute")
+
+from cutlass import Float32, Int32  # noqa: E402
+from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
+
+import ikp_cute  # noqa: E402
+from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer, ptx, sass  # noqa: E402
+
+MODES = ("cursor", "atomic", "static")
+GRID = (4, 1, 1)
+KEEP = "--keep-ptx --keep-cubin"
+
+
+def make_spec(mode="cursor", **kw):
+    base = dict(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)
+    base.update(kw)
+    return ProfileSpec(**base)
+
+
+def x_tensor():
+    return make_fake_compact_tensor(Float32, (1024,))
+
+
+def compile_structured(spec, launcher="launch_structured"):
+    from tests.kernels import structured
+
+    launch = getattr(structured, launcher)
+    return cute.compile(launch, x_tensor(), Int32(3), fake_buffer(spec), spec, GRID, options=KEEP)
+
+
+# --- import hygiene ----------------------------------------------------------------------------------
+
+
+def test_import_needs_neither_torch_nor_cutlass():
+    code = "import sys, ikp_cute; ikp_cute.ProfileSpec; bad = {'torch', 'cutlass'} & set(sys.modules); assert not bad, bad"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+# --- event registry and spec validation ----------------------------------------------------------------
+
+
+def test_event_registry_first_use_order_and_pins():
+    reg = EventRegistry({"mma": 5})
+    assert [reg.id(n) for n in ("load", "mma", "load", "store")] == [0, 5, 0, 1]
+    assert reg.as_dict() == {0: "load", 1: "store", 5: "mma"}
+    assert EventRegistry(["a", "b"]).as_dict() == {0: "a", 1: "b"}
+
+
+def test_event_registry_limits():
+    with pytest.raises(ValueError, match="outside"):
+        EventRegistry({"x": wire.DROPPED_EVENT_ID})
+    with pytest.raises(ValueError, match="already taken"):
+        EventRegistry({"x": 3, "y": 3})
+    reg = EventRegistry()
+    for i in range(wire.MAX_USER_EVENT_ID + 1):
+        reg.id(f"e{i}")
+    with pytest.raises(ValueError, match="user event ids are taken"):
+        reg.id("one_too_many")
+    with pytest.raises(TypeError):
+        EventRegistry().id("")
+
+
+def test_event_ids_assigned_at_trace_time_are_stable():
+    spec = make_spec(events=EventRegistry(["inner"]))
+    compile_structured(spec)
+    assert spec.events.as_dict() == {0: "inner", 1: "outer", 2: "producer", 3: "tick"}
+    compile_structured(spec)  # recompiling the same spec keeps the ids
+    assert spec.events.as_dict() == {0: "inner", 1: "outer", 2: "producer", 3: "tick"}
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(mode="magic"), "mode"),
+        (dict(fence="gpu"), "fence"),
+        (dict(write_stride=7), "write_stride"),
+        (dict(records_per_lane=4), "no room"),
+        (dict(num_blocks=0), "num_blocks"),
+    ],
+)
+def test_spec_rejects_bad_configuration(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_spec(**kw)
+
+
+def test_spec_geometry_follows_wire():
+    spec = make_spec(records_per_lane=10)
+    assert spec.v1_slots == wire.buffer_slots(8, 10)
+    assert spec.total_slots == spec.v1_slots + 8
+    assert spec.user_capacity == wire.user_capacity(10) == 6
+    assert spec.trailer_slot == 8
+
+
+# --- every mode compiles where kernels need it ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("launcher", ["launch_structured", "launch_warp_specialized"])
+def test_modes_compile_in_branches_loops_and_nesting(mode, launcher):
+    compiled = compile_structured(make_spec(mode), launcher)
+    text = compiled.__ptx__
+    assert "%globaltimer" in text
+    assert "%smid" in text  # finalize carries the SM id
+    assert "st.global.b64" in text
+    assert ".local" not in text and "ld.local" not in text and "st.local" not in text
+    if mode == "atomic":
+        assert "atom.global.add" in text
+    else:
+        assert "atom." not in text and "red." not in text
+
+
+def test_cursor_mode_reads_timer_per_record_without_atomics():
+    text = compile_structured(make_spec("cursor")).__ptx__
+    assert text.count("%globaltimer") >= 5  # anchor + begin/end of 3 regions + mark
+    assert "atom." not in text and "local" not in text
+
+
+def test_cursor_is_carried_through_dynamic_loop():
+    """Every record store in the (non-unrolled) loop must use an address computed in the loop."""
+    spec = make_spec("cursor")
+    compiled = compile_structured(spec, "launch_carried")
+    lines = ptx.instructions(compiled.__ptx__)
+    assert ptx.loops(lines), "expected a dynamic loop in the PTX"
+    in_loop = [s for s in ptx.global_stores(lines) if any(a <= s[0] <= b for a, b in ptx.loops(lines))]
+    assert len(in_loop) == 4  # outer/inner begin + end per iteration
+    assert ptx.loop_invariant_stores(compiled.__ptx__) == []
+
+
+def test_carry_check_catches_a_stale_cursor():
+    """Negative control: a cursor restarted from its pre-loop value in each iteration must be flagged."""
+    compiled = compile_structured(make_spec("cursor"), "launch_stale")
+    assert len(ptx.loop_invariant_stores(compiled.__ptx__)) == 4
+
+
+# --- disabled compiles to the uninstrumented kernel ---------------------------------------------------
+
+
+def test_disabled_ptx_identical_to_uninstrumented():
+    from tests.kernels import plain, structured
+
+    off = cute.compile(structured.launch_structured, x_tensor(), Int32(3), None, disabled(), GRID, options=KEEP)
+    bare = cute.compile(plain.launch_structured, x_tensor(), Int32(3), GRID, options=KEEP)
+    assert ptx.normalize(off.__ptx__) == ptx.normalize(bare.__ptx__)
+    enabled = compile_structured(make_spec("cursor"))
+    assert ptx.normalize(enabled.__ptx__) != ptx.normalize(bare.__ptx__)  # the comparison can fail
+
+
+def test_baked_address_needs_no_kernel_argument():
+    from tests.kernels import structured
+
+    address = 0x7F12_3456_7800
+    spec = make_spec("cursor", baked_address=address)
+    assert fake_buffer(spec) is None
+    compiled = cute.compile(structured.launch_structured, x_tensor(), Int32(3), None, spec, GRID, options=KEEP)
+    text = compiled.__ptx__
+    assert str(address) in text or hex(address)[2:] in text.lower()
+    params = [line for line in text.splitlines() if line.strip().startswith(".param")]
+    assert len(params) == 2, params  # x and iters only
+
+
+def test_fence_option_emits_a_cta_fence_only_when_asked():
+    fenced = compile_structured(make_spec("cursor", fence="cta")).__ptx__
+    plain = compile_structured(make_spec("cursor")).__ptx__
+    assert "fence.acq_rel.cta" in fenced or "membar.cta" in fenced
+    assert "fence" not in plain and "membar" not in plain
+
+
+def test_static_mode_requires_an_index():
+    from tests.kernels import structured
+
+    with pytest.raises(Exception, match="index"):
+        cute.compile(structured.launch_carried, x_tensor(), Int32(3), fake_buffer(make_spec("static")), make_spec("static"), GRID)
+
+
+def test_3d_grid_flattens_block_index():
+    spec = make_spec("cursor", num_blocks=12, write_stride=24)
+    from tests.kernels import structured
+
+    compiled = cute.compile(
+        structured.launch_structured, x_tensor(), Int32(3), fake_buffer(spec), spec, (2, 3, 2), options=KEEP
+    )
+    text = compiled.__ptx__
+    for sreg in ("%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y"):
+        assert sreg in text
+
+
+# --- cost: SASS instructions per event, counted from the cubin ---------------------------------------
+
+
+def overhead_sass_count(spec, regions):
+    from tests.kernels.overhead import launch_overhead
+
+    buf = fake_buffer(spec)
+    compiled = cute.compile(
+        launch_overhead, make_fake_compact_tensor(Float32, (528 * 256,)), Int32(256), buf, spec, regions, 1, 528, 256,
+        options=KEEP,
+    )
+    return sass.count(compiled.__cubin__)
+
+
+def instructions_per_event(mode, **kw):
+    """Marginal SASS instructions per record: the loop body with 8 regions vs 4 (16 vs 8 records),
+    minus the same difference for the uninstrumented kernel (the FMAs)."""
+    make = lambda: ProfileSpec(  # noqa: E731
+        mode=mode, num_groups=8, num_blocks=528, write_stride=528 * 8, records_per_lane=520, warps_per_group=1, **kw
+    )
+    instrumented = overhead_sass_count(make(), 8) - overhead_sass_count(make(), 4)
+    bare = overhead_sass_count(disabled(), 8) - overhead_sass_count(disabled(), 4)
+    return (instrumented - bare) / 8
+
+
+@pytest.mark.skipif(sass.nvdisasm_path() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+def test_cursor_mode_costs_at_most_6_sass_instructions_per_event():
+    per_event = instructions_per_event("cursor")
+    assert 0 < per_event <= 6, per_event
+
+
+def test_lazy_names_resolve():
+    assert ikp_cute.Profiler is not None and ikp_cute.profile_region is not None
+    with pytest.raises(AttributeError):
+        ikp_cute.does_not_exist  # noqa: B018

@@ -1,0 +1,95 @@
+"""Sessions over many launches and multi-rank merges (host_decode.multi)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from host_decode import multi
+from host_decode.cli import main
+from host_decode.diff import launch_durations
+from host_decode.model import Names
+from tests.buffers import B, E, F, BufferBuilder
+
+
+def _launch(t0, length=100, blocks=2, absolute=True, **meta):
+    rows = [(b, 0, 1, t0 + 10 * b, t0 + 10 * b + length) for b in range(blocks)]
+    return multi.trace_from_spans(rows, num_groups=1, names=Names({1: "mma"}), absolute=absolute, meta=meta)
+
+
+def test_concat_timeline_absolute_keeps_times_and_renumbers_blocks():
+    parts = multi.parts_from_traces([_launch(5_000), _launch(1_000)])
+    t = multi.concat(parts)
+    assert t.num_blocks == 4
+    assert t.spans["block"].tolist() == [0, 1, 2, 3]
+    assert t.spans["start_ns"].tolist() == [5_000, 5_010, 1_000, 1_010]
+    assert [p["block_offset"] for p in t.meta["parts"]] == [0, 2]
+    assert t.loss.totals["paired_begin"] == 4 and t.loss.nonzero_slots == 8
+    assert launch_durations(t).tolist() == [110.0, 110.0]
+
+
+def test_concat_orders_by_launch_index_and_uses_host_ns_without_anchors():
+    a = _launch(7, absolute=False, launch_index=1, host_ns=2_000_000)
+    b = _launch(999, absolute=False, launch_index=0, host_ns=1_000_000)
+    parts = multi.parts_from_traces([a, b])
+    assert [p.label for p in parts] == ["launch 0", "launch 1"]
+    t = multi.concat(parts)
+    # each launch's first record placed at its host timestamp
+    assert t.spans["start_ns"].tolist() == [1_000_000, 1_000_010, 2_000_000, 2_000_010]
+    assert not t.absolute
+
+
+def test_stacked_mode_rebases_each_launch_and_clock_offsets_apply_per_rank():
+    parts = multi.parts_from_traces([_launch(5_000, rank=0), _launch(9_000, rank=1)], by="rank")
+    assert multi.shifts(parts, "stacked").tolist() == [-5_000, -9_000]
+    assert multi.shifts(parts, "timeline", {1: -250}).tolist() == [0, -250]
+    with pytest.raises(ValueError, match="mode"):
+        multi.shifts(parts, "sideways")
+
+
+def test_no_common_clock_places_launches_one_after_another():
+    parts = multi.parts_from_traces([_launch(50, absolute=False), _launch(7, absolute=False)])
+    assert multi.shifts(parts).tolist() == [-50, 110 + 1000 - 7]
+
+
+def test_write_chrome_one_process_per_part(tmp_path):
+    parts = multi.parts_from_traces([_launch(5_000, rank=0), _launch(5_500, rank=1)], by="rank")
+    out = tmp_path / "m.json"
+    summary = multi.write_chrome(parts, out, max_lanes_per_part=1)
+    doc = json.loads(out.read_text())
+    x = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert sorted({e["pid"] for e in x}) == [0, 1]
+    assert [e["ts"] for e in x] == [0.0, 0.5]  # us from the earliest start (origin 5000 ns)
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    assert [p["lanes_left_out"] for p in summary["parts"]] == [1, 1]
+    assert [p["spans_left_out"] for p in summary["parts"]] == [1, 1]
+
+
+def _capture(tmp_path, name, t64, launch_index):
+    from host_decode.capture import save_capture
+
+    bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
+    for lane in range(2):
+        bb.anchor(lane, t64)
+        lo = t64 & 0xFFFF_FFFF
+        bb.put(lane, lo + 100, 1, B).put(lane, lo + 400, 1, E).put(lane, lo + 500, lane + 3, F)
+    return save_capture(tmp_path / name, bb.buf, {"events": {"1": "mma"}}, kernel="toy", launch_index=launch_index,
+                        host_ns=t64 - 5_000)
+
+
+def test_load_parts_from_decoded_captures_and_cli(tmp_path):
+    t0 = 1_790_000_000_123_456_789  # absolute globaltimer ns (2026): anchors make the timeline absolute
+    _capture(tmp_path, "l1.npy", t0 + 1_000_000, 1)
+    _capture(tmp_path, "l0.npy", t0, 0)
+    parts = multi.load_parts([tmp_path], progress=False)
+    assert [p.launch_index for p in parts] == [0, 1]
+    assert all(p.trace.absolute for p in parts)
+    t = multi.concat(parts)
+    assert t.spans["start_ns"].min() == t0 + 100
+    assert t.spans["start_ns"].max() == t0 + 1_000_100
+    assert main(["merge", str(tmp_path), "-o", str(tmp_path / "s.json")]) == 0
+    doc = json.loads((tmp_path / "s.json").read_text())
+    x = sorted(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X")
+    assert x == [0.1, 0.1, 1000.1, 1000.1]  # us from the earliest record (the anchor)
+    assert main(["stats", str(tmp_path), "--json", "--no-progress"]) == 0

@@ -1,0 +1,490 @@
+"""The Perfetto writer, checked the way trace processor would import it.
+
+The bytes are decoded with the official protos (``perfetto`` package) and replayed: every packet parses,
+no field anywhere is unknown to the protos, interned ids are defined before use on the one sequence,
+the track tree is whole (parents exist, explicit ordering, ranks), events sorted by timestamp (file
+order for ties, as the importer does) nest strictly on every track, and the resulting slices, instants
+and counters equal what the span table says. The validator itself is tested on corrupted traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+
+import numpy as np
+import pytest
+
+from host_decode import perfetto as pf
+from host_decode.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
+
+ORIGIN = 1_700_000_000_000_000_000  # absolute ns, as %globaltimer would give
+
+
+# --- building traces -------------------------------------------------------------------------------
+
+
+def make_trace(lanes: dict, *, num_groups: int = 2, sm: dict | None = None, names: Names | None = None,
+               meta: dict | None = None) -> Trace:
+    """lanes: {lane: [(kind, event, t), ...]} in program order; kind 'B', 'E' or 'I'; t in ns after ORIGIN.
+    Pairs per (lane, event) with a stack, like the decoder; depth = regions open (any id) at the begin."""
+    spans, instants, lane_rows = [], [], []
+    for lane in sorted(lanes):
+        block, group = divmod(lane, num_groups)
+        open_by_id: dict[int, list] = {}
+        rows_open = 0
+        for kind, event, t in lanes[lane]:
+            if kind == "B":
+                open_by_id.setdefault(event, []).append((t, rows_open, len(spans)))
+                spans.append(None)
+                rows_open += 1
+            elif kind == "E":
+                t0, depth, row = open_by_id[event].pop()
+                spans[row] = (lane, block, group, event, depth, ORIGIN + t0, ORIGIN + t)
+                rows_open -= 1
+            else:
+                instants.append((lane, block, group, event, ORIGIN + t))
+        ts = [t for _, _, t in lanes[lane]]
+        lane_sm = (sm or {}).get(lane, -1)
+        lane_rows.append((lane, block, group, lane_sm, ORIGIN + min(ts), ORIGIN + max(ts), -1, len(ts), 0, True))
+    span_arr = np.array([s for s in spans if s is not None], SPAN_DTYPE)
+    n = sum(len(v) for v in lanes.values())
+    totals = dict.fromkeys(LOSS_BUCKETS, 0)
+    totals.update(paired_begin=len(span_arr), paired_end=len(span_arr), instant=len(instants))
+    totals["unmatched_begin"] = n - sum(totals.values())
+    loss = LossReport(n, totals, np.zeros(0, [("lane", np.int64)]), {}, 0)
+    num_blocks = max(lanes) // num_groups + 1
+    return Trace(num_blocks, num_groups, num_blocks * num_groups, span_arr, np.array(instants, INSTANT_DTYPE),
+                 np.array(lane_rows, LANE_DTYPE), loss, names or Names(), True, meta or {})
+
+
+def random_trace(seed: int, num_lanes: int = 12, regions: int = 60, overlap: float = 0.3) -> Trace:
+    """Random program-order streams: nested regions, re-entrant ids, overlapping different ids,
+    equal timestamps (coarse timer), zero-length regions and instants."""
+    rng = random.Random(seed)
+    lanes = {}
+    for lane in range(num_lanes):
+        t, stack, async_open, out = 0, [], [], []
+        for _ in range(regions):
+            t += rng.choice([0, 0, 32, 64, 100])
+            r = rng.random()
+            if r < 0.35:
+                e = rng.randrange(4)
+                stack.append(e)
+                out.append(("B", e, t))
+            elif r < 0.65 and stack:
+                out.append(("E", stack.pop(), t))
+            elif r < 0.65 + overlap / 2 and len(async_open) < 2:
+                e = 8 + len(async_open) + 2 * rng.randrange(2)  # ids never on the stack: may cross anything
+                if e not in async_open:
+                    async_open.append(e)
+                    out.append(("B", e, t))
+            elif r < 0.65 + overlap and async_open:
+                out.append(("E", async_open.pop(rng.randrange(len(async_open))), t))
+            else:
+                out.append(("I", 5, t))
+        while stack:
+            t += rng.choice([0, 32])
+            out.append(("E", stack.pop(), t))
+        for e in async_open:
+            t += rng.choice([0, 32])
+            out.append(("E", e, t))
+        lanes[lane] = out
+    return make_trace(lanes, num_groups=3, sm={lane: lane // 3 % 2 for lane in range(num_lanes)},
+                      names=Names(events={0: "mainloop", 1: "mma", 8: "tma"}, groups={0: "producer"}))
+
+
+# --- the validator: what trace processor would do ---------------------------------------------------
+
+
+class TraceError(AssertionError):
+    pass
+
+
+def unknown_fields(msg, path: str = "") -> list[str]:
+    """Every unknown field in msg and its sub-messages (the importer would silently drop them)."""
+    found = [f"{path or msg.DESCRIPTOR.name}: field {f.field_number} wire type {f.wire_type}" for f in UnknownFieldSet(msg)]
+    for fd, value in msg.ListFields():
+        if fd.message_type is None:
+            continue
+        items = value if fd.is_repeated else [value]
+        for i, sub in enumerate(items):
+            found += unknown_fields(sub, f"{path}.{fd.name}[{i}]" if path else f"{fd.name}[{i}]")
+    return found
+
+
+def replay(data: bytes) -> dict:
+    """Decode and import `data` like trace processor; raise TraceError on anything it would reject
+    or silently change. Returns tracks, slices (with parent / depth), counters."""
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    bad = unknown_fields(trace)
+    if bad:
+        raise TraceError(f"unknown fields: {bad[:5]}")
+    packets = list(trace.packet)
+    if not packets:
+        raise TraceError("no packets")
+    seq = packets[0].trusted_packet_sequence_id
+    if seq <= 1:
+        raise TraceError(f"sequence id {seq}: must be set and not the service's (1)")
+    if not packets[0].sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+        raise TraceError("first packet does not clear incremental state")
+    names: dict[int, str] = {}
+    arg_names: dict[int, str] = {}
+    tracks: dict[int, object] = {}
+    events = []
+    for i, p in enumerate(packets):
+        if p.trusted_packet_sequence_id != seq:
+            raise TraceError(f"packet {i}: sequence id {p.trusted_packet_sequence_id} != {seq}")
+        if p.HasField("interned_data"):
+            for en in p.interned_data.event_names:
+                names[en.iid] = en.name
+            for an in p.interned_data.debug_annotation_names:
+                arg_names[an.iid] = an.name
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            if d.uuid in tracks:
+                raise TraceError(f"packet {i}: track uuid {d.uuid} defined twice")
+            if d.HasField("parent_uuid") and d.parent_uuid not in tracks:
+                raise TraceError(f"packet {i}: parent {d.parent_uuid} of track {d.uuid} not defined before it")
+            tracks[d.uuid] = d
+        if p.HasField("track_event"):
+            te = p.track_event
+            uses_interning = te.HasField("name_iid") or any(a.HasField("name_iid") for a in te.debug_annotations)
+            if uses_interning and not p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE:
+                raise TraceError(f"packet {i}: uses interned data without SEQ_NEEDS_INCREMENTAL_STATE")
+            if te.HasField("name_iid") and te.name_iid not in names:
+                raise TraceError(f"packet {i}: name_iid {te.name_iid} not interned before use")
+            for a in te.debug_annotations:
+                if a.HasField("name_iid") and a.name_iid not in arg_names:
+                    raise TraceError(f"packet {i}: debug annotation name_iid {a.name_iid} not interned")
+            if not p.HasField("timestamp"):
+                raise TraceError(f"packet {i}: track event without timestamp")
+            events.append((p.timestamp, i, te))
+    for u, d in tracks.items():
+        if d.HasField("parent_uuid"):
+            parent = tracks[d.parent_uuid]
+            if parent.child_ordering == pb.TrackDescriptor.EXPLICIT and not d.HasField("sibling_order_rank"):
+                raise TraceError(f"track {u} ({d.name}) has no sibling_order_rank under an EXPLICIT parent")
+    events.sort(key=lambda x: x[0])  # stable: file order for ties, as the importer's sorter
+    stacks: dict[int, list] = {}
+    slices, counters = [], {}
+    for ts, i, te in events:
+        if te.track_uuid not in tracks:
+            raise TraceError(f"packet {i}: event on undefined track {te.track_uuid}")
+        desc = tracks[te.track_uuid]
+        if te.type == pb.TrackEvent.TYPE_COUNTER:
+            if not desc.HasField("counter"):
+                raise TraceError(f"packet {i}: counter value on non-counter track {desc.name}")
+            counters.setdefault(te.track_uuid, []).append((ts, te.counter_value))
+            continue
+        if desc.HasField("counter"):
+            raise TraceError(f"packet {i}: slice event on counter track {desc.name}")
+        stack = stacks.setdefault(te.track_uuid, [])
+        args = {arg_names[a.name_iid]: a.int_value for a in te.debug_annotations}
+        if te.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
+            s = {"track": te.track_uuid, "name": names[te.name_iid], "ts": ts, "dur": None, "depth": len(stack),
+                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT}
+            slices.append(s)
+            if s["instant"]:
+                s["dur"] = 0
+            else:
+                stack.append(len(slices) - 1)
+        elif te.type == pb.TrackEvent.TYPE_SLICE_END:
+            if not stack:
+                raise TraceError(f"packet {i}: END on track {desc.name} with nothing open")
+            s = slices[stack.pop()]
+            s["dur"] = ts - s["ts"]
+        else:
+            raise TraceError(f"packet {i}: unexpected event type {te.type}")
+    left = {u: len(s) for u, s in stacks.items() if s}
+    if left:
+        raise TraceError(f"slices never closed on tracks {left}")
+    return {"tracks": tracks, "slices": slices, "counters": counters, "packets": packets}
+
+
+def lane_of_track(tracks: dict, num_groups: int) -> dict[int, int]:
+    """Group-track uuid -> lane, from the tree alone (block track name, merge key 'group g')."""
+    out = {}
+    for u, d in tracks.items():
+        if d.sibling_merge_key.startswith("group "):
+            block = int(tracks[d.parent_uuid].name.split()[1])
+            out[u] = block * num_groups + int(d.sibling_merge_key.split()[1])
+    return out
+
+
+def check_against_trace(trace: Trace, result: dict, *, args: bool) -> None:
+    """Slices, instants and counters imported from the file equal the trace's tables."""
+    lane_of = lane_of_track(result["tracks"], trace.num_groups)
+    got_spans, got_inst = [], []
+    for s in result["slices"]:
+        row = (lane_of[s["track"]], s["name"], s["ts"], s["dur"])
+        (got_inst if s["instant"] else got_spans).append(row)
+        if args:
+            assert s["args"]["lane"] == row[0]
+            assert trace.names.event(s["args"]["event"]) == s["name"]
+            assert s["args"]["block"] * trace.num_groups + s["args"]["group"] == row[0]
+    origin = pf.trace_origin(trace)
+    sp = trace.spans
+    want_spans = sorted(zip(sp["lane"].tolist(), [trace.names.event(e) for e in sp["event"].tolist()],
+                            (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
+    assert sorted(got_spans) == want_spans
+    ins = trace.instants
+    want_inst = sorted(zip(ins["lane"].tolist(), [trace.names.event(e) for e in ins["event"].tolist()],
+                           (ins["ts_ns"] - origin).tolist(), [0] * ins.size))
+    assert sorted(got_inst) == want_inst
+
+
+def brute_lanes_inside(trace: Trace, event: int, t_rel: int) -> int:
+    origin = pf.trace_origin(trace)
+    sp = trace.spans[trace.spans["event"] == event]
+    inside = (sp["start_ns"] - origin <= t_rel) & (t_rel < sp["end_ns"] - origin)
+    return len(set(sp["lane"][inside].tolist()))
+
+
+def check_counters(trace: Trace, result: dict) -> None:
+    tracks = result["tracks"]
+    by_name = {d.name: u for u, d in tracks.items() if d.HasField("counter")}
+    origin = pf.trace_origin(trace)
+    ids = sorted(set(trace.spans["event"].tolist()))
+    assert set(by_name) == {f"lanes in {trace.names.event(e)}" for e in ids}
+    for e in ids:
+        samples = result["counters"][by_name[f"lanes in {trace.names.event(e)}"]]
+        ts = [t for t, _ in samples]
+        assert ts == sorted(set(ts)), "one sample per timestamp, in order"
+        assert samples[0] == (0, 0) or samples[0][0] == 0
+        sp = trace.spans[trace.spans["event"] == e]
+        probe = sorted(set((sp["start_ns"] - origin).tolist()) | set((sp["end_ns"] - origin).tolist()) | set(ts))
+        for t in probe:  # the step function at every boundary equals an independent count
+            k = np.searchsorted(ts, t, side="right") - 1
+            assert samples[k][1] == brute_lanes_inside(trace, e, t), (e, t)
+
+
+def check_strict_nesting_matches_depth(trace: Trace, result: dict) -> None:
+    """For lanes without overlapping ids, each slice's depth on its track is the model's depth."""
+    lane_of = lane_of_track(result["tracks"], trace.num_groups)
+    origin = pf.trace_origin(trace)
+    depth = {}
+    for r in trace.spans:
+        depth.setdefault((int(r["lane"]), int(r["start_ns"] - origin), int(r["end_ns"] - r["start_ns"])), []).append(int(r["depth"]))
+    for s in result["slices"]:
+        if not s["instant"]:
+            assert s["depth"] in depth[(lane_of[s["track"]], s["ts"], s["dur"])]
+
+
+def tree_checks(result: dict, trace: Trace) -> None:
+    tracks = result["tracks"]
+    roots = [d for d in tracks.values() if not d.HasField("parent_uuid")]
+    assert len(roots) == 1
+    root = roots[0]
+    assert root.child_ordering == pb.TrackDescriptor.EXPLICIT
+    for d in tracks.values():
+        if any(c.parent_uuid == d.uuid for c in tracks.values()):
+            assert d.child_ordering == pb.TrackDescriptor.EXPLICIT, d.name
+        if d.sibling_merge_key:
+            assert d.sibling_merge_behavior == pb.TrackDescriptor.SIBLING_MERGE_BEHAVIOR_BY_SIBLING_MERGE_KEY
+            assert d.name == trace.names.group(int(d.sibling_merge_key.split()[1]))
+
+
+def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", **kw) -> dict:
+    path = tmp_path / name
+    stats = pf.write_perfetto(trace, path, **kw)
+    data = path.read_bytes()
+    assert stats.bytes == len(data)
+    return replay(data)
+
+
+# --- tests -----------------------------------------------------------------------------------------
+
+
+def test_nested_and_reentrant_one_track(tmp_path):
+    lanes = {0: [("B", 0, 0), ("B", 1, 10), ("B", 1, 20), ("E", 1, 30), ("E", 1, 40), ("I", 5, 45), ("E", 0, 50)],
+             3: [("B", 0, 5), ("E", 0, 15)]}
+    trace = make_trace(lanes, sm={0: 4, 3: 9}, names=Names(events={0: "mainloop", 1: "mma"}, groups={0: "producer", 1: "consumer"}),
+                       meta={"kernel": "gemm", "device": "H100"})
+    res = write_and_replay(trace, tmp_path)
+    check_against_trace(trace, res, args=True)
+    check_strict_nesting_matches_depth(trace, res)
+    check_counters(trace, res)
+    tree_checks(res, trace)
+    group_tracks = [d for d in res["tracks"].values() if d.sibling_merge_key]
+    assert len(group_tracks) == 2  # no overlap: one track per lane
+    names = {d.name for d in res["tracks"].values()}
+    assert {"gemm on H100", "SM 4", "SM 9", "block 0 (SM 4)", "block 1 (SM 9)", "producer", "consumer",
+            "lanes in mainloop", "lanes in mma"} <= names
+    mma = [s for s in res["slices"] if s["name"] == "mma"]
+    assert sorted((s["depth"], s["dur"]) for s in mma) == [(1, 30), (2, 10)]
+    inst = [s for s in res["slices"] if s["instant"]]
+    assert len(inst) == 1 and inst[0]["depth"] == 1 and inst[0]["args"]["lane"] == 0
+
+
+def test_overlap_goes_to_sibling_track(tmp_path):
+    # tma (8) and mma (1) cross inside mainloop (0): tma (the larger id) moves to a sibling track with
+    # the same merge key
+    lanes = {1: [("B", 0, 0), ("B", 8, 10), ("B", 1, 20), ("E", 8, 30), ("B", 8, 35), ("E", 1, 40), ("E", 8, 45), ("E", 0, 60)]}
+    trace = make_trace(lanes, names=Names(events={0: "mainloop", 1: "mma", 8: "tma"}, groups={1: "consumer"}))
+    res = write_and_replay(trace, tmp_path)
+    check_against_trace(trace, res, args=True)
+    check_counters(trace, res)
+    tree_checks(res, trace)
+    sib = [u for u, d in res["tracks"].items() if d.sibling_merge_key == "group 1"]
+    assert len(sib) == 2
+    d0, d1 = (res["tracks"][u] for u in sib)
+    assert d0.parent_uuid == d1.parent_uuid and d0.name == d1.name == "consumer"
+    assert d0.sibling_order_rank != d1.sibling_order_rank
+    track_of = {s["name"]: set() for s in res["slices"]}
+    for s in res["slices"]:
+        track_of[s["name"]].add(s["track"])
+    assert track_of["mainloop"] == track_of["mma"] != track_of["tma"]  # the largest crossing id moves
+    assert all(s["parent"] is not None for s in res["slices"] if s["name"] == "mma")
+    assert all(s["depth"] == 0 for s in res["slices"] if s["name"] == "tma")
+
+
+def test_equal_timestamps_end_before_begin(tmp_path):
+    # back-to-back regions at equal timestamps, a zero-length region between them, and nested
+    # regions ending together: none may nest into its neighbour
+    lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 10), ("B", 0, 10), ("B", 1, 10), ("B", 2, 15),
+                 ("E", 2, 20), ("E", 1, 20), ("E", 0, 20), ("B", 0, 20), ("E", 0, 30)]}
+    trace = make_trace(lanes)
+    res = write_and_replay(trace, tmp_path, args=False)
+    check_against_trace(trace, res, args=False)
+    check_strict_nesting_matches_depth(trace, res)
+    check_counters(trace, res)
+    got = sorted((s["name"], s["ts"], s["dur"], s["depth"]) for s in res["slices"])
+    assert got == [("event_0", 0, 10, 0), ("event_0", 10, 10, 0), ("event_0", 20, 10, 0), ("event_1", 10, 0, 0),
+                   ("event_1", 10, 10, 1), ("event_2", 15, 5, 2)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_nest(tmp_path, seed):
+    trace = random_trace(seed)
+    res = write_and_replay(trace, tmp_path, args=seed % 2 == 0, name=f"r{seed}.pftrace.gz")
+    check_against_trace(trace, res, args=seed % 2 == 0)
+    check_counters(trace, res)
+    tree_checks(res, trace)
+
+
+def test_first_fit_fallback_for_crossing_same_id(tmp_path):
+    # foreign input: two same-id spans that cross (the decoder never pairs like this)
+    sp = np.array([(0, 0, 0, 3, 0, 0, 20), (0, 0, 0, 3, 1, 10, 30), (0, 0, 0, 4, 0, 12, 14)], SPAN_DTYPE)
+    trace = make_trace({0: [("I", 1, 0)]})
+    trace.spans = sp
+    res = write_and_replay(trace, tmp_path, args=False)
+    check_against_trace(trace, res, args=False)
+    assert len([d for d in res["tracks"].values() if d.sibling_merge_key]) == 2
+
+
+def test_interning_defined_before_use(tmp_path):
+    trace = random_trace(11, num_lanes=3, regions=20)
+    res = write_and_replay(trace, tmp_path)
+    first = res["packets"][0]
+    assert first.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    assert {n.iid - 1 for n in first.interned_data.event_names} == set(trace.spans["event"].tolist()) | set(trace.instants["event"].tolist())
+    assert [n.name for n in first.interned_data.debug_annotation_names] == list(pf.ARG_NAMES)
+
+
+def test_no_sm_no_counters_no_args(tmp_path):
+    trace = random_trace(3, num_lanes=4)
+    trace.lanes["sm"] = -1
+    res = write_and_replay(trace, tmp_path, counters=False, args=False)
+    assert not any(d.HasField("counter") for d in res["tracks"].values())
+    assert not any(d.name.startswith("SM") for d in res["tracks"].values())
+    assert all(not s["args"] for s in res["slices"])
+    check_against_trace(trace, res, args=False)
+
+
+def test_empty_trace(tmp_path):
+    trace = make_trace({0: [("I", 1, 0)]})
+    trace.instants = trace.instants[:0]
+    res = write_and_replay(trace, tmp_path)
+    assert res["slices"] == [] and len(res["tracks"]) == 1
+
+
+def test_rejects_span_ending_before_it_begins(tmp_path):
+    trace = make_trace({0: [("B", 0, 10), ("E", 0, 20)]})
+    trace.spans["end_ns"][0] = trace.spans["start_ns"][0] - 1
+    with pytest.raises(ValueError, match="end before they begin"):
+        pf.write_perfetto(trace, tmp_path / "x.pftrace")
+
+
+def test_lanes_inside_counts_lanes_once():
+    lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
+             2: [("B", 0, 3), ("E", 0, 12)]}
+    trace = make_trace(lanes)
+    ev, t, v = pf.lanes_inside(trace.spans)
+    assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
+
+
+# --- the validator must be able to fail ------------------------------------------------------------
+
+
+def _packets(data: bytes) -> list[bytes]:
+    t = pb.Trace()
+    t.ParseFromString(data)
+    return [p.SerializeToString() for p in t.packet]
+
+
+def _frame(packets: list[bytes]) -> bytes:
+    out = bytearray()
+    for p in packets:
+        out += pf._packet(p)
+    return bytes(out)
+
+
+def _valid_bytes() -> tuple[Trace, bytes]:
+    lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 20)]}
+    trace = make_trace(lanes)
+    return trace, pf.perfetto_bytes(trace)
+
+
+def test_validator_rejects_unknown_field():
+    _, data = _valid_bytes()
+    replay(data)
+    with pytest.raises(TraceError, match="unknown fields"):
+        replay(data + pf._packet(pf._f_varint(10, pf.SEQUENCE_ID) + pf._f_varint(1999, 5)))
+    # a known field with the wrong wire type is unknown to the parser too
+    with pytest.raises(TraceError, match="unknown fields"):
+        replay(data + pf._packet(pf._f_varint(10, pf.SEQUENCE_ID) + pf._f_bytes(8, b"\x01")))
+
+
+def test_validator_rejects_missing_interning():
+    _, data = _valid_bytes()
+    packets = _packets(data)
+    with pytest.raises(TraceError):
+        replay(_frame(packets[1:]))
+
+
+def test_validator_rejects_begin_before_end_at_equal_time():
+    trace, data = _valid_bytes()
+    packets = _packets(data)
+    parsed = [pb.TracePacket.FromString(p) for p in packets]
+    ends = [i for i, p in enumerate(parsed) if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_END and p.timestamp == 10]
+    begins = [i for i, p in enumerate(parsed) if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN and p.timestamp == 10]
+    i, j = ends[0], begins[0]
+    assert i < j
+    packets[i], packets[j] = packets[j], packets[i]
+    res = replay(_frame(packets))  # the importer accepts it ... and nests the slices
+    with pytest.raises(AssertionError):
+        check_against_trace(trace, res, args=True)
+
+
+def test_validator_rejects_slice_on_undefined_track():
+    _, data = _valid_bytes()
+    packets = _packets(data)
+    parsed = [pb.TracePacket.FromString(p) for p in packets]
+    keep = [p for p, q in zip(packets, parsed) if not (q.HasField("track_descriptor") and q.track_descriptor.sibling_merge_key)]
+    with pytest.raises(TraceError, match="undefined track"):
+        replay(_frame(keep))
+
+
+def test_padded_varints_parse():
+    layout = pf._Layout().varint(8, np.array([5, 300]), 4)
+    rows = layout.fill(2)
+    for row, want in zip(rows, (5, 300)):
+        p = pb.TracePacket.FromString(row.tobytes())
+        assert p.timestamp == want and not unknown_fields(p)
