@@ -20,31 +20,26 @@ from host_decode.decoder import decode
 
 
 def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed: int = 0) -> np.ndarray:
-    """A full buffer: lanes of nested regions (outer + inner per iteration), anchors, finalize."""
+    """A full buffer: per lane two anchors, then (outer B, inner B, inner E, outer E) per iteration and a
+    finalize; filled a few thousand lanes at a time so that 100 M records fit in memory."""
     rpl = 2 * regions_per_lane + 3
-    lanes = max(1, records // rpl)
-    lanes -= lanes % groups
-    lanes = max(lanes, groups)
+    lanes = max(groups, (records // rpl) // groups * groups)
     rng = np.random.default_rng(seed)
     k = np.arange(rpl)
-    # program per lane: two anchors, then (outer B, inner B, inner E, outer E) per iteration, finalize
     j = np.maximum(k - 2, 0)
     ev = np.array([1, 2, 2, 1])[j % 4]
     ty = np.array([0, 0, 1, 1])[j % 4]
-    ev[:2] = [wire.ANCHOR_LO_EVENT_ID, wire.ANCHOR_HI_EVENT_ID]
-    ty[:2] = int(wire.EventType.INSTANT)
-    base = rng.integers(0, 2**32, lanes, dtype=np.int64)
-    t = base[:, None] + np.cumsum(rng.integers(1, 400, (lanes, rpl)), axis=1)
+    ev[:2], ty[:2] = [wire.ANCHOR_LO_EVENT_ID, wire.ANCHOR_HI_EVENT_ID], int(wire.EventType.INSTANT)
+    ev[-1], ty[-1] = 5, int(wire.EventType.FINALIZE)
     buf = np.zeros(wire.buffer_slots(lanes, rpl), np.uint64)
     buf[0] = wire.pack_header(lanes // groups, groups)
-    lane = np.broadcast_to(np.arange(lanes)[:, None], (lanes, rpl))
-    evs = np.broadcast_to(ev, (lanes, rpl)).copy()
-    tys = np.broadcast_to(ty, (lanes, rpl)).copy()
-    tys[:, -1] = int(wire.EventType.FINALIZE)
-    evs[:, -1] = 5
-    t[:, 1] = (base + (1 << 40)) >> 32  # ANCHOR_HI's field: the high half
-    rec = wire.pack_records(t.T.ravel(), lane.T.ravel(), evs.T.ravel(), tys.T.ravel())
-    buf[1:] = rec
+    rows = buf[1:].reshape(rpl, lanes)
+    for l0 in range(0, lanes, 4096):
+        l1 = min(lanes, l0 + 4096)
+        t = (1 << 40) + rng.integers(0, 2**32, l1 - l0)[None, :] + np.cumsum(rng.integers(1, 400, (rpl, l1 - l0)), axis=0)
+        t[1] = t[0] >> 32  # ANCHOR_HI's field is the high half of the anchor read
+        lane = np.broadcast_to(np.arange(l0, l1), t.shape)
+        rows[:, l0:l1] = wire.pack_records(t, lane, np.broadcast_to(ev[:, None], t.shape), np.broadcast_to(ty[:, None], t.shape))
     return buf
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -111,18 +110,23 @@ def write_trace(path: Path, size_mb: float, launches_per_step: int = 2000) -> in
     return events + 1
 
 
-def run_child(trace: Path, extra: list) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS bytes, exit code) of one `ikp kernels` run in a fresh process."""
+def run_child(trace: Path, extra: list) -> dict:
+    """One `ikp kernels` run in a fresh process: wall seconds, CPU seconds (its parser workers included),
+    peak RSS of the process and the largest peak RSS among its workers (bytes), exit code."""
     code = ("import resource, sys; from host_decode.cli import main; rc = main(sys.argv[1:]); "
-            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+            "s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print('USAGE', s.ru_maxrss, c.ru_maxrss, s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, "
+            "file=sys.stderr); sys.exit(rc)")
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, "kernels", str(trace), "--json", "-o", os.devnull, *extra],
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    rss = next((int(line.split()[1]) * 1024 for line in proc.stderr.splitlines() if line.startswith("MAXRSS")), -1)
-    if proc.returncode:
+    usage = next((line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("USAGE")), None)
+    if proc.returncode or usage is None:
         print(proc.stderr, file=sys.stderr)
-    return wall, rss, proc.returncode
+        usage = usage or [-1, -1, -1]
+    return {"wall": wall, "rss": int(usage[0]) * 1024, "worker_rss": int(usage[1]) * 1024, "cpu": float(usage[2]),
+            "rc": proc.returncode}
 
 
 def main() -> int:
@@ -130,24 +134,40 @@ def main() -> int:
     ap.add_argument("--size-mb", type=float, default=1024.0, help="trace size to generate (default 1024)")
     ap.add_argument("--dir", default=None, help="where to write the trace (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the generated trace")
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2], help="parser processes to time (default 1 2)")
+    ap.add_argument("--parser", default="auto", choices=("auto", "orjson", "msgspec"))
+    ap.add_argument("--trace", default=None, help="time an existing trace instead of generating one")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ikp_kernels_bench_", dir=args.dir)
     trace = Path(tmp) / "bench.pt.trace.json"
     try:
         t0 = time.perf_counter()
-        n = write_trace(trace, args.size_mb)
+        if args.trace:
+            trace = Path(tmp) / Path(args.trace).name
+            os.symlink(os.path.abspath(args.trace), trace)  # the cache goes to tmp, not next to the original
+            n = -1
+        else:
+            n = write_trace(trace, args.size_mb)
         size = trace.stat().st_size
-        print(f"generated {size / 2**20:.1f} MiB, {n:,} events in {time.perf_counter() - t0:.1f} s: {trace}")
-        base_wall, base_rss, _ = run_child(trace, ["--help"])
-        wall, rss, rc = run_child(trace, [])
-        print(f"cold parse + tables: {wall:.2f} s, peak RSS {rss / 2**20:.0f} MiB = {rss / size:.2f}x file size "
-              f"(python+imports alone: {base_rss / 2**20:.0f} MiB){'' if rc == 0 else f'  FAILED rc={rc}'}")
-        wall2, rss2, rc2 = run_child(trace, [])
-        cache = Path(str(trace) + ".ikpcache.npz")
-        csize = cache.stat().st_size if cache.exists() else 0
-        print(f"cached run: {wall2:.2f} s, peak RSS {rss2 / 2**20:.0f} MiB (cache {csize / 2**20:.0f} MiB)"
-              f"{'' if rc2 == 0 else f'  FAILED rc={rc2}'}")
-        print(f"rates: {size / 2**20 / wall:.0f} MiB/s, {n / wall / 1e6:.2f} M events/s cold")
+        print(f"trace {size / 2**20:.1f} MiB, {n:,} events (written in {time.perf_counter() - t0:.1f} s): {trace}")
+        tiny = Path(tmp) / "tiny.json"
+        tiny.write_text('{"traceEvents": []}')
+        base = run_child(tiny, ["--no-cache"])
+        print(f"python + imports + an empty trace: peak RSS {base['rss'] / 2**20:.0f} MiB")
+        for jobs in args.jobs:
+            cache = Path(str(trace) + ".ikpcache.npz")
+            if cache.exists():
+                cache.unlink()
+            cold = run_child(trace, ["-j", str(jobs), "--parser", args.parser])
+            workers = f", largest worker {cold['worker_rss'] / 2**20:.0f} MiB" if jobs > 1 else ""
+            print(f"-j {jobs} cold parse + tables: {cold['wall']:.2f} s wall, {cold['cpu']:.2f} s CPU; peak RSS "
+                  f"{cold['rss'] / 2**20:.0f} MiB = {cold['rss'] / size:.2f}x file size{workers}; "
+                  f"{size / 2**20 / cold['wall']:.0f} MiB/s, {n / cold['wall'] / 1e6:.2f} M events/s"
+                  + ("" if cold["rc"] == 0 else f"  FAILED rc={cold['rc']}"))
+            warm = run_child(trace, ["-j", str(jobs)])
+            print(f"-j {jobs} cached run: {warm['wall']:.2f} s wall, {warm['cpu']:.2f} s CPU, peak RSS "
+                  f"{warm['rss'] / 2**20:.0f} MiB (cache file {cache.stat().st_size / 2**20:.0f} MiB)"
+                  + ("" if warm["rc"] == 0 else f"  FAILED rc={warm['rc']}"))
     finally:
         if not args.keep:
             for p in Path(tmp).iterdir():

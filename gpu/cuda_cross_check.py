@@ -283,7 +283,7 @@ def main() -> int:
         print("no CUDA device: nothing to check")
         return 2
     example = _example_module()
-    dll = example.build_library(os.path.join(os.environ["OUT"], "build") if os.environ.get("OUT") else None)
+    dll = example.build_library()  # a temporary directory: only captures go to $OUT
     props = torch.cuda.get_device_properties(0)
     from host_decode.model import Names
 

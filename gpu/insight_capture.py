@@ -397,6 +397,7 @@ def print_table(r: dict) -> None:
         ("launch 0: offset accuracy bound", f"+-{a0['accuracy_ns']:.0f} ns"),
         ("session: offset accuracy bound (intersected)", f"+-{aS['accuracy_ns']:.0f} ns, consistent={aS['consistent']}"),
         ("per-launch solved offsets (ns)", ", ".join(str(p["offset_ns"]) for p in r["align_per_launch"])),
+        ("launch 0 matched by absolute time alone", json.dumps(r.get("auto_match_launch0"))),
         ("globaltimer - host time_ns (GPU 0)", f"{hb['offset_ns']} ns +- {hb['half_width_ns']} ns"),
         ("launch length / tail / imbalance(SM busy)",
          f"{r['stats_launch'].get('launch_ns')} ns / {r['stats_launch'].get('tail_ns', 0):.0f} ns / "

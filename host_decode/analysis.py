@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from host_decode.model import Trace
+from host_decode.wire import MAX_EVENT_ID
 
 # --- interval primitives ---------------------------------------------------------------------------
 
@@ -47,23 +48,48 @@ def union_intervals(key: np.ndarray, start: np.ndarray, end: np.ndarray):
     interval (in input order) the index of the merged interval containing it. Intervals that merely
     touch (end == next start) merge.
     """
+    u = _union_sorted(key, start, end)
+    member = np.empty(u.order.size, np.int64)
+    member[u.order] = u.seg
+    return u.key, u.lo, u.hi, member
+
+
+class _Union:
+    """Union of intervals with the bookkeeping callers need: `order` sorts the input by (key, start);
+    in that order `seg` is each interval's merged interval and `first` the first index of each."""
+
+    __slots__ = ("order", "seg", "first", "key", "lo", "hi", "s_end")
+
+
+def _union_sorted(key, start, end) -> _Union:
     key = np.asarray(key, np.int64)
     start = np.asarray(start, np.int64)
     end = np.asarray(end, np.int64)
+    u = _Union()
     n = key.size
+    if n and _is_sorted(key, start):  # decoder output is sorted by lane, then program (= start) order
+        u.order = np.arange(n)
+        k, s, t = key, start, end
+    else:
+        u.order = np.lexsort((start, key))
+        k, s, t = key[u.order], start[u.order], end[u.order]
     if n == 0:
         e = np.zeros(0, np.int64)
-        return e, e.copy(), e.copy(), e.copy()
-    order = np.lexsort((start, key))
-    k, s, t = key[order], start[order], end[order]
+        u.seg, u.first, u.key, u.lo, u.hi, u.s_end = e, e, e, e, e, e
+        return u
     running_end = _segmented_cummax(t, k)
     new = np.ones(n, bool)
     new[1:] = (k[1:] != k[:-1]) | (s[1:] > running_end[:-1])
-    first = np.flatnonzero(new)
-    seg_sorted = np.cumsum(new) - 1
-    member = np.empty(n, np.int64)
-    member[order] = seg_sorted
-    return k[first], s[first], np.maximum.reduceat(t, first), member
+    u.first = np.flatnonzero(new)
+    u.seg = np.cumsum(new) - 1
+    u.key, u.lo, u.hi = k[u.first], s[u.first], np.maximum.reduceat(t, u.first)
+    u.s_end = t
+    return u
+
+
+def _is_sorted(key: np.ndarray, start: np.ndarray) -> bool:
+    dk = np.diff(key)
+    return bool((dk >= 0).all() and (start[1:][dk == 0] >= start[:-1][dk == 0]).all())
 
 
 def _segmented_cummax(values: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -88,29 +114,49 @@ def _clip(lo, hi, wlo, whi):
 
 
 def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray) -> np.ndarray:
-    """|A ∩ B| per key, where A and B are each disjoint interval sets per key (union_intervals output).
+    """|A ∩ B| per key, where A and B are each disjoint interval sets sorted by (key, lo)
+    (union_intervals output).
 
     Sweep: +1/-1 events for each side; because each side is disjoint per key its active count is 0 or 1
-    and returns to 0 at the end of each key, so one global cumsum gives the state between events."""
-    k = np.concatenate([key_a, key_a, key_b, key_b])
-    t = np.concatenate([lo_a, hi_a, lo_b, hi_b])
-    da = np.concatenate([np.ones_like(lo_a), -np.ones_like(hi_a), np.zeros_like(lo_b), np.zeros_like(hi_b)])
-    db = np.concatenate([np.zeros_like(lo_a), np.zeros_like(hi_a), np.ones_like(lo_b), -np.ones_like(hi_b)])
+    and returns to 0 at the end of each key, so one global cumsum gives the state between events. Each
+    side's events (lo0, hi0, lo1, ...) are already in (key, time) order, so ordering both is a merge of
+    two sorted runs (a stable sort finds them). Ties at one time add zero length in any order."""
     out = np.zeros(keys.size, np.int64)
-    if k.size == 0:
+    if lo_a.size == 0 or lo_b.size == 0:
         return out
-    # ends before starts at equal times: touching intervals do not overlap (length 0 either way)
-    order = np.lexsort((da + db, t, k))
-    k, t, a_on, b_on = k[order], t[order], np.cumsum(da[order]), np.cumsum(db[order])
+    k = np.concatenate([np.repeat(key_a, 2), np.repeat(key_b, 2)])
+    t = np.concatenate([np.stack([lo_a, hi_a], 1).ravel(), np.stack([lo_b, hi_b], 1).ravel()])
+    step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
+    side_a = np.r_[np.ones(2 * lo_a.size, bool), np.zeros(2 * lo_b.size, bool)]
+    order = np.argsort(_lift(k, t), kind="stable")
+    k, t, step, side_a = k[order], t[order], step[order], side_a[order]
+    a_on = np.cumsum(np.where(side_a, step, 0))
+    b_on = np.cumsum(np.where(side_a, 0, step))
     both = (a_on[:-1] > 0) & (b_on[:-1] > 0) & (k[1:] == k[:-1])
-    lengths = np.where(both, t[1:] - t[:-1], 0)
-    idx = np.searchsorted(keys, k[:-1])
-    np.add.at(out, idx, lengths)
+    np.add.at(out, np.searchsorted(keys, k[:-1][both]), (t[1:] - t[:-1])[both])
     return out
+
+
+def _lift(key: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """One int64 sort key ordering by (key, t): key rank * (time range + 1) + t - min(t)."""
+    rel = t - t.min()
+    span = int(rel.max()) + 1
+    rank = key - key.min()
+    if int(rank.max()) * span >= (1 << 62):
+        raise ValueError("time range x key range too large for a combined sort key")
+    return rank * span + rel
 
 
 def _percentile_of_sorted(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if x.size else 0.0
+
+
+def _timed_lanes(trace: Trace) -> np.ndarray:
+    """Lanes that wrote a timed record, sorted by lane id (searchsorted relies on it)."""
+    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    if lanes.size > 1 and not (np.diff(lanes["lane"]) > 0).all():
+        lanes = lanes[np.argsort(lanes["lane"], kind="stable")]
+    return lanes
 
 
 # --- bubbles -----------------------------------------------------------------------------------------
@@ -146,7 +192,7 @@ GAP_DTYPE = np.dtype(
 
 def lane_gaps(trace: Trace) -> np.ndarray:
     """All gaps of all lanes (GAP_DTYPE), sorted by (lane, start_ns). See the module docstring."""
-    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    lanes = _timed_lanes(trace)
     sp = trace.spans
     # spans clipped to their lane window (a span cannot legally leave it; clip anyway so numbers add up)
     row = np.searchsorted(lanes["lane"], sp["lane"])
@@ -154,16 +200,16 @@ def lane_gaps(trace: Trace) -> np.ndarray:
     known = (lanes.size > 0) & (lanes["lane"][row] == sp["lane"]) if sp.size else np.zeros(0, bool)
     sp, row = sp[known], row[known]
     s, e = _clip(sp["start_ns"], sp["end_ns"], lanes["first_ns"][row], lanes["last_ns"][row])
-    ukey, ulo, uhi, member = union_intervals(sp["lane"], s, e)
-    # the span that ended last in each union (for prev_event) and the first span of each (next_event)
-    last_in_seg = np.lexsort((e, member))
-    is_last = np.r_[member[last_in_seg][1:] != member[last_in_seg][:-1], True]
-    seg_last_event = np.empty(ulo.size, np.int64)
-    seg_last_event[member[last_in_seg][is_last]] = sp["event"][last_in_seg][is_last]
-    first_in_seg = np.lexsort((s, member))
-    is_first = np.r_[True, member[first_in_seg][1:] != member[first_in_seg][:-1]]
-    seg_first_event = np.empty(ulo.size, np.int64)
-    seg_first_event[member[first_in_seg][is_first]] = sp["event"][first_in_seg][is_first]
+    u = _union_sorted(sp["lane"], s, e)
+    ukey, ulo, uhi = u.key, u.lo, u.hi
+    ev_sorted = sp["event"][u.order].astype(np.int64)
+    # next_event of a gap: the first span (by start) of the union after it
+    seg_first_event = ev_sorted[u.first] if u.first.size else np.zeros(0, np.int64)
+    # prev_event: the span that ended last in the union before it (last index reaching the union's end)
+    idx = np.arange(u.seg.size)
+    reaches = u.s_end == uhi[u.seg] if u.seg.size else np.zeros(0, bool)
+    last_idx = np.maximum.reduceat(np.where(reaches, idx, -1), u.first) if u.first.size else np.zeros(0, np.int64)
+    seg_last_event = ev_sorted[last_idx] if u.first.size else np.zeros(0, np.int64)
 
     # gap candidates: [lane first, first union lo], between unions, [last union hi, lane last]
     lane_rows = np.searchsorted(lanes["lane"], ukey)
@@ -184,7 +230,9 @@ def lane_gaps(trace: Trace) -> np.ndarray:
     whole = _gap_rows(lanes, empty_rows, lanes["first_ns"][empty_rows], lanes["last_ns"][empty_rows], -1, -1)
     gaps = np.concatenate([lead, mid, tail, whole])
     gaps = gaps[gaps["dur_ns"] > 0]
-    return gaps[np.lexsort((gaps["start_ns"], gaps["lane"]))]
+    # per lane the parts are already in time order (lead-in < between < tail): a stable sort by lane
+    # merges the four sorted runs
+    return gaps[np.argsort(gaps["lane"], kind="stable")]
 
 
 def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
@@ -202,7 +250,7 @@ def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
 
 def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
     """Per lane (LANE_BUBBLE_DTYPE): window, busy, bubble = window - busy, gap count, largest gap."""
-    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    lanes = _timed_lanes(trace)
     gaps = lane_gaps(trace) if gaps is None else gaps
     out = np.zeros(lanes.size, LANE_BUBBLE_DTYPE)
     for f in ("lane", "block", "group", "sm"):
@@ -226,8 +274,10 @@ def largest_gaps(gaps: np.ndarray, k: int = 10) -> np.ndarray:
     """The k longest gaps, longest first (ties: earlier first)."""
     if gaps.size == 0 or k <= 0:
         return gaps[:0]
+    if gaps.size > k:  # only the k longest need sorting (ties at the cut: any of them may be kept)
+        gaps = gaps[np.argpartition(-gaps["dur_ns"], k - 1)[:k]]
     order = np.lexsort((gaps["start_ns"], -gaps["dur_ns"]))
-    return gaps[order[:k]]
+    return gaps[order]
 
 
 # --- overlap between groups ---------------------------------------------------------------------------
@@ -322,7 +372,7 @@ SM_DTYPE = np.dtype(
 def block_intervals(trace: Trace) -> np.ndarray:
     """Per block (BLOCK_DTYPE): [min lane first_ns, max lane last_ns], SM (max over its lanes: -1 only
     when no lane knows it), lanes that wrote anything."""
-    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    lanes = _timed_lanes(trace)
     blocks, inv = np.unique(lanes["block"], return_inverse=True)
     out = np.zeros(blocks.size, BLOCK_DTYPE)
     out["block"] = blocks
@@ -417,7 +467,7 @@ CRITICAL_DTYPE = np.dtype(
 
 def critical_lanes(trace: Trace) -> np.ndarray:
     """Per block, the lane that finished last and what it did last (CRITICAL_DTYPE)."""
-    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    lanes = _timed_lanes(trace)
     if lanes.size == 0:
         return np.zeros(0, CRITICAL_DTYPE)
     order = np.lexsort((lanes["last_ns"], lanes["block"]))  # within a block, latest end last
@@ -434,19 +484,31 @@ def critical_lanes(trace: Trace) -> np.ndarray:
     out["slack_ns"] = np.where(same_block, crit["last_ns"] - sl["last_ns"][np.maximum(runner, 0)], 0)
     # last region of each critical lane
     sp = trace.spans
-    on_crit = np.isin(sp["lane"], crit["lane"])
-    cs = sp[on_crit]
+    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]
     out["last_event"] = -1
     out["last_event_end_ns"] = -1
     if cs.size:
-        o = np.lexsort((cs["end_ns"], cs["lane"]))
-        cs = cs[o]
-        lastspan = np.r_[cs["lane"][1:] != cs["lane"][:-1], True]
+        if not (np.diff(cs["lane"]) >= 0).all():
+            cs = cs[np.argsort(cs["lane"], kind="stable")]
+        first = np.flatnonzero(np.r_[True, cs["lane"][1:] != cs["lane"][:-1]])
+        end = cs["end_ns"].astype(np.int64)
+        seg = np.cumsum(np.r_[True, cs["lane"][1:] != cs["lane"][:-1]]) - 1
+        seg_max = np.maximum.reduceat(end, first)
+        idx = np.arange(cs.size)
+        last = np.maximum.reduceat(np.where(end == seg_max[seg], idx, -1), first)  # last span ending last
         by_lane = np.argsort(out["lane"])
-        rows = by_lane[np.searchsorted(out["lane"], cs["lane"][lastspan], sorter=by_lane)]
-        out["last_event"][rows] = cs["event"][lastspan]
-        out["last_event_end_ns"][rows] = cs["end_ns"][lastspan]
+        rows = by_lane[np.searchsorted(out["lane"], cs["lane"][first], sorter=by_lane)]
+        out["last_event"][rows] = cs["event"][last]
+        out["last_event_end_ns"][rows] = end[last]
     return out
+
+
+def _lane_mask(trace: Trace, lanes: np.ndarray) -> np.ndarray:
+    """Boolean table over lane ids (index with a lane column instead of np.isin)."""
+    size = max(trace.num_lanes, int(trace.lanes["lane"].max(initial=-1)) + 1, int(trace.spans["lane"].max(initial=-1)) + 1)
+    mask = np.zeros(size, bool)
+    mask[lanes] = True
+    return mask
 
 
 CRITICAL_REGION_DTYPE = np.dtype(
@@ -459,17 +521,15 @@ def critical_regions(trace: Trace, crit: np.ndarray | None = None) -> np.ndarray
     over all blocks' critical lanes; share = total / sum of the critical lanes' windows. Nested regions
     count in full for each level, so shares may add up to more than 1."""
     crit = critical_lanes(trace) if crit is None else crit
-    sp = trace.spans[np.isin(trace.spans["lane"], crit["lane"])]
-    lanes = trace.lanes[np.isin(trace.lanes["lane"], crit["lane"])]
+    mask = _lane_mask(trace, crit["lane"])
+    sp = trace.spans[mask[trace.spans["lane"]]]
+    lanes = trace.lanes[mask[trace.lanes["lane"]]]
     window = int((lanes["last_ns"] - lanes["first_ns"]).sum())
-    keys, inv = np.unique(np.stack([sp["group"], sp["event"]], axis=1), axis=0, return_inverse=True) if sp.size else (
-        np.zeros((0, 2), np.int64),
-        np.zeros(0, np.int64),
-    )
-    inv = np.asarray(inv).reshape(-1)
+    code = sp["group"].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"].astype(np.int64)
+    keys, inv = np.unique(code, return_inverse=True)
     out = np.zeros(len(keys), CRITICAL_REGION_DTYPE)
     if len(keys):
-        out["group"], out["event"] = keys[:, 0], keys[:, 1]
+        out["group"], out["event"] = np.divmod(keys, MAX_EVENT_ID + 1)
         out["spans"] = np.bincount(inv, minlength=len(keys))
         out["total_ns"] = np.bincount(inv, weights=(sp["end_ns"] - sp["start_ns"]), minlength=len(keys)).astype(np.int64)
         out["share"] = out["total_ns"] / window if window else 0.0
@@ -499,12 +559,34 @@ def duration_histogram(trace: Trace, group: int, event: int, bins: int = 20, log
 # --- everything at once (what `ikp stats` prints) -------------------------------------------------------
 
 
+def launch_summary(trace: Trace) -> dict:
+    """sm_table's scalars. For a session (meta['parts']: several launches in one trace) tail, waves and
+    imbalance only mean something per launch: each is computed per launch, and the summary holds the
+    median over launches of every number plus the per-launch list under 'per_launch'."""
+    parts = (trace.meta or {}).get("parts")
+    if not parts or len(parts) < 2:
+        return sm_table(trace)[1]
+    import dataclasses
+
+    per = []
+    for p in parts:  # per launch: few
+        lo, hi = p["block_offset"], p["block_offset"] + p["num_blocks"]
+        lm = (trace.lanes["block"] >= lo) & (trace.lanes["block"] < hi)
+        sub = dataclasses.replace(trace, lanes=trace.lanes[lm], spans=trace.spans[:0])
+        if (sub.lanes["first_ns"] >= 0).any():
+            per.append(dict(sm_table(sub)[1], label=p.get("label")))
+    keys = sorted({k for d in per for k, v in d.items() if isinstance(v, (int, float))})
+    out: dict = {k: float(np.median([d[k] for d in per if k in d])) for k in keys}
+    out["launches"] = len(per)
+    out["per_launch"] = per
+    return out
+
+
 def analyze(trace: Trace, top_gaps: int = 10) -> dict:
     """All analyses as plain Python data (JSON-ready)."""
     gaps = lane_gaps(trace)
     bubbles = lane_bubbles(trace, gaps)
-    blocks = block_intervals(trace)
-    sms, launch = sm_table(trace, blocks)
+    launch = launch_summary(trace)
     crit = critical_lanes(trace)
     names = trace.names
     total_window = int(bubbles["window_ns"].sum())

@@ -76,9 +76,12 @@ def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
     whose lane is in range, if that is a valid stride (>= num_lanes); else num_lanes. Looks at samples
     (the start, row 1 and the end) first: the malformed check validates every record anyway."""
     sample = 1 << 16
-    windows = [(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]
-    nz = np.unique(np.concatenate([max(0, a) + np.flatnonzero(body[max(0, a) : min(body.size, b)])
-                                   for a, b in windows if min(body.size, b) > max(0, a)]))
+    windows = []
+    for a, b in sorted([(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]):
+        a, b = max(a, 0, windows[-1][1] if windows else 0), min(b, body.size)
+        if b > a:
+            windows.append((a, b))
+    nz = np.concatenate([a + np.flatnonzero(body[a:b]) for a, b in windows])
     stride = _stride_from(body, nz, num_lanes)
     if stride is None and nz.size < np.count_nonzero(body):
         stride = _stride_from(body, np.flatnonzero(body), num_lanes)
@@ -126,9 +129,20 @@ def decode(
     if not isinstance(names, Names):
         names = Names.from_json(names or {})
 
-    parts = [_decode_columns(body, c0, min(c0 + _chunk_lanes(body.size, write_stride), write_stride), write_stride, num_lanes)
-             for c0 in range(0, write_stride, _chunk_lanes(body.size, write_stride))]
-    return _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, source)
+    # spans go straight into one table sized by an upper bound (a span takes two non-zero slots), with
+    # lane-relative times; _assemble adds each lane's origin in place. Peak memory stays near the
+    # table itself plus one chunk's scratch.
+    spans = np.empty(int(np.count_nonzero(body)) // 2 + 1, SPAN_DTYPE)
+    parts, at = [], 0
+    step = _chunk_lanes(body.size, write_stride)
+    for c0 in range(0, write_stride, step):
+        part = _decode_columns(body, c0, min(c0 + step, write_stride), write_stride, num_lanes)
+        m = _fill(spans[at:], part.pop("spans"), part, num_groups)
+        part["span_range"] = (at, at + m)
+        at += m
+        parts.append(part)
+    spans = spans[:at] if at * 4 >= spans.size * 3 else spans[:at].copy()
+    return _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, source)
 
 
 def _chunk_lanes(body_slots: int, write_stride: int) -> int:
@@ -253,8 +267,8 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     out["paired_end"] = out["paired_begin"]  # pairs never cross lanes
     out["unmatched_begin"] = per_lane(unmatched_begin)
     out["unmatched_end"] = per_lane(unmatched_end)
-    out["spans"] = {"loc": loc[begins], "event": event[begins], "depth": depth, "start": rel[begins], "end": rel[ends]}
-    out["instants"] = {"loc": loc[user], "event": event[user], "ts": rel[user]}
+    out["spans"] = {"loc": loc[begins], "event": event[begins], "depth": depth, "start_ns": rel[begins], "end_ns": rel[ends]}
+    out["instants"] = {"loc": loc[user], "event": event[user], "ts_ns": rel[user]}
     return out
 
 
@@ -381,7 +395,7 @@ def _sort_small(values: np.ndarray) -> np.ndarray:
     return np.argsort(values, kind="stable")
 
 
-def _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, source) -> Trace:
+def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, source) -> Trace:
     """Concatenate chunk results (per-lane arrays cover columns 0..write_stride) onto one timeline."""
     cat = lambda key: np.concatenate([p[key] for p in parts])  # noqa: E731
     records = cat("records")
@@ -403,9 +417,17 @@ def _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, so
     if not absolute and has.any() and base[has].min() < 0:
         base += 1 << 32  # stay non-negative; still equal to the device timer modulo 2**32
 
-    spans = _table(parts, "spans", SPAN_DTYPE, num_groups, base, {"event": "event", "depth": "depth"},
-                   {"start_ns": "start", "end_ns": "end"})
-    instants = _table(parts, "instants", INSTANT_DTYPE, num_groups, base, {"event": "event"}, {"ts_ns": "ts"})
+    for p in parts:  # lane origins, in place, a chunk at a time
+        view = spans[p["span_range"][0] : p["span_range"][1]]
+        origin = base[view["lane"]]
+        view["start_ns"] += origin
+        view["end_ns"] += origin
+    instants = np.empty(sum(p["instants"]["loc"].size for p in parts), INSTANT_DTYPE)
+    at = 0
+    for p in parts:
+        m = _fill(instants[at:], p["instants"], p, num_groups)
+        instants["ts_ns"][at : at + m] += base[instants["lane"][at : at + m]]
+        at += m
 
     lane_ids = np.flatnonzero(has)
     lanes = np.zeros(lane_ids.size, LANE_DTYPE)
@@ -444,26 +466,20 @@ def _assemble(parts, body, num_blocks, num_groups, write_stride, names, meta, so
                  instants=instants, lanes=lanes, loss=loss, names=names, absolute=absolute, meta=meta)
 
 
-def _table(parts, key, dtype, num_groups, base, plain, timed) -> np.ndarray:
-    n = sum(p[key]["loc"].size for p in parts)
-    out = np.empty(n, dtype)
-    at = 0
-    for p in parts:
-        cols = p[key]
-        m = cols["loc"].size
-        view = out[at : at + m]
-        lane = cols["loc"].astype(np.int64) + p["c0"]
-        view["lane"] = lane
-        lanes_here = np.arange(p["c0"], p["c0"] + p["nloc"], dtype=np.int32)
-        view["block"] = (lanes_here // num_groups)[cols["loc"]]
-        view["group"] = (lanes_here % num_groups)[cols["loc"]]
-        for field, src in plain.items():
-            view[field] = cols[src]
-        lane_base = base[lane]
-        for field, src in timed.items():
-            view[field] = lane_base + cols[src]
-        at += m
-    return out
+def _fill(out: np.ndarray, cols: dict, part: dict, num_groups: int) -> int:
+    """Write one chunk's rows (lane-relative times) at the start of `out`; returns the row count."""
+    loc = cols["loc"]
+    m = loc.size
+    view = out[:m]
+    c0, nloc = part["c0"], part["nloc"]
+    lanes_here = np.arange(c0, c0 + nloc, dtype=np.int32)
+    view["lane"] = loc + np.int32(c0)
+    view["block"] = (lanes_here // num_groups)[loc]
+    view["group"] = (lanes_here % num_groups)[loc]
+    for field in out.dtype.names:
+        if field in cols:
+            view[field] = cols[field]
+    return m
 
 
 # --- captures on disk ------------------------------------------------------------------------------

@@ -135,18 +135,14 @@ def join(region_map: RegionMap, table: PcTable, *, force: bool = False, move_sam
     if not check["ok"] and not force:
         raise DecodeError("per-PC data does not match the mapped cubin: " + "; ".join(check["reasons"])
                           + " (pass force=True / --force to join anyway)", source=table.source)
+    if table.regions is not None:
+        check.update(_region_agreement(region_map, table, pos, in_map))
     cols = _columns(table)
-    sample_cols = [c for c in cols if c == "samples" or c == "samples_not_issued" or c.startswith("stall_")]
     n_map = region_map.pc.size
     # scatter the table onto map positions (rows not in the map kept aside)
     on_map = {c: np.bincount(pos[in_map], weights=v[in_map], minlength=n_map) for c, v in cols.items()}
     off_map = {c: float(v[~in_map].sum()) for c, v in cols.items()}
-    moved = 0.0
-    if move_samples:
-        target = _sample_targets(region_map, on_map.get("inst_executed"), on_map)
-        moved = float(on_map["samples"][target != np.arange(n_map)].sum()) if "samples" in on_map else 0.0
-        for c in sample_cols:
-            on_map[c] = np.bincount(target, weights=on_map[c], minlength=n_map)
+    moved = _move_samples(region_map, on_map) if move_samples else 0.0
     paths = list(region_map.paths) + [NOT_IN_MAP]
     stacks = list(region_map.stacks) + [None]
     n_paths = len(paths)
@@ -177,10 +173,30 @@ def join(region_map: RegionMap, table: PcTable, *, force: bool = False, move_sam
     )
 
 
+def _region_agreement(region_map: RegionMap, table: PcTable, pos, in_map) -> dict[str, Any]:
+    """How often a tool's own per-PC region (NVBit-style data) names the same path as the map,
+    weighted by executions when known."""
+    ours = np.array(region_map.paths, dtype=object)[region_map.region[pos]]
+    theirs = np.array(table.regions, dtype=object)
+    weight = table.counters.get("inst_executed", np.ones(table.pc.size))
+    sel = in_map & (weight > 0)
+    agree = sel & (ours == theirs)
+    pairs: dict[tuple[str, str], float] = {}
+    for o, t, w in zip(ours[sel & ~agree], theirs[sel & ~agree], weight[sel & ~agree]):
+        pairs[(o, t)] = pairs.get((o, t), 0.0) + float(w)
+    top = sorted(pairs.items(), key=lambda kv: -kv[1])[:5]
+    return {
+        "external_region_agreement": _ratio(float(weight[agree].sum()), float(weight[sel].sum())),
+        "external_region_disagreements": [{"map": o, "data": t, "weight": w} for (o, t), w in top],
+    }
+
+
 def _columns(table: PcTable) -> dict[str, np.ndarray]:
     cols = dict(table.counters)
     for r, v in table.stalls.items():
         cols[f"stall_{r}"] = v
+    for r, v in table.stalls_not_issued.items():
+        cols[f"stallni_{r}"] = v
     if "samples" not in cols and table.stalls:
         cols["samples"] = np.sum(list(table.stalls.values()), axis=0)
     return cols
@@ -236,18 +252,54 @@ def check_match(region_map: RegionMap, table: PcTable, pos=None, in_map=None) ->
     }
 
 
-def _sample_targets(region_map: RegionMap, executed: np.ndarray | None, on_map: dict) -> np.ndarray:
-    """Map position each position's samples belong to (itself unless moved)."""
+def _is_sample_column(c: str) -> bool:
+    return c in ("samples", "samples_not_issued") or c.startswith(("stall_", "stallni_"))
+
+
+# reasons a warp reports at the PC after the instruction it is really stalled on
+_AFTER_END_REASONS = ("drain", "branch_resolving")
+
+
+def _move_samples(region_map: RegionMap, on_map: dict[str, np.ndarray]) -> float:
+    """Move samples to the PC they belong to (in place); returns the number of samples moved.
+
+    1. PCs that never executed (by the data's execution counts; without counts: PCs the map calls
+       unreachable) give all their samples to the nearest earlier live PC.
+    2. At the PC right after an unpredicated EXIT/BRA/RET, `drain` and `branch_resolving` samples are
+       the previous instruction's (finished warps drain there; a taken branch resolves there); other
+       reasons stay, since that PC may be a live branch target or subroutine entry.
+    """
     n = region_map.pc.size
+    if n == 0:
+        return 0.0
     idx = np.arange(n)
+    executed = on_map.get("inst_executed")
     if executed is not None and executed.any():
-        # zero-execution PCs: to the nearest previous executed PC (none before: stay)
-        last = np.maximum.accumulate(np.where(executed > 0, idx, -1))
-        return np.where((executed > 0) | (last < 0), idx, last)
-    # no execution counts (CUPTI): only the PC right after an unconditional EXIT/BRA/RET
+        dead = executed <= 0
+    else:
+        dead = region_map.region == region_map.paths.index("<unreachable>")
+    last_live = np.maximum.accumulate(np.where(~dead, idx, -1))
+    target = np.where(dead & (last_live >= 0), last_live, idx)
+    samples = on_map.get("samples")
+    moved = float(samples[target != idx].sum()) if samples is not None else 0.0
+    for c in [c for c in on_map if _is_sample_column(c)]:
+        on_map[c] = np.bincount(target, weights=on_map[c], minlength=n)
     after_end = np.zeros(n, bool)
     after_end[1:] = region_map.ends_flow[:-1]
-    return np.where(after_end, idx - 1, idx)
+    after_end &= ~dead
+    src = np.flatnonzero(after_end)
+    for reason in _AFTER_END_REASONS:
+        for stall_col, total_col in ((f"stall_{reason}", "samples"), (f"stallni_{reason}", "samples_not_issued")):
+            if stall_col not in on_map:
+                continue
+            amount = on_map[stall_col][src].copy()
+            for c in (stall_col, total_col):
+                if c in on_map:
+                    on_map[c][src] -= amount
+                    np.add.at(on_map[c], src - 1, amount)
+            if total_col == "samples":
+                moved += float(amount.sum())
+    return moved
 
 
 # ================================================================================================
@@ -257,43 +309,59 @@ def _sample_targets(region_map: RegionMap, executed: np.ndarray | None, on_map: 
 
 def render_table(result: JoinResult, inclusive: bool = False, console=None) -> None:
     """Print the per-region table with rich (imported here: host_decode imports with numpy only)."""
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(width=shutil.get_terminal_size((140, 24)).columns)
     rows = result.rows(inclusive)
-    kind = "inclusive" if inclusive else "exclusive"
+    kind = "inclusive: a path and everything below it" if inclusive else "exclusive"
     table = Table(title=f"{result.kernel} ({result.source}, {kind})", title_justify="left")
     has_inst = "inst_executed" in result.totals
-    table.add_column("region")
+    has_pred = "thread_inst_executed" in result.totals and "pred_on_thread_inst_executed" in result.totals
+    has_samples = result.totals.get("samples", 0) > 0
+    table.add_column("region", no_wrap=True)
     if has_inst:
-        table.add_column("inst executed", justify="right")
-        table.add_column("% inst", justify="right")
+        table.add_column("instructions", justify="right")
+        table.add_column("%", justify="right")
+    if has_pred:
         table.add_column("pred-on", justify="right")
-    table.add_column("samples", justify="right")
-    table.add_column("% samples", justify="right")
-    table.add_column("top stalls (share of region samples)")
+    if has_samples:
+        table.add_column("samples", justify="right")
+        table.add_column("%", justify="right")
+        table.add_column("top stalls (of the region's samples)", no_wrap=True)
     if not inclusive:
-        table.add_column("marker inst / samples", justify="right")
+        table.add_column("markers' own share", justify="right", no_wrap=True)
     for row in rows:
-        if not inclusive and row["path"] in (*SPECIAL_PATHS, NOT_IN_MAP) and not row.get("samples") and not row.get("inst_executed"):
+        if not inclusive and row["path"].startswith("<") and not row.get("samples") and not row.get("inst_executed"):
             continue
         cells = [row["path"]]
         if has_inst:
-            cells += [_si(row.get("inst_executed", 0)), f"{100 * row.get('inst_share', 0):.1f}",
-                      f"{100 * row.get('predicated_on_ratio', 0):.0f}%"]
-        cells += [_si(row.get("samples", 0)), f"{100 * row['samples_share']:.1f}",
-                  ", ".join(f"{r} {100 * f:.0f}%" for r, f in row["top_stalls"])]
+            cells += [_si(row.get("inst_executed", 0)), f"{100 * row.get('inst_share', 0):.1f}"]
+        if has_pred:
+            cells.append(f"{100 * row.get('predicated_on_ratio', 0):.0f}%")
+        if has_samples:
+            cells += [_si(row.get("samples", 0)), f"{100 * row['samples_share']:.1f}",
+                      ", ".join(f"{r} {100 * f:.0f}%" for r, f in row["top_stalls"])]
         if not inclusive:
-            cells.append(f"{100 * row.get('marker_inst_executed_share', 0):.1f}% / "
-                         f"{100 * row.get('marker_samples_share', 0):.1f}%")
+            parts = []
+            if has_inst:
+                parts.append(f"{100 * row.get('marker_inst_executed_share', 0):.1f}% inst")
+            if has_samples:
+                parts.append(f"{100 * row.get('marker_samples_share', 0):.1f}% samples")
+            cells.append(", ".join(parts))
         table.add_row(*cells)
     console.print(table)
     check = result.check
-    console.print(f"check: {'ok' if check['ok'] else 'MISMATCH: ' + '; '.join(check['reasons'])}; "
-                  f"samples moved to the previous PC: {_si(result.moved_samples)}; "
-                  f"total samples {_si(result.totals.get('samples', 0))}"
-                  + (f", instructions {_si(result.totals['inst_executed'])}" if has_inst else ""))
+    line = f"cubin check: {'ok' if check['ok'] else 'MISMATCH: ' + '; '.join(check['reasons'])}"
+    if has_samples:
+        line += f"; samples {_si(result.totals['samples'])}, moved to the previous PC {_si(result.moved_samples)}"
+    if has_inst:
+        line += f"; instructions {_si(result.totals['inst_executed'])}"
+    if "external_region_agreement" in check:
+        line += f"; the data's own regions agree on {100 * check['external_region_agreement']:.1f}%"
+    console.print(line)
 
 
 def _si(x: float) -> str:

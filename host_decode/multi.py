@@ -143,6 +143,10 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
         label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
         host = m.get("host_ns")
         parts.append(Part(t, label, launch, rank, int(host) if host is not None else None))
+    labels_seen = [p.label for p in parts]
+    for p in parts:  # two captures claiming the same launch / rank: tell them apart by file
+        if labels_seen.count(p.label) > 1 and p.trace.meta.get("source"):
+            p.label += f" ({Path(p.trace.meta['source']).stem})"
     if by == "launch":
         parts.sort(key=lambda p: (p.launch_index, p.rank))
     else:
@@ -160,6 +164,8 @@ def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress:
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
     traces = [load_capture(str(f)) for f in _progress(files, "decode", progress)]
+    for t, f in zip(traces, files):
+        t.meta.setdefault("source", str(f))
     return parts_from_traces(traces, by=by)
 
 
@@ -174,7 +180,7 @@ def _progress(items, desc: str, progress: bool | None):
         from tqdm import tqdm
     except ImportError:
         return items
-    return tqdm(items, desc=desc, unit="capture", leave=False)
+    return tqdm(items, desc=desc, unit="launch", leave=False)
 
 
 def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> np.ndarray:
@@ -290,40 +296,56 @@ def chrome_events(
     tid_base: int = 0,
     max_lanes: int | None = None,
 ) -> tuple[list[str], dict]:
-    """Chrome 'X' events (as JSON strings) for a trace's spans, one thread per lane (tid = tid_base + lane)
-    plus thread-name metadata. ts/dur in us relative to origin_ns after adding shift_ns.
+    """Chrome 'X' events (as JSON strings) for a trace's spans plus thread-name metadata: one thread per
+    lane, and per lane one more thread for each set of regions that overlap without nesting (JSON
+    viewers nest slices of one thread by time, so those need their own row; the sub-track choice is the
+    Perfetto writer's, host_decode.perfetto.assign_subtracks). ts/dur in us relative to origin_ns after
+    adding shift_ns, written from integer ns (no float rounding). tids are tid_base + a dense index.
     Returns (event strings, counts {written, lanes, lanes_left_out, spans_left_out})."""
+    from host_decode import perfetto as pf
+
     sp = trace.spans
     lanes = np.unique(sp["lane"])
-    left_lanes = 0
+    left_lanes = dropped_spans = 0
     if max_lanes is not None and lanes.size > max_lanes:
         keep = lanes[:max_lanes]
         left_lanes = int(lanes.size - max_lanes)
-        dropped_spans = int((~np.isin(sp["lane"], keep)).sum())
-        sp = sp[np.isin(sp["lane"], keep)]
-        lanes = keep
-    else:
-        dropped_spans = 0
+        kept = np.isin(sp["lane"], keep)
+        dropped_spans = int((~kept).sum())
+        sp, lanes = sp[kept], keep
+    counts = {"written": int(sp.size), "lanes": int(lanes.size), "lanes_left_out": left_lanes, "spans_left_out": dropped_spans}
+    if sp.size == 0:
+        return [], counts
+    stream = pf.merged_stream(sp, np.zeros(0, INSTANT_DTYPE), int(sp["start_ns"].min()))
+    sub = pf.assign_subtracks(sp, stream)
+    track, tid_of = np.unique(sp["lane"].astype(np.int64) * (1 << 20) + sub, return_inverse=True)
+    tid = tid_base + np.asarray(tid_of).reshape(-1)
     # at equal start, longer (enclosing) spans first so viewers nest them correctly
-    sp = sp[np.lexsort((-(sp["end_ns"] - sp["start_ns"]), sp["start_ns"], sp["lane"]))]
-    ts = (sp["start_ns"] + shift_ns - origin_ns) / 1000.0
-    dur = (sp["end_ns"] - sp["start_ns"]) / 1000.0
+    order = np.lexsort((-(sp["end_ns"] - sp["start_ns"]), sp["start_ns"], tid))
+    sp, tid = sp[order], tid[order]
+    rel = sp["start_ns"].astype(np.int64) + int(shift_ns) - int(origin_ns)
+    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
     names = trace.names
     ev_names = {int(e): json.dumps(names.event(e)) for e in np.unique(sp["event"])}
     pid_s = json.dumps(pid)
+    if rel.min() < 0:
+        raise ValueError("chrome_events: origin_ns is after the first span; ts would be negative")
+    rq, rr = np.divmod(rel, 1000)
+    dq, dr = np.divmod(dur, 1000)
+    ev_col = sp["event"].tolist()
     out = [
-        f'{{"ph":"X","pid":{pid_s},"tid":{tid_base + int(ln)},"ts":{t:.3f},"dur":{d:.3f},"name":{ev_names[int(e)]},'
-        f'"cat":"ikp","args":{{"block":{int(b)},"depth":{int(dp)}}}}}'
-        for ln, t, d, e, b, dp in zip(sp["lane"], ts, dur, sp["event"], sp["block"], sp["depth"])
+        f'{{"ph":"X","pid":{pid_s},"tid":{t},"ts":{a}.{b_:03d},"dur":{c}.{d:03d},"name":{ev_names[e]},'
+        f'"cat":"ikp","args":{{"block":{blk},"depth":{dp}}}}}'
+        for t, a, b_, c, d, e, blk, dp in zip(tid.tolist(), rq.tolist(), rr.tolist(), dq.tolist(), dr.tolist(), ev_col,
+                                              sp["block"].tolist(), sp["depth"].tolist())
     ]
-    for ln in lanes:
-        b, g = int(ln) // trace.num_groups, int(ln) % trace.num_groups
-        label = json.dumps(f"block {b} {names.group(g)}")
-        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + int(ln)},"name":"thread_name","args":{{"name":{label}}}}}')
-        out.append(
-            f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + int(ln)},"name":"thread_sort_index","args":{{"sort_index":{tid_base + int(ln)}}}}}'
-        )
-    counts = {"written": int(sp.size), "lanes": int(lanes.size), "lanes_left_out": left_lanes, "spans_left_out": dropped_spans}
+    for i, key in enumerate(track.tolist()):  # per track (lanes x overlap rows): metadata only
+        ln, k = divmod(key, 1 << 20)
+        b, g = ln // trace.num_groups, ln % trace.num_groups
+        label = f"block {b} {names.group(g)}" + (f" (overlap {k})" if k else "")
+        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_name","args":{{"name":{json.dumps(label)}}}}}')
+        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_sort_index","args":{{"sort_index":{tid_base + i}}}}}')
+    counts["tracks"] = int(track.size)
     return out, counts
 
 
@@ -333,6 +355,7 @@ def write_chrome(
     mode: str = "timeline",
     clock_offsets_ns: dict | None = None,
     max_lanes_per_part: int | None = None,
+    progress: bool | None = None,
 ) -> dict:
     """One Chrome JSON trace, one process per part (pid = part index, named by its label). Returns a
     summary (origin_ns, per part shift and counts of what was written / left out)."""
@@ -342,7 +365,7 @@ def write_chrome(
     origin = int(min(p.trace.start_ns + dt for p, dt in zip(parts, shift)))
     lines: list[str] = []
     summary = {"origin_ns": origin, "mode": mode, "parts": []}
-    for i, (p, dt) in enumerate(zip(parts, shift)):
+    for i, (p, dt) in _progress(list(enumerate(zip(parts, shift))), "write", progress):
         ev, counts = chrome_events(p.trace, pid=i, shift_ns=int(dt), origin_ns=origin, max_lanes=max_lanes_per_part)
         lines.extend(ev)
         lines.append(f'{{"ph":"M","pid":{i},"name":"process_name","args":{{"name":{json.dumps(p.label)}}}}}')

@@ -212,6 +212,18 @@ def _mentions_pred(x: Instruction, guard: str) -> bool:
     return any(o.lstrip("!") == pred for o in x.operands) or x.base in ("R2P", "UR2UP", "CALL")
 
 
+def _conditional(x: Instruction) -> bool:
+    """May the instruction not take effect: a guard (`@P0 BRA`) or, on sm_100-style listings, a
+    predicate operand (`BRA.U !UP0, target`)."""
+    if x.never:
+        return False
+    if x.predicated:
+        return True
+    return x.base in ("BRA", "JMP", "EXIT", "RET", "BRX", "JMX", "CALL") and any(
+        _is_pred(o) and o.lstrip("!") not in ("PT", "UPT") for o in x.operands
+    )
+
+
 def _is_pred(token: str) -> bool:
     return bool(_PRED_RE.match(token.strip()))
 
@@ -248,7 +260,7 @@ def build_program(fn: Function) -> Program:
     n = len(ins)
     for i, x in enumerate(ins):
         base = x.base
-        falls = i + 1 < n and (x.predicated or x.never)
+        falls = i + 1 < n and (_conditional(x) or x.never)
         if x.never:
             succ[i] = [i + 1] if i + 1 < n else []
             continue
@@ -662,7 +674,7 @@ def _successors(
         out = []
         if cstack:
             out.append((cstack[-1], rstack, cstack[:-1]))
-        if x.predicated and i + 1 < len(prog.instructions):
+        if _conditional(x) and i + 1 < len(prog.instructions):
             out.append((i + 1, rstack, cstack))
         return out
     if i in prog.call_target and not x.never:
@@ -670,13 +682,13 @@ def _successors(
             problems.add(f"pc {x.pc:#x}: call depth above {MAX_CALL_DEPTH} (recursion), not followed")
             return []
         out = [(prog.call_target[i], rstack, cstack + (i + 1,))]
-        if x.predicated:
+        if _conditional(x):
             out.append((i + 1, rstack, cstack))
         return out
     out = []
     for s in prog.succ[i]:
         guarded = prog.skips.get(i)
-        if guarded is not None and s == guarded[1] and x.predicated:
+        if guarded is not None and s == guarded[1] and _conditional(x):
             out.append((s, _apply_range(rstack, guarded, skip_effects), cstack))
         else:
             out.append((s, rstack, cstack))
@@ -698,7 +710,7 @@ def find_skips(prog: Program) -> dict[int, tuple[int, int]]:
     ins = prog.instructions
     skips: dict[int, tuple[int, int]] = {}
     for b, x in enumerate(ins):
-        if x.base != "BRA" or not x.predicated or len(prog.succ[b]) != 2:
+        if x.base != "BRA" or not _conditional(x) or len(prog.succ[b]) != 2:
             continue
         t = max(prog.succ[b])
         if t <= b + 1 or min(prog.succ[b]) != b + 1:
@@ -982,7 +994,7 @@ def _assemble(fn, sha, events, markers, seen, problems) -> RegionMap:
 
 
 def _ends_flow(x: Instruction) -> bool:
-    return x.base in ("EXIT", "BRA", "RET", "BRX", "JMX", "JMP", "KILL") and not x.predicated and not x.never
+    return x.base in ("EXIT", "BRA", "RET", "BRX", "JMX", "JMP", "KILL") and not _conditional(x) and not x.never
 
 
 def map_compiled(compiled: Any, **kwargs) -> RegionMap:

@@ -209,59 +209,104 @@ class Stream:
 
 def merged_stream(spans: np.ndarray, instants: np.ndarray, origin: int) -> Stream:
     n, m = spans.size, instants.size
-    zero = spans["end_ns"] == spans["start_ns"] if n else np.zeros(0, bool)
-    pos_idx = np.flatnonzero(~zero)  # spans whose END is its own stream event
     lane_b = spans["lane"].astype(np.int64)
     lane_i = instants["lane"].astype(np.int64)
     tb = spans["start_ns"] - origin
-    te = spans["end_ns"][pos_idx] - origin
+    te_all = spans["end_ns"] - origin
     ti = instants["ts_ns"] - origin
-    # ENDs enter in reverse row order so that stable ties close the later-begun (inner) region first.
-    end_rows = pos_idx[::-1]
-    te_rev = te[::-1]
+    zero = te_all == tb
+    end_rows = np.flatnonzero(~zero)  # spans whose END is its own stream event
+    te = te_all[end_rows]
     lane_e = lane_b[end_rows]
-    n_end = end_rows.size
-    tmax = max([int(a.max()) for a in (tb, te, ti) if a.size] + [0])
+    tmax = max([int(a.max()) for a in (tb, te_all, ti) if a.size] + [0])
     lmax = max([int(a.max()) for a in (lane_b, lane_i) if a.size] + [0])
     if tmax < (1 << _TS_BITS) and lmax < (1 << _LANE_BITS):
         def key(lane, t, kind):
             return ((lane << _TS_BITS) | t) << 2 | kind
 
-        keys = np.concatenate([key(lane_e, te_rev, KIND_END), key(lane_i, ti, KIND_INSTANT), key(lane_b, tb, KIND_BEGIN)])
+        # each kind sorted on its own (rows are nearly in order, so these sorts are cheap), then one
+        # merge of three sorted runs; stable sorts keep row order for ties
+        kb, ke, ki = key(lane_b, tb, KIND_BEGIN), key(lane_e, te, KIND_END), key(lane_i, ti, KIND_INSTANT)
+        ob = np.arange(n) if _nondecreasing(kb) else np.argsort(kb, kind="stable")
+        oe = np.argsort(ke, kind="stable")
+        oe = oe[_reverse_ties(ke[oe])]  # equal END keys: the later-begun (inner) region closes first
+        oi = np.argsort(ki, kind="stable")
+        keys = np.concatenate([ke[oe], ki[oi], kb[ob]])
         order = np.argsort(keys, kind="stable")
-    else:  # very long or very wide traces: same order, slower sort
-        lanes = np.concatenate([lane_e, lane_i, lane_b])
-        ts = np.concatenate([te_rev, ti, tb])
-        kinds = np.concatenate([np.full(n_end, KIND_END), np.full(m, KIND_INSTANT), np.full(n, KIND_BEGIN)])
+        src_index = np.concatenate([end_rows[oe], oi, ob])
+    else:  # very long or very wide traces: the same order from a lexsort
+        lanes = np.concatenate([lane_e[::-1], lane_i, lane_b])
+        ts = np.concatenate([te[::-1], ti, tb])
+        kinds = np.concatenate([np.full(end_rows.size, KIND_END), np.full(m, KIND_INSTANT), np.full(n, KIND_BEGIN)])
         order = np.lexsort((kinds, ts, lanes))
-    src_kind = np.concatenate([np.full(n_end, KIND_END, np.int8), np.full(m, KIND_INSTANT, np.int8), np.full(n, KIND_BEGIN, np.int8)])
-    src_index = np.concatenate([end_rows, np.arange(m), np.arange(n)])
+        src_index = np.concatenate([end_rows[::-1], np.arange(m), np.arange(n)])
+    src_kind = np.concatenate(
+        [np.full(end_rows.size, KIND_END, np.int8), np.full(m, KIND_INSTANT, np.int8), np.full(n, KIND_BEGIN, np.int8)]
+    )
     kind = src_kind[order]
     index = src_index[order]
-    # expand zero-length BEGINs into BEGIN, END
-    width = np.ones(kind.size, np.int64)
-    is_zero_begin = np.zeros(kind.size, bool)
-    if n and zero.any():
-        is_zero_begin = (kind == KIND_BEGIN) & zero[np.where(kind == KIND_BEGIN, index, 0)]
-        width[is_zero_begin] = 2
+    if n and zero.any():  # a zero-length span is its BEGIN immediately followed by its END
+        is_zero_begin = kind == KIND_BEGIN
+        is_zero_begin[is_zero_begin] = zero[index[is_zero_begin]]
+        width = 1 + is_zero_begin
         start = np.cumsum(width) - width
-        total = int(width.sum())
-        kind2 = np.empty(total, np.int8)
-        index2 = np.empty(total, np.int64)
+        kind2 = np.empty(int(start[-1] + width[-1]), np.int8)
+        index2 = np.empty(kind2.size, np.int64)
         kind2[start] = kind
         index2[start] = index
         second = start[is_zero_begin] + 1
         kind2[second] = KIND_END
         index2[second] = index[is_zero_begin]
         kind, index = kind2, index2
-    pos = np.arange(kind.size)
     pos_begin = np.empty(n, np.int64)
     pos_end = np.empty(n, np.int64)
-    is_b = kind == KIND_BEGIN
-    is_e = kind == KIND_END
-    pos_begin[index[is_b]] = pos[is_b]
-    pos_end[index[is_e]] = pos[is_e]
+    at_b = np.flatnonzero(kind == KIND_BEGIN)
+    at_e = np.flatnonzero(kind == KIND_END)
+    pos_begin[index[at_b]] = at_b
+    pos_end[index[at_e]] = at_e
     return Stream(kind=kind, index=index, pos_begin=pos_begin, pos_end=pos_end)
+
+
+def _present(ids: np.ndarray) -> np.ndarray:
+    """Sorted distinct non-negative ids (np.unique without the sort, for ids of modest range)."""
+    if ids.size == 0:
+        return np.zeros(0, np.int64)
+    if int(ids.max()) > 4 * ids.size + (1 << 16):
+        return np.unique(ids).astype(np.int64)
+    return np.flatnonzero(np.bincount(ids))
+
+
+def _in_set(ids: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """ids in members (both non-negative), via a dense lookup table."""
+    if ids.size == 0 or members.size == 0:
+        return np.zeros(ids.size, bool)
+    table = np.zeros(max(int(ids.max()), int(members.max())) + 1, bool)
+    table[members] = True
+    return table[ids]
+
+
+def _nondecreasing(a: np.ndarray) -> bool:
+    return bool(a.size < 2 or (a[1:] >= a[:-1]).all())
+
+
+def _reverse_ties(sorted_keys: np.ndarray) -> np.ndarray:
+    """Permutation of a sorted array that reverses the order inside each run of equal keys."""
+    perm = np.arange(sorted_keys.size)
+    if sorted_keys.size < 2:
+        return perm
+    tie = np.flatnonzero(sorted_keys[1:] == sorted_keys[:-1]) + 1  # equal to the one before
+    if tie.size == 0:
+        return perm
+    in_run = np.zeros(sorted_keys.size, bool)
+    in_run[tie] = True
+    in_run[tie - 1] = True
+    r = np.flatnonzero(in_run)  # members of runs of equal keys, runs contiguous
+    new = np.r_[True, sorted_keys[r[1:]] != sorted_keys[r[:-1]]] | np.r_[True, r[1:] != r[:-1] + 1]
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], r.size] - 1
+    run = np.cumsum(new) - 1
+    perm[r] = r[starts[run] + ends[run] - np.arange(r.size)]
+    return perm
 
 
 # --- sub-tracks for overlapping regions ----------------------------------------------------------
@@ -298,12 +343,14 @@ def assign_subtracks(spans: np.ndarray, stream: Stream, max_rounds: int = 64) ->
     sub = np.zeros(n, np.int64)
     if n == 0:
         return sub
-    lane = spans["lane"].astype(np.int64)
-    event = spans["event"].astype(np.int64)
-    bad = _not_nested(stream.pos_begin, stream.pos_end, sub)
+    # first check on the stream itself: all spans of a lane on one track, no sort needed
+    depth = np.cumsum(np.array([-1, 0, 1], np.int32)[stream.kind])  # KIND_END, KIND_INSTANT, KIND_BEGIN
+    bad = depth[stream.pos_begin] != depth[stream.pos_end] + 1
     if not bad.any():
         return sub
-    active = np.flatnonzero(np.isin(lane, np.unique(lane[bad])))
+    lane = spans["lane"].astype(np.int64)
+    event = spans["event"].astype(np.int64)
+    active = np.flatnonzero(_in_set(lane, lane[bad]))
     for _ in range(max_rounds):
         a_bad = _not_nested(stream.pos_begin[active], stream.pos_end[active], sub[active])
         if not a_bad.any():
@@ -319,10 +366,9 @@ def assign_subtracks(spans: np.ndarray, stream: Stream, max_rounds: int = 64) ->
         hit = (at < move_group.size) & (move_group[at_c] == group) & (move_event[at_c] == event[active])
         sub[active[hit]] += 1
         # lanes that are now clean drop out
-        a_bad_lanes = np.unique(lane[active][a_bad])
-        active = active[np.isin(lane[active], a_bad_lanes)]
+        active = active[_in_set(lane[active], lane[active][a_bad])]
     still = _not_nested(stream.pos_begin[active], stream.pos_end[active], sub[active])
-    _first_fit(active[np.isin(lane[active], np.unique(lane[active][still]))], lane, stream, sub)
+    _first_fit(active[_in_set(lane[active], lane[active][still])], lane, stream, sub)
     return sub
 
 
@@ -428,7 +474,7 @@ def build_track_tree(
 
     rname = root_name(trace)
     root = add(0, rname, None, parent_of_children=True)
-    event_ids = np.unique(spans["event"]).tolist() if spans.size else []
+    event_ids = _present(spans["event"]).tolist()
     counter_uuid = {}
     if counters:
         for k, e in enumerate(event_ids):
@@ -436,17 +482,20 @@ def build_track_tree(
     base_rank = len(counter_uuid)
 
     # lanes that have anything to show, with block, group, sub-track count and SM
-    lane_all = np.concatenate([spans["lane"].astype(np.int64), instants["lane"].astype(np.int64)])
-    block_all = np.concatenate([spans["block"].astype(np.int64), instants["block"].astype(np.int64)])
-    group_all = np.concatenate([spans["group"].astype(np.int64), instants["group"].astype(np.int64)])
-    sub_all = np.concatenate([sub, np.zeros(instants.size, np.int64)])
-    lanes, first = np.unique(lane_all, return_index=True)
-    lane_block, lane_group = block_all[first], group_all[first]
-    lane_row = np.searchsorted(lanes, lane_all)
-    nsub = np.zeros(lanes.size, np.int64)
-    if lane_all.size:
-        np.maximum.at(nsub, lane_row, sub_all)
-    nsub += 1
+    lane_all = np.concatenate([spans["lane"], instants["lane"]]).astype(np.int64)
+    lanes = _present(lane_all)
+    lut = np.full(int(lanes.max()) + 1 if lanes.size else 1, -1, np.int64)
+    lut[lanes] = np.arange(lanes.size)
+    lane_row = lut[lane_all]
+    any_row = np.empty(lanes.size, np.int64)
+    any_row[lane_row] = np.arange(lane_all.size)  # some row of each lane: all give its block and group
+    block_all = np.concatenate([spans["block"], instants["block"]])
+    group_all = np.concatenate([spans["group"], instants["group"]])
+    lane_block, lane_group = block_all[any_row].astype(np.int64), group_all[any_row].astype(np.int64)
+    nsub = np.ones(lanes.size, np.int64)
+    moved = np.flatnonzero(sub)
+    if moved.size:
+        np.maximum.at(nsub, lane_row[moved], sub[moved] + 1)
     lane_sm = _lane_sm(trace, lanes)
 
     blocks, block_first = np.unique(lane_block, return_index=True)
@@ -512,7 +561,7 @@ def _lane_sm(trace: Trace, lanes: np.ndarray) -> np.ndarray:
 
 
 def _interning_packet(trace: Trace, spans: np.ndarray, instants: np.ndarray, args: bool) -> bytes:
-    ids = np.unique(np.concatenate([spans["event"].astype(np.int64), instants["event"].astype(np.int64)]))
+    ids = _present(np.concatenate([spans["event"], instants["event"]]).astype(np.int64))
     interned = bytearray()
     for e in ids.tolist():
         interned += _f_bytes(2, _f_varint(1, e + 1) + _f_bytes(2, trace.names.event(e).encode()))
@@ -532,17 +581,23 @@ def _interning_packet(trace: Trace, spans: np.ndarray, instants: np.ndarray, arg
 
 
 class _Layout:
-    """A fixed-width protobuf record: constant bytes and padded-varint columns, filled column-wise."""
+    """A fixed-width protobuf record: constant bytes, padded-varint columns and raw per-row bytes,
+    filled a whole column at a time (constants by broadcasting one template row)."""
 
     def __init__(self) -> None:
-        self.parts: list = []  # ("c", bytes) | ("v", values, width)
+        self.parts: list = []  # ("c", bytes) | ("v", values, width) | ("r", uint8 values)
 
     @property
     def width(self) -> int:
-        return sum(len(p[1]) if p[0] == "c" else p[2] for p in self.parts)
+        return sum(_part_width(p) for p in self.parts)
 
     def const(self, b: bytes) -> "_Layout":
         self.parts.append(("c", bytes(b)))
+        return self
+
+    def raw(self, values: np.ndarray) -> "_Layout":
+        """One byte per row (e.g. a length that depends on the record kind)."""
+        self.parts.append(("r", values))
         return self
 
     def varint(self, field: int, values: np.ndarray | int, width: int) -> "_Layout":
@@ -558,26 +613,82 @@ class _Layout:
         self.parts.extend(inner.parts)
         return self
 
+    def extend(self, other: "_Layout") -> "_Layout":
+        self.parts.extend(other.parts)
+        return self
+
     def fill(self, n: int) -> np.ndarray:
-        out = np.empty((n, self.width), np.uint8)
+        """-> (n, width) uint8 rows. Built as 64-bit words: the constant bytes are one template word
+        per column, each per-row field is ORed in at its byte offset (a padded varint of <= 8 bytes is
+        one uint64 with its 7-bit groups spread over its bytes)."""
+        width = self.width
+        nwords = (width + 7) // 8
+        template = np.zeros(nwords * 8, np.uint8)
         col = 0
         for p in self.parts:
             if p[0] == "c":
-                w = len(p[1])
-                out[:, col : col + w] = np.frombuffer(p[1], np.uint8)
-            else:
+                template[col : col + len(p[1])] = np.frombuffer(p[1], np.uint8)
+            col += _part_width(p)
+        if any(p[0] == "v" and p[2] > 8 for p in self.parts):
+            return self._fill_bytes(n, template[:width])
+        words = [np.full(n, w, np.uint64) for w in template.view(np.uint64).tolist()]
+        col = 0
+        for p in self.parts:
+            if p[0] != "c":
+                value = _spread_varint(p[1], p[2]) if p[0] == "v" else p[1].astype(np.uint64)
+                j, shift = divmod(col, 8)
+                words[j] |= value << np.uint64(8 * shift) if shift else value
+                if shift + _part_width(p) > 8:
+                    words[j + 1] |= value >> np.uint64(64 - 8 * shift)
+            col += _part_width(p)
+        rows = np.stack(words, axis=1).view(np.uint8)
+        return rows if width == nwords * 8 else np.ascontiguousarray(rows[:, :width])
+
+    def _fill_bytes(self, n: int, template: np.ndarray) -> np.ndarray:
+        out = np.empty((n, self.width), np.uint8)
+        out[:] = template
+        col = 0
+        for p in self.parts:
+            if p[0] == "v":
                 _put_varint(out, col, p[1], p[2])
-                w = p[2]
-            col += w
+            elif p[0] == "r":
+                out[:, col] = p[1]
+            col += _part_width(p)
         return out
+
+
+def _part_width(p) -> int:
+    return len(p[1]) if p[0] == "c" else (1 if p[0] == "r" else p[2])
 
 
 def _packet_layout(body: _Layout) -> _Layout:
     return _Layout().message(1, body)
 
 
-def _put_varint(out: np.ndarray, col: int, values: np.ndarray, width: int) -> None:
+_SPREAD_MASKS = [np.uint64(0x7F << (7 * k)) for k in range(8)]
+
+
+def _spread_varint(values: np.ndarray, width: int) -> np.ndarray:
+    """uint64 whose first `width` bytes are the padded varint of each value (width <= 8)."""
     v = values.astype(np.int64, copy=False).view(np.uint64)
+    spread = v & _SPREAD_MASKS[0]
+    for k in range(1, width):
+        spread |= (v & _SPREAD_MASKS[k]) << np.uint64(k)
+    spread |= np.uint64(int.from_bytes(b"\x80" * (width - 1), "little"))
+    return spread
+
+
+def _put_varint(out: np.ndarray, col: int, values: np.ndarray, width: int) -> None:
+    """Padded varint of `width` bytes per row. Up to 8 bytes: spread the 7-bit groups into the bytes
+    of one uint64 with the continuation bits set, then copy its first `width` bytes."""
+    v = values.astype(np.int64, copy=False).view(np.uint64)
+    if width <= 8:
+        spread = v & _SPREAD_MASKS[0]
+        for k in range(1, width):
+            spread |= (v & _SPREAD_MASKS[k]) << np.uint64(k)
+        spread |= np.uint64(int.from_bytes(b"\x80" * (width - 1), "little"))
+        out[:, col : col + width] = spread.view(np.uint8).reshape(-1, 8)[:, :width]
+        return
     for k in range(width):
         b = v >> np.uint64(7 * k) if k else v
         b = (b & np.uint64(0x7F)).astype(np.uint8)
@@ -595,99 +706,125 @@ def _uwidth(values: np.ndarray) -> int:
     return _varint_width(int(values.max()))
 
 
-def _event_layouts(n_named, ts_named, uuid_named, type_named, iid_named, arg_cols, n_end, ts_end, uuid_end):
-    """BEGIN/INSTANT ("named") and END records -> (named rows, end rows).
-
-    Both kinds share timestamp and uuid widths. When their widths differ, a few padding bytes (wider
-    varints: still valid protobuf) make both multiples of 4 (or 2), so `_interleave` moves 32-bit
-    (16-bit) words instead of bytes."""
-    tw = _uwidth(np.concatenate([ts_named, ts_end]))
-    uw = _uwidth(np.concatenate([uuid_named, uuid_end]))
-    iw = _uwidth(iid_named)
-
-    def named(pad: int) -> _Layout:
-        te = _Layout().varint(9, type_named, 1).varint(11, uuid_named, uw).varint(10, iid_named, iw + pad)
-        for i, col in arg_cols:
-            te.message(4, _Layout().varint(1, i + 1, 1).varint(4, col, _uwidth(col)))
-        body = _Layout().varint(8, ts_named, tw).varint(10, SEQUENCE_ID, 1).varint(13, SEQ_NEEDS_INCREMENTAL_STATE, 1)
-        return _packet_layout(body.message(11, te))
-
-    def end(pad: int) -> _Layout:
-        te = _Layout().varint(9, TYPE_SLICE_END, 1).varint(11, uuid_end, uw + pad)
-        return _packet_layout(_Layout().varint(8, ts_end, tw).varint(10, SEQUENCE_ID, 1).message(11, te))
-
-    wa, wb = named(0).width, end(0).width
-    pa = pb = 0
-    if wa != wb and n_named and n_end:
-        p4 = (-wa % 4, -wb % 4)
-        pa, pb = p4 if sum(p4) <= 2 else (wa % 2, wb % 2)
-    return named(pa).fill(n_named), end(pb).fill(n_end)
-
-
 def _encode_events(trace, spans, instants, stream: Stream, tree: TrackTree, origin: int, args: bool) -> np.ndarray:
+    """All slice and instant packets in stream order, as one byte array.
+
+    Every packet starts with the same "head" (timestamp, sequence id, and the track event's type and
+    track uuid; lengths and type are per-row bytes), built for all rows at once in stream order.
+    BEGIN/INSTANT packets continue with a "tail" (name_iid and args, closing the track event, then
+    SEQ_NEEDS_INCREMENTAL_STATE) that is spliced in after their head. Head and tail widths are padded
+    (wider varints) to whole 32-bit (or 16-bit) words, so the splice moves words, not bytes."""
     kind, index = stream.kind, stream.index
+    if kind.size == 0:
+        return np.zeros(0, np.uint8)
     is_end = kind == KIND_END
+    is_inst = kind == KIND_INSTANT
     named_pos = np.flatnonzero(~is_end)
-    end_pos = np.flatnonzero(is_end)
-    nk, ni = kind[named_pos], index[named_pos]
-    is_inst = nk == KIND_INSTANT
-    span_row = np.where(is_inst, 0, ni)
-    inst_row = np.where(is_inst, ni, 0)
+    span_row = np.where(is_inst, 0, index)
+    inst_row = index[is_inst]
+    if spans.size:
+        ts = np.where(is_end, spans["end_ns"][span_row], spans["start_ns"][span_row])
+        uuid = tree.span_uuid[span_row]
+    else:
+        ts = np.zeros(kind.size, np.int64)
+        uuid = np.zeros(kind.size, np.int64)
+    if instants.size:
+        ts[is_inst] = instants["ts_ns"][inst_row]
+        uuid[is_inst] = tree.instant_uuid[inst_row]
+    ts -= origin
 
-    def pick(span_col, inst_col):  # per named event: the span's or the instant's value
-        if not instants.size:
-            return span_col[span_row]
-        if not spans.size:
-            return inst_col[inst_row]
-        return np.where(is_inst, inst_col[inst_row], span_col[span_row])
+    # tail columns, per named row in stream order
+    n_named = named_pos.size
+    nk_inst = is_inst[named_pos]
+    ni = index[named_pos]
 
-    ts_named = pick(spans["start_ns"], instants["ts_ns"]) - origin
-    uuid_named = pick(tree.span_uuid, tree.instant_uuid)
-    event_named = pick(spans["event"].astype(np.int64), instants["event"].astype(np.int64))
-    type_named = np.where(is_inst, TYPE_INSTANT, TYPE_SLICE_BEGIN)
+    def named_col(span_col, inst_col):
+        out = np.empty(n_named, np.int64)
+        if spans.size:
+            out[:] = span_col[np.where(nk_inst, 0, ni)]
+        if instants.size:
+            out[nk_inst] = inst_col[ni[nk_inst]]
+        return out
+
+    event_named = named_col(spans["event"], instants["event"])
     arg_cols = []
-    if args:
-        lane_named = pick(spans["lane"].astype(np.int64), instants["lane"].astype(np.int64))
+    if args and n_named:
+        lane_named = named_col(spans["lane"], instants["lane"])
         cols = {
-            "block": pick(spans["block"].astype(np.int64), instants["block"].astype(np.int64)),
-            "group": pick(spans["group"].astype(np.int64), instants["group"].astype(np.int64)),
+            "block": named_col(spans["block"], instants["block"]),
+            "group": named_col(spans["group"], instants["group"]),
             "lane": lane_named,
             "event": event_named,
         }
-        sm = _lane_sm(trace, np.unique(lane_named))
+        lanes = _present(lane_named)
+        sm = _lane_sm(trace, lanes)
         if (sm >= 0).any():
-            cols["sm"] = sm[np.searchsorted(np.unique(lane_named), lane_named)]
+            cols["sm"] = sm[np.searchsorted(lanes, lane_named)]
         arg_cols = [(i, cols[a]) for i, a in enumerate(ARG_NAMES) if a in cols]
-    end_rows = index[end_pos]
-    ts_end = spans["end_ns"][end_rows] - origin
-    uuid_end = tree.span_uuid[end_rows]
-    named, end = _event_layouts(
-        named_pos.size, ts_named, uuid_named, type_named, event_named + 1, arg_cols, end_pos.size, ts_end, uuid_end
+
+    tw, uw, iw = _uwidth(ts), _uwidth(uuid), _uwidth(event_named + 1)
+
+    def tail_te(pad: int) -> _Layout:
+        te = _Layout().varint(10, event_named + 1, iw + pad)
+        for i, col in arg_cols:
+            te.message(4, _Layout().varint(1, i + 1, 1).varint(4, col, _uwidth(col)))
+        return te
+
+    te_head_w = 2 + 1 + uw  # type, track_uuid
+    head_w0 = 1 + 1 + 1 + tw + 2 + 1 + 1 + te_head_w  # 0A len | 40 ts | 50 seq | 5A len | te head
+    unit, pad_head, pad_tail = _choose_padding(head_w0, tail_te(0).width + 2, tw, iw)
+    te_tail = tail_te(pad_tail)
+    tail = _Layout().extend(te_tail).varint(13, SEQ_NEEDS_INCREMENTAL_STATE, 1)
+    te_len = np.where(is_end, te_head_w, te_head_w + te_tail.width)
+    head_w = head_w0 + pad_head
+    pkt_len = np.where(is_end, head_w - 2, head_w - 2 + tail.width)
+    if int(pkt_len.max()) > 127:
+        raise ValueError("a slice packet over 127 bytes: too many args for the one-byte length layout")
+    type_byte = np.where(is_end, TYPE_SLICE_END, np.where(is_inst, TYPE_INSTANT, TYPE_SLICE_BEGIN))
+    head = (
+        _Layout()
+        .const(_tag(1, 2)).raw(pkt_len)
+        .varint(8, ts, tw + pad_head)
+        .varint(10, SEQUENCE_ID, 1)
+        .const(_tag(11, 2)).raw(te_len)
+        .const(_tag(9, 0)).raw(type_byte)
+        .varint(11, uuid, uw)
     )
-    return _interleave(kind.size, named_pos, named, end_pos, end)
+    assert head.width == head_w and head_w % unit == 0 and tail.width % unit == 0
+    head_rows = head.fill(kind.size)
+    if n_named == 0:
+        return head_rows.reshape(-1)
+    return _splice(head_rows, tail.fill(n_named), named_pos, unit)
 
 
-def _interleave(total: int, pos_a: np.ndarray, rows_a: np.ndarray, pos_b: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
-    """Rows of two fixed-width record kinds placed at their stream positions, as one byte array."""
-    wa, wb = rows_a.shape[1], rows_b.shape[1]
-    if wa == wb:
-        out = np.empty((total, wa), np.uint8)
-        out[pos_a] = rows_a
-        out[pos_b] = rows_b
-        return out.reshape(-1)
-    # unequal widths: offsets from the running sum of widths, in the largest word both widths divide
-    unit = next(u for u in (8, 4, 2, 1) if wa % u == 0 and wb % u == 0)
-    word = {8: np.uint64, 4: np.uint32, 2: np.uint16, 1: np.uint8}[unit]
-    width = np.empty(total, np.int64)
-    width[pos_a] = wa // unit
-    width[pos_b] = wb // unit
-    offset = np.cumsum(width) - width
-    out = np.empty(int(width.sum()), word)
-    for rows, pos in ((rows_a, pos_a), (rows_b, pos_b)):
-        words = np.ascontiguousarray(rows).view(word)
-        off = offset[pos]
-        for c in range(words.shape[1]):
-            out[off + c] = words[:, c]
+def _choose_padding(head: int, tail: int, tw: int, iw: int) -> tuple[int, int, int]:
+    """(word size, extra timestamp bytes in every head, extra name_iid bytes in every tail): the
+    cheapest padding that makes head and tail whole words; 32-bit words if that costs <= 2 bytes a
+    slice (a slice has two heads and one tail), else 16-bit, else bytes."""
+    for unit in (4, 2):
+        ph, pt = -head % unit, -tail % unit
+        if tw + ph > 10 or iw + pt > 10:
+            continue
+        if unit == 2 or 2 * ph + pt <= 2:
+            return unit, ph, pt
+    return 1, 0, 0
+
+
+def _splice(head: np.ndarray, tail: np.ndarray, after: np.ndarray, unit: int) -> np.ndarray:
+    """Head rows with a tail row spliced in after the heads at positions `after` (sorted)."""
+    word = {4: np.uint32, 2: np.uint16, 1: np.uint8}[unit]
+    hw, tw = head.shape[1] // unit, tail.shape[1] // unit
+    hwords = head.view(word).reshape(-1)
+    twords = tail.view(word)
+    total = hwords.size + twords.size
+    # word index of tail word j of the r-th spliced row: after its own head, after r earlier tails
+    start = (after + 1) * hw + np.arange(after.size) * tw
+    ins = (start[:, None] + np.arange(tw)).reshape(-1)
+    mask = np.ones(total, bool)
+    mask[ins] = False
+    out = np.empty(total, word)
+    out[mask] = hwords
+    out[ins] = twords.reshape(-1)
     return out.view(np.uint8)
 
 
@@ -766,6 +903,8 @@ def _varint_width(v: int) -> int:
 
 
 def _varint(v: int, width: int | None = None) -> bytes:
+    if width is None and 0 <= v < 128:
+        return _SMALL[v]
     v &= (1 << 64) - 1
     width = width or _varint_width(v)
     out = bytearray()
@@ -775,6 +914,9 @@ def _varint(v: int, width: int | None = None) -> bytes:
     if v >> (7 * width):
         raise ValueError(f"value {v} does not fit a {width}-byte varint")
     return bytes(out)
+
+
+_SMALL = [bytes([i]) for i in range(128)]
 
 
 def _tag(field: int, wire_type: int) -> bytes:

@@ -90,6 +90,11 @@ def plot_gantt(trace: Trace, path: str | os.PathLike, launch: int | None = 0, ma
     from matplotlib.patches import Patch
 
     sp, lanes = launch_subset(trace, launch if (trace.meta or {}).get("parts") else None)
+    if sp.size == 0:
+        fig, ax = plt.subplots(figsize=(8, 2))
+        ax.text(0.5, 0.5, "no regions recorded", ha="center")
+        ax.axis("off")
+        return _save(fig, path, plt)
     left_out = 0
     if sp.size > max_spans:
         keep = np.argsort(-(sp["end_ns"] - sp["start_ns"]), kind="stable")[:max_spans]

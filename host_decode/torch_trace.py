@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from host_decode.errors import DecodeError
 
 CACHE_FORMAT = 1
 CACHE_SUFFIX = ".ikpcache.npz"
-CHUNK_BYTES = 16 << 20
+CHUNK_BYTES = 8 << 20  # per chunk: ~8 MB text -> ~60 MB of orjson objects, freed before the next
 
 # Categories, compared lower-case: current Kineto names first, older profiler names after.
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "memcpy": "memcpy",
@@ -80,11 +81,13 @@ class TorchTrace:
 # ---------------------------------------------------------------------------------------------- loading
 
 
-def load_torch_trace(path, *, cache: bool = True, chunk_bytes: int = CHUNK_BYTES, workers: int = 1) -> TorchTrace:
+def load_torch_trace(path, *, cache: bool = True, chunk_bytes: int = CHUNK_BYTES, workers: int = 1,
+                     parser: str = "auto") -> TorchTrace:
     """Parse a torch.profiler Chrome trace, or load its `.ikpcache.npz` when it matches the file.
 
     workers > 1 parses chunks of large files in that many spawned processes (the `ikp kernels` default is
-    2); as with any spawn-based pool, a calling script needs an `if __name__ == "__main__":` guard."""
+    2); as with any spawn-based pool, a calling script needs an `if __name__ == "__main__":` guard.
+    parser: "auto" (msgspec typed decoding for the bulk when installed, else orjson), "orjson", "msgspec"."""
     path = Path(path)
     st = path.stat()
     cache_path = Path(str(path) + CACHE_SUFFIX)
@@ -92,7 +95,7 @@ def load_torch_trace(path, *, cache: bool = True, chunk_bytes: int = CHUNK_BYTES
         trace = _read_cache(cache_path, path, st)
         if trace is not None:
             return trace
-    trace = _parse(path, chunk_bytes, workers)
+    trace = _parse(path, chunk_bytes, workers, parser)
     trace.meta["cache"] = _write_cache(cache_path, trace, st) if cache else "disabled"
     return trace
 
@@ -101,6 +104,37 @@ def _open(path: Path):
     with open(path, "rb") as f:
         magic = f.read(2)
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+class _Retry(Exception):
+    """The typed (msgspec) decoding did not fit a chunk: decode it again as dicts."""
+
+
+_NO_ARGS = [None]  # the msgspec Args default instance, set by _struct_decoder
+
+
+def _struct_decoder(parser: str):
+    """A msgspec decoder of just the fields we use (unknown fields are skipped without allocating), or
+    None when parser is "orjson" or msgspec is not installed. Anything that does not fit the schema
+    (a string stream id, a missing ts, ...) goes through the orjson path instead, with its checks."""
+    if parser == "orjson":
+        return None
+    try:
+        import msgspec
+    except ImportError:
+        if parser == "msgspec":
+            raise
+        return None
+    from typing import Optional, Union
+
+    # defstruct, not class syntax: this module's annotations are strings (from __future__ import annotations)
+    args = msgspec.defstruct("Args", [("device", int, -1), ("stream", int, -1), ("correlation", int, -1)])
+    event = msgspec.defstruct("Event", [
+        ("ph", Optional[str], None), ("cat", str, ""), ("name", str, ""), ("ts", Optional[float], None),
+        ("dur", Optional[float], None), ("pid", Union[int, str], -1), ("tid", Union[int, str], -1),
+        ("args", Optional[args], None)])
+    _NO_ARGS[0] = args()
+    return msgspec.json.Decoder(list[event])
 
 
 class _Interner(dict):
@@ -120,6 +154,7 @@ class _Builder:
     phases: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     n_elements: int = 0
+    decoder: object = None  # a msgspec decoder of the fields we use, or None (orjson only)
 
     def label_code(self, value) -> int:
         if value.__class__ is int:
@@ -183,9 +218,58 @@ class _Builder:
                 self.skipped[reason] = self.skipped.get(reason, 0) + 1
         return kept, np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
 
+    def add_structs(self, events: list) -> bool:
+        """Columns from msgspec-decoded events (see _struct_decoder); False, with nothing added, when
+        some complete event lacks ts/dur: the orjson path then counts it as skipped."""
+        phases = [e.ph for e in events]
+        counts = Counter(phases)
+        complete = events if counts.get("X", 0) == len(events) else [e for e in events if e.ph == "X"]
+        ts = np.array([e.ts for e in complete], dtype=np.float64)
+        dur = np.array([e.dur for e in complete], dtype=np.float64)
+        if not (np.isfinite(ts).all() and np.isfinite(dur).all()):
+            return False
+        for ph, n in counts.items():
+            self.phases[str(ph)] = self.phases.get(str(ph), 0) + n
+        if not complete:
+            return True
+        names, cats, code, p = self.names, self.cats, self.label_code, self.parts
+        no_args = _NO_ARGS[0]
+        args = [e.args or no_args for e in complete]
+        p["name"].append(np.array([names[e.name] for e in complete], dtype=np.int32))
+        p["cat"].append(np.array([cats[e.cat] for e in complete], dtype=np.int32))
+        p["pid"].append(np.array([v if v.__class__ is int else code(v) for v in [e.pid for e in complete]],
+                                 dtype=np.int64))
+        p["tid"].append(np.array([v if v.__class__ is int else code(v) for v in [e.tid for e in complete]],
+                                 dtype=np.int64))
+        p["ts_ns"].append(np.rint(ts * 1000.0).astype(np.int64))
+        p["dur_ns"].append(np.rint(dur * 1000.0).astype(np.int64))
+        p["device"].append(np.array([a.device for a in args], dtype=np.int64))
+        p["stream"].append(np.array([a.stream for a in args], dtype=np.int64))
+        p["correlation"].append(np.array([a.correlation for a in args], dtype=np.int64))
+        return True
+
+    def decode(self, orjson, body: bytes):
+        """Events of `[...]` text: msgspec typed decoding when available and the events fit its schema
+        (returns (events, True)), else orjson dicts (events, False); raises orjson.JSONDecodeError."""
+        if self.decoder is not None:
+            try:
+                return self.decoder.decode(body), True
+            except Exception:  # noqa: BLE001 - msgspec.DecodeError/ValidationError: let orjson judge
+                pass
+        return orjson.loads(body), False
+
+    def add(self, events, typed: bool, source: str, first_index: int, offsets) -> None:
+        if not (typed and self.add_structs(events)):
+            if typed:  # re-read as dicts so that untimed events are counted the orjson way
+                raise _Retry
+            self.add_chunk(events, source, first_index, offsets)
+
     def finish(self, source: str, meta: dict) -> TorchTrace:
-        columns = {k: (np.concatenate(v) if v else np.zeros(0, dtype)).astype(dtype, copy=False)
-                   for (k, dtype), v in zip(COLUMNS.items(), self.parts.values())}
+        columns = {}
+        for k, dtype in COLUMNS.items():  # one column at a time, freeing its parts: peak = parts + 1 column
+            parts = self.parts[k]
+            columns[k] = (np.concatenate(parts) if parts else np.zeros(0, dtype)).astype(dtype, copy=False)
+            parts.clear()
         meta = dict(meta, phases=self.phases, skipped=self.skipped, n_elements=self.n_elements)
         return TorchTrace(source, columns, list(self.names), list(self.cats), list(self.labels), meta)
 
@@ -219,32 +303,35 @@ _SEPARATOR = re.compile(rb"\s*,\s*")
 _WHITESPACE = re.compile(rb"\s*")
 
 
-def _parse(path: Path, chunk_bytes: int, workers: int = 1) -> TorchTrace:
+def _parse(path: Path, chunk_bytes: int, workers: int = 1, parser: str = "auto") -> TorchTrace:
     import orjson
 
-    source = str(path)
-    if workers > 1 and path.stat().st_size > 2 * chunk_bytes:
-        try:
-            return _parse_with(path, chunk_bytes, orjson, workers)
-        except _FallBack:
-            pass  # a wrong boundary guess or malformed data: the serial parse finds and names the problem
-    return _parse_with(path, chunk_bytes, orjson, 1)
+    try:
+        if workers > 1 and path.stat().st_size > 2 * chunk_bytes:
+            try:
+                return _parse_with(path, chunk_bytes, orjson, workers, parser)
+            except _FallBack:
+                pass  # a wrong boundary guess or malformed data: the serial parse finds and names the problem
+        return _parse_with(path, chunk_bytes, orjson, 1, parser)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise DecodeError(f"truncated or corrupt gzip stream: {err}", source=str(path)) from None
 
 
-def _parse_with(path: Path, chunk_bytes: int, orjson, workers: int) -> TorchTrace:
+def _parse_with(path: Path, chunk_bytes: int, orjson, workers: int, parser: str) -> TorchTrace:
     source = str(path)
-    builder = _Builder()
+    builder = _Builder(decoder=_struct_decoder(parser))
     with _open(path) as f:
         buf, base, header = _find_array_start(f, source, chunk_bytes)
         first = True
         if workers > 1:
-            buf, base, first = _parallel_body(f, buf, base, builder, chunk_bytes, workers)
-        trailer = _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes)
+            buf, base, first = _parallel_body(f, buf, base, builder, chunk_bytes, workers, parser)
+        trailer = _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes, "traceEvents" in header)
     meta = {k: v for k, v in {**header, **trailer}.items() if k != "traceEvents"}
+    meta["parser"] = "msgspec+orjson" if builder.decoder is not None else "orjson"
     return builder.finish(source, meta)
 
 
-def _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes) -> dict:
+def _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes, object_form) -> dict:
     """Parse the rest of the traceEvents array from `buf` + the file; returns the trailer's keys."""
     eof = False
     while True:
@@ -267,7 +354,7 @@ def _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes) -> d
             if close is not None:
                 tail_from = int(ends[-1]) + 1 if len(ends) else 0
                 _check_separator(buf, tail_from, close, source, base, first, closing=True)
-                return _parse_trailer(orjson, buf[close + 1:] + f.read(), source, base + close + 1)
+                return _parse_trailer(orjson, buf[close + 1:] + f.read(), source, base + close + 1, object_form)
             cut = int(ends[-1]) + 1
         else:
             first = False
@@ -281,7 +368,7 @@ class _FallBack(Exception):
     """The parallel path met something it does not report precisely."""
 
 
-def _parallel_body(f, buf, base, builder, chunk_bytes, workers):
+def _parallel_body(f, buf, base, builder, chunk_bytes, workers, parser):
     """Cut the array at guessed boundaries and parse the pieces in worker processes, in order; stops at
     end of file and returns the unparsed rest (last events, ']' and trailer) for the serial path."""
     import multiprocessing
@@ -300,7 +387,7 @@ def _parallel_body(f, buf, base, builder, chunk_bytes, workers):
             if guess is None:
                 continue  # no boundary yet (an event larger than a chunk): read more
             begin, end = guess
-            pending.append(pool.submit(_parse_body, b"[" + buf[begin:end + 1] + b"]"))
+            pending.append(pool.submit(_parse_body, b"[" + buf[begin:end + 1] + b"]", parser))
             first = False
             base += end + 1
             buf = buf[end + 1:]
@@ -311,14 +398,18 @@ def _parallel_body(f, buf, base, builder, chunk_bytes, workers):
     return buf, base, first
 
 
-def _parse_body(body: bytes) -> dict:
+def _parse_body(body: bytes, parser: str) -> dict:
     """Worker: columns of one piece `[events]`, with its own string tables."""
     import orjson
 
-    builder = _Builder()
+    builder = _Builder(decoder=_struct_decoder(parser))
     try:
-        events = orjson.loads(body)
-        builder.add_chunk(events, "", 0, _OffsetsUnknown(0))
+        events, typed = builder.decode(orjson, body)
+        try:
+            builder.add(events, typed, "", 0, _OffsetsUnknown(0))
+        except _Retry:
+            events = orjson.loads(body)
+            builder.add_chunk(events, "", 0, _OffsetsUnknown(0))
     except Exception as err:  # noqa: BLE001 - any failure sends the file to the exact serial path
         return {"error": repr(err)}
     builder.n_elements = len(events)
@@ -377,11 +468,17 @@ def _fast_chunk(orjson, buf: bytes, builder, source: str, base: int, first: bool
     if guess is None:
         return None
     begin, end = guess
+    body = b"[" + buf[begin: end + 1] + b"]"
+    offsets = _OffsetsUnknown(base + begin)
     try:
-        events = orjson.loads(b"[" + buf[begin: end + 1] + b"]")
+        events, typed = builder.decode(orjson, body)
+        try:
+            builder.add(events, typed, source, builder.n_elements, offsets)
+        except _Retry:
+            events = orjson.loads(body)
+            builder.add_chunk(events, source, builder.n_elements, offsets)
     except orjson.JSONDecodeError:
         return None
-    builder.add_chunk(events, source, builder.n_elements, _OffsetsUnknown(base + begin))
     builder.n_elements += len(events)
     return end + 1
 
@@ -510,9 +607,12 @@ def _locate_bad_event(orjson, buf, starts, ends, source, base, first_index):
                       source=source)
 
 
-def _parse_trailer(orjson, rest: bytes, source: str, offset: int) -> dict:
-    if not rest.strip():
-        return {}  # plain-array form ends at ']'
+def _parse_trailer(orjson, rest: bytes, source: str, offset: int, object_form: bool) -> dict:
+    """Keys after the traceEvents array (object form), which must close the object; nothing (array form)."""
+    if not object_form:
+        if rest.strip():
+            raise DecodeError(f"unexpected data after the event array at byte {offset}", source=source)
+        return {}
     try:
         trailer = orjson.loads(b'{"traceEvents":[]' + rest)
     except orjson.JSONDecodeError as err:
@@ -587,9 +687,11 @@ def profiler_steps(trace: TorchTrace) -> dict:
     step_ids = {i: int(m.group(1)) for i, n in enumerate(trace.names) if (m := STEP_RE.match(n))}
     mask = trace.cat_mask(STEP_CATS) & np.isin(trace.columns["name"], list(step_ids) or [-1])
     start = trace.columns["ts_ns"][mask]
-    order = np.argsort(start, kind="stable")
-    number = np.array([step_ids[i] for i in trace.columns["name"][mask]], dtype=np.int64)[order]
-    return {"number": number, "start_ns": start[order], "end_ns": (start + trace.columns["dur_ns"][mask])[order]}
+    number = np.array([step_ids[i] for i in trace.columns["name"][mask]], dtype=np.int64)
+    _, first = np.unique(number, return_index=True)  # one row per step (a trace may have it twice)
+    first = first[np.argsort(start[first], kind="stable")]
+    return {"number": number[first], "start_ns": start[first],
+            "end_ns": (start + trace.columns["dur_ns"][mask])[first]}
 
 
 BY_NONE, BY_LAUNCH, BY_TIME = 0, 1, 2
@@ -667,7 +769,7 @@ def select(trace: TorchTrace, *, categories=None, step=None, stream=None, device
         if step not in available:
             raise ValueError(f"no ProfilerStep#{step} in {trace.source}; steps: {available or 'none'}")
         keep = numbers == step
-        note["step"] = {"number": step, "by_launch": int((how[keep] == BY_LAUNCH).sum()),
+        note["step_assignment"] = {"number": step, "by_launch": int((how[keep] == BY_LAUNCH).sum()),
                         "by_time": int((how[keep] == BY_TIME).sum()), "in_no_step": int((how == BY_NONE).sum())}
         rows, lane_a, lane_b = rows[keep], lane_a[keep], lane_b[keep]
     for value, lane in ((stream, "b"), (device, "a")):
@@ -867,13 +969,16 @@ def demangle(names: list) -> list:
 def shorten(name: str) -> str:
     """`void ns::kernel<T, 4>(float*, int)` -> `kernel`: drops the return type, template arguments,
     parameter list and namespaces (keeping `{lambda...}` / `(anonymous namespace)` out of the way)."""
-    text = _strip_params(name.strip())
+    text = name.strip()
+    if "::" not in text and "<" not in text and not text.endswith(")"):
+        return text  # not a C++ signature (triton_poi_fused_add_0, gemm_kernel_x): nothing to strip
+    text = _strip_params(text)
     flat = _strip_templates(text)
     parts = _split_top(flat, "::")
     last = parts[-1].strip() if parts else flat
     tokens = _split_top(last, " ")
-    base = tokens[-1] if tokens else last
-    return base or name
+    base = tokens[-1].strip() if tokens else last.strip()
+    return base if base and base.isprintable() else name
 
 
 def _strip_params(text: str) -> str:
@@ -927,9 +1032,14 @@ def _split_top(text: str, sep: str) -> list:
 def short_names(full: list, kinds: list | None = None) -> list:
     """Shortened display names; memcpy/memset rows keep theirs. Distinct full names that shorten to the
     same text get the template-argument hint back (`kernel<...FillFunctor...>`) or a `#k` suffix."""
+    unique = list(dict.fromkeys(full))  # repeated full names (pair tables) share one short name
+    if len(unique) < len(full):
+        kind_of = dict(zip(full, kinds)) if kinds is not None else None
+        mapping = dict(zip(unique, short_names(unique, [kind_of[n] for n in unique] if kind_of else None)))
+        return [mapping[n] for n in full]
     demangled = demangle(list(full))
-    short = [d if kinds is not None and kinds[i] in ("memcpy", "memset") else shorten(d)
-             for i, d in enumerate(demangled)]
+    short = [d if (kinds is not None and kinds[i] in ("memcpy", "memset")) or d.startswith(("Memcpy", "Memset"))
+             else shorten(d) for i, d in enumerate(demangled)]
     seen: dict = {}
     for i, s in enumerate(short):
         seen.setdefault(s, []).append(i)

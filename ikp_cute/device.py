@@ -49,6 +49,35 @@ def _sub_nsw(value, amount: int):
     return Int32(arith.subi(Int32(value).ir_value(), Int32(amount).ir_value(), overflow_flags=flags))
 
 
+def _leader_atomic_add(counter, leader, amount: int):
+    """One predicated `atom.global.add.u32` on the low half of the lane's counter word, by the leader only.
+
+    Inline PTX on purpose: written as `if leader: atomic_add(...)`, ptxas turns the atomic into a
+    warp-aggregated sequence (vote, popc, shuffle, divergence barrier: ~15 extra instructions per region)
+    because it cannot see that one thread is active. Returns 0 for non-leaders."""
+    from cutlass._mlir.dialects import llvm
+
+    address = Int64(counter.toint())
+    # The address is offset by (laneid >> 5) * 4 == 0: ptxas cannot prove it warp-uniform, so it
+    # keeps one plain atomic instead of building a warp-aggregated one.
+    asm = (
+        "{ .reg .pred p; .reg .u32 l; .reg .u64 a;"
+        " setp.ne.b32 p, $2, 0; mov.u32 $0, 0;"
+        " mov.u32 l, %laneid; selp.u32 l, 0, l, p; mad.wide.u32 a, l, 4, $1;"
+        f" @p atom.global.add.u32 $0, [a], {int(amount)}; }}"
+    )
+    result = llvm.inline_asm(
+        Int32.mlir_type,
+        [address.ir_value(), Int32(leader).ir_value()],
+        asm,
+        "=r,l,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+    return Int32(result)
+
+
 def _event_bits(event_id: int, event_type: int) -> int:
     return (event_id << wire.EVENT_ID_SHIFT) | event_type
 
@@ -102,7 +131,7 @@ class Profiler:
     @cute.jit
     def _store(self, k, bits: cutlass.Constexpr):
         """Read the timer and write one record at index k if k is under this thread's limit."""
-        timer = cute.arch.globaltimer_lo()
+        timer = Int32(cute.arch.globaltimer())  # 64-bit read: one CS2R, vs S2UR + NOP + MOV for _lo
         records, tag = self._lane, self._tag
         if k < self._limit:
             records[k] = _pack(timer, tag | bits)
@@ -131,14 +160,10 @@ class Profiler:
         if self._leader & (k >= self._limit):
             drops[0] = drops[0] + 1  # static mode: the cursor counts drops
 
-    @cute.jit
-    def _reserve(self, count: cutlass.Constexpr):
-        """Atomic mode: the leader reserves `count` consecutive records; others get an index never stored."""
-        k = Int32(wire.ANCHOR_RECORDS)
-        counter = self._counter
-        if self._leader:
-            k = Int32(cute.arch.atomic_add(counter, Int64(count))) + wire.ANCHOR_RECORDS
-        return k
+    def _reserve(self, count: int):
+        """Atomic mode: the leader reserves `count` consecutive records; others get an index never stored
+        (their limit is 0)."""
+        return _leader_atomic_add(self._counter, self._leader, count) + wire.ANCHOR_RECORDS
 
     def _fence(self):
         if cutlass.const_expr(self.spec.fence == "cta"):
@@ -205,11 +230,7 @@ class Profiler:
         if cutlass.const_expr(spec.mode == "cursor"):
             dropped = -self._cursor[0]
         elif cutlass.const_expr(spec.mode == "atomic"):
-            dropped = Int32(0)
-            counter = self._counter
-            if self._leader:
-                used = Int32(cute.arch.atomic_add(counter, Int64(0)))
-                dropped = used + wire.ANCHOR_RECORDS - spec.trailer_slot
+            dropped = _leader_atomic_add(self._counter, self._leader, 0) + wire.ANCHOR_RECORDS - spec.trailer_slot
         else:
             dropped = self._cursor[0]
         timer = cute.arch.globaltimer_lo()

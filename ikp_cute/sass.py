@@ -66,3 +66,15 @@ def _opcode(instruction: str) -> str:
     if words and words[0].startswith("@"):
         words = words[1:]
     return words[0] if words else ""
+
+
+_DUMP_DIR: str | None = None
+
+
+def keep_options(extra: str = "") -> str:
+    """cute.compile options that keep PTX and cubin in memory (compiled.__ptx__ / __cubin__) and send the
+    files the DSL writes alongside into one private temp folder instead of the working directory."""
+    global _DUMP_DIR
+    if _DUMP_DIR is None:
+        _DUMP_DIR = tempfile.mkdtemp(prefix="ikp_cute_dump_")
+    return f"--keep-ptx --keep-cubin --dump-dir={_DUMP_DIR} {extra}".strip()

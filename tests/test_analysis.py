@@ -156,3 +156,22 @@ def test_random_traces_match_per_ns_model():
             for g, s, e in zip(t.spans["group"][m], t.spans["start_ns"][m], t.spans["end_ns"][m]):
                 cov[g, s:e] = True
             assert (r["a_ns"], r["b_ns"], r["both_ns"]) == (cov[0].sum(), cov[1].sum(), (cov[0] & cov[1]).sum())
+
+
+def test_empty_trace_gives_empty_tables_not_errors():
+    t = trace_from_spans([], num_groups=2, num_blocks=1)
+    out = an.analyze(t)
+    assert out["bubbles"]["lanes"] == 0 and out["overlap"] == [] and out["critical"]["regions"] == []
+    assert an.lane_gaps(t).size == 0 and an.critical_lanes(t).size == 0
+
+
+def test_session_launch_numbers_are_per_launch_medians():
+    from host_decode.multi import concat, parts_from_traces
+
+    # launch A: block ends 100, 200 (tail 50: median 150); launch B: ends 100, 400 (tail 150: median 250)
+    a = trace_from_spans([(0, 0, 1, 0, 100), (1, 0, 1, 0, 200)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True)
+    b = trace_from_spans([(0, 0, 1, 10_000, 10_100), (1, 0, 1, 10_000, 10_400)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True)
+    s = an.launch_summary(concat(parts_from_traces([a, b])))
+    assert [d["tail_ns"] for d in s["per_launch"]] == [50, 150]
+    assert s["tail_ns"] == 100 and s["launches"] == 2
+    assert s["launch_ns"] == pytest.approx((200 + 400) / 2)

@@ -241,6 +241,17 @@ def test_python_m_ikp_cute_include_prints_the_dir():
     assert (Path(res.stdout.strip()) / "ikp.cuh").is_file(), res.stdout
 
 
+def test_python_m_ikp_cute_include_needs_neither_cutlass_nor_torch():
+    """C++ users may have neither: block both imports and run the module as `-m` does."""
+    code = (
+        "import runpy, sys; sys.modules['cutlass'] = None; sys.modules['torch'] = None; "
+        "sys.argv = ['ikp_cute', '--include']; runpy.run_module('ikp_cute', run_name='__main__', alter_sys=True)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert Path(res.stdout.strip()) == Path(include_dir())
+
+
 # --- nvcc ------------------------------------------------------------------------------------------
 
 
@@ -391,7 +402,7 @@ def test_sass_instructions_per_event(tmp_path_factory, capsys):
     per_event = (grown - base) / (2 * (n2 - n1))
     with capsys.disabled():
         print(f"\n[ikp.cuh] cursor mode: {per_event:.2f} SASS instructions per event ({ARCH}, straight-line)")
-    assert 3 <= per_event <= 8, per_event  # a timer read, the tag, the address, the store, the predicate
+    assert 3 <= per_event <= 7, per_event  # timer read, tag, predicate, store, cursor address (+ slack 1)
 
 
 # --- NVRTC (cuda-python), for real -----------------------------------------------------------------

@@ -24,7 +24,7 @@ from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer, ptx, sas
 
 MODES = ("cursor", "atomic", "static")
 GRID = (4, 1, 1)
-KEEP = "--keep-ptx --keep-cubin"
+KEEP = sass.keep_options()
 
 
 def make_spec(mode="cursor", **kw):
@@ -203,31 +203,11 @@ def test_3d_grid_flattens_block_index():
 # --- cost: SASS instructions per event, counted from the cubin ---------------------------------------
 
 
-def overhead_sass_count(spec, regions):
-    from tests.kernels.overhead import launch_overhead
-
-    buf = fake_buffer(spec)
-    compiled = cute.compile(
-        launch_overhead, make_fake_compact_tensor(Float32, (528 * 256,)), Int32(256), buf, spec, regions, 1, 528, 256,
-        options=KEEP,
-    )
-    return sass.count(compiled.__cubin__)
-
-
-def instructions_per_event(mode, **kw):
-    """Marginal SASS instructions per record: the loop body with 8 regions vs 4 (16 vs 8 records),
-    minus the same difference for the uninstrumented kernel (the FMAs)."""
-    make = lambda: ProfileSpec(  # noqa: E731
-        mode=mode, num_groups=8, num_blocks=528, write_stride=528 * 8, records_per_lane=520, warps_per_group=1, **kw
-    )
-    instrumented = overhead_sass_count(make(), 8) - overhead_sass_count(make(), 4)
-    bare = overhead_sass_count(disabled(), 8) - overhead_sass_count(disabled(), 4)
-    return (instrumented - bare) / 8
-
-
 @pytest.mark.skipif(sass.nvdisasm_path() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
 def test_cursor_mode_costs_at_most_6_sass_instructions_per_event():
-    per_event = instructions_per_event("cursor")
+    from tests.kernels.overhead import sass_instructions_per_event
+
+    per_event = sass_instructions_per_event("cursor")
     assert 0 < per_event <= 6, per_event
 
 

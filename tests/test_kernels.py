@@ -218,7 +218,7 @@ def test_profiler_steps_cpu():
     s4 = next(e for e in steps if e["name"] == "ProfilerStep#4")
     keep = lambda e: ns(s3["ts"]) <= ns(e["ts"]) < ns(s4["ts"])  # noqa: E731
     sel = tt.select(trace, categories=["cpu_op"], step=3)
-    assert sel.note["step"]["by_time"] > 0 and sel.note["step"]["by_launch"] == 0
+    assert sel.note["step_assignment"]["by_time"] > 0 and sel.note["step_assignment"]["by_launch"] == 0
     assert_table_matches(tt.name_table(trace, sel), reference_table(events, {"cpu_op"}, keep))
     with pytest.raises(ValueError, match="no ProfilerStep#99"):
         tt.select(trace, step=99)
@@ -314,14 +314,14 @@ def test_step_filter_uses_launch_correlation(gpu_trace):
         sel = tt.select(trace, step=number)
         ref = reference_table(events, DEVICE, keep)
         assert_table_matches(tt.name_table(trace, sel), ref)
-        assert sel.note["step"]["by_launch"] == sum(r[0] for r in ref.values())
+        assert sel.note["step_assignment"]["by_launch"] == sum(r[0] for r in ref.values())
     # some kernels of a step run after that step's CPU span ended: time alone would misplace them
     late = [e for e in events if e.get("cat") in DEVICE and "correlation" in e["args"]
             and any(s <= launch[e["args"]["correlation"]] <= t < ns(e["ts"]) for s, t in steps.values())]
     assert late
     # the kernel without a launch row falls back to its start time: after the last step -> in no step
     last = max(steps)
-    assert tt.select(trace, step=last).note["step"]["in_no_step"] == 1
+    assert tt.select(trace, step=last).note["step_assignment"]["in_no_step"] == 1
 
 
 def test_chunking_does_not_change_results(gpu_trace, tmp_path):
@@ -361,8 +361,12 @@ def test_truncated_trace_is_a_clear_error(gpu_trace, tmp_path):
         assert str(bad) in str(err.value)
     gz = tmp_path / "cut.json.gz"
     gz.write_bytes(gzip.compress(data)[:-200])
-    with pytest.raises((DecodeError, EOFError, OSError)):
+    with pytest.raises(DecodeError, match="truncated or corrupt gzip"):
         tt.load_torch_trace(gz, cache=False)
+    closing = tmp_path / "no_brace.json"
+    closing.write_bytes(data.rstrip()[:-1])  # only the object's final '}' missing
+    with pytest.raises(DecodeError, match="after the traceEvents array"):
+        tt.load_torch_trace(closing, cache=False)
 
 
 def test_malformed_event_names_index_and_offset(tmp_path):
@@ -391,6 +395,7 @@ def test_malformed_event_names_index_and_offset(tmp_path):
     ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}} ]}', "unbalanced"),
     ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "x": }', "after the traceEvents"),
     ('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "s"}}]}', "args.stream"),
+    ('[{"ph": "X", "ts": 1, "dur": 1}] x', "after the event array"),
 ])
 def test_malformed_traces(tmp_path, text, match):
     path = tmp_path / "bad.json"
@@ -457,6 +462,8 @@ def test_cache_hit_and_invalidation(gpu_trace, monkeypatch):
     ("void at::native::(anonymous namespace)::elementwise_kernel<128, 2, X::{lambda(int)#1}>(int, F)",
      "elementwise_kernel"),
     ("triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_0"),
+    ('gemm_kernel "quoted} {name" [x]', 'gemm_kernel "quoted} {name" [x]'),
+    ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
     ("aten::mm", "mm"),
     ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(Params)", "Kernel2"),
 ])
@@ -469,6 +476,9 @@ def test_short_names_disambiguate_and_demangle():
                            ["kernel", "kernel", "kernel", "memcpy"])
     assert names[0] != names[1] and "FillFunctor" in names[0] and "AddFunctor" in names[1]
     assert names[3] == "Memcpy HtoD (Pinned -> Device)"
+    # repeated full names (as in the pair table) keep one short name each, no "#k" suffixes
+    again = tt.short_names([KERNEL_NAMES[0], KERNEL_NAMES[1], KERNEL_NAMES[0], "Memset (Device)"])
+    assert again[0] == again[2] == names[0] and again[1] == names[1] and again[3] == "Memset (Device)"
     if tt.shutil.which("c++filt"):
         assert names[2] == "device_kernel"
 
@@ -529,3 +539,98 @@ def test_real_gpu_trace_exact():
     s, t = ns(step_ev["ts"]), ns(step_ev["ts"]) + ns(step_ev["dur"])
     keep = lambda e: s <= launch.get(e["args"].get("correlation"), -1) <= t  # noqa: E731
     assert_table_matches(tt.name_table(trace, tt.select(trace, step=steps[1])), reference_table(events, DEVICE, keep))
+
+
+# ------------------------------------------------------------------------------- parsers and workers
+
+
+def _same_trace(a, b):
+    for k in tt.COLUMNS:
+        if k in ("name", "cat"):
+            table_a, table_b = (a.names, b.names) if k == "name" else (a.cats, b.cats)
+            assert [table_a[i] for i in a.columns[k]] == [table_b[i] for i in b.columns[k]], k
+        elif k in ("pid", "tid"):
+            assert [a.lane_label(int(v)) for v in a.columns[k]] == [b.lane_label(int(v)) for v in b.columns[k]]
+        else:
+            assert np.array_equal(a.columns[k], b.columns[k]), k
+    assert a.meta["phases"] == b.meta["phases"] and a.meta["skipped"] == b.meta["skipped"]
+    assert a.meta["n_elements"] == b.meta["n_elements"]
+
+
+def test_msgspec_and_orjson_paths_agree(gpu_trace, tmp_path):
+    pytest.importorskip("msgspec")
+    path, events = gpu_trace
+    # odd events: a string tid, an untimed X event and a float stream id send chunks to the orjson path
+    odd = events + [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 5.0, "dur": 1.0,
+                     "args": {"device": 0, "stream": 7.0}},
+                    {"ph": "X", "cat": "kernel", "name": "k", "ts": 6.0, "args": {}}]
+    odd_path = write_trace(tmp_path / "odd.json", odd)
+    for p in (path, CPU_STEPS, CPU_SHAPES, odd_path):
+        for chunk in (300, tt.CHUNK_BYTES):
+            fast = tt.load_torch_trace(p, cache=False, chunk_bytes=chunk, parser="msgspec")
+            assert fast.meta["parser"] == "msgspec+orjson"
+            _same_trace(fast, tt.load_torch_trace(p, cache=False, chunk_bytes=chunk, parser="orjson"))
+
+
+def test_parallel_workers_match_serial(tmp_path):
+    events = synthetic_gpu_events(steps=8, launches=40)
+    path = write_trace(tmp_path / "big.json", events)
+    serial = tt.load_torch_trace(path, cache=False, parser="orjson")
+    parallel = tt.load_torch_trace(path, cache=False, chunk_bytes=4096, workers=2)
+    _same_trace(parallel, serial)
+    # malformed data in the middle: the parallel path falls back and reports like the serial one
+    text = path.read_text()
+    at = text.index('"cbid": 211', len(text) // 2)
+    bad = tmp_path / "bad.json"
+    bad.write_text(text[:at] + '"cbid": 2x11' + text[at + len('"cbid": 211'):])
+    with pytest.raises(DecodeError) as serial_err:
+        tt.load_torch_trace(bad, cache=False, chunk_bytes=4096)
+    with pytest.raises(DecodeError) as parallel_err:
+        tt.load_torch_trace(bad, cache=False, chunk_bytes=4096, workers=2)
+    assert str(parallel_err.value) == str(serial_err.value) and "invalid JSON" in str(serial_err.value)
+
+
+# ------------------------------------------------------------------------------ link to ikp captures
+
+
+def _capture(tmp_path, kernel):
+    from host_decode.capture import save_capture
+    from tests.buffers import B, E, BufferBuilder
+
+    b = BufferBuilder(1, 2, 8)
+    b.put(0, 100, 1, B).put(0, 400, 1, E).put(0, 410, 2, B).put(0, 500, 2, E)
+    b.put(1, 120, 1, B).put(1, 300, 1, E)
+    return save_capture(tmp_path / "cap.npy", b.buf, {"events": {"1": "mainloop", "2": "epilogue"}}, kernel=kernel)
+
+
+def test_cli_capture_regions_under_matching_kernel(gpu_trace, tmp_path):
+    path, _ = gpu_trace
+    cap = _capture(tmp_path, "vectorized_elementwise_kernel")
+    out = tmp_path / "r.json"
+    assert cli_main(["kernels", str(path), "--capture", str(cap), "--json", "-o", str(out), "--top", "0"]) == 0
+    capture = json.loads(out.read_text())["capture"]
+    assert capture["matched_rows"] and all("vectorized_elementwise_kernel" in n for n in capture["matched_rows"])
+    regions = {(r["group_name"], r["region"]): r for r in capture["regions"]}  # per (group, region)
+    assert set(regions) == {("group_0", "mainloop"), ("group_0", "epilogue"), ("group_1", "mainloop")}
+    assert regions["group_0", "mainloop"]["total_ns"] == 400 - 100 and regions["group_1", "mainloop"]["total_ns"] == 300 - 120
+    assert regions["group_0", "epilogue"]["count"] == 1
+    txt = tmp_path / "r.txt"
+    assert cli_main(["kernels", str(path), "--capture", str(cap), "-o", str(txt)]) == 0
+    assert "mainloop" in txt.read_text()
+
+
+def test_cli_merge_needs_output(gpu_trace, tmp_path, capsys):
+    path, _ = gpu_trace
+    cap = _capture(tmp_path, "vectorized_elementwise_kernel")
+    assert cli_main(["kernels", str(path), "--merge", str(cap)]) == 2
+    assert "needs -o" in capsys.readouterr().err
+
+
+def test_cli_merge_writes_the_merged_trace(gpu_trace, tmp_path):
+    path, events = gpu_trace
+    cap = _capture(tmp_path, "late_kernel_without_launch")  # a kernel that occurs once in the trace
+    out = tmp_path / "merged.json"
+    assert cli_main(["kernels", str(path), "--merge", str(cap), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["ikp_alignment"]["kernel_name"] == "late_kernel_without_launch"
+    assert len(doc["traceEvents"]) > len(events)  # every profiler event plus the capture's regions

@@ -93,3 +93,16 @@ def test_load_parts_from_decoded_captures_and_cli(tmp_path):
     x = sorted(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X")
     assert x == [0.1, 0.1, 1000.1, 1000.1]  # us from the earliest record (the anchor)
     assert main(["stats", str(tmp_path), "--json", "--no-progress"]) == 0
+
+
+def test_chrome_overlapping_regions_get_their_own_thread():
+    # lane 0: ev1 [0,100] with ev2 [10,20] nested (same thread) and ev3 [50,150] crossing ev1's end
+    t = multi.trace_from_spans([(0, 0, 1, 0, 100), (0, 0, 2, 10, 20, 1), (0, 0, 3, 50, 150, 1)], num_groups=1,
+                               names=Names({1: "a", 2: "b", 3: "c"}))
+    ev, counts = multi.chrome_events(t, pid=0, shift_ns=0, origin_ns=-1_500, tid_base=10)
+    x = [json.loads(e) for e in ev if '"ph":"X"' in e]
+    tid = {e["name"]: e["tid"] for e in x}
+    assert tid["a"] == tid["b"] == 10 and tid["c"] == 11 and counts["tracks"] == 2
+    assert {e["name"]: e["ts"] for e in x} == {"a": 1.5, "b": 1.51, "c": 1.55}
+    names = [json.loads(e)["args"]["name"] for e in ev if "thread_name" in e]
+    assert names == ["block 0 group_0", "block 0 group_0 (overlap 1)"]

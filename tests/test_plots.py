@@ -66,3 +66,8 @@ def test_cli_plot(tmp_path):
     cap = save_capture(tmp_path / "c.npy", bb.buf, {"events": {"1": "load", "2": "mma"}})
     assert main(["plot", str(cap), "-o", str(tmp_path / "png")]) == 0
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["gantt.png", "histograms.png", "overlap.png"]
+
+
+def test_empty_trace_plots(tmp_path):
+    t = trace_from_spans([], num_groups=2, num_blocks=1)
+    assert all(p.read_bytes().startswith(PNG) for p in plots.plot_all(t, tmp_path))

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import os
 import sys
 
 NAME = "kernels"
@@ -41,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="one table as CSV (default: kernels)")
     p.add_argument("-o", "--output", default=None, help="write the report/JSON/CSV (or --merge trace) to FILE")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write TRACE.ikpcache.npz")
+    p.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="parser processes for large traces (default: min(2, CPUs))")
+    p.add_argument("--parser", choices=("auto", "orjson", "msgspec"), default="auto",
+                   help="JSON parser for the bulk of the events (auto: msgspec when installed, else orjson)")
     p.add_argument("--capture", default=None,
                    help="an ikp capture (BUFFER.npy) of the same run: summarize its regions under the kernel "
                         "row whose name contains the capture's sidecar 'kernel'")
@@ -53,7 +58,7 @@ def run(args) -> int:
 
     if args.merge:
         return _merge(args)
-    trace = tt.load_torch_trace(args.trace, cache=not args.no_cache)
+    trace = tt.load_torch_trace(args.trace, cache=not args.no_cache, workers=max(args.jobs, 1), parser=args.parser)
     report = build_report(trace, args)
     if args.capture:
         report["capture"] = _capture_summary(args.capture, report["kernels"])
@@ -79,6 +84,7 @@ def build_report(trace, args) -> dict:
     sel = tt.select(trace, categories=cats, step=args.step, stream=args.stream, device=args.device)
     report = {"trace": trace.source, "events": len(trace), "phases": trace.meta.get("phases", {}),
               "skipped": trace.meta.get("skipped", {}), "cache": trace.meta.get("cache"),
+              "parser": trace.meta.get("parser"),
               "selection": {"categories": cats or sorted(tt.DEVICE_CATS), "step": args.step,
                             "stream": args.stream, "device": args.device, "rows": int(len(sel.rows)), **sel.note},
               "devices": tt.busy_summary(trace, sel)}
@@ -151,9 +157,9 @@ def _render(console, report: dict, args) -> None:
     console.print(f"[bold]{report['trace']}[/]: {report['events']:,} complete events; phases {report['phases']}"
                   + (f"; skipped {report['skipped']}" if report["skipped"] else ""))
     if args.verbose:
-        console.print(f"cache: {report['cache']}")
-    if "step" in sel:
-        s = sel["step"]
+        console.print(f"cache: {report['cache']}; parsed with {report['parser']}")
+    if "step_assignment" in sel:
+        s = sel["step_assignment"]
         console.print(f"ProfilerStep#{s['number']}: {s['by_launch']} rows by their launch's correlation id, "
                       f"{s['by_time']} by start time (no launch row); {s['in_no_step']} selected rows are in no step")
     for dev, d in report["devices"].items():

@@ -59,7 +59,7 @@ def run(args) -> int:
                   f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}")
     else:
         summary = multi.write_chrome(parts, args.output, mode=args.mode, clock_offsets_ns=offsets,
-                                     max_lanes_per_part=args.max_lanes)
+                                     max_lanes_per_part=args.max_lanes, progress=args.progress)
         if not args.json:
             left = sum(p["lanes_left_out"] for p in summary["parts"])
             print(f"merged {len(parts)} {args.by}(s) ({args.mode}) into {args.output}"

@@ -95,6 +95,10 @@ def _ns(x) -> str:
     return f"{x:.0f} ns"
 
 
+def _num(x) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -117,16 +121,20 @@ def print_report(d: dict, console=None) -> None:
         head += f", [red]{d['records_lost']} records lost[/red] (see `ikp decode`)"
     console.print(head)
 
+    if not d["regions"]:
+        console.print("[yellow]no regions recorded[/yellow] (every lane is all bubble; see `ikp decode` for what was read)")
     t = Table(title="regions (durations)", title_justify="left")
     for c in ("group", "region", "count", "total", "mean", "p50", "p90", "p99", "max", "cv", "histogram (min..max)"):
         t.add_column(c, justify="left" if c in ("group", "region", "histogram (min..max)") else "right")
     for r in d["regions"]:
         t.add_row(r["group_name"], r["region"], str(r["count"]), _ns(r["total_ns"]), _ns(r["mean_ns"]), _ns(r["p50_ns"]),
                   _ns(r["p90_ns"]), _ns(r["p99_ns"]), _ns(r["max_ns"]), f"{r['cv']:.2f}", spark(r["hist_counts"]))
-    console.print(t)
+    if d["regions"]:
+        console.print(t)
 
     L = d["launch"]
-    t = Table(title="launch: tail and imbalance", title_justify="left")
+    per = f" (median over {L['launches']} launches)" if L.get("launches") else ""
+    t = Table(title="launch: tail and imbalance" + per, title_justify="left")
     t.add_column("measure")
     t.add_column("value", justify="right")
     t.add_column("meaning")
@@ -137,7 +145,7 @@ def print_report(d: dict, console=None) -> None:
         ("tail SM utilization", _pct(L.get("tail_sm_utilization")), "SMs holding a block during the tail"),
         ("imbalance, block end", f"{L['imbalance_block_end']:.3f}" if L.get("imbalance_block_end") else "-", "max / mean block end"),
         ("imbalance, SM busy", f"{L['imbalance_sm_busy']:.3f}" if L.get("imbalance_sm_busy") else "-", "max / mean SM busy time"),
-        ("waves (max per SM)", str(L.get("waves_max", "-")), "blocks on an SM / most resident at once"),
+        ("waves (max per SM)", _num(L.get("waves_max")), "blocks on an SM / most resident at once"),
     ]
     for r in rows:
         t.add_row(*r)
@@ -152,7 +160,7 @@ def print_report(d: dict, console=None) -> None:
     console.print(t)
     if B["largest_gaps"]:
         t = Table(title="largest gaps", title_justify="left")
-        for c in ("block", "group", "lane", "at (from launch start)", "length", "after", "before"):
+        for c in ("block", "group", "lane", "at (from trace start)", "length", "after", "before"):
             t.add_column(c)
         for g in B["largest_gaps"]:
             t.add_row(str(g["block"]), g["group"], str(g["lane"]), _ns(g["start_ns"]), _ns(g["dur_ns"]), g["after"], g["before"])

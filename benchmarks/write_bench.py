@@ -1,0 +1,209 @@
+"""Trace writers on 1 M spans: slices/s and bytes/slice, against a per-object protobuf writer.
+
+    python benchmarks/write_bench.py [--spans 1000000] [--baseline-spans 100000] [--out DIR]
+
+The synthetic launch looks like a warp-specialized GEMM: 264 blocks x 4 warp groups (1,056 lanes) on
+132 SMs; consumer groups run tiles (tile > 3 x mma, epilogue, properly nested), the producer group runs
+TMA loads and barrier waits that overlap without nesting (they need a sibling track), timestamps on
+a 32 ns grid (%globaltimer's step), so equal timestamps are common.
+
+Goal (issue 3): >= 3 M slices/s (10x a per-object protobuf writer) and <= 40 bytes/slice, measured
+without per-slice args and without counter tracks (the rows marked GOAL); the other rows show what args
+and the counters cost. Timings are best of --repeat runs; on a shared 2-core box expect noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from host_decode import perfetto as pf  # noqa: E402
+from host_decode.chrome_json import write_chrome_json  # noqa: E402
+from host_decode.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace  # noqa: E402
+
+STEP = 32  # ns
+CONSUMER = [  # (event, start, end) in timer steps, begin order; depth computed below
+    (0, 0, 60), (1, 2, 14), (1, 16, 30), (1, 32, 46), (2, 48, 60),
+]
+PRODUCER = [  # load (3) and wait (4) overlap without nesting inside the producer tile (5)
+    (5, 0, 60), (3, 0, 20), (4, 10, 30), (3, 30, 50), (4, 40, 60),
+]
+NAMES = Names(events={0: "tile", 1: "mma", 2: "epilogue", 3: "tma_load", 4: "barrier_wait", 5: "producer_tile"},
+              groups={0: "producer", 1: "consumer 0", 2: "consumer 1", 3: "epilogue wg"})
+
+
+def _depths(template) -> list[int]:
+    out = []
+    for i, (_, s, _) in enumerate(template):
+        out.append(sum(1 for (_, s2, e2) in template[:i] if e2 > s))  # open at the begin (ENDs first)
+    return out
+
+
+def synthetic_trace(num_spans: int, blocks: int = 264, groups: int = 4, sms: int = 132, seed: int = 0) -> Trace:
+    rng = np.random.default_rng(seed)
+    lanes = blocks * groups
+    per_tile = len(CONSUMER)
+    tiles = max(1, num_spans // (lanes * per_tile))
+    lane = np.arange(lanes)
+    group = lane % groups
+    parts = []
+    for tmpl, pick in ((PRODUCER, group == 0), (CONSUMER, group != 0)):
+        ev = np.array([t[0] for t in tmpl])
+        st = np.array([t[1] for t in tmpl])
+        en = np.array([t[2] for t in tmpl])
+        dp = np.array(_depths(tmpl))
+        ls = lane[pick]
+        # per lane: start offset and per-tile gaps (jitter) on the 32 ns grid
+        tile_len = 60 + rng.integers(0, 4, (ls.size, tiles))
+        tile_start = np.cumsum(tile_len, axis=1) - tile_len + rng.integers(0, 200, (ls.size, 1))
+        L, T, K = ls.size, tiles, len(tmpl)
+        spans = np.empty((L, T, K), SPAN_DTYPE)
+        spans["lane"] = ls[:, None, None]
+        spans["block"] = (ls // groups)[:, None, None]
+        spans["group"] = (ls % groups)[:, None, None]
+        spans["event"] = ev
+        spans["depth"] = dp
+        spans["start_ns"] = (tile_start[:, :, None] + st) * STEP
+        spans["end_ns"] = (tile_start[:, :, None] + en) * STEP
+        parts.append(spans.reshape(-1))
+    spans = np.concatenate(parts)
+    spans = spans[np.argsort(spans["lane"], kind="stable")]
+    spans["start_ns"] += 1_700_000_000_000_000_000
+    spans["end_ns"] += 1_700_000_000_000_000_000
+    lane_rows = np.zeros(lanes, LANE_DTYPE)
+    lane_rows["lane"] = lane
+    lane_rows["block"] = lane // groups
+    lane_rows["group"] = group
+    lane_rows["sm"] = (lane // groups) % sms
+    first = np.full(lanes, np.iinfo(np.int64).max)
+    last = np.zeros(lanes, np.int64)
+    np.minimum.at(first, spans["lane"], spans["start_ns"])
+    np.maximum.at(last, spans["lane"], spans["end_ns"])
+    lane_rows["first_ns"], lane_rows["last_ns"], lane_rows["finalize_ns"] = first, last, -1
+    lane_rows["records"] = np.bincount(spans["lane"], minlength=lanes) * 2
+    totals = dict.fromkeys(LOSS_BUCKETS, 0)
+    totals.update(paired_begin=spans.size, paired_end=spans.size)
+    loss = LossReport(2 * spans.size, totals, np.zeros(0, [("lane", np.int64)]), {}, 0)
+    return Trace(blocks, groups, lanes, spans, np.zeros(0, INSTANT_DTYPE), lane_rows, loss, NAMES, True,
+                 {"kernel": "synthetic_gemm", "device": "H100"})
+
+
+def per_object_writer(trace: Trace, path: str) -> None:
+    """The baseline: one perfetto_trace_pb2 TracePacket object per event (same tree, same order)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    spans = trace.spans
+    origin = pf.trace_origin(trace)
+    stream = pf.merged_stream(spans, trace.instants, origin)
+    sub = pf.assign_subtracks(spans, stream)
+    tree = pf.build_track_tree(trace, spans, trace.instants, sub, counters=False)
+    t0 = time.perf_counter()
+    out = pb.Trace()
+    first = out.packet.add()
+    first.trusted_packet_sequence_id = pf.SEQUENCE_ID
+    first.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+    for e in np.unique(spans["event"]).tolist():
+        n = first.interned_data.event_names.add()
+        n.iid, n.name = e + 1, trace.names.event(e)
+    for i, u in enumerate(tree.uuid):
+        d = out.packet.add()
+        d.trusted_packet_sequence_id = pf.SEQUENCE_ID
+        td = d.track_descriptor
+        td.uuid, td.name = u, tree.name[i]
+        if tree.parent[i]:
+            td.parent_uuid = tree.parent[i]
+    start = (spans["start_ns"] - origin).tolist()
+    end = (spans["end_ns"] - origin).tolist()
+    uuid = tree.span_uuid.tolist()
+    iid = (spans["event"].astype(np.int64) + 1).tolist()
+    for kind, idx in zip(stream.kind.tolist(), stream.index.tolist()):
+        p = out.packet.add()
+        p.trusted_packet_sequence_id = pf.SEQUENCE_ID
+        if kind == pf.KIND_BEGIN:
+            p.timestamp = start[idx]
+            p.sequence_flags = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+            p.track_event.type = pb.TrackEvent.TYPE_SLICE_BEGIN
+            p.track_event.name_iid = iid[idx]
+        else:
+            p.timestamp = end[idx]
+            p.track_event.type = pb.TrackEvent.TYPE_SLICE_END
+        p.track_event.track_uuid = uuid[idx]
+    with open(path, "wb") as f:
+        f.write(out.SerializeToString())
+    return time.perf_counter() - t0
+
+
+def best_of(repeat: int, fn):
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spans", type=int, default=1_000_000)
+    ap.add_argument("--baseline-spans", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=None, help="directory for the written files (default: a temp dir)")
+    a = ap.parse_args()
+    out = Path(a.out or tempfile.mkdtemp(prefix="ikp_write_bench_"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.perf_counter()
+    trace = synthetic_trace(a.spans)
+    n = trace.spans.size
+    print(f"synthetic trace: {n:,} spans on {trace.num_lanes:,} lanes, "
+          f"{(trace.end_ns - trace.start_ns) / 1e6:.2f} ms long, built in {time.perf_counter() - t0:.1f} s "
+          f"(cpus: {os.cpu_count()})")
+
+    rows = []
+    for label, kw in (("GOAL  no args, no counters", dict(args=False, counters=False)),
+                      ("      args, no counters", dict(args=True, counters=False)),
+                      ("      args + counters (ikp decode -o default)", dict(args=True, counters=True))):
+        path = out / "bench.pftrace"
+        secs, stats = best_of(a.repeat, lambda: pf.write_perfetto(trace, path, **kw))
+        rows.append((label, n / secs, stats.bytes / n, secs, stats))
+    print(f"\n{'perfetto writer':48s} {'M slices/s':>11s} {'bytes/slice':>12s} {'seconds':>8s}")
+    for label, rate, bps, secs, stats in rows:
+        print(f"{label:48s} {rate / 1e6:11.2f} {bps:12.1f} {secs:8.3f}")
+    st = rows[0][4]
+    print("  phases (GOAL row, last run): " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in st.phases.items()))
+    print(f"  tracks {st.tracks:,} (overlap sibling tracks {st.overlap_tracks:,}); counter samples in the default "
+          f"row: {rows[2][4].counter_samples:,}")
+
+    # the baseline on a subset, and this writer on the same subset, side by side
+    sub_trace = synthetic_trace(a.baseline_spans)
+    m = sub_trace.spans.size
+    base_secs = per_object_writer(sub_trace, str(out / "baseline.pftrace"))
+    mine_secs, _ = best_of(a.repeat, lambda: pf.write_perfetto(sub_trace, out / "sub.pftrace", args=False, counters=False))
+    base_rate, mine_rate = m / base_secs, m / mine_secs
+    print(f"\nsame {m:,} spans: per-object protobuf writer {base_rate / 1e6:.3f} M slices/s "
+          f"({os.path.getsize(out / 'baseline.pftrace') / m:.1f} B/slice), numpy writer {mine_rate / 1e6:.2f} M slices/s "
+          f"-> {mine_rate / base_rate:.1f}x")
+    print(f"1 M-span numpy rate vs per-object rate: {rows[0][1] / base_rate:.1f}x (goal >= 10x)")
+
+    json_secs, _ = best_of(1, lambda: write_chrome_json(trace, out / "bench.json"))
+    jb = os.path.getsize(out / "bench.json")
+    print(f"\nchrome JSON writer: {n / json_secs / 1e6:.2f} M slices/s, {jb / n:.1f} bytes/slice")
+    goal_ok = rows[0][1] >= 3e6 and rows[0][2] <= 40
+    print(f"\nGOAL (>= 3 M slices/s and <= 40 B/slice, no args, no counters): {'met' if goal_ok else 'NOT met'}")
+    if a.out is None:
+        for f in out.iterdir():
+            f.unlink()
+        out.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

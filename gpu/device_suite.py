@@ -1,0 +1,126 @@
+"""Everything of the ikp_cute device side that needs a GPU, in one run (issue 10, items 6-7):
+
+1. GPU tests: pytest -m gpu tests/test_device_gpu.py
+2. the example capture: examples/basic/run.py -> $OUT/capture.npy + .json + .pftrace
+3. compute-sanitizer memcheck on overflowing launches (every mode, tiny capacity, and a grid larger
+   than the session), with PyTorch's caching allocator off so an out-of-bounds store hits unallocated
+   memory instead of a neighbouring pooled block
+4. benchmarks/device_overhead.py -> $OUT/overhead.json
+and prints a short summary last. Logs go to $OUT (or ./gpu_out when OUT is unset).
+
+    python gpu/device_suite.py [--skip tests,example,memcheck,bench]
+    python gpu/device_suite.py --overflow-only      # the launches memcheck runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+def run_step(name, cmd, out_dir, timeout, env=None):
+    """Run `cmd`, tee its output to out_dir/<name>.log; -> (returncode, output, seconds)."""
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+        output, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        output, rc = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {timeout} s", 124
+    (out_dir / f"{name}.log").write_text(output)
+    seconds = time.time() - t0
+    print(f"== {name}: rc={rc} in {seconds:.0f} s", flush=True)
+    print(output[-3000:], flush=True)
+    return rc, output, seconds
+
+
+def overflow_launches() -> int:
+    """Launches that overflow: capacity 4 records per lane in every mode, and 6 blocks on a session
+    sized for 4. Returns the number of records the device reported dropped (must be > 0)."""
+    import cutlass.cute as cute
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+
+    import ikp_cute
+    from tests.kernels import structured
+
+    dropped = 0
+    for mode, blocks, session_blocks in [("cursor", 4, 4), ("atomic", 4, 4), ("static", 4, 4), ("cursor", 6, 4)]:
+        session = ikp_cute.Session(groups=2, num_blocks=session_blocks, records_per_lane=8, mode=mode)
+        x = torch.rand(blocks * 256, device="cuda")
+        x_arg = from_dlpack(x, assumed_align=16)
+        compiled = cute.compile(structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1))
+        with session:
+            compiled(x_arg, Int32(5), session.kernel_arg())
+        dropped += session.dropped_on_device()
+        print(f"overflow {mode} grid={blocks} session={session_blocks}: dropped on device {session.dropped_on_device()}")
+    torch.cuda.synchronize()
+    return dropped
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--skip", default="", help="comma list of steps to skip: tests,example,memcheck,bench")
+    p.add_argument("--overflow-only", action="store_true")
+    p.add_argument("--bench-args", default="", help="extra arguments for benchmarks/device_overhead.py")
+    args = p.parse_args(argv)
+    if args.overflow_only:
+        return 0 if overflow_launches() > 0 else 1
+
+    out_dir = Path(os.environ.get("OUT") or ROOT / "gpu_out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    py = sys.executable
+    summary = []
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        gpu = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+        summary.append(f"gpu: {gpu}")
+
+    if "tests" not in skip:
+        rc, out, s = run_step("pytest_gpu", [py, "-m", "pytest", "-q", "-m", "gpu", "tests/test_device_gpu.py", "-p", "no:cacheprovider"], out_dir, 400)
+        tail = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed)", line)]
+        summary.append(f"gpu tests: rc={rc} {tail[-1] if tail else ''} ({s:.0f} s)")
+
+    if "example" not in skip:
+        rc, out, s = run_step("example", [py, "examples/basic/run.py", "--out", str(out_dir / "capture.npy")], out_dir, 200)
+        line = next((ln for ln in out.splitlines() if ln.startswith("saved")), "")
+        summary.append(f"example: rc={rc} {line}")
+
+    if "memcheck" not in skip:
+        sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+        env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+        rc, out, s = run_step(
+            "memcheck", [sanitizer, "--tool", "memcheck", "--leak-check", "no", py, "gpu/device_suite.py", "--overflow-only"],
+            out_dir, 300, env=env,
+        )
+        errors = re.findall(r"ERROR SUMMARY: (\d+) error", out)
+        dropped = re.findall(r"dropped on device (\d+)", out)
+        summary.append(f"memcheck: rc={rc} errors={errors[-1] if errors else '?'} dropped per launch={dropped} ({s:.0f} s)")
+
+    if "bench" not in skip:
+        cmd = [py, "benchmarks/device_overhead.py", "--json", str(out_dir / "overhead.json"), *args.bench_args.split()]
+        rc, out, s = run_step("bench", cmd, out_dir, 400)
+        table_start = out.find("[")
+        summary.append(f"benchmark: rc={rc} ({s:.0f} s)\n" + (out[table_start:] if table_start >= 0 else out[-2000:]))
+
+    print("\n===== summary =====")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

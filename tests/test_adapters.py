@@ -1,0 +1,223 @@
+"""Per-PC data adapters: Nsight Compute CSV, CUPTI PC sampling JSON (+ the ctypes collector's struct
+layouts), NVBit-style JSON. Fixtures: tests/fixtures/pc/ (synthetic ones written by make_synthetic.py;
+real captures from gpu/pc_profile.py are named *_real.*)."""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import glob
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from host_decode.adapters import STALL_REASONS, PcTable, cupti, merge_duplicate_pcs, ncu, nvbit
+from host_decode.errors import DecodeError
+
+FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pc")
+NCU_CSV = os.path.join(FIX, "markers_synthetic_ncu.csv")
+CUPTI_JSON = os.path.join(FIX, "markers_synthetic_cupti.json")
+NVBIT_JSON = os.path.join(FIX, "markers_synthetic_nvbit.json")
+
+
+def _csv_column_sum(path: str, column: str) -> float:
+    """Independent reading: first column of that name, thousands separators, '-' as 0."""
+    rows = list(csv.reader(open(path)))
+    header = rows[1]
+    k = header.index(column)
+    return sum(float(r[k].replace(",", "")) for r in rows[2:] if r and r[k] not in ("", "-"))
+
+
+# ================================================================================================
+# Nsight Compute
+# ================================================================================================
+
+
+def test_ncu_synthetic_fixture():
+    t = ncu.read_ncu_csv(NCU_CSV)
+    assert t.source == "ncu" and t.kernel == "markers"
+    assert t.pc[0] == 0 and np.all(np.diff(t.pc) == 16) and t.pc.size == 400
+    assert t.meta["address_base"] == 0x7F3A_1C00_0000
+    assert set(t.stalls) == set(STALL_REASONS)
+    assert set(t.stalls_not_issued) == set(STALL_REASONS)  # "stall_sleeping (Not Issued)" -> sleep
+    for col, name in [("inst_executed", "Instructions Executed"), ("thread_inst_executed", "Thread Instructions Executed"),
+                      ("pred_on_thread_inst_executed", "Predicated-On Thread Instructions Executed"),
+                      ("samples", "Warp Stall Sampling (All Samples)")]:
+        assert t.counters[col].sum() == _csv_column_sum(NCU_CSV, name), col
+    assert sum(v.sum() for v in t.stalls.values()) == t.counters["samples"].sum()
+    assert t.opcode[0] == "LDC" and "STG.E.64" in t.opcode
+    assert "l2_theoretical_sectors_global" in t.counters
+
+
+HEADER = '"Address","Source","Instructions Executed","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_long_sb (Not Issued)"\n'
+
+
+def _csv(kernel: str, rows: list[str], base=0x7000) -> str:
+    body = "".join(f'"{base + 16 * i:#x}","  {r}"\n' for i, r in enumerate(rows))
+    return f'"Kernel Name","{kernel}",\n' + HEADER + body
+
+
+def test_ncu_inline_shapes():
+    text = "==PROF== Connected\n" + _csv("k", ['@P0 BRA `(.L_x_1) ","3","5","999","5","1', 'EXIT ","1,024","2","7","2","0'])
+    t = ncu.read_ncu_csv(text)
+    assert t.pc.tolist() == [0, 16]
+    assert t.opcode == ["BRA", "EXIT"]
+    assert t.counters["inst_executed"].tolist() == [3, 1024]  # the first "Instructions Executed" column wins
+    assert t.stalls["wait"].tolist() == [5, 2] and t.stalls_not_issued["long_sb"].tolist() == [1, 0]
+
+
+def test_ncu_several_kernels_and_launches():
+    a = _csv("ka", ['NOP ","1","1","1","1","0'])
+    b = _csv("kb", ['NOP ","2","2","2","2","0'], base=0x9000)
+    with pytest.raises(DecodeError, match="several kernels"):
+        ncu.read_ncu_csv(a + b)
+    assert ncu.read_ncu_csv(a + b, kernel="kb").counters["inst_executed"].tolist() == [2]
+    two = ncu.read_ncu_csv(a + a)  # the same kernel launched twice: summed
+    assert two.counters["inst_executed"].tolist() == [2] and two.meta["launches"] == 2
+    with pytest.raises(DecodeError, match="not in the CSV"):
+        ncu.read_ncu_csv(a, kernel="zz")
+
+
+def test_ncu_refuses_garbage():
+    with pytest.raises(DecodeError, match="line 3: Address"):
+        ncu.read_ncu_csv('"Kernel Name","k",\n' + HEADER + '"zz","NOP","1","1","1","1","0"\n')
+    with pytest.raises(DecodeError, match="is not a number"):
+        ncu.read_ncu_csv(_csv("k", ['NOP ","x","1","1","1","0']))
+    with pytest.raises(DecodeError, match="16-byte steps"):
+        ncu.read_ncu_csv('"Kernel Name","k",\n' + HEADER + '"0x10","NOP","1","1","1","1","0"\n"0x18","NOP","1","1","1","1","0"\n')
+    with pytest.raises(DecodeError, match="no source-page table"):
+        ncu.read_ncu_csv("just some\ntext\n")
+
+
+# ================================================================================================
+# CUPTI
+# ================================================================================================
+
+
+def test_cupti_synthetic_fixture():
+    obj = json.load(open(CUPTI_JSON))
+    t = cupti.read_cupti_json(CUPTI_JSON, kernel="markers")
+    assert t.source == "cupti" and t.meta["cubin_crc"] == 0x5EED
+    assert np.all(np.diff(t.pc) > 0)  # split records of one PC were merged
+    issued = {k for k, v in obj["stall_reasons"].items() if not v.endswith("_not_issued")}
+    want = sum(c for r in obj["records"] if r["function_name"] == "markers" for k, c in r["stalls"].items() if k in issued)
+    assert t.counters["samples"].sum() == want
+    assert "long_sb" in t.stalls and "no_inst" not in t.stalls  # names mapped, zero-only reasons absent
+    assert t.stalls_not_issued and "samples_not_issued" in t.counters
+    with pytest.raises(DecodeError, match="several functions"):
+        cupti.read_cupti_json(CUPTI_JSON)
+    with pytest.raises(DecodeError, match="no samples"):
+        cupti.read_cupti_json(CUPTI_JSON, kernel="absent")
+
+
+def test_cupti_stall_names():
+    assert cupti.stall_name("smsp__pcsamp_warps_issue_stalled_long_scoreboard") == ("long_sb", False)
+    assert cupti.stall_name("smsp__pcsamp_warps_issue_stalled_sleeping_not_issued") == ("sleep", True)
+    assert cupti.stall_name("smsp__pcsamp_warps_issue_stalled_wait") == ("wait", False)
+
+
+def test_cupti_refuses_other_formats():
+    with pytest.raises(DecodeError, match="not a CUPTI PC sampling file"):
+        cupti.read_cupti_json({"format": "x"})
+    base = {"format": cupti.FORMAT, "stall_reasons": {"0": "smsp__pcsamp_warps_issue_stalled_wait"}}
+    recs = [{"cubin_crc": 1, "function_name": "k", "pc_offset": 0, "stalls": {"0": 1}},
+            {"cubin_crc": 2, "function_name": "k", "pc_offset": 0, "stalls": {"0": 1}}]
+    with pytest.raises(DecodeError, match="different cubins"):
+        cupti.read_cupti_json({**base, "records": recs}, kernel="k")
+    assert cupti.read_cupti_json({**base, "records": recs}, kernel="k", cubin_crc=2).counters["samples"].tolist() == [1]
+
+
+# offsets / sizes read from cupti_pcsampling.h (CUDA 13, x86-64) with a C compiler
+C_OFFSETS = {("_PCData", "stallReason"): 48, ("_PCData", "correlationId"): 56, ("_SamplingData", "pPcData"): 56,
+             ("_SamplingData", "hardwareBufferFull"): 72, ("_ConfigInfo", "data"): 8}
+
+
+def test_cupti_ctypes_layouts_match_the_header():
+    for name, size in cupti.STRUCT_SIZES.items():
+        assert ctypes.sizeof(getattr(cupti, name)) == size, name
+    for (struct, field), off in C_OFFSETS.items():
+        assert getattr(getattr(cupti, struct), field).offset == off, (struct, field)
+
+
+def _cupti_header_dir():
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for d in glob.glob(os.path.join(base, "*", "include")):
+                if os.path.exists(os.path.join(d, "cupti_pcsampling.h")):
+                    return d
+    except ImportError:
+        pass
+    d = "/usr/local/cuda/extras/CUPTI/include"
+    return d if os.path.exists(os.path.join(d, "cupti_pcsampling.h")) else None
+
+
+@pytest.mark.skipif(_cupti_header_dir() is None or shutil.which("cc") is None or not os.path.exists("/usr/local/cuda/include/cuda.h"),
+                    reason="needs cupti_pcsampling.h, cuda.h and a C compiler")
+def test_cupti_sizes_against_the_real_header(tmp_path):
+    names = {"_StallReason": "CUpti_PCSamplingStallReason", "_PCData": "CUpti_PCSamplingPCData",
+             "_SamplingData": "CUpti_PCSamplingData", "_ConfigInfo": "CUpti_PCSamplingConfigurationInfo",
+             "_ConfigParams": "CUpti_PCSamplingConfigurationInfoParams", "_CtxParams": "CUpti_PCSamplingEnableParams",
+             "_GetDataParams": "CUpti_PCSamplingGetDataParams",
+             "_NumReasonsParams": "CUpti_PCSamplingGetNumStallReasonsParams",
+             "_ReasonsParams": "CUpti_PCSamplingGetStallReasonsParams"}
+    src = "#include <stdio.h>\n#include <cupti_pcsampling.h>\nint main(){\n"
+    src += "".join(f'printf("{k} %zu\\n", sizeof({v}));\n' for k, v in names.items()) + "}\n"
+    (tmp_path / "s.c").write_text(src)
+    subprocess.run(["cc", f"-I{_cupti_header_dir()}", "-I/usr/local/cuda/include", str(tmp_path / "s.c"), "-o",
+                    str(tmp_path / "s")], check=True, capture_output=True)
+    out = subprocess.run([str(tmp_path / "s")], check=True, capture_output=True, text=True).stdout.split()
+    got = dict(zip(out[::2], map(int, out[1::2])))
+    assert got == {k: ctypes.sizeof(getattr(cupti, k)) for k in names}
+
+
+def test_cupti_collector_without_gpu_fails_clearly(monkeypatch, tmp_path):
+    monkeypatch.setenv("IKP_LIBCUPTI", str(tmp_path / "missing_libcupti.so"))
+    with pytest.raises(cupti.CuptiError, match="cannot load"):
+        cupti.PcSampler()
+
+
+# ================================================================================================
+# NVBit-style
+# ================================================================================================
+
+
+def test_nvbit_synthetic_fixture():
+    t = nvbit.read_nvbit_json(NVBIT_JSON)
+    obj = json.load(open(NVBIT_JSON))
+    assert t.kernel == "markers" and t.regions is not None
+    assert t.counters["inst_executed"].sum() == sum(r["executed_count"] for r in obj["pcs"])
+    assert t.pc.tolist() == sorted(int(r["pc_offset"], 16) for r in obj["pcs"])
+
+
+def test_nvbit_shapes_and_errors():
+    recs = [{"function_name": "k", "pc_offset": 16, "executed_count": 2, "dominant_region": "a"},
+            {"function_name": "k", "pc_offset": "0x10", "executed_count": 3, "dominant_region": "a"},
+            {"function_name": "other", "pc_offset": 0, "executed_count": 9}]
+    with pytest.raises(DecodeError, match="several functions"):
+        nvbit.read_nvbit_json(recs)
+    t = nvbit.read_nvbit_json(recs, kernel="k")
+    assert t.pc.tolist() == [16] and t.counters["inst_executed"].tolist() == [5] and t.regions == ["a"]
+    assert t.meta["other_functions"] == 1
+    ours = {"format": nvbit.FORMAT, "kernel": "k", "pcs": [{"pc_offset": 0, "executed_count": 4, "opcode": "NOP",
+                                                              "thread_executed_count": 128}]}
+    t = nvbit.read_nvbit_json(ours)
+    assert t.counters["thread_inst_executed"].tolist() == [128] and t.opcode == ["NOP"]
+    with pytest.raises(DecodeError, match="not an integer"):
+        nvbit.read_nvbit_json([{"pc_offset": "zz"}])
+    with pytest.raises(DecodeError, match="no pc_offset"):
+        nvbit.read_nvbit_json([{"executed_count": 1}])
+
+
+def test_pctable_validates_and_merges():
+    with pytest.raises(ValueError, match="strictly increasing"):
+        PcTable("x", None, [16, 0], {}, {})
+    with pytest.raises(ValueError, match="shape"):
+        PcTable("x", None, [0, 16], {"inst_executed": [1]}, {})
+    pc, cols, first = merge_duplicate_pcs(np.array([32, 0, 32]), {"a": np.array([1.0, 2.0, 3.0])})
+    assert pc.tolist() == [0, 32] and cols["a"].tolist() == [2.0, 4.0] and first.tolist() == [1, 0]

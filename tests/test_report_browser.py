@@ -1,0 +1,178 @@
+"""`ikp report` end to end in headless Chromium (Debian's chromium + chromium-driver, driven by Selenium):
+the page opens from a file:// URL with no network, logs no console errors, and clicking a region or a
+source line shows exactly the instructions the embedded data says. A screenshot of each view is saved.
+
+Skips only when Chromium, its driver or Selenium cannot be found (.ci/browser.sh installs them).
+Inputs: the committed real capture (examples/basic) when present, else the synthetic markers.cu set
+of tests/test_report.py; the full map + hardware + source set always runs on the markers.cu cubin.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from test_report import REAL_CAPTURE, SOURCE, full_report, inputs, synthetic_buffer, NAMES  # noqa: F401 (fixture)
+
+CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+DRIVER = shutil.which("chromedriver")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1400,1000")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip("Chromium or chromedriver not found (apt-get install chromium chromium-driver; .ci/browser.sh)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed (.ci/browser.sh)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for f in FLAGS:
+        opts.add_argument(f)
+    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    d = Path(os.environ.get("IKP_REPORT_SCREENSHOTS") or tmp_path_factory.mktemp("report-screenshots"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def open_page(driver, path: Path, view: str = "overview"):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.resolve().as_uri() + "#" + view)
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.__ikp && window.__ikp.ready)"))
+    driver.get_log("browser")  # start each page with an empty console
+
+
+def goto(driver, view: str):
+    driver.execute_script("location.hash = arguments[0]", "#" + view)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda d: d.find_elements("id", "view-" + view))
+
+
+def console_errors(driver) -> list[str]:
+    logs = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    return logs + list(driver.execute_script("return window.__ikp.errors"))
+
+
+def selection_text(driver) -> str:
+    return driver.find_element("id", "selection").text
+
+
+def count(driver, css: str) -> int:
+    return len(driver.find_elements("css selector", css))
+
+
+# --------------------------------------------------------------------------------------- the full page
+
+
+def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (pytest fixture)
+    trace, page, data = full_report(inputs)
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    open_page(browser, path)
+    assert browser.title == "ikp report: markers"
+    assert count(browser, "#overview-regions tbody tr") == len(data["regions"])
+    browser.save_screenshot(str(shots / "overview.png"))
+
+    # click the region "body" in the overview: the code view shows the PCs whose region path holds it
+    body = next(r for r in data["regions"] if r["region"] == "body")
+    browser.find_element("css selector", f'#overview-regions tr[data-key="{body["key"]}"]').click()
+    assert browser.execute_script("return location.hash") == "#code"
+    stacks = [data["paths"][p]["stack"] or [] for p in data["pcs"]["path"]]
+    expected = [i for i, st in enumerate(stacks) if body["event"] in st]
+    assert expected, "the map puts no instruction in body"
+    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane tr.sel")) == expected
+    text = selection_text(browser)
+    assert text.startswith("region body") and f"{len(expected)} instruction(s)" in text
+    lines = sorted({data["pcs"]["line"][i] for i in expected if data["pcs"]["line"][i] >= 1})
+    assert sorted(int(e.get_attribute("data-line")) for e in browser.find_elements("css selector", "#source-pane .ln.sel")) == lines
+    browser.save_screenshot(str(shots / "code-region.png"))
+
+    # click the source line of body's FMA: its instructions, and the region it is in
+    fma = next(i + 1 for i, t in enumerate(SOURCE.read_text().splitlines()) if "acc = acc * 1.5f + in[i];" in t)
+    line_el = browser.find_element("css selector", f'#source-pane .ln[data-line="{fma}"]')
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", line_el)
+    line_el.click()
+    on_line = [i for i, l in enumerate(data["pcs"]["line"]) if l == fma]
+    assert on_line
+    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane tr.sel")) == on_line
+    text = selection_text(browser)
+    assert text.startswith(f"line {fma} (in ") and "body" in text and f"{len(on_line)} instruction(s)" in text
+    samples = sum(data["pcs"]["metrics"]["samples_attributed"][i] for i in on_line)
+    assert f"{samples:g} samples" in text or "k samples" in text
+    browser.save_screenshot(str(shots / "code-line.png"))
+
+    # regions view: one histogram per region, one bar per SM
+    goto(browser, "regions")
+    assert count(browser, "svg.hist") == len(data["regions"])
+    assert count(browser, "#sm-chart rect") == len(data["sm"]) == 4
+    browser.save_screenshot(str(shots / "regions.png"))
+
+    # hardware view: exclusive rows with samples, then inclusive ones
+    goto(browser, "hardware")
+    assert "data matches the map" in browser.find_element("id", "hw-check").text
+    exclusive = [r for r in data["hardware"]["exclusive"] if r["samples"] or r.get("inst_executed")]
+    assert count(browser, "#hw-table tbody tr") == len(exclusive)
+    browser.find_element("id", "hw-inclusive").click()
+    inclusive = [r for r in data["hardware"]["inclusive"] if r["samples"] or r.get("inst_executed")]
+    assert count(browser, "#hw-table tbody tr") == len(inclusive)
+    assert count(browser, "#stall-chart rect") > 0
+    browser.save_screenshot(str(shots / "hardware.png"))
+
+    assert console_errors(browser) == []
+
+
+def test_real_or_synthetic_capture_without_map(browser, shots, tmp_path):
+    """The committed real capture when present (else a synthetic one): timeline views work and the
+    hardware / code views say what is missing and how to collect it."""
+    from host_decode.capture import save_capture
+    from host_decode.decoder import load_capture
+    from host_decode.report_html import build_report_data, render_html
+
+    capture = REAL_CAPTURE if REAL_CAPTURE.exists() else save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)
+    trace = load_capture(capture)
+    data = build_report_data(trace, capture_path=str(capture))
+    path = tmp_path / "report.html"
+    path.write_text(render_html(data))
+    open_page(browser, path)
+    assert count(browser, "#overview-regions tbody tr") == len(data["regions"]) > 0
+    assert count(browser, '[data-missing="hardware"]') == 1
+    goto(browser, "hardware")
+    assert count(browser, '[data-missing="map"]') == 1 and "ncu" in browser.find_element("id", "view-hardware").text
+    goto(browser, "code")
+    assert count(browser, '#view-code [data-missing="source"]') == 1
+    assert count(browser, '#view-code [data-missing="map"]') == 1
+    first = data["regions"][0]
+    browser.find_element("css selector", f'.reglist div[data-event="{first["event"]}"]').click()
+    assert selection_text(browser).startswith(f"region {first['region']}")
+    goto(browser, "regions")
+    assert count(browser, "svg.hist") == len(data["regions"])
+    browser.save_screenshot(str(shots / ("real-regions.png" if REAL_CAPTURE.exists() else "trace-only-regions.png")))
+    assert console_errors(browser) == []
+
+
+def test_page_makes_no_network_requests(browser, inputs, tmp_path):  # noqa: F811
+    """Everything is inline: the page loads no resource but itself."""
+    _, page, _ = full_report(inputs)
+    path = tmp_path / "report.html"
+    path.write_text(page)
+    open_page(browser, path)
+    urls = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert urls == []
+    assert not any(tag in page for tag in ("<link ", "src=\"http", "src='http", "@import", "url(http"))
