@@ -111,21 +111,32 @@ def write_trace(path: Path, size_mb: float, launches_per_step: int = 2000) -> in
 
 
 def run_child(trace: Path, extra: list) -> dict:
-    """One `ikp kernels` run in a fresh process: wall seconds, CPU seconds (its parser workers included),
-    peak RSS of the process and the largest peak RSS among its workers (bytes), exit code."""
-    code = ("import resource, sys; from host_decode.cli import main; rc = main(sys.argv[1:]); "
-            "s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN); "
-            "print('USAGE', s.ru_maxrss, c.ru_maxrss, s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, "
-            "file=sys.stderr); sys.exit(rc)")
+    """One `ikp kernels --json` equivalent (load + every table + JSON) in a fresh process: wall seconds, CPU
+    seconds (parser workers and c++filt included), peak RSS of the process and the largest peak RSS among
+    its parser workers, as each worker measured itself (bytes), exit code."""
+    code = """
+import argparse, json, resource, sys
+from host_decode import torch_trace as tt
+from host_decode.commands import kernels
+ap = argparse.ArgumentParser()
+kernels.add_arguments(ap)
+args = ap.parse_args(sys.argv[1:])
+trace = tt.load_torch_trace(args.trace, cache=not args.no_cache, workers=args.jobs, parser=args.parser)
+json.dumps(kernels.build_report(trace, args), default=kernels._jsonable)
+s = resource.getrusage(resource.RUSAGE_SELF)
+c = resource.getrusage(resource.RUSAGE_CHILDREN)
+print('USAGE', s.ru_maxrss * 1024, trace.meta.get('worker_peak_rss', 0),
+      s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime, file=sys.stderr)
+"""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, "kernels", str(trace), "--json", "-o", os.devnull, *extra],
+    proc = subprocess.run([sys.executable, "-c", code, str(trace), *extra],
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
     usage = next((line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("USAGE")), None)
     if proc.returncode or usage is None:
         print(proc.stderr, file=sys.stderr)
         usage = usage or [-1, -1, -1]
-    return {"wall": wall, "rss": int(usage[0]) * 1024, "worker_rss": int(usage[1]) * 1024, "cpu": float(usage[2]),
+    return {"wall": wall, "rss": int(usage[0]), "worker_rss": int(usage[1]), "cpu": float(usage[2]),
             "rc": proc.returncode}
 
 
@@ -159,7 +170,8 @@ def main() -> int:
             if cache.exists():
                 cache.unlink()
             cold = run_child(trace, ["-j", str(jobs), "--parser", args.parser])
-            workers = f", largest worker {cold['worker_rss'] / 2**20:.0f} MiB" if jobs > 1 else ""
+            workers = (f", + each of {jobs} workers <= {cold['worker_rss'] / 2**20:.0f} MiB"
+                       f" (all together {(cold['rss'] + jobs * cold['worker_rss']) / size:.2f}x)") if jobs > 1 else ""
             print(f"-j {jobs} cold parse + tables: {cold['wall']:.2f} s wall, {cold['cpu']:.2f} s CPU; peak RSS "
                   f"{cold['rss'] / 2**20:.0f} MiB = {cold['rss'] / size:.2f}x file size{workers}; "
                   f"{size / 2**20 / cold['wall']:.0f} MiB/s, {n / cold['wall'] / 1e6:.2f} M events/s"

@@ -261,8 +261,7 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     out["dropped"] = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc).astype(np.int64)
 
     # pairing
-    be = np.flatnonzero(etype <= _END)
-    begins, ends, depth, unmatched_begin, unmatched_end = _pair(be, etype[be], event[be], loc[be])
+    begins, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, np.union1d(inst, fin))
     out["paired_begin"] = per_lane(begins)
     out["paired_end"] = out["paired_begin"]  # pairs never cross lanes
     out["unmatched_begin"] = per_lane(unmatched_begin)
@@ -312,28 +311,32 @@ def _timed_predecessor(untimed: np.ndarray) -> np.ndarray:
     return np.maximum(np.maximum.accumulate(run_start) - 1, 0)
 
 
-def _pair(be, etype, event, loc):
-    """Stack pairing per (lane, event id) of BEGIN/END records given in lane-major program order.
+def _pair(etype, event, loc, bounds, not_be):
+    """Stack pairing per (lane, event id) of the BEGIN/END records among all records of a chunk
+    (lane-major program order; `bounds` are the lane boundaries, `not_be` the sorted indices of the
+    other records).
 
     Returns sorted record indices of paired begins, the matching ends (same order), each span's
     depth (paired regions of the lane open at its begin), and sorted unmatched begins / ends.
-    Fast path: when every lane is balanced and nests properly across ids (the usual case), one radix
-    sort by nesting level pairs everything. Otherwise the general path pairs per (event, lane)."""
-    m = be.size
-    step = (1 - 2 * etype.astype(np.int32)) if m else np.zeros(0, np.int32)
-    if m:
+    Fast path: when every lane is balanced and nests properly across ids (the usual case), pairs
+    come from one pass per nesting level. Otherwise the general path pairs per (event, lane)."""
+    n = etype.size
+    step = (etype == _BEGIN).astype(np.int8) - (etype == _END)
+    if n:
         s = np.cumsum(step, dtype=np.int32)
-        lane_end = np.flatnonzero(np.r_[loc[1:] != loc[:-1], True])
-        if s.min() >= 0 and not s[lane_end].any():
+        if s.min() >= 0 and not s[bounds[1:] - 1].any():
             level = s + (step < 0)  # a BEGIN's level is its depth after the push, an END's before the pop
+            level[not_be] = 0
             b_o, e_o = _alternating_pairs(level)
-            if b_o.size * 2 == m and (event[b_o] == event[e_o]).all():
-                partner = np.empty(m, np.int64)
+            if b_o.size * 2 == n - not_be.size and (event[b_o] == event[e_o]).all():
+                partner = np.empty(n, np.int64)
                 partner[b_o] = e_o
                 bi = np.flatnonzero(step > 0)
                 none = np.zeros(0, np.int64)
-                return be[bi], be[partner[bi]], (level[bi] - 1).astype(np.int64), none, none
-    return _pair_general(be, step, event, loc)
+                return bi, partner[bi], (level[bi] - 1).astype(np.int64), none, none
+    be = np.flatnonzero(step)
+    begins, ends, depth, ub, ue = _pair_general(be, step[be].astype(np.int32), event[be], loc[be])
+    return begins, ends, depth, ub, ue
 
 
 def _alternating_pairs(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

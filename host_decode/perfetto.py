@@ -233,18 +233,25 @@ def merged_stream(spans: np.ndarray, instants: np.ndarray, origin: int) -> Strea
         oi = np.argsort(ki, kind="stable")
         keys = np.concatenate([ke[oe], ki[oi], kb[ob]])
         order = np.argsort(keys, kind="stable")
-        src_index = np.concatenate([end_rows[oe], oi, ob])
     else:  # very long or very wide traces: the same order from a lexsort
-        lanes = np.concatenate([lane_e[::-1], lane_i, lane_b])
-        ts = np.concatenate([te[::-1], ti, tb])
+        oe, oi, ob = np.arange(end_rows.size)[::-1], np.arange(m), np.arange(n)
+        lanes = np.concatenate([lane_e[oe], lane_i, lane_b])
+        ts = np.concatenate([te[oe], ti, tb])
         kinds = np.concatenate([np.full(end_rows.size, KIND_END), np.full(m, KIND_INSTANT), np.full(n, KIND_BEGIN)])
         order = np.lexsort((kinds, ts, lanes))
-        src_index = np.concatenate([end_rows[::-1], np.arange(m), np.arange(n)])
+    src_index = np.concatenate([end_rows[oe], oi, ob])
     src_kind = np.concatenate(
         [np.full(end_rows.size, KIND_END, np.int8), np.full(m, KIND_INSTANT, np.int8), np.full(n, KIND_BEGIN, np.int8)]
     )
     kind = src_kind[order]
     index = src_index[order]
+    at = np.empty(order.size, np.int64)  # stream position of each source event
+    at[order] = np.arange(order.size)
+    pos_begin = np.empty(n, np.int64)
+    pos_end = np.empty(n, np.int64)
+    n_end = end_rows.size
+    pos_begin[ob] = at[n_end + m :]
+    pos_end[end_rows[oe]] = at[:n_end]
     if n and zero.any():  # a zero-length span is its BEGIN immediately followed by its END
         is_zero_begin = kind == KIND_BEGIN
         is_zero_begin[is_zero_begin] = zero[index[is_zero_begin]]
@@ -258,12 +265,9 @@ def merged_stream(spans: np.ndarray, instants: np.ndarray, origin: int) -> Strea
         kind2[second] = KIND_END
         index2[second] = index[is_zero_begin]
         kind, index = kind2, index2
-    pos_begin = np.empty(n, np.int64)
-    pos_end = np.empty(n, np.int64)
-    at_b = np.flatnonzero(kind == KIND_BEGIN)
-    at_e = np.flatnonzero(kind == KIND_END)
-    pos_begin[index[at_b]] = at_b
-    pos_end[index[at_e]] = at_e
+        pos_begin = start[pos_begin]
+        pos_end[end_rows] = start[pos_end[end_rows]]
+        pos_end[zero] = pos_begin[zero] + 1
     return Stream(kind=kind, index=index, pos_begin=pos_begin, pos_end=pos_end)
 
 
@@ -596,8 +600,13 @@ class _Layout:
         return self
 
     def raw(self, values: np.ndarray) -> "_Layout":
-        """One byte per row (e.g. a length that depends on the record kind)."""
+        """One byte per row."""
         self.parts.append(("r", values))
+        return self
+
+    def per_kind(self, lut: list[int]) -> "_Layout":
+        """One byte that depends only on the row's kind (fill(kind=...)): lut[kind]."""
+        self.parts.append(("k", bytes(lut)))
         return self
 
     def varint(self, field: int, values: np.ndarray | int, width: int) -> "_Layout":
@@ -617,24 +626,31 @@ class _Layout:
         self.parts.extend(other.parts)
         return self
 
-    def fill(self, n: int) -> np.ndarray:
-        """-> (n, width) uint8 rows. Built as 64-bit words: the constant bytes are one template word
-        per column, each per-row field is ORed in at its byte offset (a padded varint of <= 8 bytes is
-        one uint64 with its 7-bit groups spread over its bytes)."""
+    def fill(self, n: int, kind: np.ndarray | None = None) -> np.ndarray:
+        """-> (n, width) uint8 rows. Built as 64-bit words: constant and per-kind bytes come from one
+        template row per kind (gathered by `kind`), each per-row field is ORed in at its byte offset
+        (a padded varint of <= 8 bytes is one uint64 with its 7-bit groups spread over its bytes)."""
         width = self.width
         nwords = (width + 7) // 8
-        template = np.zeros(nwords * 8, np.uint8)
+        kinds = max([len(p[1]) for p in self.parts if p[0] == "k"] + [1])
+        template = np.zeros((kinds, nwords * 8), np.uint8)
         col = 0
         for p in self.parts:
             if p[0] == "c":
-                template[col : col + len(p[1])] = np.frombuffer(p[1], np.uint8)
+                template[:, col : col + len(p[1])] = np.frombuffer(p[1], np.uint8)
+            elif p[0] == "k":
+                template[:, col] = np.frombuffer(p[1], np.uint8)
             col += _part_width(p)
         if any(p[0] == "v" and p[2] > 8 for p in self.parts):
-            return self._fill_bytes(n, template[:width])
-        words = [np.full(n, w, np.uint64) for w in template.view(np.uint64).tolist()]
+            return self._fill_bytes(n, template, kind)
+        twords = template.view(np.uint64)
+        if kinds > 1:
+            words = [twords[:, j][kind] for j in range(nwords)]
+        else:
+            words = [np.full(n, w, np.uint64) for w in twords[0].tolist()]
         col = 0
         for p in self.parts:
-            if p[0] != "c":
+            if p[0] in "vr":
                 value = _spread_varint(p[1], p[2]) if p[0] == "v" else p[1].astype(np.uint64)
                 j, shift = divmod(col, 8)
                 words[j] |= value << np.uint64(8 * shift) if shift else value
@@ -644,9 +660,10 @@ class _Layout:
         rows = np.stack(words, axis=1).view(np.uint8)
         return rows if width == nwords * 8 else np.ascontiguousarray(rows[:, :width])
 
-    def _fill_bytes(self, n: int, template: np.ndarray) -> np.ndarray:
-        out = np.empty((n, self.width), np.uint8)
-        out[:] = template
+    def _fill_bytes(self, n: int, template: np.ndarray, kind: np.ndarray | None) -> np.ndarray:
+        out = np.ascontiguousarray(template[kind][:, : self.width]) if template.shape[0] > 1 else np.empty((n, self.width), np.uint8)
+        if template.shape[0] == 1:
+            out[:] = template[0, : self.width]
         col = 0
         for p in self.parts:
             if p[0] == "v":
@@ -658,7 +675,7 @@ class _Layout:
 
 
 def _part_width(p) -> int:
-    return len(p[1]) if p[0] == "c" else (1 if p[0] == "r" else p[2])
+    return len(p[1]) if p[0] == "c" else (1 if p[0] in "rk" else p[2])
 
 
 def _packet_layout(body: _Layout) -> _Layout:
@@ -775,23 +792,24 @@ def _encode_events(trace, spans, instants, stream: Stream, tree: TrackTree, orig
     unit, pad_head, pad_tail = _choose_padding(head_w0, tail_te(0).width + 2, tw, iw)
     te_tail = tail_te(pad_tail)
     tail = _Layout().extend(te_tail).varint(13, SEQ_NEEDS_INCREMENTAL_STATE, 1)
-    te_len = np.where(is_end, te_head_w, te_head_w + te_tail.width)
     head_w = head_w0 + pad_head
-    pkt_len = np.where(is_end, head_w - 2, head_w - 2 + tail.width)
-    if int(pkt_len.max()) > 127:
+    # per kind (KIND_END, KIND_INSTANT, KIND_BEGIN): packet length, track event length, type
+    te_len = [te_head_w, te_head_w + te_tail.width, te_head_w + te_tail.width]
+    pkt_len = [head_w - 2, head_w - 2 + tail.width, head_w - 2 + tail.width]
+    if max(pkt_len) > 127:
         raise ValueError("a slice packet over 127 bytes: too many args for the one-byte length layout")
-    type_byte = np.where(is_end, TYPE_SLICE_END, np.where(is_inst, TYPE_INSTANT, TYPE_SLICE_BEGIN))
+    type_byte = [TYPE_SLICE_END, TYPE_INSTANT, TYPE_SLICE_BEGIN]
     head = (
         _Layout()
-        .const(_tag(1, 2)).raw(pkt_len)
+        .const(_tag(1, 2)).per_kind(pkt_len)
         .varint(8, ts, tw + pad_head)
         .varint(10, SEQUENCE_ID, 1)
-        .const(_tag(11, 2)).raw(te_len)
-        .const(_tag(9, 0)).raw(type_byte)
+        .const(_tag(11, 2)).per_kind(te_len)
+        .const(_tag(9, 0)).per_kind(type_byte)
         .varint(11, uuid, uw)
     )
     assert head.width == head_w and head_w % unit == 0 and tail.width % unit == 0
-    head_rows = head.fill(kind.size)
+    head_rows = head.fill(kind.size, kind)
     if n_named == 0:
         return head_rows.reshape(-1)
     return _splice(head_rows, tail.fill(n_named), named_pos, unit)

@@ -81,7 +81,7 @@ def launch_subset(trace: Trace, launch: int | None) -> tuple[np.ndarray, np.ndar
     return trace.spans[sm], trace.lanes[lm]
 
 
-def plot_gantt(trace: Trace, path: str | os.PathLike, launch: int | None = 0, max_spans: int = 300_000) -> Path:
+def plot_gantt(trace: Trace, path: str | os.PathLike, launch: int | None = 0, max_spans: int = 100_000) -> Path:
     """Rows = (SM, group) (or (block, group) when SM ids are unknown), x = time from launch start (us);
     regions coloured by event, nested ones drawn thinner. At most `max_spans` spans (the longest ones are
     kept; the title says how many were left out)."""

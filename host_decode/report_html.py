@@ -79,6 +79,7 @@ def build_report_data(
     source_text: str | None = None,
     source_path: str | None = None,
     sass_text: dict[int, str] | None = None,
+    pc_files: dict[int, str | None] | None = None,
     capture_path: str | None = None,
     force_join: bool = False,
 ) -> dict:
@@ -117,7 +118,7 @@ def build_report_data(
 
     data["paths"] = path_rows(trace, region_map, result)
     data["hardware"] = hardware_data(trace, result) if result is not None else None
-    data["pcs"] = pc_columns(region_map, pc_table, sass_text) if region_map is not None else None
+    data["pcs"] = pc_columns(region_map, pc_table, sass_text, pc_files) if region_map is not None else None
     if data["hardware"] is not None:
         _attach_hardware_to_regions(data["regions"], data["hardware"])
     for row in data["regions"]:
@@ -306,9 +307,12 @@ def _attach_hardware_to_regions(regions: list[dict], hw: dict) -> None:
                      "inst_executed": agg["inst_executed"], "top_stalls": top, "paths": agg["paths"]}
 
 
-def pc_columns(region_map: Any, pc_table: Any, sass_text: dict[int, str] | None) -> dict:
+def pc_columns(region_map: Any, pc_table: Any, sass_text: dict[int, str] | None,
+               pc_files: dict[int, str | None] | None = None) -> dict:
     """Per-PC table, columnar, in map order. Hardware columns are aligned by PC; `samples_attributed`
-    is where the join counts each PC's samples (after moving drain samples to the previous PC)."""
+    is where the join counts each PC's samples (after moving drain samples to the previous PC).
+    `file` / `files`: the source file of each PC's line (index into `files`, -1 unknown) when the map
+    or the listing names it; a kernel's lines come from several files (inlined helpers)."""
     n = region_map.pc.size
     cols: dict[str, Any] = {
         "pc": region_map.pc.tolist(),
@@ -319,6 +323,13 @@ def pc_columns(region_map: Any, pc_table: Any, sass_text: dict[int, str] | None)
     }
     if sass_text:
         cols["text"] = [sass_text.get(int(p), op) for p, op in zip(region_map.pc, region_map.opcode)]
+    map_files = getattr(region_map, "file", None)  # per-PC file names, where the map carries them
+    if pc_files is None and map_files is not None and len(map_files) == n:
+        pc_files = {int(p): f for p, f in zip(region_map.pc, map_files)}
+    if pc_files:
+        names = [pc_files.get(int(p)) for p in region_map.pc]
+        cols["files"] = sorted({f for f in names if f})
+        cols["file"] = [cols["files"].index(f) if f else -1 for f in names]
     if pc_table is None:
         cols["metrics"], cols["stalls"] = {}, {}
         return cols
@@ -371,31 +382,63 @@ def _compact(values: np.ndarray) -> list:
 def source_data(text: str, path: str | None, pcs: dict | None, paths: list[dict], trace: Trace) -> dict:
     lines = text.splitlines()[:MAX_SOURCE_LINES]
     out: dict[str, Any] = {"path": path, "lines": lines, "truncated": len(text.splitlines()) > MAX_SOURCE_LINES}
-    if pcs is not None and any(l >= 0 for l in pcs["line"]):
+    mine = _pcs_of_source(pcs, path) if pcs is not None else None
+    if mine is not None and any(pcs["line"][i] >= 1 for i in mine):
         out["origin"] = "map"
+        out["pcs_of_file"] = mine if "file" in pcs else None  # None: every PC (the map names no files)
+        if "file" not in pcs:
+            out["file_note"] = ("The map carries no file names: line numbers of inlined helpers from other files "
+                                "are shown on this file's lines too. Pass --cubin to read the files from the listing.")
         line_paths: dict[int, set] = {}
-        for line, p in zip(pcs["line"], pcs["path"]):
+        for i in mine:
+            line, p = pcs["line"][i], pcs["path"][i]
             if line >= 1:
                 line_paths.setdefault(line, set()).add(p)
         out["line_paths"] = {str(k): sorted(v) for k, v in sorted(line_paths.items())}
         cost_col = "samples_attributed" if "samples_attributed" in pcs.get("metrics", {}) else (
             "inst_executed" if "inst_executed" in pcs.get("metrics", {}) else None)
         out["cost_metric"] = cost_col
-        out["line_cost"] = _line_cost(pcs, cost_col) if cost_col else {}
+        out["line_cost"] = _line_cost(pcs, cost_col, mine) if cost_col else {}
         out["lines_beyond_file"] = sorted(k for k in line_paths if k > len(lines))[:20]
     else:
+        if pcs is not None and "files" in pcs:
+            out["file_note"] = (f"No instruction of the map has line info in {Path(path or '').name!r} "
+                                f"(the listing names: {', '.join(pcs['files'][:5]) or 'no files'}); "
+                                "colours come from the marker calls in the text.")
         out["origin"] = "markers"
         out.update(marker_lines(lines, trace.names.events))
         out["line_cost"], out["cost_metric"] = {}, None
     return out
 
 
-def _line_cost(pcs: dict, metric: str) -> dict[str, float]:
+def _line_cost(pcs: dict, metric: str, rows: list[int]) -> dict[str, float]:
     cost: dict[int, float] = {}
-    for line, v in zip(pcs["line"], pcs["metrics"][metric]):
+    values = pcs["metrics"][metric]
+    for i in rows:
+        line = pcs["line"][i]
         if line >= 1:
-            cost[line] = cost.get(line, 0.0) + float(v)
+            cost[line] = cost.get(line, 0.0) + float(values[i])
     return {str(k): v for k, v in sorted(cost.items())}
+
+
+def _pcs_of_source(pcs: dict, path: str | None) -> list[int]:
+    """Rows of the per-PC table whose line belongs to the source file shown: same file name when the
+    PCs carry file names (the longest common path tail wins over a bare name), else every row."""
+    n = len(pcs["pc"])
+    if "file" not in pcs or not path:
+        return list(range(n))
+    wanted = Path(path).resolve().parts
+    def tail(f: str) -> int:  # how many trailing path parts agree
+        k, parts = 0, Path(f).parts
+        while k < min(len(parts), len(wanted)) and parts[-1 - k] == wanted[-1 - k]:
+            k += 1
+        return k
+    scores = [tail(f) for f in pcs["files"]]
+    best = max(scores, default=0)
+    if best == 0:
+        return []
+    keep = {i for i, s in enumerate(scores) if s == best}
+    return [i for i in range(n) if pcs["file"][i] in keep]
 
 
 _MARKER_CALL_RE = re.compile(r"""\b(profile_region|region|begin|end|mark)\s*\((?P<args>[^)]*)\)""")
@@ -481,9 +524,15 @@ def jsonable(x: Any) -> Any:
     return x
 
 
-def read_sass_text(cubin: bytes, kernel: str | None = None) -> dict[int, str]:
-    """pc -> instruction text of one kernel of a cubin (nvdisasm; host_decode.sass)."""
+def read_sass_listing(cubin: bytes, kernel: str | None = None) -> tuple[dict[int, str], dict[int, str | None]]:
+    """(pc -> instruction text, pc -> source file of its line info) of one kernel of a cubin
+    (nvdisasm via host_decode.sass)."""
     from host_decode import sass
 
     fn = sass.select_function(sass.parse_listing(sass.disassemble(cubin)), kernel)
-    return {ins.pc: ins.text for ins in fn.instructions}
+    return {ins.pc: ins.text for ins in fn.instructions}, {ins.pc: ins.file for ins in fn.instructions}
+
+
+def read_sass_text(cubin: bytes, kernel: str | None = None) -> dict[int, str]:
+    """pc -> instruction text of one kernel of a cubin."""
+    return read_sass_listing(cubin, kernel)[0]

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -155,6 +156,7 @@ class _Builder:
     skipped: dict = field(default_factory=dict)
     n_elements: int = 0
     decoder: object = None  # a msgspec decoder of the fields we use, or None (orjson only)
+    worker_peak_rss: int = 0  # bytes, the largest among parser worker processes (0: none used)
 
     def label_code(self, value) -> int:
         if value.__class__ is int:
@@ -328,6 +330,9 @@ def _parse_with(path: Path, chunk_bytes: int, orjson, workers: int, parser: str)
         trailer = _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes, "traceEvents" in header)
     meta = {k: v for k, v in {**header, **trailer}.items() if k != "traceEvents"}
     meta["parser"] = "msgspec+orjson" if builder.decoder is not None else "orjson"
+    meta["workers"] = workers
+    if builder.worker_peak_rss:
+        meta["worker_peak_rss"] = builder.worker_peak_rss
     return builder.finish(source, meta)
 
 
@@ -415,7 +420,17 @@ def _parse_body(body: bytes, parser: str) -> dict:
     builder.n_elements = len(events)
     t = builder.finish("", {})
     return {"columns": t.columns, "names": t.names, "cats": t.cats, "labels": t.labels,
-            "phases": t.meta["phases"], "skipped": t.meta["skipped"], "n": len(events)}
+            "phases": t.meta["phases"], "skipped": t.meta["skipped"], "n": len(events), "peak_rss": _peak_rss()}
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set size in bytes (0 where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _merge_part(builder, part: dict) -> None:
@@ -438,6 +453,7 @@ def _merge_part(builder, part: dict) -> None:
         for k, v in counts.items():
             table[k] = table.get(k, 0) + v
     builder.n_elements += part["n"]
+    builder.worker_peak_rss = max(builder.worker_peak_rss, part["peak_rss"])
 
 
 _BOUNDARY = re.compile(rb"\s*,\s*\{")
@@ -817,12 +833,21 @@ def name_table(trace: TorchTrace, sel: Selection, *, sort: str = "total", top: i
     table = {"full_name": [trace.names[i] for i in uniq],
              "kind": [trace.kind_of(int(k)) for k in c["cat"][first_row]],
              **stats, "launch_share": stats["count"] / n, "time_share": stats["total_us"] / busy}
-    table["name"] = table["full_name"] if verbose else short_names(table["full_name"], table["kind"])
+    table["name"] = table["full_name"] if verbose else [_display_names(trace, sel)[i] for i in uniq]
     key = SORT_KEYS[sort]
     order = np.lexsort((np.arange(len(uniq)), -np.asarray(table[key], dtype=np.float64)))
     if top is not None:
         order = order[:top]
     return _take(table, order)
+
+
+def _display_names(trace: TorchTrace, sel: Selection) -> dict:
+    """name id -> short name, computed over every name of the selection at once, so that the kernel and
+    pair tables name a kernel the same way (disambiguation depends on which names are present)."""
+    c = trace.columns
+    ids, first = np.unique(c["name"][sel.rows], return_index=True)
+    kinds = [trace.kind_of(int(k)) for k in c["cat"][sel.rows[first]]]
+    return dict(zip(ids.tolist(), short_names([trace.names[i] for i in ids], kinds)))
 
 
 def _take(table: dict, order: np.ndarray) -> dict:
@@ -887,7 +912,7 @@ def gap_analysis(trace: TorchTrace, sel: Selection, *, gap_min_us: float = 0.0, 
     lo, hi = gap_min_us * 1e3, gap_max_us * 1e3
     in_range = follows & (gap >= lo) & (gap <= hi)
     gaps_us = gap[in_range] / 1e3
-    pairs = _pair_table(trace, names, in_range, gap, pair_sort, top, verbose)
+    pairs = _pair_table(trace, names, in_range, gap, pair_sort, top, None if verbose else _display_names(trace, sel))
     return {"streams": streams, "histogram": _histogram(gaps_us, bins, log_bins, gap_min_us, gap_max_us),
             "pairs": pairs, "n_gaps": int(follows.sum()), "n_in_range": int(in_range.sum()),
             "range_us": [gap_min_us, gap_max_us]}
@@ -929,7 +954,7 @@ def _histogram(gaps_us: np.ndarray, bins: int, log_bins: bool, gmin: float, gmax
     return {"edges_us": edges, "counts": counts, "zero": zero}
 
 
-def _pair_table(trace, names, in_range, gap, pair_sort, top, verbose) -> dict:
+def _pair_table(trace, names, in_range, gap, pair_sort, top, display) -> dict:
     idx = np.flatnonzero(in_range)
     n_names = max(len(trace.names), 1)
     key = names[idx - 1].astype(np.int64) * n_names + names[idx]
@@ -938,8 +963,8 @@ def _pair_table(trace, names, in_range, gap, pair_sort, top, verbose) -> dict:
     prev_full = [trace.names[int(k // n_names)] for k in uniq]
     next_full = [trace.names[int(k % n_names)] for k in uniq]
     table = {"prev_full": prev_full, "next_full": next_full, **stats}
-    table["prev"] = prev_full if verbose else short_names(prev_full)
-    table["next"] = next_full if verbose else short_names(next_full)
+    table["prev"] = prev_full if display is None else [display[int(k // n_names)] for k in uniq]
+    table["next"] = next_full if display is None else [display[int(k % n_names)] for k in uniq]
     sort_key = {"count": "count", "mean": "mean_us", "max": "max_us", "std": "std_us", "total": "total_us"}[pair_sort]
     order = np.lexsort((np.arange(len(uniq)), -np.asarray(table[sort_key], dtype=np.float64)))
     return _take(table, order[:top] if top is not None else order)
@@ -970,8 +995,8 @@ def shorten(name: str) -> str:
     """`void ns::kernel<T, 4>(float*, int)` -> `kernel`: drops the return type, template arguments,
     parameter list and namespaces (keeping `{lambda...}` / `(anonymous namespace)` out of the way)."""
     text = name.strip()
-    if "::" not in text and "<" not in text and not text.endswith(")"):
-        return text  # not a C++ signature (triton_poi_fused_add_0, gemm_kernel_x): nothing to strip
+    if ("::" not in text and "<" not in text and not text.endswith(")")) or text.startswith(("Memcpy", "Memset")):
+        return text  # not a C++ signature (triton_poi_fused_add_0, Memcpy HtoD (...)): nothing to strip
     text = _strip_params(text)
     flat = _strip_templates(text)
     parts = _split_top(flat, "::")
@@ -1038,8 +1063,8 @@ def short_names(full: list, kinds: list | None = None) -> list:
         mapping = dict(zip(unique, short_names(unique, [kind_of[n] for n in unique] if kind_of else None)))
         return [mapping[n] for n in full]
     demangled = demangle(list(full))
-    short = [d if (kinds is not None and kinds[i] in ("memcpy", "memset")) or d.startswith(("Memcpy", "Memset"))
-             else shorten(d) for i, d in enumerate(demangled)]
+    short = [d if kinds is not None and kinds[i] in ("memcpy", "memset") else shorten(d)
+             for i, d in enumerate(demangled)]
     seen: dict = {}
     for i, s in enumerate(short):
         seen.setdefault(s, []).append(i)

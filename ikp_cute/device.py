@@ -179,8 +179,10 @@ class Profiler:
             self._cursor_record(bits)
             token = None
         elif cutlass.const_expr(mode == "atomic"):
-            token = self._reserve(2)  # before the timer read: the atomic's latency stays outside the region
-            self._store(token, bits)
+            # The reservation is issued before the begin timer read, and the begin record is stored at
+            # the region's end: the atomic's latency overlaps the region body instead of stalling here.
+            slot = self._reserve(2)
+            token = (slot, Int32(cute.arch.globaltimer()))
         else:
             if index is None:
                 raise ValueError(f"static mode: profile_region(prof, {name!r}, index=...) needs a slot index")
@@ -198,7 +200,9 @@ class Profiler:
         if cutlass.const_expr(mode == "cursor"):
             self._cursor_record(bits)
         elif cutlass.const_expr(mode == "atomic"):
-            self._store(token + 1, bits)
+            slot, begin_timer = token
+            self._store(slot + 1, bits)
+            self._store_timed(slot, begin_timer, _event_bits(self.spec.event_id(name), BEGIN))
         else:
             self._static_record(token + 1, bits)
 

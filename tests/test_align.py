@@ -144,3 +144,13 @@ def test_absolute_match_refuses_when_ambiguous():
         align.align(device_trace(t0 + 50_000), doc)
     res, _ = align.align(device_trace(t0 + 50_000), doc, occurrence=1)
     assert res.consistent and res.occurrences == [1]
+
+
+def test_unreadable_profiler_trace_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [ {"ph": "X",')
+    with pytest.raises(DecodeError, match="not a Chrome JSON trace"):
+        align.load_chrome(bad)
+    (tmp_path / "obj.json").write_text('{"events": []}')
+    with pytest.raises(DecodeError, match="no traceEvents"):
+        align.load_chrome(tmp_path / "obj.json")

@@ -52,12 +52,12 @@ def run_structured(torch, mode, records_per_lane=64, grid=(4, 1, 1), write_strid
 
 
 def lane_records(trace, lane):
-    """(kind, event name) of the lane's spans and user instants, sorted by begin slot."""
+    """(time, kind, event name) of the lane's spans and user instants, sorted by time."""
     names = trace.names
     spans = trace.spans[trace.spans["lane"] == lane]
     inst = trace.instants[trace.instants["lane"] == lane]
-    rows = [(int(s["begin_slot"]), "span", names.event(s["event"])) for s in spans]
-    rows += [(int(i["slot"]), "instant", names.event(i["event"])) for i in inst]
+    rows = [(int(s["start_ns"]), "span", names.event(s["event"])) for s in spans]
+    rows += [(int(i["ts_ns"]), "instant", names.event(i["event"])) for i in inst]
     return sorted(rows)
 
 

@@ -634,3 +634,21 @@ def test_cli_merge_writes_the_merged_trace(gpu_trace, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["ikp_alignment"]["kernel_name"] == "late_kernel_without_launch"
     assert len(doc["traceEvents"]) > len(events)  # every profiler event plus the capture's regions
+
+
+def test_text_report_keeps_brackets_in_names(gpu_trace, tmp_path):
+    path, _ = gpu_trace
+    out = tmp_path / "r.txt"
+    assert cli_main(["kernels", str(path), "-o", str(out), "--top", "0"]) == 0
+    assert 'gemm_kernel "quoted} {name" [x]' in out.read_text()  # not eaten as rich markup
+
+
+def test_pair_and_kernel_tables_name_kernels_alike(gpu_trace):
+    path, _ = gpu_trace
+    trace = tt.load_torch_trace(path, cache=False)
+    sel = tt.select(trace)
+    kernels = tt.name_table(trace, sel, top=None)
+    short_of = dict(zip(kernels["full_name"], kernels["name"]))
+    pairs = tt.gap_analysis(trace, sel, top=None)["pairs"]
+    for full, short in zip(pairs["prev_full"] + pairs["next_full"], pairs["prev"] + pairs["next"]):
+        assert short_of[full] == short

@@ -449,19 +449,13 @@ def _compile_ikp_cute(mode, tmp_path):
 
         import cutlass.cute as cute
         from ikp_cute import ProfileSpec, fake_buffer
-        from ikp_cute import sass as ikp_sass
         from tests.kernels import structured
     except ImportError as e:  # the device API is developed alongside; skip rather than fail on its absence
         pytest.skip(f"ikp_cute device API not importable: {e}")
     spec = ProfileSpec(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)
-    old = os.getcwd()
-    os.chdir(tmp_path)  # --keep-cubin writes into the working directory
-    try:
-        compiled = cute.compile(structured.launch_warp_specialized, make_fake_compact_tensor(Float32, (1024,)),
-                                Int32(3), fake_buffer(spec), spec, (4, 1, 1),
-                                options="--gpu-arch sm_90a " + ikp_sass.keep_options())
-    finally:
-        os.chdir(old)
+    compiled = cute.compile(structured.launch_warp_specialized, make_fake_compact_tensor(Float32, (1024,)),
+                            Int32(3), fake_buffer(spec), spec, (4, 1, 1),
+                            options=f"--gpu-arch sm_90a --keep-cubin --generate-line-info --dump-dir {tmp_path}")
     return compiled, spec.events.as_dict()
 
 

@@ -530,3 +530,41 @@ def test_cli_decode_writes_pftrace(tmp_path):
     res = replay((tmp_path / "cap.pftrace").read_bytes())
     assert [(s["name"], s["dur"]) for s in res["slices"]] == [("mma", 20)]
     assert any(d.name == "gemm" for d in res["tracks"].values())
+
+
+# --- fixed-width layouts: every padding choice still parses ----------------------------------------
+
+
+@pytest.mark.parametrize("scale,lanes", [(1, 3), (1 << 20, 3), (1 << 29, 5), (1 << 36, 2), (3, 200)])
+def test_layout_widths_parse(tmp_path, scale, lanes):
+    # time scale changes the timestamp varint width, lane count the uuid width: different paddings
+    base = random_trace(7, num_lanes=lanes, regions=12)
+    sp = base.spans.copy()
+    origin = pf.trace_origin(base)
+    sp["start_ns"] = origin + (sp["start_ns"] - origin) * scale
+    sp["end_ns"] = origin + (sp["end_ns"] - origin) * scale
+    base.spans = sp
+    ins = base.instants.copy()
+    ins["ts_ns"] = origin + (ins["ts_ns"] - origin) * scale
+    base.instants = ins
+    for args in (False, True):
+        res = write_and_replay(base, tmp_path, args=args)
+        check_against_trace(base, res, args=args)
+
+
+def test_choose_padding_words():
+    for head in range(10, 30):
+        for tail in range(4, 40):
+            unit, ph, pt = pf._choose_padding(head, tail, 4, 1)
+            assert (head + ph) % unit == 0 and (tail + pt) % unit == 0 and unit in (1, 2, 4)
+            assert ph <= 3 and pt <= 3
+
+
+def test_mixed_known_and_unknown_sm(tmp_path):
+    lanes = {0: [("B", 0, 0), ("E", 0, 10)], 2: [("B", 0, 5), ("E", 0, 8)], 4: [("I", 1, 3)]}
+    trace = make_trace(lanes, sm={0: 7})  # lanes 2 and 4: SM unknown (-1, a 10-byte varint arg)
+    res = write_and_replay(trace, tmp_path)
+    check_against_trace(trace, res, args=True)
+    names = {d.name for d in res["tracks"].values()}
+    assert {"SM 7", "SM unknown", "block 0 (SM 7)", "block 1", "block 2"} <= names
+    assert sorted(s["args"]["sm"] for s in res["slices"]) == [-1, -1, 7]

@@ -122,18 +122,21 @@ def inputs(tmp_path_factory):
     region_map.save(str(map_path))
     csv_path = d / "sass.csv"
     csv_path.write_text(synthetic_ncu_csv(region_map))
+    from host_decode.report_html import read_sass_listing
+
+    sass_text, pc_files = read_sass_listing(cubin, "markers")
     return {"dir": d, "capture": capture, "map": map_path, "cubin": CUBIN, "csv": csv_path, "source": SOURCE,
-            "region_map": region_map}
+            "region_map": region_map, "sass_text": sass_text, "pc_files": pc_files}
 
 
 def full_report(inputs, **overrides):
     from host_decode.adapters.ncu import read_ncu_csv
-    from host_decode.report_html import build_report_data, read_sass_text, render_html, extract_data
+    from host_decode.report_html import build_report_data, extract_data, render_html
 
     trace = load_capture(inputs["capture"])
     kwargs = dict(region_map=inputs["region_map"], pc_table=read_ncu_csv(str(inputs["csv"])),
                   source_text=SOURCE.read_text(), source_path=str(SOURCE),
-                  sass_text=read_sass_text(CUBIN.read_bytes(), "markers"), capture_path=str(inputs["capture"]))
+                  sass_text=inputs["sass_text"], pc_files=inputs["pc_files"], capture_path=str(inputs["capture"]))
     kwargs.update(overrides)
     page = render_html(build_report_data(trace, **kwargs))
     return trace, page, extract_data(page)

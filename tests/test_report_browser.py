@@ -118,6 +118,18 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     assert f"{samples:g} samples" in text or "k samples" in text
     browser.save_screenshot(str(shots / "code-line.png"))
 
+    # a region with nested regions selects its own instructions and those of the regions inside it
+    outer = next(r for r in data["regions"] if r["region"] == "outer")
+    browser.find_element("css selector", f'.reglist div[data-event="{outer["event"]}"]').click()
+    inside = [i for i, st in enumerate(stacks) if outer["event"] in st]
+    assert len(inside) > len([i for i, st in enumerate(stacks) if st[-1:] == [outer["event"]]])
+    assert count(browser, "#sass-pane tr.sel") == len(inside)
+    # a map path selects itself and the paths below it
+    slow = next(p for p in data["paths"] if p["path"] == "outer/slow")
+    browser.find_element("css selector", f'.reglist div[data-path="{slow["index"]}"]').click()
+    assert count(browser, "#sass-pane tr.sel") == slow["instructions"]
+    assert selection_text(browser).startswith("path outer/slow")
+
     # regions view: one histogram per region, one bar per SM
     goto(browser, "regions")
     assert count(browser, "svg.hist") == len(data["regions"])

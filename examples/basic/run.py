@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     x = torch.rand(args.blocks * args.tiles * THREADS, device="cuda")
     y = torch.full((args.blocks * THREADS,), float("nan"), device="cuda")  # poisoned: every element must be written
     session = ikp_cute.Session(
-        groups=["producer", "consumer"], num_blocks=args.blocks, records_per_lane=4 * args.tiles + 8,
+        groups=["producer", "consumer"], num_blocks=args.blocks, records_per_lane=5 * args.tiles + 8,  # 5 records per tile + anchors + trailer + slack
         events=["tile", "load", "compute", "tile_done"], kernel="tiles_kernel",
     )
     x_arg, y_arg = from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16)

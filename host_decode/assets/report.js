@@ -319,6 +319,11 @@
   const P = D.pcs;
   const S = D.source;
   const code = {};
+  // PCs whose line info belongs to the source file shown (null: all of them)
+  const inFile = S && S.pcs_of_file ? new Set(S.pcs_of_file) : null;
+  const ofFile = (i) => !inFile || inFile.has(i);
+  const baseName = (f) => f.split("/").pop();
+  const lineLabel = (i) => P.line[i] < 0 ? "" : P.files && P.file[i] >= 0 ? `${baseName(P.files[P.file[i]])}:${P.line[i]}` : String(P.line[i]);
   function pcMatches(sel) {
     // -> Set of PC row indices shown for a selection
     const out = new Set();
@@ -327,7 +332,7 @@
       const st = D.paths[P.path[i]].stack;
       if (sel.kind === "event" ? st && st.includes(sel.event)
         : sel.kind === "path" ? (P.path[i] === sel.path || (st && D.paths[sel.path].stack && prefix(D.paths[sel.path].stack, st)))
-        : sel.kind === "line" ? P.line[i] === sel.line
+        : sel.kind === "line" ? P.line[i] === sel.line && ofFile(i)
         : sel.kind === "pc" ? i === sel.index : false) out.add(i);
     }
     return out;
@@ -378,7 +383,8 @@
     else {
       const maxCost = Math.max(0, ...Object.values(S.line_cost || {}));
       srcPane.append(el("h3", {}, `Source: ${S.path || "(text)"}`, el("span", { class: "note" },
-        S.origin === "map" ? ` · colours from the map's line info${S.cost_metric ? ", bar = " + (S.cost_metric === "inst_executed" ? "instructions executed" : "samples") : ""}` : " · colours from marker calls (no map)")));
+        S.origin === "map" ? ` · colours from the map's line info${S.cost_metric ? ", bar = " + (S.cost_metric === "inst_executed" ? "instructions executed" : "samples") : ""}` : " · colours from marker calls (no map)")),
+        S.file_note ? el("div", { class: "note", id: "file-note" }, S.file_note) : null);
       code.lines = S.lines.map((t, i) => {
         const no = i + 1, c = lineColor(no), cost = (S.line_cost || {})[no];
         const bar = el("span", { class: "cost" }, cost ? el("i", { style: `width:${Math.max(2, 52 * cost / (maxCost || 1))}px` }) : null, cost ? fmtNum(cost) : "");
@@ -408,7 +414,7 @@
         const tr = el("tr", { "data-index": i, "data-pc": pc, class: P.marker[i] ? "marker" : null, onclick: () => select({ kind: "pc", index: i }) },
           el("td", {}, swatch(pathColor(P.path[i])), hex(pc)),
           el("td", {}, D.paths[P.path[i]].path),
-          el("td", { class: "n" }, P.line[i] >= 0 ? P.line[i] : ""),
+          el("td", { class: "n" }, lineLabel(i)),
           metricCols.map((k) => el("td", { class: "n" }, M[k][i] ? fmtNum(M[k][i]) : "")),
           stallKeys.length ? el("td", {}, top) : null,
           el("td", { class: "op" }, P.text ? P.text[i] : P.opcode[i]));
@@ -430,7 +436,7 @@
     // source lines shown: lines of the selected PCs, or (no map) lines of the selected region
     const lines = new Set();
     if (sel && sel.kind === "line") lines.add(sel.line);
-    pcs.forEach((i) => P.line[i] >= 1 && lines.add(P.line[i]));
+    pcs.forEach((i) => P.line[i] >= 1 && ofFile(i) && lines.add(P.line[i]));
     if (sel && !P && S && sel.kind === "event") for (const k of Object.keys(S.line_events)) if (S.line_events[k].includes(sel.event)) lines.add(+k);
     (code.rows || []).forEach((tr, i) => { tr.classList.toggle("sel", pcs.has(i)); tr.classList.toggle("dim", !!sel && !pcs.has(i)); });
     (code.lines || []).forEach((ln, i) => { ln.classList.toggle("sel", lines.has(i + 1)); });
@@ -439,7 +445,7 @@
     box.replaceChildren(...describe(sel, pcs, lines));
     if (fromClick !== false) {
       const first = [...pcs].sort((a, b) => a - b)[0];
-      if (first !== undefined && code.rows) code.rows[first].scrollIntoView({ block: "nearest" });
+      if (first !== undefined && code.rows) code.rows[first].scrollIntoView({ block: "center" });
       const fl = [...lines].sort((a, b) => a - b)[0];
       if (fl !== undefined && code.lines && code.lines[fl - 1] && sel.kind !== "line") code.lines[fl - 1].scrollIntoView({ block: "nearest" });
     }

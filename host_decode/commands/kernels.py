@@ -151,10 +151,11 @@ def _print_report(report: dict, args) -> None:
 
 
 def _render(console, report: dict, args) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     sel = report["selection"]
-    console.print(f"[bold]{report['trace']}[/]: {report['events']:,} complete events; phases {report['phases']}"
+    console.print(f"[bold]{escape(report['trace'])}[/]: {report['events']:,} complete events; phases {report['phases']}"
                   + (f"; skipped {report['skipped']}" if report["skipped"] else ""))
     if args.verbose:
         console.print(f"cache: {report['cache']}; parsed with {report['parser']}")
@@ -195,17 +196,19 @@ def _render(console, report: dict, args) -> None:
     for col in ("A", "B", "count", "total us", "mean us", "std us", "min us", "max us"):
         t.add_column(col, justify="left" if col in "AB" else "right", overflow="fold")
     for r in report["pairs"]:
-        t.add_row(r["prev"], r["next"], f"{r['count']:,}", f"{r['total_us']:,.2f}", f"{r['mean_us']:.3f}",
+        t.add_row(escape(r["prev"]), escape(r["next"]), f"{r['count']:,}", f"{r['total_us']:,.2f}", f"{r['mean_us']:.3f}",
                   f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}")
     console.print(t)
 
 
 def _name_table(Table, rows: list, title: str):
-    t = Table(title=title)
+    from rich.markup import escape
+
+    t = Table(title=escape(title))
     for col in ("name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"):
         t.add_column(col, justify="left" if col in ("name", "kind") else "right", overflow="fold")
     for r in rows:
-        t.add_row(r["name"], r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
+        t.add_row(escape(r["name"]), r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
                   f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}",
                   f"{r['time_share']:.1%}")
     return t
@@ -228,12 +231,14 @@ def _capture_summary(capture_path: str, kernel_rows: list) -> dict:
 
 
 def _render_capture(console, Table, cap: dict) -> None:
+    from rich.markup import escape
+
     where = ", ".join(cap["matched_rows"]) or "no kernel row (capture kernel name not found in the table)"
-    t = Table(title=f"regions of {cap['capture']} (kernel '{cap['kernel']}' -> {where})")
+    t = Table(title=escape(f"regions of {cap['capture']} (kernel '{cap['kernel']}' -> {where})"))
     for col in ("group", "region", "count", "total us", "mean us", "p50 us", "p99 us", "max us"):
         t.add_column(col, justify="left" if col in ("group", "region") else "right")
     for r in cap["regions"]:
-        t.add_row(str(r["group_name"]), str(r["region"]), f"{r['count']:,}", f"{r['total_ns'] / 1e3:,.2f}",
+        t.add_row(escape(str(r["group_name"])), escape(str(r["region"])), f"{r['count']:,}", f"{r['total_ns'] / 1e3:,.2f}",
                   f"{r['mean_ns'] / 1e3:.3f}", f"{r['p50_ns'] / 1e3:.3f}", f"{r['p99_ns'] / 1e3:.3f}",
                   f"{r['max_ns'] / 1e3:.3f}")
     console.print(t)

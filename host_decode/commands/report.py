@@ -35,30 +35,30 @@ def run(args) -> int:
         except json.JSONDecodeError as e:
             raise DecodeError(f"names file is not valid JSON: {e}", source=args.names) from None
     trace = load_capture(args.capture, names=names)
-    region_map, sass_text = _region_map(args, trace)
+    region_map, sass_text, pc_files = _region_map(args, trace)
     pc_table = _pc_table(args)
     source_text = None
     if args.source:
         source_text = Path(args.source).read_text(encoding="utf-8", errors="replace")
     out = write_report(args.output, trace, region_map=region_map, pc_table=pc_table, source_text=source_text,
-                       source_path=args.source, sass_text=sass_text, capture_path=args.capture, force_join=args.force)
+                       source_path=args.source, sass_text=sass_text, pc_files=pc_files, capture_path=args.capture, force_join=args.force)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 
 
 def _region_map(args, trace):
     from host_decode import pc2region
-    from host_decode.report_html import read_sass_text
+    from host_decode.report_html import read_sass_listing
 
     region_map = pc2region.load_map(args.map) if args.map else None
-    sass_text = None
+    sass_text = pc_files = None
     if args.cubin:
         cubin = pc2region.read_cubin(args.cubin)
         kernel = args.kernel or (region_map.kernel if region_map is not None else None)
         if region_map is None:
             region_map = pc2region.build_map(cubin, kernel=kernel, names=trace.names)
-        sass_text = read_sass_text(cubin, region_map.kernel)
-    return region_map, sass_text
+        sass_text, pc_files = read_sass_listing(cubin, region_map.kernel)
+    return region_map, sass_text, pc_files
 
 
 def _pc_table(args):

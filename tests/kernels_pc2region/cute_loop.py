@@ -62,22 +62,17 @@ def launch(buf: cute.Tensor, data: cute.Tensor, n: Int32, flag: Int32):
 
 
 def compile_loop_kernel(dump_dir: str | None = None, arch: str = "sm_90a"):
-    """-> the compiled function (``__cubin__`` kept); needs no GPU when CUTE_DSL_ARCH is set.
-    ``--keep-cubin`` also writes the cubin into the working directory: run in `dump_dir` (a temporary
-    directory by default) so that nothing lands in the repository."""
-    import contextlib
+    """-> the compiled function (``__cubin__`` kept); needs no GPU (the arch is explicit).
+    ``--keep-cubin`` also writes the cubin to a file: into `dump_dir` (a temporary directory by
+    default), never into the working directory."""
     import tempfile
 
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     buf = make_fake_compact_tensor(Int64, (4096,))
     data = make_fake_compact_tensor(Float32, (256,))
-    with contextlib.ExitStack() as stack:
-        where = dump_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="ikp_cute_loop_"))
-        old = os.getcwd()
-        os.chdir(where)
-        stack.callback(os.chdir, old)
-        options = f"--gpu-arch {arch} --keep-cubin --generate-line-info"
+    with tempfile.TemporaryDirectory(prefix="ikp_cute_loop_") as tmp:
+        options = f"--gpu-arch {arch} --keep-cubin --generate-line-info --dump-dir {dump_dir or tmp}"
         return cute.compile(launch, buf, data, Int32(8), Int32(1), options=options)
 
 

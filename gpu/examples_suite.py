@@ -1,0 +1,99 @@
+"""All examples on one GPU machine in one call: build, check correctness, time, capture, plot.
+
+    python gpu/examples_suite.py [--only fa4|pipeline|megakernel] [--launches N] [--quick]
+
+Writes everything under $OUT (or ./examples_out): per example the decoded-trace statistics (JSON),
+Perfetto traces (.pftrace.gz), PNG plots, timing arrays, and the small captures meant to be committed
+(<example>_capture.npy + .json), then packs it all into $OUT/examples_suite.tar.gz (the device tool
+brings back at most 8 files) and prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tarfile
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+EXAMPLES = ("pipeline", "megakernel", "fa4")
+DIRS = {"pipeline": "pipeline", "megakernel": "megakernel", "fa4": "fa4_sm90"}
+
+
+def load_run_module(name: str):
+    path = REPO / "examples" / DIRS[name] / "run.py"
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"ikp_example_{name}_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_one(name: str, out: Path, launches: int, quick: bool) -> list[dict]:
+    module = load_run_module(name)
+    work = out / name
+    work.mkdir(parents=True, exist_ok=True)
+    module.small_capture(out / f"{name}_capture.npy")
+    kwargs = {"launches": launches}
+    if quick:
+        kwargs.update(getattr(module, "QUICK", {}))
+    return module.run(work, **kwargs)
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'example':<11}{'variant':<22}{'base ms':>9}{'ms':>9}{'slowdown':>10}{'rel err':>10}{'lost':>6}  notes"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        variant = " ".join(str(r[k]) for k in ("mask", "detail", "variant") if k in r)
+        notes = r.get("note", "")
+        if "wait" in r and r["wait"]:
+            w = r["wait"]
+            notes = f"n_block p50 {w['n_block_ns_p50']:.0f} ns, waits {100 * w['wait_share_total']:.1f}% (p90 iter {100 * w['wait_share_p90']:.1f}%)"
+        base = r.get("fa4_ms", r.get("base_ms", float("nan")))
+        lines.append(
+            f"{r['example']:<11}{variant:<22}{base:>9.4f}{r.get('ms', float('nan')):>9.4f}"
+            f"{100 * r.get('slowdown', float('nan')):>9.2f}%{r.get('rel_err', float('nan')):>10.2e}{r.get('lost', 0):>6}  {notes}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=EXAMPLES, action="append")
+    ap.add_argument("--launches", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
+    args = ap.parse_args(argv)
+    out = Path(os.environ.get("OUT") or "examples_out")
+    work = Path("/tmp/ikp_examples_suite")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rows, failed = [], []
+    for name in args.only or EXAMPLES:
+        try:
+            rows += run_one(name, work, args.launches, args.quick)
+        except Exception:
+            failed.append(name)
+            print(f"=== {name} FAILED ===", flush=True)
+            traceback.print_exc()
+    (work / "rows.json").write_text(json.dumps(rows, indent=1, default=float))
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out / "examples_suite.tar.gz", "w:gz") as tar:
+        tar.add(work, arcname="examples_suite")
+    for capture in work.glob("*_capture.*"):  # small: also as plain files
+        shutil.copy(capture, out / capture.name)
+    print(table(rows))
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
