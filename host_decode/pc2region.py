@@ -316,6 +316,30 @@ class ValueAnalysis:
         self._memo_def: dict[tuple[int, str], Bits] = {}
         self._in_progress: set[tuple[int, str]] = set()
         self._callee_defs: dict[int, set[str]] = {}
+        self._blocks()
+
+    def _blocks(self) -> None:
+        """Straight-line blocks, with the registers each may write and the predicates it names, so
+        backward searches skip whole blocks that cannot matter (linear in blocks, not instructions)."""
+        pred, succ = self.prog.pred, self.prog.succ
+        n = len(self.ins)
+        self._bstart = [0] * n
+        self._bdefs: dict[int, set[str]] = {}
+        self._bpreds: dict[int, set[str]] = {}
+        start = 0
+        for i in range(n):
+            if i == 0 or pred[i] != [i - 1] or succ[i - 1] != [i]:
+                start = i
+                self._bdefs[start] = set()
+                self._bpreds[start] = set()
+            self._bstart[i] = start
+            self._bdefs[start].update(self._defs[i])
+            x = self.ins[i]
+            if i in self.prog.call_target:
+                self._bdefs[start] |= self.callee_defs(self.prog.call_target[i])
+            if x.base in ("R2P", "UR2UP", "CALL"):
+                self._bpreds[start].add("*")
+            self._bpreds[start].update(o.lstrip("!") for o in x.operands if _is_pred(o))
 
     # -- reaching definitions --
     def callee_defs(self, entry: int) -> set[str]:
@@ -354,6 +378,14 @@ class ValueAnalysis:
                 continue
             seen.add((j, guard_valid))
             x = self.ins[j]
+            b = self._bstart[j]
+            if reg not in self._bdefs[b] and not (
+                guard_valid and (guard.lstrip("!") in self._bpreds[b] or "*" in self._bpreds[b])
+            ):  # nothing in this block can matter: continue at its predecessors
+                if not self.prog.pred[b]:
+                    found.append(_UNDEF)
+                todo.extend((p, guard_valid) for p in self.prog.pred[b])
+                continue
             if j in self.prog.call_target and reg in self.callee_defs(self.prog.call_target[j]):
                 found.append(_CLOBBER)
                 continue

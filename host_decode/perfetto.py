@@ -13,20 +13,24 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
              <group name>                 group track; overlapping regions of different ids go to
              <group name>                 sibling tracks with the same sibling_merge_key (one row)
 
-3. the events, per lane in one merged time order: ``TYPE_SLICE_BEGIN`` / ``TYPE_SLICE_END`` (begins
-   carry ``name_iid`` and ``SEQ_NEEDS_INCREMENTAL_STATE``), user instants as ``TYPE_INSTANT``;
+3. the events, per lane in one merged time order (``merged_stream``): ``TYPE_SLICE_BEGIN`` /
+   ``TYPE_SLICE_END``, user instants as ``TYPE_INSTANT``. BEGIN and INSTANT packets use interned
+   names, so they carry ``SEQ_NEEDS_INCREMENTAL_STATE``; END and counter packets use no incremental
+   state and carry no flags (4 bytes a slice saved);
 4. the counter samples (``TYPE_COUNTER``).
 
 Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
 with the official protos and replays what trace processor does):
 - slices on one track nest strictly: ``assign_subtracks`` puts regions of different ids that overlap
   without nesting on sibling tracks (test_overlap_goes_to_sibling_track, test_random_traces_nest);
-- at equal timestamps an END is written before a BEGIN on the same lane (trace processor sorts by
-  timestamp and keeps file order for ties; the other order silently nests the two slices);
-  a zero-length region is a BEGIN immediately followed by its END (test_equal_timestamps);
+- at equal timestamps a lane's ENDs (inner region first) are written before its instants and then its
+  BEGINs (outer region first): trace processor sorts by timestamp and keeps file order for ties, and
+  the other order silently nests back-to-back slices; a zero-length region is its BEGIN immediately
+  followed by its END (test_equal_timestamps_end_before_begin);
 - every interned id is defined in the first packet (test_interning_defined_before_use);
-- no field is unknown to the official protos (padded varints are valid protobuf: the fixed widths
-  let whole columns be written at once) (test_no_unknown_fields, test_validator_rejects_*).
+- no field is unknown to the official protos; padded varints are valid protobuf, and the fixed widths
+  let whole columns be written at once (every test replays through ``unknown_fields``;
+  test_validator_rejects_unknown_field, test_layout_widths_parse).
 
 Times are rebased to the launch origin (``trace.start_ns`` = 0 ns in the trace): small timestamps make
 small varints; the root track's description gives the origin.
@@ -39,7 +43,7 @@ import gzip as gzip_module
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -359,10 +363,9 @@ def assign_subtracks(spans: np.ndarray, stream: Stream, max_rounds: int = 64) ->
         a_bad = _not_nested(stream.pos_begin[active], stream.pos_end[active], sub[active])
         if not a_bad.any():
             return sub
-        group = (lane[active] << 16) | sub[active]
-        bg, be = group[a_bad], event[active][a_bad]
-        o = np.lexsort((be, bg))
-        bg, be = bg[o], be[o]
+        group = (lane[active] << 16) | sub[active]  # lane < 2**20, sub < 2**16, event id < 2**16
+        bad_key = np.sort((group[a_bad] << 16) | event[active][a_bad])
+        bg, be = bad_key >> 16, bad_key & 0xFFFF
         last = np.r_[bg[1:] != bg[:-1], True]
         move_group, move_event = bg[last], be[last]  # per offending group: its largest offending id
         at = np.searchsorted(move_group, group)
@@ -589,7 +592,7 @@ class _Layout:
     filled a whole column at a time (constants by broadcasting one template row)."""
 
     def __init__(self) -> None:
-        self.parts: list = []  # ("c", bytes) | ("v", values, width) | ("r", uint8 values)
+        self.parts: list = []  # ("c", bytes) | ("v", values, width) | ("k", one byte per kind)
 
     @property
     def width(self) -> int:
@@ -597,11 +600,6 @@ class _Layout:
 
     def const(self, b: bytes) -> "_Layout":
         self.parts.append(("c", bytes(b)))
-        return self
-
-    def raw(self, values: np.ndarray) -> "_Layout":
-        """One byte per row."""
-        self.parts.append(("r", values))
         return self
 
     def per_kind(self, lut: list[int]) -> "_Layout":
@@ -650,12 +648,14 @@ class _Layout:
             words = [np.full(n, w, np.uint64) for w in twords[0].tolist()]
         col = 0
         for p in self.parts:
-            if p[0] in "vr":
-                value = _spread_varint(p[1], p[2]) if p[0] == "v" else p[1].astype(np.uint64)
+            if p[0] == "v":
+                value = _spread_varint(p[1], p[2])
                 j, shift = divmod(col, 8)
-                words[j] |= value << np.uint64(8 * shift) if shift else value
-                if shift + _part_width(p) > 8:
-                    words[j + 1] |= value >> np.uint64(64 - 8 * shift)
+                if shift + _part_width(p) > 8:  # straddles two words: the high bytes go to the next
+                    np.bitwise_or(words[j + 1], value >> np.uint64(64 - 8 * shift), out=words[j + 1])
+                if shift:
+                    np.left_shift(value, np.uint64(8 * shift), out=value)
+                np.bitwise_or(words[j], value, out=words[j])
             col += _part_width(p)
         rows = np.stack(words, axis=1).view(np.uint8)
         return rows if width == nwords * 8 else np.ascontiguousarray(rows[:, :width])
@@ -668,14 +668,12 @@ class _Layout:
         for p in self.parts:
             if p[0] == "v":
                 _put_varint(out, col, p[1], p[2])
-            elif p[0] == "r":
-                out[:, col] = p[1]
             col += _part_width(p)
         return out
 
 
 def _part_width(p) -> int:
-    return len(p[1]) if p[0] == "c" else (1 if p[0] in "rk" else p[2])
+    return len(p[1]) if p[0] == "c" else (1 if p[0] == "k" else p[2])
 
 
 def _packet_layout(body: _Layout) -> _Layout:
@@ -686,12 +684,17 @@ _SPREAD_MASKS = [np.uint64(0x7F << (7 * k)) for k in range(8)]
 
 
 def _spread_varint(values: np.ndarray, width: int) -> np.ndarray:
-    """uint64 whose first `width` bytes are the padded varint of each value (width <= 8)."""
+    """uint64 whose first `width` bytes are the padded varint of each value (width <= 8); in-place
+    ufuncs, since fresh 16 MB temporaries per step cost more than the arithmetic."""
     v = values.astype(np.int64, copy=False).view(np.uint64)
-    spread = v & _SPREAD_MASKS[0]
-    for k in range(1, width):
-        spread |= (v & _SPREAD_MASKS[k]) << np.uint64(k)
-    spread |= np.uint64(int.from_bytes(b"\x80" * (width - 1), "little"))
+    spread = np.bitwise_and(v, _SPREAD_MASKS[0])
+    if width > 1:
+        tmp = np.empty_like(spread)
+        for k in range(1, width):
+            np.bitwise_and(v, _SPREAD_MASKS[k], out=tmp)
+            np.left_shift(tmp, np.uint64(k), out=tmp)
+            np.bitwise_or(spread, tmp, out=spread)
+        np.bitwise_or(spread, np.uint64(int.from_bytes(b"\x80" * (width - 1), "little")), out=spread)
     return spread
 
 
@@ -740,7 +743,7 @@ def _encode_events(trace, spans, instants, stream: Stream, tree: TrackTree, orig
     span_row = np.where(is_inst, 0, index)
     inst_row = index[is_inst]
     if spans.size:
-        ts = np.where(is_end, spans["end_ns"][span_row], spans["start_ns"][span_row])
+        ts = np.concatenate([spans["start_ns"], spans["end_ns"]])[span_row + is_end * spans.size]
         uuid = tree.span_uuid[span_row]
     else:
         ts = np.zeros(kind.size, np.int64)
@@ -951,7 +954,3 @@ def _f_bytes(field: int, b: bytes) -> bytes:
 
 def _packet(body: bytes) -> bytes:
     return _f_bytes(1, body)
-
-
-def describe_defaults() -> dict[str, Any]:
-    return {"sequence_id": SEQUENCE_ID, "arg_names": ARG_NAMES}

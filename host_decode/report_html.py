@@ -163,7 +163,7 @@ def write_report(path: str | Path, trace: Trace, **kwargs: Any) -> Path:
 
 
 _BLOB_RE = re.compile(
-    r'<script type="application/json" id="' + DATA_ELEMENT_ID + r'">(.*?)</script>', re.S
+    r'<script type="application/json" id="' + DATA_ELEMENT_ID + r'">(.*?)</script>', re.DOTALL
 )
 
 
@@ -406,8 +406,10 @@ def source_data(text: str, path: str | None, pcs: dict | None, paths: list[dict]
                                 f"(the listing names: {', '.join(pcs['files'][:5]) or 'no files'}); "
                                 "colours come from the marker calls in the text.")
         out["origin"] = "markers"
-        out.update(marker_lines(lines, trace.names.events))
         out["line_cost"], out["cost_metric"] = {}, None
+    # the marker calls' nesting is shown too (a stripe beside the line numbers): CuTe DSL line info
+    # is sparse, and the calls say where each region opens and closes in the text
+    out.update(marker_lines(lines, trace.names.events))
     return out
 
 

@@ -1,12 +1,16 @@
 """PyTorch profiler Chrome traces (`prof.export_chrome_trace`, .json or .json.gz): a columnar event table,
-kernel / runtime tables, ProfilerStep assignment and per-stream gap analysis. numpy + orjson only.
+kernel / runtime tables, ProfilerStep assignment and per-stream gap analysis. numpy + orjson (msgspec used
+when installed).
 
 Parsing (why it looks like this): `orjson.loads` on a whole 1 GB trace builds ~100 M Python objects
-(several GB). We read the file in chunks, find the element boundaries of the `traceEvents` array with a
-vectorized, string-aware bracket scan (numpy), and hand orjson one chunk of whole events at a time
-(`[` + events + `]`); the fields we need go straight into numpy columns and the chunk's objects are freed.
-Peak memory is one chunk's objects plus the columns; orjson validates every byte, so a malformed trace
-still fails, and the scan names the event index and byte offset.
+(several GB). We read the file in chunks and parse each chunk's whole events in one call (`[` + events
++ `]`), cutting at a guessed boundary (a `}` followed by `, {`): a wrong guess cannot parse (a cut inside
+a string or a nested object leaves unbalanced text), and then a vectorized, string-aware bracket scan
+(numpy) finds the exact boundaries; it also names the event index and byte offset of malformed input.
+The fields we use go straight into numpy columns and each chunk's objects are freed before the next, so
+memory is one chunk's objects plus the columns. With msgspec installed, a typed decoder reads just those
+fields (the rest is skipped without allocating: ~2x less CPU); chunks it does not fit take the orjson
+path. `workers > 1` parses chunks in that many processes.
 
 Invariants a change could break (guarded by tests/test_kernels.py):
 - every element of `traceEvents` is counted: complete events ("ph": "X") become rows, the others are
@@ -519,7 +523,8 @@ def _find_array_start(f, source: str, chunk_bytes: int):
         at = len(head) - len(stripped) + 1
         return head[at:], at, {}
     if stripped[:1] != b"{":
-        raise DecodeError("not a Chrome trace: expected a JSON object with 'traceEvents'", slot=0, source=source)
+        raise DecodeError("not a Chrome trace: expected a JSON object with 'traceEvents' (or an array of events)",
+                          source=source)
     pos = 0
     while True:
         m = _ARRAY_START.search(head, pos)

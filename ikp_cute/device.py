@@ -78,6 +78,19 @@ def _leader_atomic_add(counter, leader, amount: int):
     return Int32(result)
 
 
+def _timer_lo():
+    """Low 32 bits of a 64-bit `%globaltimer` read, in inline PTX on purpose: ptxas reads the 64-bit
+    register with one CS2R into a register pair, whereas `%globaltimer_lo` costs S2UR + NOP + MOV.
+    (Written as `Int32(cute.arch.globaltimer())`, newer LLVM narrows it to `%globaltimer_lo`.)"""
+    from cutlass._mlir.dialects import llvm
+
+    value = llvm.inline_asm(
+        Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l",
+        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+    return Int32(Int64(value))
+
+
 def _event_bits(event_id: int, event_type: int) -> int:
     return (event_id << wire.EVENT_ID_SHIFT) | event_type
 
@@ -131,7 +144,7 @@ class Profiler:
     @cute.jit
     def _store(self, k, bits: cutlass.Constexpr):
         """Read the timer and write one record at index k if k is under this thread's limit."""
-        timer = Int32(cute.arch.globaltimer())  # 64-bit read: one CS2R, vs S2UR + NOP + MOV for _lo
+        timer = _timer_lo()
         records, tag = self._lane, self._tag
         if k < self._limit:
             records[k] = _pack(timer, tag | bits)
@@ -147,7 +160,7 @@ class Profiler:
         # The cursor counts the room left (limit - k): the guard is `room > 0`, one compare against an
         # immediate once the loop is unrolled, and k = trailer_slot - room for the leader.
         room = self._cursor[0]
-        timer = Int32(cute.arch.globaltimer())  # 64-bit read: one CS2R into a register pair in SASS
+        timer = _timer_lo()
         records, tag = self._lane, self._tag
         if room > 0:
             records[self.spec.trailer_slot - room] = _pack(timer, tag | bits)
@@ -182,7 +195,7 @@ class Profiler:
             # The reservation is issued before the begin timer read, and the begin record is stored at
             # the region's end: the atomic's latency overlaps the region body instead of stalling here.
             slot = self._reserve(2)
-            token = (slot, Int32(cute.arch.globaltimer()))
+            token = (slot, _timer_lo())
         else:
             if index is None:
                 raise ValueError(f"static mode: profile_region(prof, {name!r}, index=...) needs a slot index")

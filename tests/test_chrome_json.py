@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 from host_decode import perfetto as pf

@@ -184,3 +184,40 @@ def test_cli_pc2region_and_join(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text('"Kernel Name","other",\n"Address","Source","Instructions Executed"\n"0x10","NOP","1"\n')
     assert main(["join", "--map", str(out_map), "--ncu", str(bad)]) == 2
+
+
+# ================================================================================================
+# real captures from the GPU machine (gpu/pc_profile.py -> $OUT/fixtures/, committed here when recorded)
+# ================================================================================================
+
+REAL = [("ncu", "tiles_real_ncu.csv", ncu.read_ncu_csv), ("cupti", "tiles_real_cupti.json", cupti.read_cupti_json)]
+
+
+@pytest.mark.parametrize("source,data,reader", REAL, ids=[r[0] for r in REAL])
+def test_real_capture_joins_and_conserves(source, data, reader):
+    map_path = os.path.join(FIX, f"tiles_real_{source}.map.json")
+    data_path = os.path.join(FIX, data)
+    if not (os.path.exists(map_path) and os.path.exists(data_path)):
+        pytest.skip(f"no real {source} capture committed yet (run gpu/pc_profile.py on the GPU machine)")
+    m = pc2region.load_map(map_path)
+    table = reader(data_path, kernel=m.kernel) if source == "cupti" else reader(data_path)
+    r = join.join(m, table)
+    assert r.check["ok"], r.check["reasons"]
+    for col, total in r.totals.items():
+        assert r.columns[col].sum() == pytest.approx(total), col
+    real = [x for x in r.rows() if not x["path"].startswith("<")]
+    assert real and sum(x["samples"] for x in real) > 0  # samples land in named regions
+    assert _row(r.rows(), "<unreachable>")["samples"] == 0
+
+
+@pytest.mark.parametrize("source", ["ncu", "cupti"])
+def test_real_cubin_maps_the_same_here(source):
+    """The map computed here (nvdisasm wheel) equals the one computed on the GPU machine (its CUDA)."""
+    cubin = os.path.join(FIX, f"tiles_real_{source}.cubin")
+    map_path = os.path.join(FIX, f"tiles_real_{source}.map.json")
+    if not (os.path.exists(cubin) and os.path.exists(map_path)):
+        pytest.skip("no real cubin committed yet")
+    theirs = pc2region.load_map(map_path)
+    ours = pc2region.build_map(open(cubin, "rb").read(), names=theirs.events)
+    assert ours.cubin_sha256 == theirs.cubin_sha256
+    assert ours.paths == theirs.paths and np.array_equal(ours.region, theirs.region)

@@ -490,7 +490,8 @@ def test_cli_json_csv_and_report(gpu_trace, tmp_path, capsys):
     path, events = gpu_trace
     out = tmp_path / "r.json"
     assert cli_main(["kernels", str(path), "--json", "-o", str(out), "--top", "0"]) == 0
-    report = json.loads(out.read_text())
+    report = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert report["gaps"]["range_us"] == [0.0, None]
     ref = reference_table(events, DEVICE)
     assert {r["full_name"]: r["count"] for r in report["kernels"]} == {k: v[0] for k, v in ref.items()}
     assert {r["name"] for r in report["runtime"]} == {"cudaLaunchKernel"}
@@ -535,7 +536,8 @@ def test_real_gpu_trace_exact():
     assert len(steps) >= 2
     launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events
               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-    step_ev = next(e for e in events if e.get("name") == f"ProfilerStep#{steps[1]}" and e.get("cat") != "gpu_user_annotation")
+    step_ev = next(e for e in events
+                   if e.get("name") == f"ProfilerStep#{steps[1]}" and e.get("cat") != "gpu_user_annotation")
     s, t = ns(step_ev["ts"]), ns(step_ev["ts"]) + ns(step_ev["dur"])
     keep = lambda e: s <= launch.get(e["args"].get("correlation"), -1) <= t  # noqa: E731
     assert_table_matches(tt.name_table(trace, tt.select(trace, step=steps[1])), reference_table(events, DEVICE, keep))
@@ -612,7 +614,8 @@ def test_cli_capture_regions_under_matching_kernel(gpu_trace, tmp_path):
     assert capture["matched_rows"] and all("vectorized_elementwise_kernel" in n for n in capture["matched_rows"])
     regions = {(r["group_name"], r["region"]): r for r in capture["regions"]}  # per (group, region)
     assert set(regions) == {("group_0", "mainloop"), ("group_0", "epilogue"), ("group_1", "mainloop")}
-    assert regions["group_0", "mainloop"]["total_ns"] == 400 - 100 and regions["group_1", "mainloop"]["total_ns"] == 300 - 120
+    assert regions["group_0", "mainloop"]["total_ns"] == 400 - 100
+    assert regions["group_1", "mainloop"]["total_ns"] == 300 - 120
     assert regions["group_0", "epilogue"]["count"] == 1
     txt = tmp_path / "r.txt"
     assert cli_main(["kernels", str(path), "--capture", str(cap), "-o", str(txt)]) == 0

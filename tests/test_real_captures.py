@@ -55,3 +55,46 @@ def test_plain_v1_capture_reads_with_a_minimal_v1_decoder():
     assert not trace.absolute
     assert ref["structure"] == cc.structure(trace)
     assert sorted(d for _, _, d in ref["durations"]) == sorted(trace.durations().tolist())
+
+
+# --- insight on a real H200 run (python gpu/insight_capture.py): 5 launches under torch.profiler ------
+
+INSIGHT = ROOT / "examples" / "insight"
+
+
+def test_real_capture_aligns_inside_its_profiler_kernel_slice(tmp_path):
+    from host_decode.align import align, load_chrome, merge_with_torch_trace
+
+    trace = load_capture(INSIGHT / "launch_0.npy")
+    doc = load_chrome(INSIGHT / "torch_trace.json.gz")
+    result, chosen = align(trace, doc, occurrence=0)
+    assert result.consistent and result.absolute
+    assert result.accuracy_ns <= 1000  # the kernel slice bounds the offset to +-480 ns on that run
+    assert min(result.lead_ns) >= 0 and min(result.tail_ns) >= 0
+    out = tmp_path / "merged.json"
+    merge_with_torch_trace(INSIGHT / "torch_trace.json.gz", trace, out, occurrence=0)
+    merged = load_chrome(out)
+    ks = chosen[0]
+    regions = [e for e in merged["traceEvents"] if e.get("ph") == "X" and e.get("name") in ("load", "mma", "epilogue")]
+    assert len(regions) == trace.spans.size
+    k0, k1 = ks["ts"], ks["ts"] + ks["dur"]
+    assert all(k0 - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= k1 + 1e-3 for e in regions)
+    assert merged["ikp_alignment"]["consistent"]
+
+
+def test_real_launches_diff_as_the_same_kernel():
+    from host_decode.diff import compare, regressions
+
+    a, b = load_capture(INSIGHT / "launch_0.npy"), load_capture(INSIGHT / "launch_1.npy")
+    rows = compare(a, b)
+    assert {(r["group"], r["event"]) for r in rows} >= {("producer", "load"), ("consumer", "mma")}
+    assert regressions(rows, 50.0) == []  # two launches of one kernel: nothing 50% slower
+
+
+def test_two_gpu_ranks_merge_with_measured_offset(tmp_path):
+    from host_decode.cli import main
+
+    out = tmp_path / "ranks.json"
+    rc = main(["merge", str(INSIGHT / "ranks" / "rank_0.npy"), str(INSIGHT / "ranks" / "rank_1.npy"), "--by", "rank",
+               "--clock-offset", "1=-225585", "-o", str(out)])
+    assert rc == 0 and out.stat().st_size > 0

@@ -134,9 +134,9 @@ def full_report(inputs, **overrides):
     from host_decode.report_html import build_report_data, extract_data, render_html
 
     trace = load_capture(inputs["capture"])
-    kwargs = dict(region_map=inputs["region_map"], pc_table=read_ncu_csv(str(inputs["csv"])),
-                  source_text=SOURCE.read_text(), source_path=str(SOURCE),
-                  sass_text=inputs["sass_text"], pc_files=inputs["pc_files"], capture_path=str(inputs["capture"]))
+    kwargs = {"region_map": inputs["region_map"], "pc_table": read_ncu_csv(str(inputs["csv"])),
+              "source_text": SOURCE.read_text(), "source_path": str(SOURCE), "sass_text": inputs["sass_text"],
+              "pc_files": inputs["pc_files"], "capture_path": str(inputs["capture"])}
     kwargs.update(overrides)
     page = render_html(build_report_data(trace, **kwargs))
     return trace, page, extract_data(page)
@@ -252,16 +252,16 @@ def test_hardware_data_matches_join(inputs):
     for row in data["paths"]:
         assert attributed[paths == row["index"]].sum() == pytest.approx(by_path[row["path"]]["samples"])
     # every stall column is the CSV's
-    for k, reason in enumerate(STALLS):
+    for reason in STALLS:
         if reason in pcs["stalls"]:
             assert sum(pcs["stalls"][reason]) == pytest.approx(table.stalls[reason].sum())
     # SASS text from the cubin listing, not just opcodes
-    assert all(t.startswith(op.split(".")[0]) or t.startswith("@") for t, op in zip(pcs["text"], pcs["opcode"]))
+    assert all(t.startswith((op.split(".")[0], "@")) for t, op in zip(pcs["text"], pcs["opcode"]))
     assert any(" " in t for t in pcs["text"])
 
 
 def test_trace_regions_get_hardware_bottleneck(inputs):
-    trace, _, data = full_report(inputs)
+    _, _, data = full_report(inputs)
     body = next(r for r in data["regions"] if r["region"] == "body")
     assert body["hw"]["paths"] == ["outer/body"]
     hw_row = next(r for r in data["hardware"]["inclusive"] if r["path"] == "outer/body")
@@ -288,8 +288,19 @@ def test_source_lines_coloured_from_map(inputs):
     assert sum(src["line_cost"].values()) == pytest.approx(attributed[np.array(pcs["line"]) >= 1].sum())
 
 
+def test_source_of_another_file_is_not_coloured_by_the_map(inputs, tmp_path):
+    """Line numbers belong to files: a source that is not the one the listing names gets no map
+    colours (only its marker calls), and the page says why."""
+    _, _, data = full_report(inputs, source_path=str(tmp_path / "other.cu"))
+    src = data["source"]
+    assert src["origin"] == "markers" and "line_paths" not in src and "markers.cu" in src["file_note"]
+    # the same file elsewhere on disk (a different checkout) still matches by its name
+    _, _, data = full_report(inputs, source_path="/elsewhere/markers.cu")
+    assert data["source"]["origin"] == "map" and data["source"]["line_paths"]
+
+
 def test_map_without_hardware_says_so(inputs):
-    trace, _, data = full_report(inputs, pc_table=None)
+    _, _, data = full_report(inputs, pc_table=None)
     assert data["hardware"] is None and "hardware" in data["missing"] and "map" not in data["missing"]
     assert data["pcs"]["metrics"] == {} and len(data["pcs"]["pc"]) == inputs["region_map"].pc.size
     assert data["source"]["line_cost"] == {}
@@ -365,6 +376,60 @@ def test_cli_bad_map_names_the_file(tmp_path, capsys):
 
 # --------------------------------------------------------------------------------------- the committed real capture
 
+REAL_DIR = REAL_CAPTURE.parent
+
+
+def compile_basic_map(tmp_dir: Path):
+    """pc2region map + cubin of examples/basic/kernel.py compiled here on the CPU for sm_90a with the
+    capture's own profiling spec (the sidecar's), line info on. Skips without CuTe DSL / nvdisasm."""
+    import os
+
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    cute = pytest.importorskip("cutlass.cute")
+    from cutlass import Float32, Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from examples.basic.kernel import THREADS, launch_tiles
+    from host_decode import pc2region
+    from ikp_cute import EventRegistry, ProfileSpec, fake_buffer, sass
+
+    side = json.loads(REAL_CAPTURE.with_suffix(".json").read_text())
+    events = {name: int(i) for i, name in side["events"].items()}
+    spec = ProfileSpec(mode=side.get("mode", "cursor"), num_groups=side["num_groups"], num_blocks=side["num_blocks"],
+                       write_stride=side["write_stride"], records_per_lane=side["records_per_lane"],
+                       fence=side.get("fence", "none"), events=EventRegistry(events))
+    blocks, tiles = side["num_blocks"], 12
+    x = make_fake_compact_tensor(Float32, (blocks * tiles * THREADS,))
+    y = make_fake_compact_tensor(Float32, (blocks * THREADS,))
+    compiled = cute.compile(launch_tiles, x, y, Int32(tiles), fake_buffer(spec), spec, blocks,
+                            options=sass.keep_options("--generate-line-info"))
+    cubin = tmp_dir / "kernel.cubin"
+    cubin.write_bytes(bytes(compiled.__cubin__))
+    region_map = pc2region.map_compiled(compiled, names={"events": side["events"]})
+    return region_map, cubin
+
+
+def real_cli_args(tmp_dir: Path) -> list[str]:
+    """`ikp report` arguments for the committed real capture and whatever is committed beside it
+    (map.json, kernel.cubin, sass.csv, cupti.json, kernel.py); without a cubin or map, one is compiled."""
+    args = [str(REAL_CAPTURE)]
+    cubins = sorted(REAL_DIR.glob("*.cubin"))
+    if (REAL_DIR / "map.json").exists():
+        args += ["--map", str(REAL_DIR / "map.json")]
+    if cubins:
+        args += ["--cubin", str(cubins[0])]
+    if not cubins and not (REAL_DIR / "map.json").exists():
+        _, cubin = compile_basic_map(tmp_dir)
+        args += ["--cubin", str(cubin)]
+    for flag, name in (("--ncu", "sass.csv"), ("--cupti", "cupti.json")):
+        if (REAL_DIR / name).exists():
+            args += [flag, str(REAL_DIR / name)]
+            break
+    if (REAL_DIR / "kernel.py").exists():
+        args += ["--source", str(REAL_DIR / "kernel.py")]
+    return args
+
+
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed yet")
 def test_real_capture_report(tmp_path):
@@ -375,3 +440,28 @@ def test_real_capture_report(tmp_path):
     _check_regions_against_stats(trace, data)
     assert data["loss"]["nonzero_slots"] == trace.loss.nonzero_slots
     assert all(math.isfinite(r["total_ns"]) for r in data["regions"])
+
+
+@pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed yet")
+def test_real_capture_full_report_via_cli(tmp_path):
+    """The real H200 capture with its kernel's map (committed, or compiled here) and source: every PC of
+    a region is listed for it, and the source lines of region `compute` are coloured by that region."""
+    from host_decode.cli import main
+    from host_decode.report_html import extract_data
+
+    out = tmp_path / "real.html"
+    assert main(["report", *real_cli_args(tmp_path), "-o", str(out)]) == 0
+    data = extract_data(out.read_text())
+    trace = load_capture(REAL_CAPTURE)
+    _check_regions_against_stats(trace, data)
+    assert data["kernel"]["meta"]["device"].startswith("NVIDIA")
+    paths = {p["path"]: p for p in data["paths"]}
+    assert {"tile", "tile/load", "tile/compute"} <= set(paths)
+    assert not data["missing"].get("map") and data["source"]["origin"] == "map"
+    compute = next(r for r in data["regions"] if r["region"] == "compute")
+    src = data["source"]["lines"]
+    fma = next(i + 1 for i, t in enumerate(src) if "acc = acc * 0.999 + v" in t)
+    assert paths["tile/compute"]["index"] in data["source"]["line_paths"][str(fma)]
+    assert compute["event"] in paths["tile/compute"]["stack"]
+    # lines of inlined helpers (ikp_cute/device.py) are not painted onto kernel.py
+    assert data["pcs"]["files"] and all(1 <= int(k) <= len(src) for k in data["source"]["line_paths"])

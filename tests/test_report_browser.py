@@ -14,8 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from test_report import REAL_CAPTURE, SOURCE, full_report, inputs, synthetic_buffer, NAMES  # noqa: F401 (fixture)
+from test_report import NAMES, REAL_CAPTURE, SOURCE, full_report, inputs, synthetic_buffer  # noqa: F401 (fixture)
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 DRIVER = shutil.which("chromedriver")
@@ -82,7 +81,7 @@ def count(driver, css: str) -> int:
 
 
 def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (pytest fixture)
-    trace, page, data = full_report(inputs)
+    _, page, data = full_report(inputs)
     path = tmp_path / "report.html"
     path.write_text(page)
     open_page(browser, path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -26,6 +25,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "pipeline"))
+from measure import time_alternating, write_outputs  # noqa: E402
 
 
 def fa4_forward(q, k, v, causal: bool):
@@ -87,41 +89,6 @@ def capture(fi, session, detail, q, k, v, causal):
     return out, session.decode()
 
 
-def time_alternating(variants: dict, launches: int) -> dict[str, np.ndarray]:
-    """Per-launch GPU times (ms) of each callable, launched round-robin (order rotated every round)."""
-    import torch
-
-    names = list(variants)
-    times = {n: [] for n in names}
-    chunk = 8  # rounds enqueued behind one sleep kernel
-    for fn in variants.values():  # warm-up (compile, caches)
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for fn in variants.values():
-        fn()
-    torch.cuda.synchronize()
-    host_ms_per_launch = (time.perf_counter() - t0) * 1e3 / len(names)
-    sleep_cycles = int(2e6 * host_ms_per_launch * len(names) * chunk * 1.5)  # ~2 GHz: cycles per ms
-    done = 0
-    while done < launches:
-        torch.cuda._sleep(sleep_cycles)
-        events = []
-        for r in range(min(chunk, launches - done)):
-            order = names[(done + r) % len(names):] + names[: (done + r) % len(names)]
-            for n in order:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                variants[n]()
-                end.record()
-                events.append((n, start, end))
-        torch.cuda.synchronize()
-        for n, start, end in events:
-            times[n].append(start.elapsed_time(end))
-        done += chunk
-    return {n: np.asarray(t) for n, t in times.items()}
-
-
 def consumer_wait_share(trace) -> dict:
     """How much of each consumer n-block iteration waits on the producer (wait_K + wait_V inside it)."""
     names = {v: k for k, v in trace.names.events.items()}
@@ -167,26 +134,6 @@ def region_shares(trace) -> dict:
                 "share_of_role": float(r["total_ns"] / outer) if outer else 0.0,
             }
     return out
-
-
-def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
-    from host_decode.analysis import analyze
-    from host_decode.perfetto import write_perfetto
-    from host_decode.stats import region_summary, summary_rows
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stats = {
-        "regions": summary_rows(region_summary(trace), trace.names),
-        "analysis": analyze(trace),
-        "loss": trace.loss.to_json(),
-    }
-    (out_dir / f"{stem}_stats.json").write_text(json.dumps(stats, indent=1, default=float))
-    write_perfetto(trace, out_dir / f"{stem}.pftrace.gz")
-    if plots:
-        from host_decode.plots import plot_all
-
-        plot_all(trace, out_dir / f"{stem}_plots")
-    return stats
 
 
 def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,

@@ -357,6 +357,12 @@
     const ev = S.line_events[line];
     return ev && ev.length ? eventColor(ev[ev.length - 1]) : null;
   }
+  function markerStripe(no) {
+    // nesting of the marker calls around a line: one thin bar per open region, outermost first
+    const ev = (S.line_events || {})[no] || [];
+    return el("span", { class: "rg", title: ev.map((e) => eventName[e] || "event_" + e).join(" / ") || null },
+      ev.map((e) => el("i", { style: "background:" + eventColor(e) })));
+  }
   function renderCode(root) {
     root.append(el("div", { id: "selection" }, "Click a region, a source line or an instruction."));
     const layout = el("div", { class: "code-layout" });
@@ -384,12 +390,12 @@
       const maxCost = Math.max(0, ...Object.values(S.line_cost || {}));
       srcPane.append(el("h3", {}, `Source: ${S.path || "(text)"}`, el("span", { class: "note" },
         S.origin === "map" ? ` · colours from the map's line info${S.cost_metric ? ", bar = " + (S.cost_metric === "inst_executed" ? "instructions executed" : "samples") : ""}` : " · colours from marker calls (no map)")),
-        S.file_note ? el("div", { class: "note", id: "file-note" }, S.file_note) : null);
+        S.file_note ? el("div", { class: "note", id: "file-note" }, S.file_note) : "");
       code.lines = S.lines.map((t, i) => {
         const no = i + 1, c = lineColor(no), cost = (S.line_cost || {})[no];
         const bar = el("span", { class: "cost" }, cost ? el("i", { style: `width:${Math.max(2, 52 * cost / (maxCost || 1))}px` }) : null, cost ? fmtNum(cost) : "");
         return el("div", { class: "ln", "data-line": no, onclick: () => select({ kind: "line", line: no }) },
-          el("span", { class: "no" }, no), bar,
+          el("span", { class: "no" }, no), markerStripe(no), bar,
           el("span", { class: "tx", style: c ? `border-left-color:${c};background:${c}22` : null }, t || " "));
       });
       srcPane.append(...code.lines);
@@ -455,7 +461,7 @@
     const M = P ? P.metrics || {} : {};
     const sum = (k) => [...pcs].reduce((a, i) => a + (M[k] ? M[k][i] : 0), 0);
     const lineList = [...lines].sort((a, b) => a - b);
-    const lineText = lineList.length ? `lines ${lineList.length > 8 ? lineList.slice(0, 8).join(", ") + ", …" : lineList.join(", ")}` : "no source lines";
+    const lineText = lineList.length ? `line${lineList.length > 1 ? "s" : ""} ${lineList.length > 8 ? lineList.slice(0, 8).join(", ") + ", …" : lineList.join(", ")}` : "no source lines";
     const metrics = [];
     if (M.inst_executed) metrics.push(`${fmtNum(sum("inst_executed"))} instructions executed`);
     if (M.samples_attributed) metrics.push(`${fmtNum(sum("samples_attributed"))} samples`);

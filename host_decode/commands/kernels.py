@@ -95,7 +95,9 @@ def build_report(trace, args) -> dict:
         gaps = tt.gap_analysis(trace, sel, gap_min_us=args.gap_min, gap_max_us=args.gap_max, bins=args.bins,
                                log_bins=not args.linear, pair_sort=args.pairs_by, top=top, verbose=args.verbose)
         hist = gaps["histogram"]
-        report["gaps"] = {"n_gaps": gaps["n_gaps"], "n_in_range": gaps["n_in_range"], "range_us": gaps["range_us"],
+        lo, hi = gaps["range_us"]
+        report["gaps"] = {"n_gaps": gaps["n_gaps"], "n_in_range": gaps["n_in_range"],
+                          "range_us": [lo, hi if math.isfinite(hi) else None],  # JSON has no infinity
                           "zero_or_overlap_in_range": hist["zero"]}
         report["streams"] = _rows(gaps["streams"])
         edges = list(hist["edges_us"])
@@ -184,6 +186,7 @@ def _render(console, report: dict, args) -> None:
     console.print(t)
     g = report["gaps"]
     lo, hi = g["range_us"]
+    hi = "inf" if hi is None else hi
     t = Table(title=f"gap histogram: {g['n_in_range']:,} of {g['n_gaps']:,} gaps in [{lo}, {hi}] us; "
                     f"{g['zero_or_overlap_in_range']:,} of them 0 (back-to-back or overlap)")
     for col in ("from us", "to us", "count", ""):
@@ -194,10 +197,10 @@ def _render(console, report: dict, args) -> None:
     console.print(t)
     t = Table(title=f"kernel pairs A -> B by gap {args.pairs_by} (gaps in range)")
     for col in ("A", "B", "count", "total us", "mean us", "std us", "min us", "max us"):
-        t.add_column(col, justify="left" if col in "AB" else "right", overflow="fold")
+        t.add_column(col, justify="left" if col in ("A", "B") else "right", overflow="fold")
     for r in report["pairs"]:
-        t.add_row(escape(r["prev"]), escape(r["next"]), f"{r['count']:,}", f"{r['total_us']:,.2f}", f"{r['mean_us']:.3f}",
-                  f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}")
+        t.add_row(escape(r["prev"]), escape(r["next"]), f"{r['count']:,}", f"{r['total_us']:,.2f}",
+                  f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}")
     console.print(t)
 
 
@@ -238,7 +241,8 @@ def _render_capture(console, Table, cap: dict) -> None:
     for col in ("group", "region", "count", "total us", "mean us", "p50 us", "p99 us", "max us"):
         t.add_column(col, justify="left" if col in ("group", "region") else "right")
     for r in cap["regions"]:
-        t.add_row(escape(str(r["group_name"])), escape(str(r["region"])), f"{r['count']:,}", f"{r['total_ns'] / 1e3:,.2f}",
+        t.add_row(escape(str(r["group_name"])), escape(str(r["region"])), f"{r['count']:,}",
+                  f"{r['total_ns'] / 1e3:,.2f}",
                   f"{r['mean_ns'] / 1e3:.3f}", f"{r['p50_ns'] / 1e3:.3f}", f"{r['p99_ns'] / 1e3:.3f}",
                   f"{r['max_ns'] / 1e3:.3f}")
     console.print(t)
