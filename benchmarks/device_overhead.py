@@ -99,8 +99,8 @@ def measure(variants, blocks, warps, regions, reps, rounds=2):
 
     x = torch.rand(blocks * warps * 32, device="cuda", dtype=torch.float32)
     built = {v[0]: build(v, blocks, warps, regions, x) for v in variants}
-    for launch, zero, _ in built.values():  # warm up: module load, first-launch costs
-        for _ in range(3):
+    for launch, zero, _ in built.values():  # warm up: module load, first-launch costs, clocks
+        for _ in range(20):
             zero()
             launch()
     torch.cuda.synchronize()
@@ -178,7 +178,9 @@ def main(argv=None) -> int:
     print(format_rows(f"[{device}] {args.blocks} blocks x {args.warps} warps, {args.regions} regions/warp "
                       f"(32 dependent FMAs each), medians of {args.reps} launches x 2 rounds", main_rows))
     print(format_rows("latency-bound: 1 block x 1 warp, same program", single_rows))
-    if not args.iket:
+    if args.iket:
+        print("iket row: valid only when this script runs under IKET's launcher (otherwise IKET records nothing)")
+    else:
         print(PRIOR_IKET)
     return 0
 

@@ -85,7 +85,7 @@ def _id_map(value: Any, what: str) -> dict[int, str]:
         raise ValueError(f"names.{what} must be a list or an object, got {type(value).__name__}")
     out: dict[int, str] = {}
     for k, v in value.items():
-        if isinstance(k, str) and k.lstrip("-").isdigit():
+        if isinstance(k, int) or (isinstance(k, str) and k.lstrip("-").isdigit()):
             out[int(k)] = str(v)
         elif isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
             out[int(v)] = str(k)  # {"mma": 3}

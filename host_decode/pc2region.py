@@ -614,6 +614,94 @@ def _copy_source(x: Instruction) -> str | None:
     return None
 
 
+_SIDE_EFFECT_OPS = NO_DEST_OPS | {"ATOM", "ATOMG", "ATOMS", "LDGSTS", "UTMALDG", "SETMAXREG", "USETMAXREG", "VOTE",
+                                  "VOTEU", "SHFL", "MATCH", "REDUX", "S2R_BAR", "ELECT", "LDSM", "STSM"}
+_ALL_REGS = "*"
+_REG_TOKEN_RE = re.compile(r"\b(U?R\d+|U?P\d)\b")
+
+
+def _uses(x: Instruction) -> set[str]:
+    """Registers and predicates an instruction may read: each register token, plus the registers
+    after it where the operand or the opcode is 64/128-bit wide; MMA-like ops read 'everything'."""
+    if x.base in _MMA_OPS:
+        return {_ALL_REGS}
+    first_is_dest = x.base not in NO_DEST_OPS and bool(x.operands)
+    wide_op = any(t in x.opcode for t in ("64", "128", "WIDE")) or x.base in ("DADD", "DFMA", "DMUL", "DSETP")
+    out: set[str] = set()
+    for k, op in enumerate(x.operands):
+        if k == 0 and first_is_dest and "[" not in op:
+            continue
+        for tok in _REG_TOKEN_RE.findall(op):
+            out.add(tok)
+            if "R" not in tok:
+                continue
+            if x.base in STORE_OPS and k == len(x.operands) - 1:
+                out.update(_reg_plus(tok, w) for w in range(1, _width(x.opcode)))
+            elif wide_op or ".64" in op or ".128" in op:  # a register pair (or more) may be read
+                out.update(_reg_plus(tok, w) for w in range(1, 4 if ".128" in op or "128" in x.opcode else 2))
+    if x.predicated:
+        out.add(x.guard.lstrip("!"))
+    return out
+
+
+def _writes(x: Instruction) -> list[str]:
+    """Registers / predicates written: the GPR destinations plus leading predicate destinations."""
+    out = list(may_defs(x))
+    if x.base in NO_DEST_OPS or not x.operands:
+        return out
+    for k, op in enumerate(x.operands[: 3]):
+        if _is_pred(op) and not op.startswith("!") and op not in ("PT", "UPT") and (k == 0 or out):
+            out.append(op)
+        elif k > 0:
+            break
+    return out
+
+
+def marker_only_instructions(prog: Program, va: ValueAnalysis, base: set[int]) -> set[int]:
+    """Grow the markers' own instructions by those whose results only feed marker instructions
+    within their block (address arithmetic of the record, guard compares, tag copies, a reloaded
+    buffer base). Results that may live past the block (a loop-carried cursor) are not claimed, so
+    the instrumentation cost stays a lower bound."""
+    ins = prog.instructions
+    cost = set(base)
+    uses = [None] * len(ins)
+    changed = True
+    while changed:
+        changed = False
+        for i, x in enumerate(ins):
+            if i in cost or x.base in _SIDE_EFFECT_OPS or x.base in _MMA_OPS or x.never:
+                continue
+            written = _writes(x)
+            if not written or not _only_feeds(i, written, cost, va, uses):
+                continue
+            cost.add(i)
+            changed = True
+    return cost
+
+
+def _only_feeds(i: int, written: list[str], cost: set[int], va: ValueAnalysis, uses: list) -> bool:
+    ins = va.ins
+    end = i + 1
+    while end < len(ins) and va._bstart[end] == va._bstart[i]:
+        end += 1
+    used = False
+    for reg in written:
+        for k in range(i + 1, end):
+            if uses[k] is None:
+                uses[k] = _uses(ins[k])
+            if reg in uses[k] or _ALL_REGS in uses[k]:
+                if k not in cost:
+                    return False
+                used = True
+            if reg in _writes(ins[k]) and not ins[k].predicated:
+                break  # redefined: later uses read another value
+        else:
+            last = ins[end - 1]
+            if not (last.base == "EXIT" and not _conditional(last)):
+                return False  # may be live past the block (nothing is live after an EXIT)
+    return used
+
+
 def resolve_markers(markers: list[Marker], prog: Program, allowed: set[tuple[int, int]] | None) -> None:
     """Fill in markers whose tag bits are partly unknown: first from the trace-time table of
     (event_id, type) pairs, then from resolved markers on the same source line."""
@@ -954,7 +1042,8 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     entry = fn.index_of_pc().get(fn.symbols.get(fn.name, 0), 0)
     seen, prop_problems = propagate(prog, _unique_by_timer(markers), entry)
     problems += prop_problems
-    return _assemble(fn, sha, events, markers, seen, problems)
+    cost = marker_only_instructions(prog, va, {i for m in markers for i in m.cost_indices})
+    return _assemble(fn, sha, events, markers, seen, problems, cost)
 
 
 def _unique_by_timer(markers: list[Marker]) -> list[Marker]:
@@ -966,7 +1055,7 @@ def _unique_by_timer(markers: list[Marker]) -> list[Marker]:
     return list(out.values())
 
 
-def _assemble(fn, sha, events, markers, seen, problems) -> RegionMap:
+def _assemble(fn, sha, events, markers, seen, problems, cost: set[int]) -> RegionMap:
     ins = fn.instructions
     paths = list(SPECIAL_PATHS)
     stacks: list = [None, None, None]
@@ -990,8 +1079,7 @@ def _assemble(fn, sha, events, markers, seen, problems) -> RegionMap:
                 stacks.append(list(s))
             region[i] = index[s]
     is_marker = np.zeros(len(ins), bool)
-    for m in markers:
-        is_marker[list(m.cost_indices)] = True
+    is_marker[sorted(cost)] = True
     marker_rows = [
         {
             "pc": ins[m.timer_index].pc,

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from host_decode import wire
 from host_decode.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -92,7 +93,7 @@ def build_report_data(
         "loss": loss_data(trace),
     }
     analysis_mod = _analysis_module()
-    data["regions"] = region_rows(trace, analysis_mod)
+    data["regions"] = region_rows(trace)
     data["groups"] = {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()}
     if analysis_mod is None:
         data["analysis"], data["sm"] = None, []
@@ -209,7 +210,7 @@ def loss_data(trace: Trace) -> dict:
     return out
 
 
-def region_rows(trace: Trace, analysis_mod: Any) -> list[dict]:
+def region_rows(trace: Trace) -> list[dict]:
     """Per (group, event): stats.region_summary + histogram + share of the group's lane time + spread
     across blocks."""
     from host_decode.stats import region_summary, summary_rows
@@ -225,7 +226,7 @@ def region_rows(trace: Trace, analysis_mod: Any) -> list[dict]:
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
         mask = (sp["group"] == g) & (sp["event"] == e)
-        counts, edges = _histogram(dur[mask], analysis_mod, trace, g, e)
+        counts, edges = duration_histogram(dur[mask])
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
         window = window_by_group.get(g, 0)
@@ -239,14 +240,23 @@ def region_rows(trace: Trace, analysis_mod: Any) -> list[dict]:
     return rows
 
 
-def _histogram(d: np.ndarray, analysis_mod: Any, trace: Trace, group: int, event: int) -> tuple[list, list]:
-    if analysis_mod is not None:
-        counts, edges = analysis_mod.duration_histogram(trace, group, event, bins=HIST_BINS)
-    elif d.size:
-        lo, hi = float(d.min()), float(d.max())
-        counts, edges = np.histogram(d, np.linspace(lo, hi, HIST_BINS + 1) if hi > lo else [lo - 0.5, hi + 0.5])
+def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list]:
+    """Counts and edges (ns). Durations read off %globaltimer are multiples of its step (32 ns): bins
+    are then whole steps centred on the values, so no bin is empty only because no multiple of 32 fell
+    in it (the comb a plain linspace gives)."""
+    d = np.asarray(d, np.int64)
+    if d.size == 0:
+        return [], []
+    lo, hi = int(d.min()), int(d.max())
+    if step > 1 and not np.any(d % step):
+        width = step * max(1, -(-(hi - lo + step) // (bins * step)))
+        n = (hi - lo) // width + 1
+        edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
+    elif hi > lo:
+        edges = np.linspace(lo, hi, bins + 1)
     else:
-        counts, edges = np.zeros(0, np.int64), np.zeros(0)
+        edges = np.array([lo - 0.5, hi + 0.5])
+    counts, edges = np.histogram(d, edges)
     return [int(c) for c in counts], [float(x) for x in edges]
 
 

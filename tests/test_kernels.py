@@ -655,3 +655,19 @@ def test_pair_and_kernel_tables_name_kernels_alike(gpu_trace):
     pairs = tt.gap_analysis(trace, sel, top=None)["pairs"]
     for full, short in zip(pairs["prev_full"] + pairs["next_full"], pairs["prev"] + pairs["next"]):
         assert short_of[full] == short
+
+
+def test_boundary_lookalikes_inside_strings(tmp_path, monkeypatch):
+    """Names holding '}, {' fool the boundary guess; the exact scan must take over, same results."""
+    events = [{"ph": "X", "cat": "kernel", "name": 'k}, {"ph": "X"}, {' + str(i % 3), "ts": float(i), "dur": 0.5,
+               "args": {"device": 0, "stream": 7, "note": "a}, {b" * (i % 5)}} for i in range(300)]
+    path = write_trace(tmp_path / "lookalike.json", events, indent=False)
+    scans = []
+    real_scan = tt._scan_elements
+    monkeypatch.setattr(tt, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
+    for chunk in (50, 333, 4096):
+        scans.clear()
+        trace = tt.load_torch_trace(path, cache=False, chunk_bytes=chunk, parser="orjson")
+        assert [trace.names[i] for i in trace.columns["name"]] == [e["name"] for e in events]
+        assert trace.columns["ts_ns"].tolist() == [ns(e["ts"]) for e in events]
+        assert len(scans) > 1  # the guess failed at least once and the exact scan took over

@@ -480,3 +480,22 @@ def test_ikp_cute_warp_specialized_kernel(mode, tmp_path):
     for x in fn.instructions:  # acc * 0.5 + 1.0 only happens inside mma_half
         if x.base == "FFMA" and x.operands[-1] == "1" and "R0" == x.operands[0] and path[x.pc].startswith("mma"):
             assert path[x.pc] == "mma/mma_half"
+
+
+def test_instrumentation_cost_claims_only_marker_feeding_code():
+    lines = LANE + ["S2UR UR6, SR_GLOBALTIMERLO", "NOP", "IADD3 R2, R7, 0x4, RZ", "MOV R3, UR6",
+                    "IMAD.WIDE.U32 R10, R0, 0x8, R4", "STG.E.64 desc[UR4][R10.64], R2",
+                    "FFMA R9, R9, R9, R9", "IADD3 R12, R0, 0x1, RZ",
+                    "S2UR UR6, SR_GLOBALTIMERLO", "NOP", "IADD3 R2, R7, 0x5, RZ", "MOV R3, UR6",
+                    "IMAD.WIDE.U32 R10, R12, 0x8, R4", "STG.E.64 desc[UR4][R10.64], R2",
+                    "STG.E desc[UR4][R4.64], R12", "EXIT"]
+    m = _map(lines, names={1: "a"})
+    claimed = {o + " " + str(i) for i, (o, mk) in enumerate(zip(m.opcode, m.is_marker)) if mk}
+    ops = list(m.opcode)
+    want = {i for i, o in enumerate(ops) if o in ("S2UR", "NOP", "MOV", "STG.E.64", "IMAD.WIDE.U32")}
+    want |= {1}  # IMAD.SHL.U32 R7 (lane << 12): only the tags read it
+    want |= {i for i, o in enumerate(ops) if o == "IADD3" and i in (5, 13)}  # the two tags
+    assert {i for i, mk in enumerate(m.is_marker) if mk} == want, claimed
+    for i, o in enumerate(ops):  # the kernel's own work is never claimed
+        if o in ("FFMA", "STG.E", "EXIT", "S2R", "LDC.64") or (o == "IADD3" and i == 10):
+            assert not m.is_marker[i], (i, o)

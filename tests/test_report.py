@@ -163,6 +163,10 @@ def _check_regions_against_stats(trace, data):
             assert row[p] == pytest.approx(float(ref[p]))
         assert sum(row["hist_counts"]) == row["count"]
         assert row["hist_edges_ns"][0] <= row["min_ns"] and row["hist_edges_ns"][-1] >= row["max_ns"]
+        widths = np.diff(row["hist_edges_ns"])
+        if row["count"] and not np.any(trace.durations()[(trace.spans["group"] == row["group"])
+                                                          & (trace.spans["event"] == row["event"])] % 32):
+            assert np.all(widths % 32 == 0) and len(widths) <= 24  # whole timer steps, no comb
 
 
 def test_timeline_data_matches_stats_and_loss(tmp_path):
@@ -465,3 +469,14 @@ def test_real_capture_full_report_via_cli(tmp_path):
     assert compute["event"] in paths["tile/compute"]["stack"]
     # lines of inlined helpers (ikp_cute/device.py) are not painted onto kernel.py
     assert data["pcs"]["files"] and all(1 <= int(k) <= len(src) for k in data["source"]["line_paths"])
+
+
+def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
+    from host_decode import report_html
+
+    monkeypatch.setattr(report_html, "_analysis_module", lambda: None)
+    trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(num_blocks=2), NAMES))
+    data = report_html.extract_data(report_html.render_html(report_html.build_report_data(trace)))
+    assert data["analysis"] is None and data["sm"] == [] and "analysis" in data["missing"]
+    assert data["kernel"]["launch_ns"] == trace.end_ns - trace.start_ns
+    _check_regions_against_stats(trace, data)

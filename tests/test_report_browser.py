@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_report import NAMES, REAL_CAPTURE, SOURCE, full_report, inputs, synthetic_buffer  # noqa: F401 (fixture)
+from test_report import NAMES, REAL_CAPTURE, SOURCE, full_report, inputs, real_cli_args, synthetic_buffer  # noqa: F401
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 DRIVER = shutil.which("chromedriver")
@@ -187,3 +187,34 @@ def test_page_makes_no_network_requests(browser, inputs, tmp_path):  # noqa: F81
     urls = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert urls == []
     assert not any(tag in page for tag in ("<link ", "src=\"http", "src='http", "@import", "url(http"))
+
+
+@pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed yet")
+def test_real_capture_clicks(browser, shots, tmp_path):
+    """The committed H200 capture with its kernel's map and source (what docs/report.png shows)."""
+    from host_decode.cli import main
+    from host_decode.report_html import extract_data
+
+    path = tmp_path / "real.html"
+    assert main(["report", *real_cli_args(tmp_path), "-o", str(path)]) == 0
+    data = extract_data(path.read_text())
+    open_page(browser, path, "code")
+    compute = next(r for r in data["regions"] if r["region"] == "compute")
+    browser.find_element("css selector", f'.reglist div[data-event="{compute["event"]}"]').click()
+    pcs = data["pcs"]
+    expected = [i for i, p in enumerate(pcs["path"]) if compute["event"] in (data["paths"][p]["stack"] or [])]
+    assert expected and count(browser, "#sass-pane tr.sel") == len(expected)
+    assert selection_text(browser).startswith(f"region compute: {len(expected)} instruction(s)")
+    browser.save_screenshot(str(shots / "real-code-region.png"))
+    # the FMA line of the consumer: its instructions are all in tile/compute
+    fma = next(i + 1 for i, t in enumerate(data["source"]["lines"]) if "acc = acc * 0.999 + v" in t)
+    browser.find_element("css selector", f'#source-pane .ln[data-line="{fma}"]').click()
+    mine = set(data["source"]["pcs_of_file"] or range(len(pcs["pc"])))
+    on_line = [i for i, line in enumerate(pcs["line"]) if line == fma and i in mine]
+    assert on_line and count(browser, "#sass-pane tr.sel") == len(on_line)
+    assert {data["paths"][pcs["path"][i]]["path"] for i in on_line} == {"tile/compute"}
+    assert selection_text(browser).startswith(f"line {fma} (in tile, compute)")
+    goto(browser, "overview")
+    assert count(browser, "#overview-regions tbody tr") == len(data["regions"])
+    assert "lost" in browser.find_element("id", "loss").text
+    assert console_errors(browser) == []

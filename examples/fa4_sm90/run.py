@@ -26,6 +26,8 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 import numpy as np  # noqa: E402
 
+QUICK = {"batch": 1, "seqlen": 2048, "heads": 8, "details": ("iter",)}
+
 sys.path.insert(0, str(HERE.parent / "pipeline"))
 from measure import time_alternating, write_outputs  # noqa: E402
 
@@ -200,7 +202,10 @@ def small_capture(dest: Path, detail="iter", batch=1, seqlen=1024, heads=4, dim=
         raise AssertionError("instrumented FA4 output differs from FA4's on the capture problem")
     if trace.loss.lost:
         raise AssertionError(f"capture lost records: {trace.loss.to_json()}")
-    return session.save(dest)
+    from measure import save_capture_with_problem
+
+    return save_capture_with_problem(session, dest, batch=batch, seqlen=seqlen, heads=heads, dim=dim, causal=causal,
+                                     detail=detail, tile_m=128, tile_n=128)
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ def megakernel(items: cute.Tensor, counter: cute.Tensor, src: cute.Tensor, dst: 
                red_out: cute.Tensor, A: cute.Tensor, B: cute.Tensor, C: cute.Tensor, prof_buf,
                profile: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
-    smem = cutlass.utils.SmemAllocator()
+    smem = cutlass.memory.SmemAllocator()
     s_item = smem.allocate_tensor(Int32, cute.make_layout(1), byte_alignment=4)
     s_partial = smem.allocate_tensor(Float32, cute.make_layout(THREADS // 32), byte_alignment=4)
     num_items = cute.size(items, mode=[0])

@@ -83,7 +83,7 @@ class PipelinedGemm:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
 
-        storage = cutlass.utils.SmemAllocator().allocate(SharedStorage)
+        storage = cutlass.memory.SmemAllocator().allocate(SharedStorage)
         ring = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.ring_barriers.data_ptr(),
             num_stages=self.num_stages,

@@ -12,18 +12,24 @@ import numpy as np
 
 
 def time_alternating(variants: dict, launches: int) -> dict[str, np.ndarray]:
-    """Per-launch GPU times (ms) of each callable, launched round-robin (order rotated every round)."""
+    """Per-launch GPU times (ms) of each variant, launched round-robin (order rotated every round).
+
+    A variant is a callable, or a (setup, launch) pair whose setup (e.g. zeroing a work counter) runs
+    outside the timed interval. Launches queue up behind a sleep kernel sized from the measured host
+    time, so a slow Python launch path does not open gaps inside the timed intervals.
+    """
     import torch
 
+    variants = {n: (v if isinstance(v, tuple) else (None, v)) for n, v in variants.items()}
     names = list(variants)
     times = {n: [] for n in names}
     chunk = 8  # rounds enqueued behind one sleep kernel
-    for fn in variants.values():  # warm-up (compile, caches)
-        fn()
+    for setup, fn in variants.values():  # warm-up (compile, caches)
+        _call(setup, fn)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for fn in variants.values():
-        fn()
+    for setup, fn in variants.values():
+        _call(setup, fn)
     torch.cuda.synchronize()
     host_ms_per_launch = (time.perf_counter() - t0) * 1e3 / len(names)
     sleep_cycles = int(2e6 * host_ms_per_launch * len(names) * chunk * 1.5)  # ~2 GHz: cycles per ms
@@ -34,9 +40,12 @@ def time_alternating(variants: dict, launches: int) -> dict[str, np.ndarray]:
         for r in range(min(chunk, launches - done)):
             order = names[(done + r) % len(names):] + names[: (done + r) % len(names)]
             for n in order:
+                setup, fn = variants[n]
+                if setup is not None:
+                    setup()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                variants[n]()
+                fn()
                 end.record()
                 events.append((n, start, end))
         torch.cuda.synchronize()
@@ -44,6 +53,12 @@ def time_alternating(variants: dict, launches: int) -> dict[str, np.ndarray]:
             times[n].append(start.elapsed_time(end))
         done += chunk
     return {n: np.asarray(t) for n, t in times.items()}
+
+
+def _call(setup, fn):
+    if setup is not None:
+        setup()
+    fn()
 
 
 def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
@@ -64,3 +79,13 @@ def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
 
         plot_all(trace, out_dir / f"{stem}_plots")
     return stats
+
+
+def save_capture_with_problem(session, dest: Path, **problem) -> Path:
+    """session.save(dest) plus an `example` sidecar key describing the problem, which the CPU tests
+    (tests/test_examples_compile.py) use to derive the structure the capture must decode to."""
+    from host_decode.capture import save_capture
+
+    meta = session.meta()
+    meta.pop("format", None)
+    return save_capture(dest, session.records(), session.names(), example=problem, **meta)

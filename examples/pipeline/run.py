@@ -154,7 +154,9 @@ def small_capture(dest: Path, m=512, n=512, k=1024) -> Path:
     check(c, a, b, "capture")
     if session.decode().loss.lost:
         raise AssertionError("capture lost records")
-    return session.save(dest)
+    from measure import save_capture_with_problem
+
+    return save_capture_with_problem(session, dest, m=m, n=n, k=k, tile_m=128, tile_n=128, tile_k=64)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,331 @@
+"""CPU tests of the real-kernel examples (examples/pipeline, examples/megakernel, examples/fa4_sm90).
+
+* each example compiles for sm_90a without a GPU (CUTE_DSL_ARCH=sm_90a);
+* instrumented vs uninstrumented PTX differ only by profiler code: every opcode outside the profiler's
+  own vocabulary (timer reads, 64-bit stores, integer glue) occurs equally often in both (wgmma, TMA,
+  mbarrier, barriers, the math, the kernel's own loads/stores), and each profiled event has its records;
+* a disabled spec compiles to exactly the uninstrumented kernel (FA4: to FA4's own PTX);
+* the committed captures (examples/*/capture.npy, real H100/H200 runs) decode with the structure their
+  problem implies (lanes, groups, regions per lane), with nothing lost.
+FA4 tests need torch + flash-attn-4 (not in CI): they skip without them.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+# Opcodes the profiler may add (PTX): timer reads, record packing and guards, the 64-bit record store,
+# and the warp-index broadcast (shfl.sync.idx) of the leader predicate where the kernel has none.
+PROFILER_OPCODES = re.compile(
+    r"^(mov|cvt|shl|shr|or|and|xor|add|sub|mul|mad|setp|selp|st\.global\.(u|b|s)64|bra|neg|not|min|max|shfl\.sync\.idx\.b32|"
+    r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|@?%p\d+|\{|\})",
+)
+
+
+def _import(example: str, module: str):
+    path = str(EXAMPLES / example)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module(module)
+
+
+def opcode_counts(ptx: str) -> collections.Counter:
+    counts = collections.Counter()
+    for line in ptx.splitlines():
+        line = line.split("//")[0].strip()
+        if not line or line.startswith((".", "$", "{", "}", ")")) or line.endswith(":"):
+            continue
+        words = line.split()
+        if words[0].startswith("@"):
+            words = words[1:]
+        if words:
+            counts[words[0].rstrip(";")] += 1
+    return counts
+
+
+def non_profiler_difference(plain: str, instrumented: str) -> dict:
+    """Opcodes outside the profiler's vocabulary whose counts differ: must be empty."""
+    a, b = opcode_counts(plain), opcode_counts(instrumented)
+    return {op: (a[op], b[op]) for op in set(a) | set(b) if a[op] != b[op] and not PROFILER_OPCODES.match(op)}
+
+
+def timer_reads(ptx: str) -> int:
+    return len(re.findall(r"%globaltimer", ptx))
+
+
+def normalize(ptx: str) -> str:
+    ptx = re.sub(r"\bkernel_cutlass_\w+", "KERNEL", ptx)
+    return "\n".join(line for line in ptx.splitlines() if not line.lstrip().startswith(("//", ".file", ".loc")))
+
+
+def _spec(events, num_groups, num_blocks, records_per_lane, baked=None):
+    from ikp_cute import EventRegistry, ProfileSpec
+
+    return ProfileSpec(num_groups=num_groups, num_blocks=num_blocks, write_stride=num_blocks * num_groups,
+                       records_per_lane=records_per_lane, events=EventRegistry(events), baked_address=baked)
+
+
+# --- the warp-specialized TMA/mbarrier/wgmma pipeline ---------------------------------------------------
+
+
+def _compile_pipeline(spec):
+    import cutlass.cute as cute
+    from cutlass import BFloat16, Float32
+    from cutlass.cute.runtime import make_fake_compact_tensor as fake
+
+    from ikp_cute import fake_buffer
+
+    gp = _import("pipeline", "gemm_pipeline")
+    m, n, k = 512, 512, 1024
+    a = fake(BFloat16, (m, k), stride_order=(1, 0), assumed_align=16)
+    b = fake(BFloat16, (n, k), stride_order=(1, 0), assumed_align=16)
+    c = fake(Float32, (m, n), stride_order=(1, 0), assumed_align=16)
+    return cute.compile(gp.PipelinedGemm(), a, b, c, fake_buffer(spec), spec, options="--keep-ptx").__ptx__
+
+
+@pytest.fixture(scope="module")
+def pipeline_ptx():
+    pytest.importorskip("cutlass")
+    from ikp_cute import disabled
+
+    gp = _import("pipeline", "gemm_pipeline")
+    spec = _spec(gp.EVENTS, 3, 16, 80)
+    return _compile_pipeline(disabled()), _compile_pipeline(spec), spec
+
+
+def test_pipeline_compiles_for_sm90a(pipeline_ptx):
+    plain, instrumented, _ = pipeline_ptx
+    for ptx in (plain, instrumented):
+        assert ".target sm_90a" in ptx
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx and "mbarrier" in ptx
+    assert timer_reads(plain) == 0
+
+
+def test_pipeline_instrumentation_is_only_profiler_code(pipeline_ptx):
+    plain, instrumented, spec = pipeline_ptx
+    assert non_profiler_difference(plain, instrumented) == {}
+    # 6 regions (2 records each) + finalize; every event was registered while tracing
+    assert set(spec.events.as_dict().values()) == set(_import("pipeline", "gemm_pipeline").EVENTS)
+    assert timer_reads(instrumented) >= 2 * len(spec.events)
+
+
+def test_non_profiler_difference_catches_a_changed_kernel(pipeline_ptx):
+    plain, _, _ = pipeline_ptx
+    changed = plain.replace("wgmma.mma_async", "wgmma.mma_async.changed", 1)
+    assert non_profiler_difference(plain, changed)
+
+
+# --- the persistent megakernel --------------------------------------------------------------------------
+
+
+def _compile_megakernel(spec, num_ctas=132):
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor as fake
+
+    from ikp_cute import fake_buffer
+
+    mk = _import("megakernel", "megakernel")
+    args = [fake(Int32, (1000, 4), stride_order=(1, 0)), fake(Int32, (1,)), fake(Float32, (1 << 20,)),
+            fake(Float32, (1 << 20,)), fake(Float32, (64, mk.ROW_LEN), stride_order=(1, 0)), fake(Float32, (64,)),
+            fake(Float32, (128, mk.GEMM_K), stride_order=(1, 0)), fake(Float32, (mk.GEMM_K, 128), stride_order=(1, 0)),
+            fake(Float32, (128, 128), stride_order=(1, 0))]
+    return cute.compile(mk.launch, *args, fake_buffer(spec), spec, num_ctas, options="--keep-ptx").__ptx__
+
+
+@pytest.fixture(scope="module")
+def megakernel_ptx():
+    pytest.importorskip("cutlass")
+    from ikp_cute import disabled
+
+    mk = _import("megakernel", "megakernel")
+    spec = _spec(mk.EVENTS, 1, 132, 128)
+    return _compile_megakernel(disabled()), _compile_megakernel(spec), spec
+
+
+def test_megakernel_compiles_and_differs_only_by_profiler(megakernel_ptx):
+    plain, instrumented, spec = megakernel_ptx
+    assert ".target sm_90a" in plain
+    assert "atom.global" in plain or "atom.relaxed.gpu.global" in plain
+    assert non_profiler_difference(plain, instrumented) == {}
+    assert set(spec.events.as_dict().values()) == set(_import("megakernel", "megakernel").EVENTS)
+    assert timer_reads(plain) == 0 < timer_reads(instrumented)
+
+
+# --- FlashAttention-4 sm90 forward (needs torch + flash-attn-4) ----------------------------------------
+
+
+def _compile_fa4(spec, detail, causal=False):
+    """Compile FA4's sm90 forward through its own host API (torch FakeTensorMode: no GPU); returns PTX."""
+    os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
+    os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from flash_attn.cute import interface
+
+    fi = _import("fa4_sm90", "fa4_instrumented")
+    patch = fi.patched_interface(spec, detail) if spec is not None else contextlib.nullcontext()
+    saved = interface._flash_attn_fwd.compile_cache
+    if spec is None:
+        interface._flash_attn_fwd.compile_cache = {}  # FA4's own kernel, compiled afresh
+    try:
+        with FakeTensorMode(), patch, _keeping_ptx(interface):
+            q = torch.empty(1, 1024, 4, 128, dtype=torch.bfloat16, device="cuda")
+            interface.flash_attn_func(q, torch.empty_like(q), torch.empty_like(q), causal=causal)
+            cache = interface._flash_attn_fwd.compile_cache
+            (compiled,) = list(cache.values()) if isinstance(cache, dict) else list(cache._cache.values())
+    finally:
+        interface._flash_attn_fwd.compile_cache = saved
+    return _ptx_of(compiled)
+
+
+@contextlib.contextmanager
+def _keeping_ptx(interface):
+    """FA4 calls cute.compile with its own options: add --keep-ptx for the duration (no dump files)."""
+    compile_fn = interface.cute.compile
+
+    class KeepPtx:
+        def __call__(self, *args, options: str = "", **kwargs):
+            return compile_fn(*args, options=f"{options} --keep-ptx".strip(), **kwargs)
+
+    interface.cute.compile = KeepPtx()
+    try:
+        yield
+    finally:
+        interface.cute.compile = compile_fn
+
+
+def _ptx_of(compiled) -> str:
+    ptx = getattr(compiled, "__ptx__", None)
+    if ptx is None:
+        pytest.skip("FA4 compiled without --keep-ptx: PTX not available")
+    return ptx
+
+
+@pytest.fixture(scope="module")
+def fa4_ptx():
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
+    from ikp_cute import ProfileSpec
+
+    fi = _import("fa4_sm90", "fa4_instrumented")
+    nb = fi.num_ctas(1, 1024, 4)
+    spec = _spec(fi.events_for("full"), 3, nb, 128, baked=0x7F0012340000)
+    return {
+        "fa4": _compile_fa4(None, None),
+        "off": _compile_fa4(ProfileSpec(enabled=False), "iter"),
+        "full": _compile_fa4(spec, "full"),
+        "spec": spec,
+    }
+
+
+def test_fa4_disabled_is_fa4(fa4_ptx):
+    assert normalize(fa4_ptx["off"]) == normalize(fa4_ptx["fa4"])
+
+
+def test_fa4_instrumented_compiles_and_differs_only_by_profiler(fa4_ptx):
+    fi = _import("fa4_sm90", "fa4_instrumented")
+    assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["full"]) == {}
+    assert set(fa4_ptx["spec"].events.as_dict().values()) == set(fi.events_for("full"))
+    assert f"{0x7F0012340000}" in fa4_ptx["full"] or "0x7F0012340000".lower() in fa4_ptx["full"].lower()
+
+
+def test_fa4_detail_levels_are_cumulative():
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
+    fi = _import("fa4_sm90", "fa4_instrumented")
+    levels = [fi.events_for(d) for d in fi.DETAILS]
+    for coarse, fine in zip(levels, levels[1:]):
+        assert fine[: len(coarse)] == coarse and len(fine) > len(coarse)
+    with pytest.raises(ValueError, match="detail"):
+        fi.events_for("everything")
+
+
+# --- committed captures ---------------------------------------------------------------------------------
+
+
+def _load(example: str):
+    from host_decode.decoder import load_capture
+
+    path = EXAMPLES / example / "capture.npy"
+    if not path.exists():
+        pytest.skip(f"{path} not committed yet")
+    side = json.loads(path.with_suffix(".json").read_text())
+    return load_capture(path), side
+
+
+def _per_lane_counts(trace, event_name: str) -> dict[int, int]:
+    ids = {v: k for k, v in trace.names.events.items()}
+    sp = trace.spans[trace.spans["event"] == ids[event_name]]
+    lanes, counts = np.unique(sp["lane"], return_counts=True)
+    return dict(zip(lanes.tolist(), counts.tolist()))
+
+
+def test_pipeline_capture_structure():
+    trace, side = _load("pipeline")
+    p = side["example"]
+    blocks = (p["m"] // p["tile_m"]) * (p["n"] // p["tile_n"])
+    k_tiles = p["k"] // p["tile_k"]
+    assert trace.loss.lost == 0 and trace.num_blocks == blocks and trace.num_groups == 3
+    assert [trace.names.group(g) for g in range(3)] == ["producer", "consumer_0", "consumer_1"]
+    lanes = np.arange(blocks * 3)
+    producers, consumers = lanes[lanes % 3 == 0], lanes[lanes % 3 != 0]
+    for event in ("wait_slot", "issue_tma"):
+        assert _per_lane_counts(trace, event) == {int(l): k_tiles for l in producers}
+    for event in ("wait_data", "mma"):
+        assert _per_lane_counts(trace, event) == {int(l): k_tiles for l in consumers}
+    for event in ("tile", "epilogue"):
+        assert _per_lane_counts(trace, event) == {int(l): 1 for l in consumers}
+
+
+def test_megakernel_capture_structure():
+    trace, side = _load("megakernel")
+    p = side["example"]
+    assert trace.loss.lost == 0 and trace.num_groups == 1 and trace.num_blocks == p["num_ctas"]
+    for kind, count in p["items_by_kind"].items():
+        assert sum(_per_lane_counts(trace, kind).values()) == count
+    # every CTA fetches once per item it ran plus once more to find the queue empty
+    fetches = _per_lane_counts(trace, "fetch")
+    assert sum(fetches.values()) == p["items"] + p["num_ctas"]
+    sms = trace.lanes["sm"]
+    assert (sms >= 0).all()  # FINALIZE carried each CTA's SM id
+
+
+def test_fa4_capture_structure():
+    trace, side = _load("fa4_sm90")
+    p = side["example"]
+    m_blocks = -(-p["seqlen"] // p["tile_m"])
+    n_blocks_total = -(-p["seqlen"] // p["tile_n"])
+    assert trace.loss.lost == 0 and trace.num_groups == 3
+    assert trace.num_blocks == p["batch"] * p["heads"] * m_blocks
+    lanes = np.arange(trace.num_blocks * 3)
+    consumers = lanes[lanes % 3 != 0]
+    for event in ("consumer", "wait_Q", "mainloop", "epilogue"):
+        assert _per_lane_counts(trace, event) == {int(l): 1 for l in consumers}
+    # intra-warpgroup overlap: the first n-block is a "first half", the rest are full iterations
+    n_iter = _per_lane_counts(trace, "n_block")
+    waits_k = _per_lane_counts(trace, "wait_K")
+    total_iters = sum(n_iter.values())
+    if p["causal"]:
+        # m-block i sees i+1 key blocks (tile_m == tile_n): sum over m-blocks of i, per head and consumer
+        expected = 2 * p["batch"] * p["heads"] * sum(range(m_blocks))
+    else:
+        expected = 2 * p["batch"] * p["heads"] * m_blocks * (n_blocks_total - 1)
+    assert total_iters == expected
+    assert sum(waits_k.values()) == total_iters + len(consumers)  # one K wait per n-block, the first half too
