@@ -15,9 +15,9 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,30 +65,53 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=EXAMPLES, action="append")
-    ap.add_argument("--launches", type=int, default=200)
-    ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
-    args = ap.parse_args(argv)
-    out = Path(os.environ.get("OUT") or "examples_out")
-    work = Path("/tmp/ikp_examples_suite")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    rows, failed = [], []
-    for name in args.only or EXAMPLES:
-        try:
-            rows += run_one(name, work, args.launches, args.quick)
-        except Exception:
-            failed.append(name)
-            print(f"=== {name} FAILED ===", flush=True)
-            traceback.print_exc()
-    (work / "rows.json").write_text(json.dumps(rows, indent=1, default=float))
+def child(name: str, work: Path, launches: int, quick: bool) -> int:
+    """Run one example in this process; rows go to work/<name>_rows.json."""
+    rows = run_one(name, work, launches, quick)
+    (work / f"{name}_rows.json").write_text(json.dumps(rows, indent=1, default=float))
+    return 0
+
+
+def pack(work: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out / "examples_suite.tar.gz", "w:gz") as tar:
         tar.add(work, arcname="examples_suite")
     for capture in work.glob("*_capture.*"):  # small: also as plain files
         shutil.copy(capture, out / capture.name)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=EXAMPLES, action="append")
+    ap.add_argument("--launches", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per example (a hung kernel stops only its example)")
+    ap.add_argument("--child", choices=EXAMPLES, help=argparse.SUPPRESS)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/ikp_examples_suite"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args.child, args.work, args.launches, args.quick)
+    out = Path(os.environ.get("OUT") or "examples_out")
+    work = args.work
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rows, failed = [], []
+    for name in args.only or EXAMPLES:
+        cmd = [sys.executable, __file__, "--child", name, "--work", str(work), "--launches", str(args.launches)]
+        cmd += ["--quick"] if args.quick else []
+        try:
+            rc = subprocess.run(cmd, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        rows_file = work / f"{name}_rows.json"
+        if rc == 0 and rows_file.exists():
+            rows += json.loads(rows_file.read_text())
+        else:
+            failed.append(f"{name} ({rc})")
+        pack(work, out)  # after each example: a later hang cannot lose earlier results
+        print(f"=== {name}: rc={rc}", flush=True)
+    (work / "rows.json").write_text(json.dumps(rows, indent=1, default=float))
+    pack(work, out)
     print(table(rows))
     if failed:
         print(f"FAILED: {', '.join(failed)}")

@@ -62,6 +62,11 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
             print(f"CUPTI PC sampling unavailable: {e}")
     compiled, session, args = _compile(out, blocks, tiles)
     _write_map(out, compiled, session)
+    if sampler is not None:
+        try:
+            print(f"CUPTI CRC of the mapped cubin: {sampler.cubin_crc(bytes(compiled.__cubin__)):#x}")
+        except Exception as e:  # the samples are still usable, filtered by function name only
+            print(f"cuptiGetCubinCrc failed: {e}")
     for _ in range(launches):
         with session:
             compiled(*args)
@@ -70,8 +75,10 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
         try:
             result = sampler.stop()
             sampler.save(str(out / "cupti.json"))
-            print(f"CUPTI: {len(result['records'])} PC records, {result['total_samples']} samples, "
-                  f"{result['dropped_samples']} dropped, buffer full: {result['hardware_buffer_full']}")
+            print(
+                f"CUPTI: {len(result['records'])} PC records, {result['total_samples']} samples, "
+                f"{result['dropped_samples']} dropped, buffer full: {result['hardware_buffer_full']}"
+            )
         except Exception as e:
             (out / "cupti_error.txt").write_text(traceback.format_exc())
             print(f"CUPTI collection failed: {e}")
@@ -89,11 +96,24 @@ def _compile(out: Path, blocks: int, tiles: int):
 
     x = torch.rand(blocks * tiles * THREADS, device="cuda")
     y = torch.zeros(blocks * THREADS, device="cuda")
-    session = ikp_cute.Session(groups=["producer", "consumer"], num_blocks=blocks, records_per_lane=4 * tiles + 8,
-                               events=EVENTS, kernel="tiles_kernel")
+    session = ikp_cute.Session(
+        groups=["producer", "consumer"],
+        num_blocks=blocks,
+        records_per_lane=4 * tiles + 8,
+        events=EVENTS,
+        kernel="tiles_kernel",
+    )
     x_arg, y_arg = from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16)
-    compiled = cute.compile(launch_tiles, x_arg, y_arg, Int32(tiles), session.kernel_arg(), session.spec, blocks,
-                            options=f"--keep-cubin --generate-line-info --dump-dir {out}")
+    compiled = cute.compile(
+        launch_tiles,
+        x_arg,
+        y_arg,
+        Int32(tiles),
+        session.kernel_arg(),
+        session.spec,
+        blocks,
+        options=f"--keep-cubin --generate-line-info --dump-dir {out}",
+    )
     return compiled, session, (x_arg, y_arg, Int32(tiles), session.kernel_arg())
 
 
@@ -134,7 +154,11 @@ def run(cmd, log: Path, timeout: int, stdout_to: Path | None = None) -> int:
 
 
 def find_ncu() -> str | None:
-    for c in (shutil.which("ncu"), "/usr/local/cuda/bin/ncu", *sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu"))):
+    for c in (
+        shutil.which("ncu"),
+        "/usr/local/cuda/bin/ncu",
+        *sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu")),
+    ):
         if c and os.access(str(c), os.X_OK):
             return str(c)
     return None
@@ -147,23 +171,68 @@ def profile_ncu(out: Path, args) -> Path | None:
         return None
     d = out / "ncu"
     d.mkdir(parents=True, exist_ok=True)
-    worker_cmd = [sys.executable, __file__, "--worker", "run", "--dir", str(d), "--blocks", str(args.blocks),
-                  "--tiles", str(args.tiles), "--launches", "1"]
-    rc = run([ncu, "--section", "SourceCounters", "--import-source", "yes", "-k", KERNEL_REGEX, "-c", "1", "-f",
-              "-o", str(d / "rep"), *worker_cmd], d / "ncu_profile.log", timeout=900)
+    worker_cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "run",
+        "--dir",
+        str(d),
+        "--blocks",
+        str(args.blocks),
+        "--tiles",
+        str(args.tiles),
+        "--launches",
+        "1",
+    ]
+    rc = run(
+        [
+            ncu,
+            "--section",
+            "SourceCounters",
+            "--import-source",
+            "yes",
+            "-k",
+            KERNEL_REGEX,
+            "-c",
+            "1",
+            "-f",
+            "-o",
+            str(d / "rep"),
+            *worker_cmd,
+        ],
+        d / "ncu_profile.log",
+        timeout=900,
+    )
     if rc != 0 or not (d / "rep.ncu-rep").exists():
         print("ncu profiling failed (see ncu_profile.log)")
         return None
-    rc = run([ncu, "-i", str(d / "rep.ncu-rep"), "--page", "source", "--csv", "--print-source", "sass"],
-             d / "ncu_export.log", timeout=300, stdout_to=d / "sass.csv")
+    rc = run(
+        [ncu, "-i", str(d / "rep.ncu-rep"), "--page", "source", "--csv", "--print-source", "sass"],
+        d / "ncu_export.log",
+        timeout=300,
+        stdout_to=d / "sass.csv",
+    )
     return d if rc == 0 else None
 
 
 def profile_cupti(out: Path, args) -> Path | None:
     d = out / "cupti"
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--worker", "cupti", "--dir", str(d), "--blocks", str(args.blocks), "--tiles",
-           str(args.tiles), "--launches", str(args.launches)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "cupti",
+        "--dir",
+        str(d),
+        "--blocks",
+        str(args.blocks),
+        "--tiles",
+        str(args.tiles),
+        "--launches",
+        str(args.launches),
+    ]
     if args.sampling_period:
         cmd += ["--sampling-period", str(args.sampling_period)]
     run(cmd, d / "cupti_run.log", timeout=600)
@@ -193,12 +262,26 @@ def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
     print(f"conservation (per-region sums == input totals): {'ok' if not bad else bad}")
     trace = load_capture(str(d / "capture.npy"))
     payload = join.attach_to_trace(trace, result)
-    print("attached to the trace as meta['regions_hw']; per event (inclusive):", json.dumps({
-        v["paths"][0].split("/")[-1]: {"samples_share": round(v["samples_share"], 4), "inst_executed": v["inst_executed"]}
-        for v in payload["by_event"].values()}))
+    print(
+        "attached to the trace as meta['regions_hw']; per event (inclusive):",
+        json.dumps(
+            {
+                v["paths"][0].split("/")[-1]: {
+                    "samples_share": round(v["samples_share"], 4),
+                    "inst_executed": v["inst_executed"],
+                }
+                for v in payload["by_event"].values()
+            }
+        ),
+    )
     (out / f"{name}_regions.json").write_text(json.dumps(result.to_json(), indent=1))
-    return {"ok": result.check["ok"], "conserved": not bad, "samples": result.totals.get("samples"),
-            "moved": result.moved_samples, "instrumentation": result.instrumentation()}
+    return {
+        "ok": result.check["ok"],
+        "conserved": not bad,
+        "samples": result.totals.get("samples"),
+        "moved": result.moved_samples,
+        "instrumentation": result.instrumentation(),
+    }
 
 
 def copy_fixtures(out: Path, dirs: dict[str, Path]) -> None:
@@ -208,7 +291,10 @@ def copy_fixtures(out: Path, dirs: dict[str, Path]) -> None:
     for name, d in dirs.items():
         if d is None:
             continue
-        for src, dst in pairs[name] + [("map.json", f"tiles_real_{name}.map.json"), ("kernel.cubin", f"tiles_real_{name}.cubin")]:
+        for src, dst in pairs[name] + [
+            ("map.json", f"tiles_real_{name}.map.json"),
+            ("kernel.cubin", f"tiles_real_{name}.cubin"),
+        ]:
             if (d / src).exists():
                 shutil.copy(d / src, fx / dst)
     print(f"fixtures for tests/fixtures/pc/: {sorted(p.name for p in fx.iterdir())}")
@@ -225,14 +311,17 @@ def main(argv=None) -> int:
     p.add_argument("--sampling-period", type=int, default=None, help="CUPTI: 2**N cycles (5..31)")
     args = p.parse_args(argv)
     if args.worker:
-        return worker(Path(args.dir), args.worker == "cupti", args.blocks, args.tiles, args.launches,
-                      args.sampling_period)
+        return worker(
+            Path(args.dir), args.worker == "cupti", args.blocks, args.tiles, args.launches, args.sampling_period
+        )
 
     out = Path(os.environ.get("OUT") or ROOT / "gpu_out" / "pc_profile")
     out.mkdir(parents=True, exist_ok=True)
     skip = set(filter(None, args.skip.split(",")))
-    dirs = {"ncu": None if "ncu" in skip else profile_ncu(out, args),
-            "cupti": None if "cupti" in skip else profile_cupti(out, args)}
+    dirs = {
+        "ncu": None if "ncu" in skip else profile_ncu(out, args),
+        "cupti": None if "cupti" in skip else profile_cupti(out, args),
+    }
     from host_decode.adapters.cupti import read_cupti_json
     from host_decode.adapters.ncu import read_ncu_csv
 

@@ -4,8 +4,8 @@
 
 What it records (kept small, well under 300 KB gzipped): 4 ProfilerStep#N steps (wait=1, warmup=1, active=4)
 of a tiny MLP on the default stream (matmul, relu, add, softmax kernels), a side stream with its own kernels
-(fill, mul) and an async host->device copy, and a device->host copy with a memset per step. Prints the
-per-step kernel count and the torch/CUDA versions; the trace header carries the device properties.
+(fill, mul) and an async host->device copy, a torch.zeros (a fill kernel) and a device->host copy per step.
+Prints the torch/CUDA versions and the device; the trace header carries the device properties.
 """
 
 from __future__ import annotations

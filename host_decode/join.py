@@ -26,7 +26,7 @@ import numpy as np
 
 from host_decode.adapters import PcTable
 from host_decode.errors import DecodeError
-from host_decode.pc2region import SPECIAL_PATHS, RegionMap
+from host_decode.pc2region import RegionMap
 
 NOT_IN_MAP = "<not in map>"
 JOIN_FORMAT = "ikp-regions-hw-v1"
@@ -98,7 +98,9 @@ class JoinResult:
         return out
 
     def instrumentation(self) -> dict[str, float]:
-        return {f"marker_{c}": float(v.sum()) for c, v in self.marker_columns.items() if c in ("inst_executed", "samples")}
+        return {
+            f"marker_{c}": float(v.sum()) for c, v in self.marker_columns.items() if c in ("inst_executed", "samples")
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,10 +116,12 @@ class JoinResult:
             "inclusive": self.rows(True),
         }
 
-    def renamed(self, events: dict[int, str]) -> "JoinResult":
+    def renamed(self, events: dict[int, str]) -> JoinResult:
         """The same result with region paths named by `events` (e.g. a trace's Names.events)."""
-        paths = [p if st is None else "/".join(events.get(e, f"event_{e}") for e in st)
-                 for p, st in zip(self.paths, self.stacks)]
+        paths = [
+            p if st is None else "/".join(events.get(e, f"event_{e}") for e in st)
+            for p, st in zip(self.paths, self.stacks)
+        ]
         return dataclasses.replace(self, paths=paths, events=dict(events))
 
 
@@ -133,8 +137,12 @@ def join(region_map: RegionMap, table: PcTable, *, force: bool = False, move_sam
     pos, in_map = _positions(region_map, table)
     check = check_match(region_map, table, pos, in_map)
     if not check["ok"] and not force:
-        raise DecodeError("per-PC data does not match the mapped cubin: " + "; ".join(check["reasons"])
-                          + " (pass force=True / --force to join anyway)", source=table.source)
+        raise DecodeError(
+            "per-PC data does not match the mapped cubin: "
+            + "; ".join(check["reasons"])
+            + " (pass force=True / --force to join anyway)",
+            source=table.source,
+        )
     if table.regions is not None:
         check.update(_region_agreement(region_map, table, pos, in_map))
     cols = _columns(table)
@@ -165,7 +173,7 @@ def join(region_map: RegionMap, table: PcTable, *, force: bool = False, move_sam
         stacks=stacks,
         columns=columns,
         marker_columns=marker_columns,
-        stall_reasons=sorted({c[len("stall_"):] for c in cols if c.startswith("stall_")}),
+        stall_reasons=sorted({c[len("stall_") :] for c in cols if c.startswith("stall_")}),
         totals=totals,
         check=check,
         moved_samples=moved,
@@ -217,18 +225,24 @@ def check_match(region_map: RegionMap, table: PcTable, pos=None, in_map=None) ->
     missing = int((~in_map).sum())
     if missing:
         first = [hex(int(p)) for p in table.pc[~in_map][:5]]
-        reasons.append(f"{missing} PC(s) not in the map (first: {', '.join(first)}; map code size "
-                       f"{region_map.code_size:#x})")
-    mismatched = 0
+        reasons.append(
+            f"{missing} PC(s) not in the map (first: {', '.join(first)}; map code size {region_map.code_size:#x})"
+        )
+    mismatched = modifiers = 0
     if table.opcode is not None:
+        # base opcodes decide (disassemblers of different CUDA versions may spell modifiers differently)
         ours = np.array(region_map.opcode, dtype=object)[pos]
         theirs = np.array([o.upper() for o in table.opcode], dtype=object)
-        bad = in_map & (ours != theirs) & (theirs != "")
+        base = np.vectorize(lambda o: o.split(".", 1)[0], otypes=[object])
+        known = in_map & (theirs != "")
+        bad = known & (base(ours) != base(theirs)) if theirs.size else known
         mismatched = int(bad.sum())
+        modifiers = int((known & ~bad & (ours != theirs)).sum())
         if mismatched:
             k = int(np.flatnonzero(bad)[0])
-            reasons.append(f"{mismatched} opcode(s) differ (first at pc {int(table.pc[k]):#x}: map {ours[k]}, "
-                           f"data {theirs[k]})")
+            reasons.append(
+                f"{mismatched} opcode(s) differ (first at pc {int(table.pc[k]):#x}: map {ours[k]}, data {theirs[k]})"
+            )
     executed_unreachable = None
     if "inst_executed" in table.counters:
         unreachable = region_map.paths.index("<unreachable>")
@@ -244,6 +258,7 @@ def check_match(region_map: RegionMap, table: PcTable, pos=None, in_map=None) ->
         "reasons": reasons,
         "pcs_not_in_map": missing,
         "opcode_mismatches": mismatched,
+        "opcode_modifier_differences": modifiers,
         "executed_unreachable": executed_unreachable,
         "instructions_in_data": int(table.pc.size),
         "instructions_in_map": int(region_map.pc.size),
@@ -342,8 +357,11 @@ def render_table(result: JoinResult, inclusive: bool = False, console=None) -> N
         if has_pred:
             cells.append(f"{100 * row.get('predicated_on_ratio', 0):.0f}%")
         if has_samples:
-            cells += [_si(row.get("samples", 0)), f"{100 * row['samples_share']:.1f}",
-                      ", ".join(f"{r} {100 * f:.0f}%" for r, f in row["top_stalls"])]
+            cells += [
+                _si(row.get("samples", 0)),
+                f"{100 * row['samples_share']:.1f}",
+                ", ".join(f"{r} {100 * f:.0f}%" for r, f in row["top_stalls"]),
+            ]
         if not inclusive:
             parts = []
             if has_inst:

@@ -30,7 +30,8 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -55,10 +56,49 @@ _REG_RE = re.compile(r"^(U?R)(\d+|Z)$")
 _TIMER_SR_RE = re.compile(r"SR_GLOBALTIMER")
 STORE_OPS = {"STG", "ST", "STS", "STAS"}
 NO_DEST_OPS = STORE_OPS | {
-    "STL", "RED", "REDG", "REDAS", "BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "BAR", "BSYNC", "BSSY",
-    "WARPSYNC", "NOP", "MEMBAR", "FENCE", "ERRBAR", "CCTL", "CCTLL", "DEPBAR", "YIELD", "BPT", "KILL",
-    "UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UBLKCP", "UBLKPF", "WARPGROUP", "LDGDEPBAR", "NANOSLEEP",
-    "PMTRIG", "BREAK", "ACQBULK", "BMOV", "UTMACMDFLUSH", "ARRIVES", "SYNCS", "WARPGROUPSET", "CGAERRBAR",
+    "STL",
+    "RED",
+    "REDG",
+    "REDAS",
+    "BRA",
+    "BRX",
+    "JMP",
+    "JMX",
+    "CALL",
+    "RET",
+    "EXIT",
+    "BAR",
+    "BSYNC",
+    "BSSY",
+    "WARPSYNC",
+    "NOP",
+    "MEMBAR",
+    "FENCE",
+    "ERRBAR",
+    "CCTL",
+    "CCTLL",
+    "DEPBAR",
+    "YIELD",
+    "BPT",
+    "KILL",
+    "UTMALDG",
+    "UTMASTG",
+    "UTMAPF",
+    "UTMACCTL",
+    "UBLKCP",
+    "UBLKPF",
+    "WARPGROUP",
+    "LDGDEPBAR",
+    "NANOSLEEP",
+    "PMTRIG",
+    "BREAK",
+    "ACQBULK",
+    "BMOV",
+    "UTMACMDFLUSH",
+    "ARRIVES",
+    "SYNCS",
+    "WARPGROUPSET",
+    "CGAERRBAR",
 }
 _MMA_OPS = {"HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "QGMMA", "IGMMA", "BGMMA", "GMMA", "OMMA", "UTCHMMA", "UTCQMMA"}
 
@@ -117,11 +157,11 @@ class Bits:
     timer: frozenset = frozenset()
 
     @staticmethod
-    def const(c: int) -> "Bits":
+    def const(c: int) -> Bits:
         return Bits(FULL, c & FULL)
 
     @staticmethod
-    def top(timer: Iterable[int] = ()) -> "Bits":
+    def top(timer: Iterable[int] = ()) -> Bits:
         return Bits(0, 0, frozenset(timer))
 
     def low_known(self) -> int:
@@ -448,7 +488,7 @@ class ValueAnalysis:
         if x.base in ("S2UR", "CS2R", "S2R") and any(_TIMER_SR_RE.search(o) for o in x.operands):
             return Bits.top((j,))
         srcs = [o for o in x.operands[1:] if not _is_pred(o)]
-        ev = lambda tok: self.operand(tok, j, depth)  # noqa: E731
+        ev = lambda tok: self.operand(tok, j, depth)
         if reg != dests[0]:
             return Bits.top(self._timer_of(srcs, j, depth))  # second half of a wide result
         op, mods = x.base, x.opcode.split(".")[1:]
@@ -568,9 +608,13 @@ def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[s
             tag_reg = _reg_plus(data, 2 * pair + (0 if hi.timer else 1))
             reads = sorted(timer.timer)
             if len(reads) > 1:
-                problems.append(f"pc {x.pc:#x}: record timer comes from several reads {[hex(ins[r].pc) for r in reads]}")
+                problems.append(
+                    f"pc {x.pc:#x}: record timer comes from several reads {[hex(ins[r].pc) for r in reads]}"
+                )
             m = Marker(reads[-1], s, tag.mask, tag.value)
-            m.cost_indices = tuple(sorted(_marker_cost(prog, va, m, _reg_plus(data, 2 * pair + (1 if hi.timer else 0)), tag_reg)))
+            m.cost_indices = tuple(
+                sorted(_marker_cost(prog, va, m, _reg_plus(data, 2 * pair + (1 if hi.timer else 0)), tag_reg))
+            )
             if m.tag_mask & _LOW12 == _LOW12:
                 low = m.tag_value & _LOW12
                 m.event_id, m.event_type, m.how = low >> wire.EVENT_ID_SHIFT, low & 3, "dataflow"
@@ -614,8 +658,24 @@ def _copy_source(x: Instruction) -> str | None:
     return None
 
 
-_SIDE_EFFECT_OPS = NO_DEST_OPS | {"ATOM", "ATOMG", "ATOMS", "LDGSTS", "UTMALDG", "SETMAXREG", "USETMAXREG", "VOTE",
-                                  "VOTEU", "SHFL", "MATCH", "REDUX", "S2R_BAR", "ELECT", "LDSM", "STSM"}
+_SIDE_EFFECT_OPS = NO_DEST_OPS | {
+    "ATOM",
+    "ATOMG",
+    "ATOMS",
+    "LDGSTS",
+    "UTMALDG",
+    "SETMAXREG",
+    "USETMAXREG",
+    "VOTE",
+    "VOTEU",
+    "SHFL",
+    "MATCH",
+    "REDUX",
+    "S2R_BAR",
+    "ELECT",
+    "LDSM",
+    "STSM",
+}
 _ALL_REGS = "*"
 _REG_TOKEN_RE = re.compile(r"\b(U?R\d+|U?P\d)\b")
 
@@ -649,7 +709,7 @@ def _writes(x: Instruction) -> list[str]:
     out = list(may_defs(x))
     if x.base in NO_DEST_OPS or not x.operands:
         return out
-    for k, op in enumerate(x.operands[: 3]):
+    for k, op in enumerate(x.operands[:3]):
         if _is_pred(op) and not op.startswith("!") and op not in ("PT", "UPT") and (k == 0 or out):
             out.append(op)
         elif k > 0:
@@ -748,7 +808,7 @@ def _apply(stack: tuple, marker: Marker | None) -> tuple:
     if etype == wire.EventType.END:
         for k in range(len(stack) - 1, -1, -1):
             if stack[k] == eid:
-                return stack[:k] + stack[k + 1:]
+                return stack[:k] + stack[k + 1 :]
         return stack  # an END whose BEGIN is not open on this path: counted by the caller
     return stack  # INSTANT (reserved ones included) and FINALIZE are not boundaries
 
@@ -776,7 +836,9 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
             # the timer reads bounding a region belong to it: a BEGIN read sees the new stack, an END read the old
             seen_stacks[i].add(after if marker is not None and marker.event_type == wire.EventType.BEGIN else rstack)
             if len(after) > MAX_REGION_DEPTH:
-                problems.add(f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH} (BEGIN without END in a loop?)")
+                problems.add(
+                    f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH} (BEGIN without END in a loop?)"
+                )
                 break
             nxt = _successors(prog, i, after, cstack, problems, at_timer)
             if not nxt:
@@ -787,7 +849,7 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
 
 
 def _successors(
-    prog: Program, i: int, rstack: tuple, cstack: tuple, problems: set, skip_effects: dict[int, "Marker"]
+    prog: Program, i: int, rstack: tuple, cstack: tuple, problems: set, skip_effects: dict[int, Marker]
 ) -> list[tuple]:
     x = prog.instructions[i]
     if x.base == "RET" and not x.never:
@@ -815,7 +877,7 @@ def _successors(
     return out
 
 
-def _apply_range(rstack: tuple, rng: tuple[int, int], effects: dict[int, "Marker"]) -> tuple:
+def _apply_range(rstack: tuple, rng: tuple[int, int], effects: dict[int, Marker]) -> tuple:
     for k in range(rng[0], rng[1]):
         if k in effects:
             rstack = _apply(rstack, effects[k])

@@ -46,8 +46,7 @@ def find_nvdisasm() -> str:
         if root and os.access(os.path.join(root, "bin", "nvdisasm"), os.X_OK):
             return os.path.join(root, "bin", "nvdisasm")
     raise FileNotFoundError(
-        "nvdisasm not found: pip install nvidia-cuda-nvdisasm, put a CUDA toolkit's bin/ on PATH, "
-        "or set IKP_NVDISASM"
+        "nvdisasm not found: pip install nvidia-cuda-nvdisasm, put a CUDA toolkit's bin/ on PATH, or set IKP_NVDISASM"
     )
 
 
@@ -189,14 +188,22 @@ def _parse_instruction(pc: int, body: str, file: str | None, line: int | None) -
     m = _GUARD_RE.match(body)
     if m:
         guard = m.group(1)
-        body = body[m.end():]
+        body = body[m.end() :]
     targets = _TARGET_RE.findall(body)
     body_no_targets = _TARGET_RE.sub("", body).strip()
     parts = body_no_targets.split(None, 1)
     opcode = parts[0] if parts else ""
     operands = _split_operands(parts[1]) if len(parts) > 1 else []
-    return Instruction(pc, opcode, guard, operands, [t.strip() for t in ",".join(targets).split(",") if t.strip()],
-                       file, line, body.strip())
+    return Instruction(
+        pc,
+        opcode,
+        guard,
+        operands,
+        [t.strip() for t in ",".join(targets).split(",") if t.strip()],
+        file,
+        line,
+        body.strip(),
+    )
 
 
 def _split_operands(s: str) -> list[str]:
@@ -242,6 +249,7 @@ def select_function(functions: list[Function], kernel: str | None) -> Function:
     if len(partial) == 1:
         return partial[0]
     raise DecodeError(
-        f"kernel {kernel!r} {'is ambiguous' if partial else 'not found'}; kernels: " + ", ".join(f.name for f in functions),
+        f"kernel {kernel!r} {'is ambiguous' if partial else 'not found'}; kernels: "
+        + ", ".join(f.name for f in functions),
         source="cubin",
     )

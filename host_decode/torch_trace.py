@@ -201,8 +201,14 @@ class _Builder:
                               f"'args' is not an object", source=source) from None
         names, cats, code = self.names, self.cats, self.label_code
         p = self.parts
-        p["name"].append(np.array([names[e.get("name", "")] for e in complete], dtype=np.int32))
-        p["cat"].append(np.array([cats[e.get("cat", "")] for e in complete], dtype=np.int32))
+        try:
+            name_ids = np.array([names[e.get("name", "")] for e in complete], dtype=np.int32)
+            cat_ids = np.array([cats[e.get("cat", "")] for e in complete], dtype=np.int32)
+        except TypeError:  # an unhashable name/cat (a list or an object)
+            raise DecodeError(f"an event's 'name' or 'cat' is not a string (chunk starting at event "
+                              f"{first_index})", source=source) from None
+        p["name"].append(name_ids)
+        p["cat"].append(cat_ids)
         for key in ("pid", "tid"):
             values = [e.get(key, -1) for e in complete]
             p[key].append(np.array([v if v.__class__ is int else code(v) for v in values], dtype=np.int64))
@@ -277,7 +283,8 @@ class _Builder:
             columns[k] = (np.concatenate(parts) if parts else np.zeros(0, dtype)).astype(dtype, copy=False)
             parts.clear()
         meta = dict(meta, phases=self.phases, skipped=self.skipped, n_elements=self.n_elements)
-        return TorchTrace(source, columns, list(self.names), list(self.cats), list(self.labels), meta)
+        strings = [[str(x) for x in table] for table in (self.names, self.cats, self.labels)]  # 5 -> "5"
+        return TorchTrace(source, columns, *strings, meta)
 
 
 def _number(value):
@@ -819,6 +826,10 @@ def _group_stats(values: np.ndarray, groups: np.ndarray, n_groups: int) -> dict:
             "min_us": vmin / 1e3, "max_us": vmax / 1e3}
 
 
+NAME_TABLE_COLUMNS = ("name", "kind", "count", "launch_share", "total_us", "mean_us", "std_us", "min_us", "max_us",
+                      "time_share", "full_name")
+PAIR_TABLE_COLUMNS = ("prev", "next", "count", "total_us", "mean_us", "std_us", "min_us", "max_us", "prev_full",
+                      "next_full")
 SORT_KEYS = {"count": "count", "total": "total_us", "mean": "mean_us", "share": "time_share",
              "max": "max_us", "std": "std_us"}
 
@@ -838,7 +849,12 @@ def name_table(trace: TorchTrace, sel: Selection, *, sort: str = "total", top: i
     table = {"full_name": [trace.names[i] for i in uniq],
              "kind": [trace.kind_of(int(k)) for k in c["cat"][first_row]],
              **stats, "launch_share": stats["count"] / n, "time_share": stats["total_us"] / busy}
-    table["name"] = table["full_name"] if verbose else [_display_names(trace, sel)[i] for i in uniq]
+    if verbose:
+        table["name"] = table["full_name"]
+    else:
+        display = _display_names(trace, sel)
+        table["name"] = [display[i] for i in uniq.tolist()]
+    table = {k: table[k] for k in NAME_TABLE_COLUMNS}
     key = SORT_KEYS[sort]
     order = np.lexsort((np.arange(len(uniq)), -np.asarray(table[key], dtype=np.float64)))
     if top is not None:
@@ -970,6 +986,7 @@ def _pair_table(trace, names, in_range, gap, pair_sort, top, display) -> dict:
     table = {"prev_full": prev_full, "next_full": next_full, **stats}
     table["prev"] = prev_full if display is None else [display[int(k // n_names)] for k in uniq]
     table["next"] = next_full if display is None else [display[int(k % n_names)] for k in uniq]
+    table = {k: table[k] for k in PAIR_TABLE_COLUMNS}
     sort_key = {"count": "count", "mean": "mean_us", "max": "max_us", "std": "std_us", "total": "total_us"}[pair_sort]
     order = np.lexsort((np.arange(len(uniq)), -np.asarray(table[sort_key], dtype=np.float64)))
     return _take(table, order[:top] if top is not None else order)

@@ -328,4 +328,7 @@ def test_fa4_capture_structure():
     else:
         expected = 2 * p["batch"] * p["heads"] * m_blocks * (n_blocks_total - 1)
     assert total_iters == expected
-    assert sum(waits_k.values()) == total_iters + len(consumers)  # one K wait per n-block, the first half too
+    # K waits are recorded only when the try-wait poll saw the stage not ready: at most one per n-block
+    # (first half included), and never outside an iteration's lane
+    assert sum(waits_k.values()) <= total_iters + len(consumers)
+    assert set(waits_k) <= set(int(l) for l in consumers)

@@ -13,7 +13,15 @@ import pytest
 from host_decode import join, pc2region, sass
 from host_decode.adapters import PcTable, cupti, ncu, nvbit
 from host_decode.errors import DecodeError
-from host_decode.model import INSTANT_DTYPE, LANE_DTYPE, SPAN_DTYPE, LossReport, LOSS_BUCKETS, Names, Trace
+from host_decode.model import (
+    INSTANT_DTYPE,
+    LANE_DTYPE,
+    LOSS_BUCKETS,
+    SPAN_DTYPE,
+    LossReport,
+    Names,
+    Trace,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "pc")
@@ -99,7 +107,9 @@ def test_inclusive_is_the_sum_over_the_prefix_and_ratios_are_recomputed(region_m
     assert outer["stall_fractions"]["long_sb"] == pytest.approx(outer["stall_long_sb"] / outer["samples"])
     mean_of_parts = np.mean([p["stall_fractions"].get("long_sb", 0) for p in parts])
     assert outer["stall_fractions"]["long_sb"] != pytest.approx(mean_of_parts)
-    assert outer["predicated_on_ratio"] == pytest.approx(outer["pred_on_thread_inst_executed"] / outer["thread_inst_executed"])
+    assert outer["predicated_on_ratio"] == pytest.approx(
+        outer["pred_on_thread_inst_executed"] / outer["thread_inst_executed"]
+    )
     assert sum(x["samples_share"] for x in exc) == pytest.approx(1.0)
 
 
@@ -107,7 +117,9 @@ def test_instrumentation_cost_is_reported(region_map):
     r = join.join(region_map, _tables()["ncu"])
     body = _row(r.rows(), "outer/body")
     assert 0 < body["marker_inst_executed"] < body["inst_executed"]
-    assert r.instrumentation()["marker_inst_executed"] == pytest.approx(sum(x.get("marker_inst_executed", 0) for x in r.rows()))
+    assert r.instrumentation()["marker_inst_executed"] == pytest.approx(
+        sum(x.get("marker_inst_executed", 0) for x in r.rows())
+    )
 
 
 def test_opcode_mismatch_is_refused(region_map):
@@ -122,8 +134,13 @@ def test_opcode_mismatch_is_refused(region_map):
 
 def test_pcs_beyond_the_map_are_refused_or_bucketed(region_map):
     t = _tables()["nvbit"]
-    extra = PcTable("nvbit", "markers", np.append(t.pc, region_map.code_size + 0x100),
-                    {"inst_executed": np.append(t.counters["inst_executed"], 7)}, {})
+    extra = PcTable(
+        "nvbit",
+        "markers",
+        np.append(t.pc, region_map.code_size + 0x100),
+        {"inst_executed": np.append(t.counters["inst_executed"], 7)},
+        {},
+    )
     with pytest.raises(DecodeError, match="not in the map"):
         join.join(region_map, extra)
     r = join.join(region_map, extra, force=True)
@@ -136,7 +153,9 @@ def test_executed_unreachable_pc_means_mismatch(region_map):
     pad = int(region_map.pc[region_map.region == region_map.paths.index(pc2region.UNREACHABLE)][0])
     pcs = np.append(t.pc, pad)
     order = np.argsort(pcs)
-    bad = PcTable("nvbit", "markers", pcs[order], {"inst_executed": np.append(t.counters["inst_executed"], 16)[order]}, {})
+    bad = PcTable(
+        "nvbit", "markers", pcs[order], {"inst_executed": np.append(t.counters["inst_executed"], 16)[order]}, {}
+    )
     with pytest.raises(DecodeError, match="unreachable were executed"):
         join.join(region_map, bad)
 
@@ -150,8 +169,17 @@ def test_external_region_agreement(region_map):
 def _empty_trace(events):
     per_lane = np.zeros(0, [("lane", np.int64)] + [(b, np.int64) for b in LOSS_BUCKETS])
     loss = LossReport(0, dict.fromkeys(LOSS_BUCKETS, 0), per_lane, {}, 0)
-    return Trace(1, 1, 1, np.zeros(0, SPAN_DTYPE), np.zeros(0, INSTANT_DTYPE), np.zeros(0, LANE_DTYPE), loss,
-                 Names(events=events), False)
+    return Trace(
+        1,
+        1,
+        1,
+        np.zeros(0, SPAN_DTYPE),
+        np.zeros(0, INSTANT_DTYPE),
+        np.zeros(0, LANE_DTYPE),
+        loss,
+        Names(events=events),
+        False,
+    )
 
 
 def test_attach_to_trace_uses_the_trace_names(region_map):
@@ -173,8 +201,20 @@ def test_cli_pc2region_and_join(tmp_path, capsys):
     out_map = tmp_path / "map.json"
     assert main(["pc2region", CUBIN, "-o", str(out_map), "--names", str(names)]) == 0
     out_json = tmp_path / "regions.json"
-    assert main(["join", "--map", str(out_map), "--ncu", os.path.join(FIX, "markers_synthetic_ncu.csv"),
-                 "--json", str(out_json)]) == 0
+    assert (
+        main(
+            [
+                "join",
+                "--map",
+                str(out_map),
+                "--ncu",
+                os.path.join(FIX, "markers_synthetic_ncu.csv"),
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "outer/slow" in text and "cubin check: ok" in text
     obj = json.loads(out_json.read_text())
@@ -221,3 +261,42 @@ def test_real_cubin_maps_the_same_here(source):
     ours = pc2region.build_map(open(cubin, "rb").read(), names=theirs.events)
     assert ours.cubin_sha256 == theirs.cubin_sha256
     assert ours.paths == theirs.paths and np.array_equal(ours.region, theirs.region)
+
+
+def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
+    from host_decode import wire
+    from host_decode.capture import save_capture
+    from host_decode.cli import main
+
+    out_map = tmp_path / "map.json"
+    assert main(["pc2region", CUBIN, "-o", str(out_map)]) == 0  # no names: event_<id>
+    records = wire.pack_records(np.array([100, 200]), np.array([0, 0]), np.array([1, 1]), np.array([0, 1]))
+    buf = np.concatenate([[wire.pack_header(1, 1)], records]).astype(np.uint64)
+    cap = tmp_path / "cap.npy"
+    save_capture(
+        str(cap),
+        buf,
+        Names(events={1: "MAIN", 2: "STEP"}),
+        write_stride=1,
+        records_per_lane=2,
+        num_blocks=1,
+        num_groups=1,
+    )
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "join",
+                "--map",
+                str(out_map),
+                "--nvbit",
+                os.path.join(FIX, "markers_synthetic_nvbit.json"),
+                "--trace",
+                str(cap),
+                "--inclusive",
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "MAIN/STEP" in text and "MAIN/event_3" in text

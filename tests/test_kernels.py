@@ -396,6 +396,7 @@ def test_malformed_event_names_index_and_offset(tmp_path):
     ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "x": }', "after the traceEvents"),
     ('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "s"}}]}', "args.stream"),
     ('[{"ph": "X", "ts": 1, "dur": 1}] x', "after the event array"),
+    ('{"traceEvents": [{"ph": "X", "name": ["k"], "ts": 1, "dur": 1}]}', "not a string"),
 ])
 def test_malformed_traces(tmp_path, text, match):
     path = tmp_path / "bad.json"
@@ -633,7 +634,7 @@ def test_cli_merge_writes_the_merged_trace(gpu_trace, tmp_path):
     path, events = gpu_trace
     cap = _capture(tmp_path, "late_kernel_without_launch")  # a kernel that occurs once in the trace
     out = tmp_path / "merged.json"
-    assert cli_main(["kernels", str(path), "--merge", str(cap), "-o", str(out)]) == 0
+    assert cli_main(["kernels", str(path), "--merge", str(cap), "-o", str(out), "--occurrence", "0"]) == 0
     doc = json.loads(out.read_text())
     assert doc["ikp_alignment"]["kernel_name"] == "late_kernel_without_launch"
     assert len(doc["traceEvents"]) > len(events)  # every profiler event plus the capture's regions

@@ -36,7 +36,9 @@ def _have_nvdisasm() -> bool:
         return False
 
 
-needs_nvdisasm = pytest.mark.skipif(not _have_nvdisasm(), reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+needs_nvdisasm = pytest.mark.skipif(
+    not _have_nvdisasm(), reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)"
+)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 
 
@@ -64,8 +66,18 @@ def test_markers_cubin_exact_regions():
     assert m.problems == []
     expected = {
         OUTSIDE: _pcs([(0x0000, 0x0070), (0x0CC0, 0x0D50)]),  # before OUTER begin; result store + EXIT
-        "outer": _pcs([(0x0080, 0x02E0), (0x0370, 0x03B0), (0x0450, 0x04A0), (0x0540, 0x0590), (0x0630, 0x07B0),
-                       (0x0870, 0x0970), (0x0B00, 0x0B70), (0x0C40, 0x0CB0)]),
+        "outer": _pcs(
+            [
+                (0x0080, 0x02E0),
+                (0x0370, 0x03B0),
+                (0x0450, 0x04A0),
+                (0x0540, 0x0590),
+                (0x0630, 0x07B0),
+                (0x0870, 0x0970),
+                (0x0B00, 0x0B70),
+                (0x0C40, 0x0CB0),
+            ]
+        ),
         # the 4x unrolled loop (four copies) and its remainder loop
         "outer/body": _pcs([(0x02F0, 0x0360), (0x03C0, 0x0440), (0x04B0, 0x0530), (0x05A0, 0x0620), (0x07C0, 0x0860)]),
         # the branch-only region, plus helper() and the division slow path placed after EXIT
@@ -133,8 +145,18 @@ def test_load_map_refuses_garbage(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(DecodeError, match="not JSON"):
         pc2region.load_map(str(bad))
-    obj = {"format": pc2region.MAP_FORMAT, "kernel": "k", "pc": [0, 16], "opcode": ["NOP"], "region": [0, 0],
-           "is_marker": [0, 0], "line": [-1, -1], "ends_flow": [0, 0], "paths": ["<outside>"], "stacks": [None]}
+    obj = {
+        "format": pc2region.MAP_FORMAT,
+        "kernel": "k",
+        "pc": [0, 16],
+        "opcode": ["NOP"],
+        "region": [0, 0],
+        "is_marker": [0, 0],
+        "line": [-1, -1],
+        "ends_flow": [0, 0],
+        "paths": ["<outside>"],
+        "stacks": [None],
+    }
     with pytest.raises(DecodeError, match="differ in length"):
         pc2region.load_map(obj)
 
@@ -175,8 +197,12 @@ def _structure_checks(m, fn, events):
 @needs_nvcc
 def test_markers_cu_recompiled(tmp_path):
     out = tmp_path / "markers.cubin"
-    subprocess.run([NVCC, "-arch=sm_90a", "-cubin", "-lineinfo", "-O3", "-o", str(out),
-                    os.path.join(KDIR, "markers.cu")], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [NVCC, "-arch=sm_90a", "-cubin", "-lineinfo", "-O3", "-o", str(out), os.path.join(KDIR, "markers.cu")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     cubin = out.read_bytes()
     fn = sass.select_function(sass.parse_listing(sass.disassemble(cubin)), None)
     m = pc2region.build_map(cubin, names=MARKERS_NAMES)
@@ -228,8 +254,11 @@ def test_cute_dsl_kernel(tmp_path, arch):
 
 
 def _listing(name: str, lines: list[str]) -> str:
-    out = [f"//--------------------- .text.{name}                  --------------------------",
-           f"        .type           {name},@function", f"{name}:"]
+    out = [
+        f"//--------------------- .text.{name}                  --------------------------",
+        f"        .type           {name},@function",
+        f"{name}:",
+    ]
     pc = 0
     for line in lines:
         s = line.strip()
@@ -249,8 +278,13 @@ LANE = ["S2R R0, SR_CTAID.X", "IMAD.SHL.U32 R7, R0, 0x1000, RZ", "LDC.64 R4, c[0
 
 
 def _mark(tag_setup: list[str], tag_reg: int = 2) -> list[str]:
-    return ["S2UR UR6, SR_GLOBALTIMERLO", "NOP", *tag_setup, f"MOV R{tag_reg + 1}, UR6",
-            f"STG.E.64 desc[UR4][R4.64], R{tag_reg}"]
+    return [
+        "S2UR UR6, SR_GLOBALTIMERLO",
+        "NOP",
+        *tag_setup,
+        f"MOV R{tag_reg + 1}, UR6",
+        f"STG.E.64 desc[UR4][R4.64], R{tag_reg}",
+    ]
 
 
 def test_tag_shapes_hfma2_lop3_iadd3_lea():
@@ -262,15 +296,28 @@ def test_tag_shapes_hfma2_lop3_iadd3_lea():
     lines += ["EXIT"]
     m = _map(lines)
     got = [(mk["event_id"], mk["event_type"], mk["how"]) for mk in m.markers]
-    assert got == [(1, 0, "dataflow"), (2, 1, "dataflow"), (2, 0, "dataflow"), (2, 1, "dataflow"), (1, 0 + 1, "dataflow")]
+    assert got == [
+        (1, 0, "dataflow"),
+        (2, 1, "dataflow"),
+        (2, 0, "dataflow"),
+        (2, 1, "dataflow"),
+        (1, 0 + 1, "dataflow"),
+    ]
     # the first LOP3 END of 2 has no open BEGIN of 2: reported, not guessed
     assert any("END of event 2 with no open BEGIN" in p for p in m.problems)
 
 
 def test_timer_in_low_register_and_cs2r():
-    lines = LANE + ["CS2R.32 R3, SR_GLOBALTIMERLO", "VIADD R2, R7, 0x4", "STG.E.64 desc[UR4][R4.64], R2",
-                    "FFMA R9, R9, R9, R9",
-                    "CS2R.32 R2, SR_GLOBALTIMERLO", "VIADD R3, R7, 0x5", "STG.E.64 desc[UR4][R4.64], R2", "EXIT"]
+    lines = LANE + [
+        "CS2R.32 R3, SR_GLOBALTIMERLO",
+        "VIADD R2, R7, 0x4",
+        "STG.E.64 desc[UR4][R4.64], R2",
+        "FFMA R9, R9, R9, R9",
+        "CS2R.32 R2, SR_GLOBALTIMERLO",
+        "VIADD R3, R7, 0x5",
+        "STG.E.64 desc[UR4][R4.64], R2",
+        "EXIT",
+    ]
     m = _map(lines, names={1: "a"})
     assert [(mk["event_id"], mk["event_type"]) for mk in m.markers] == [(1, 0), (1, 1)]
     assert m.path_of_pc()[0x50] == "a"  # the FFMA between them
@@ -279,12 +326,18 @@ def test_timer_in_low_register_and_cs2r():
 def test_predicated_tag_definitions_under_the_same_guard():
     """ptxas if-converts `if (slot < cap) store(...)`: the guarded definitions reach the guarded store,
     the unguarded older ones do not (else the tag would look unknown)."""
-    lines = LANE + ["VIADD R2, R7, 0x7",  # an older, different tag value in R2
-                    "ISETP.GE.AND P0, PT, R0, 0x10, PT",
-                    "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO", "@!P0 VIADD R2, R7, 0x4", "@!P0 STG.E.64 desc[UR4][R4.64], R2",
-                    "FFMA R9, R9, R9, R9",
-                    "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO", "@!P0 VIADD R2, R7, 0x5", "@!P0 STG.E.64 desc[UR4][R4.64], R2",
-                    "EXIT"]
+    lines = LANE + [
+        "VIADD R2, R7, 0x7",  # an older, different tag value in R2
+        "ISETP.GE.AND P0, PT, R0, 0x10, PT",
+        "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO",
+        "@!P0 VIADD R2, R7, 0x4",
+        "@!P0 STG.E.64 desc[UR4][R4.64], R2",
+        "FFMA R9, R9, R9, R9",
+        "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO",
+        "@!P0 VIADD R2, R7, 0x5",
+        "@!P0 STG.E.64 desc[UR4][R4.64], R2",
+        "EXIT",
+    ]
     m = _map(lines, names={1: "a"})
     assert [(mk["event_id"], mk["event_type"]) for mk in m.markers] == [(1, 0), (1, 1)]
     assert m.problems == []
@@ -292,10 +345,15 @@ def test_predicated_tag_definitions_under_the_same_guard():
 
 
 def test_guard_rewritten_between_def_and_store_is_not_trusted():
-    lines = LANE + ["VIADD R2, R7, 0x7", "ISETP.GE.AND P0, PT, R0, 0x10, PT",
-                    "@!P0 VIADD R2, R7, 0x4",
-                    "ISETP.GE.AND P0, PT, R0, 0x20, PT",  # P0 rewritten: the guarded def may not have run
-                    "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO", "@!P0 STG.E.64 desc[UR4][R4.64], R2", "EXIT"]
+    lines = LANE + [
+        "VIADD R2, R7, 0x7",
+        "ISETP.GE.AND P0, PT, R0, 0x10, PT",
+        "@!P0 VIADD R2, R7, 0x4",
+        "ISETP.GE.AND P0, PT, R0, 0x20, PT",  # P0 rewritten: the guarded def may not have run
+        "@!P0 CS2R.32 R3, SR_GLOBALTIMERLO",
+        "@!P0 STG.E.64 desc[UR4][R4.64], R2",
+        "EXIT",
+    ]
     m = _map(lines)
     (mk,) = m.markers
     assert mk["how"] == "unresolved"  # 0x4 and 0x7 both reach: bits disagree
@@ -303,8 +361,11 @@ def test_guard_rewritten_between_def_and_store_is_not_trusted():
 
 
 def test_marker_table_and_line_fallback_resolve_unknown_bits():
-    unknown_id = ["LDC R9, c[0x0][0x220]", "LOP3.LUT R2, R9, 0xffc, RZ, 0xc0, !PT",  # id bits unknown
-                  "LOP3.LUT R2, R2, 0x1, R7, 0xfe, !PT"]  # | 1 | lane: type END known
+    unknown_id = [
+        "LDC R9, c[0x0][0x220]",
+        "LOP3.LUT R2, R9, 0xffc, RZ, 0xc0, !PT",  # id bits unknown
+        "LOP3.LUT R2, R2, 0x1, R7, 0xfe, !PT",
+    ]  # | 1 | lane: type END known
     lines = LANE + ['//## File "k.cu", line 10'] + _mark(["IADD3 R2, R7, 0xc, RZ"])  # event 3 begin
     lines += ["FFMA R9, R9, R9, R9", '//## File "k.cu", line 11'] + _mark(unknown_id) + ["EXIT"]
     m = _map(lines)
@@ -323,7 +384,12 @@ def test_marker_table_and_line_fallback_resolve_unknown_bits():
 def test_reserved_instants_and_finalize_are_not_boundaries():
     anchor = 0x3FE << 2 | 2  # ANCHOR_LO instant
     lines = LANE + _mark([f"IADD3 R2, R7, {anchor:#x}, RZ"]) + _mark(["IADD3 R2, R7, 0x4, RZ"])
-    lines += ["FFMA R9, R9, R9, R9"] + _mark(["S2R R11, SR_SMID", "LEA R2, R11, 0x3, 0x2"]) + _mark(["IADD3 R2, R7, 0x5, RZ"]) + ["EXIT"]
+    lines += (
+        ["FFMA R9, R9, R9, R9"]
+        + _mark(["S2R R11, SR_SMID", "LEA R2, R11, 0x3, 0x2"])
+        + _mark(["IADD3 R2, R7, 0x5, RZ"])
+        + ["EXIT"]
+    )
     m = _map(lines, names={1: "a"})
     types = [(mk["event_id"], mk["event_type"]) for mk in m.markers]
     assert types == [(0x3FE, 2), (1, 0), (None, 3), (1, 1)]
@@ -342,8 +408,16 @@ def test_calls_return_to_their_own_call_site():
     lines += _mark(["IADD3 R2, R7, 0x8, RZ"])  # b begin
     lines += ["CALL.REL.NOINC `(helper)", "FFMA R10, R10, R10, R10"]  # after the call: b
     lines += _mark(["IADD3 R2, R7, 0x9, RZ"])  # b end
-    lines += ["EXIT", ".type           helper,@function", "helper:", "FADD R9, R9, 1", "RET.REL.NODEC R20 `(k)",
-              ".L_x_9:", "BRA `(.L_x_9)", "NOP"]
+    lines += [
+        "EXIT",
+        ".type           helper,@function",
+        "helper:",
+        "FADD R9, R9, 1",
+        "RET.REL.NODEC R20 `(k)",
+        ".L_x_9:",
+        "BRA `(.L_x_9)",
+        "NOP",
+    ]
     m = _map(lines, names={1: "a", 2: "b"})
     path = m.path_of_pc()
     ffma_a, ffma_b = [int(p) for p, o in zip(m.pc, m.opcode) if o == "FFMA"]
@@ -379,8 +453,16 @@ def test_guard_branch_over_a_lone_marker_does_not_split_the_region():
 
 
 def test_indirect_branch_is_conservative_and_unreached_code_is_unreachable():
-    lines = LANE + ["BRX R4 -0x10", ".L_x_1:", "FFMA R9, R9, R9, R9", "EXIT", ".L_x_2:", "FADD R9, R9, 1", "EXIT",
-                    "FMUL R9, R9, 2"]  # no label: only reachable by falling through an EXIT: unreachable
+    lines = LANE + [
+        "BRX R4 -0x10",
+        ".L_x_1:",
+        "FFMA R9, R9, R9, R9",
+        "EXIT",
+        ".L_x_2:",
+        "FADD R9, R9, 1",
+        "EXIT",
+        "FMUL R9, R9, 2",
+    ]  # no label: only reachable by falling through an EXIT: unreachable
     m = _map(lines)
     path = m.path_of_pc()
     assert path[0x40] == OUTSIDE and path[0x60] == OUTSIDE  # both labels are BRX targets
@@ -412,8 +494,23 @@ def _marker_balance(m):
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "cuda_include", "ikp.cuh")), reason="no ikp.cuh")
 def test_ikp_cuh_kernel(tmp_path):
     out = tmp_path / "ikp_regions.cubin"
-    subprocess.run([NVCC, "-arch=sm_90a", "-cubin", "-lineinfo", "-O3", "-I", os.path.join(ROOT, "cuda_include"),
-                    "-o", str(out), os.path.join(KDIR, "ikp_regions.cu")], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            NVCC,
+            "-arch=sm_90a",
+            "-cubin",
+            "-lineinfo",
+            "-O3",
+            "-I",
+            os.path.join(ROOT, "cuda_include"),
+            "-o",
+            str(out),
+            os.path.join(KDIR, "ikp_regions.cu"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     cubin = out.read_bytes()
     fn = sass.select_function(sass.parse_listing(sass.disassemble(cubin)), None)
     m = pc2region.build_map(cubin, names={1: "outer", 2: "body", 3: "slow"})
@@ -444,18 +541,24 @@ def _structure_checks_ikp(m, fn):
 def _compile_ikp_cute(mode, tmp_path):
     pytest.importorskip("cutlass")
     try:
+        import cutlass.cute as cute
         from cutlass import Float32, Int32
         from cutlass.cute.runtime import make_fake_compact_tensor
 
-        import cutlass.cute as cute
         from ikp_cute import ProfileSpec, fake_buffer
         from tests.kernels import structured
     except ImportError as e:  # the device API is developed alongside; skip rather than fail on its absence
         pytest.skip(f"ikp_cute device API not importable: {e}")
     spec = ProfileSpec(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)
-    compiled = cute.compile(structured.launch_warp_specialized, make_fake_compact_tensor(Float32, (1024,)),
-                            Int32(3), fake_buffer(spec), spec, (4, 1, 1),
-                            options=f"--gpu-arch sm_90a --keep-cubin --generate-line-info --dump-dir {tmp_path}")
+    compiled = cute.compile(
+        structured.launch_warp_specialized,
+        make_fake_compact_tensor(Float32, (1024,)),
+        Int32(3),
+        fake_buffer(spec),
+        spec,
+        (4, 1, 1),
+        options=f"--gpu-arch sm_90a --keep-cubin --generate-line-info --dump-dir {tmp_path}",
+    )
     return compiled, spec.events.as_dict()
 
 
@@ -483,12 +586,24 @@ def test_ikp_cute_warp_specialized_kernel(mode, tmp_path):
 
 
 def test_instrumentation_cost_claims_only_marker_feeding_code():
-    lines = LANE + ["S2UR UR6, SR_GLOBALTIMERLO", "NOP", "IADD3 R2, R7, 0x4, RZ", "MOV R3, UR6",
-                    "IMAD.WIDE.U32 R10, R0, 0x8, R4", "STG.E.64 desc[UR4][R10.64], R2",
-                    "FFMA R9, R9, R9, R9", "IADD3 R12, R0, 0x1, RZ",
-                    "S2UR UR6, SR_GLOBALTIMERLO", "NOP", "IADD3 R2, R7, 0x5, RZ", "MOV R3, UR6",
-                    "IMAD.WIDE.U32 R10, R12, 0x8, R4", "STG.E.64 desc[UR4][R10.64], R2",
-                    "STG.E desc[UR4][R4.64], R12", "EXIT"]
+    lines = LANE + [
+        "S2UR UR6, SR_GLOBALTIMERLO",
+        "NOP",
+        "IADD3 R2, R7, 0x4, RZ",
+        "MOV R3, UR6",
+        "IMAD.WIDE.U32 R10, R0, 0x8, R4",
+        "STG.E.64 desc[UR4][R10.64], R2",
+        "FFMA R9, R9, R9, R9",
+        "IADD3 R12, R0, 0x1, RZ",
+        "S2UR UR6, SR_GLOBALTIMERLO",
+        "NOP",
+        "IADD3 R2, R7, 0x5, RZ",
+        "MOV R3, UR6",
+        "IMAD.WIDE.U32 R10, R12, 0x8, R4",
+        "STG.E.64 desc[UR4][R10.64], R2",
+        "STG.E desc[UR4][R4.64], R12",
+        "EXIT",
+    ]
     m = _map(lines, names={1: "a"})
     claimed = {o + " " + str(i) for i, (o, mk) in enumerate(zip(m.opcode, m.is_marker)) if mk}
     ops = list(m.opcode)

@@ -33,6 +33,7 @@ import inspect
 import math
 import weakref
 
+import cutlass
 import cutlass.cute as cute
 from cutlass.base_dsl.utils.mlir_value_tree import extract_mlir_values, new_from_mlir_values
 
@@ -66,8 +67,21 @@ def num_ctas(batch: int, seqlen_q: int, heads: int, tile_m: int = 128) -> int:
     return batch * heads * math.ceil(seqlen_q / tile_m)
 
 
+@cute.jit
+def _wait_if_blocking(prof: Profiler, name: cutlass.Constexpr, wait, state, token):
+    """FA4 polls with `consumer_try_wait` before `consumer_wait(state, token)`: record the wait only when
+    the poll said the stage is not ready (token == 0), so a wait that does not block costs one branch."""
+    blocked = token == 0
+    if blocked:
+        prof.begin(name)
+    wait(state, token)
+    if blocked:
+        prof.end(name)
+
+
 class _Timed:
-    """Proxy of one of FA4's objects: listed methods run inside a profile region, all else passes through."""
+    """Proxy of one of FA4's objects: listed methods run inside a profile region, all else passes through.
+    A `consumer_wait` called with a try-wait token is recorded only when it blocks (`_wait_if_blocking`)."""
 
     def __init__(self, inner, prof: Profiler, regions: dict[str, str]):
         self._inner, self._prof, self._regions = inner, prof, regions
@@ -81,6 +95,8 @@ class _Timed:
             return value
 
         def timed(*args, **kwargs):
+            if attr == "consumer_wait" and len(args) == 2 and not kwargs and args[1] is not None:
+                return _wait_if_blocking(self._prof, name, value, *args)
             with profile_region(self._prof, name):
                 return value(*args, **kwargs)
 

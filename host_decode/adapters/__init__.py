@@ -70,7 +70,9 @@ class PcTable:
         return out
 
 
-def merge_duplicate_pcs(pc: np.ndarray, columns: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+def merge_duplicate_pcs(
+    pc: np.ndarray, columns: dict[str, np.ndarray]
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Sum rows that share a PC (several records per PC in CUPTI output) -> (unique pcs, summed
     columns, index of the first row of each unique pc)."""
     pc = np.asarray(pc, np.int64)

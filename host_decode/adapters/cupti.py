@@ -15,11 +15,12 @@ Enable before the kernel's module is loaded where possible (CUPTI attributes sam
 File format (``format: "ikp-cupti-pcsampling-v1"``)::
 
     {"format": ..., "stall_reasons": {"<index>": "smsp__pcsamp_warps_issue_stalled_long_scoreboard", ...},
-     "total_samples": N, "dropped_samples": N, "non_user_kernel_samples": N, "hardware_buffer_full": false,
+     "mapped_cubin_crc": int | null, "total_samples": N, "dropped_samples": N, "non_user_kernel_samples": N, "hardware_buffer_full": false,
      "records": [{"cubin_crc": int, "function_name": str, "function_index": int, "pc_offset": int,
                   "stalls": {"<index>": samples, ...}}, ...]}
 
-``pc_offset`` is function-relative. Stall names map onto Nsight Compute's short names (``long_sb``,
+``pc_offset`` is function-relative. ``mapped_cubin_crc`` (optional, from ``PcSampler.cubin_crc``) is
+CUPTI's CRC of the cubin that was mapped: the reader then keeps only that cubin's records. Stall names map onto Nsight Compute's short names (``long_sb``,
 ...); ``*_not_issued`` reasons go to ``stalls_not_issued``. Samples of a PC = sum of its (issued +
 not-issued) reasons, i.e. of the reasons without the ``_not_issued`` suffix.
 """
@@ -57,7 +58,7 @@ CUPTI_ALIASES = {
 
 def stall_name(cupti_name: str) -> tuple[str, bool]:
     """'smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued' -> ('long_sb', True)."""
-    name = cupti_name[len(_PREFIX):] if cupti_name.startswith(_PREFIX) else cupti_name
+    name = cupti_name.removeprefix(_PREFIX)
     not_issued = name.endswith(_NOT_ISSUED)
     if not_issued:
         name = name[: -len(_NOT_ISSUED)]
@@ -87,18 +88,25 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
         records = obj["records"]
     except (KeyError, AttributeError, ValueError) as e:
         raise DecodeError(f"malformed file: {e}", source=source) from None
+    if cubin_crc is None and obj.get("mapped_cubin_crc") is not None:
+        cubin_crc = int(obj["mapped_cubin_crc"])  # the collector knew which cubin was mapped
     functions = sorted({(str(r.get("function_name")), int(r.get("cubin_crc", 0))) for r in records})
     chosen = [r for r in records if _matches(r, kernel, cubin_crc)]
     if kernel is None and len({f for f, _ in functions}) > 1:
-        raise DecodeError("samples of several functions; choose one: " + ", ".join(sorted({f for f, _ in functions})),
-                          source=source)
+        raise DecodeError(
+            "samples of several functions; choose one: " + ", ".join(sorted({f for f, _ in functions})), source=source
+        )
     crcs = {int(r.get("cubin_crc", 0)) for r in chosen}
     if len(crcs) > 1:
-        raise DecodeError(f"function {kernel!r} comes from {len(crcs)} different cubins (CRCs {sorted(crcs)}); "
-                          "pass cubin_crc=", source=source)
+        raise DecodeError(
+            f"function {kernel!r} comes from {len(crcs)} different cubins (CRCs {sorted(crcs)}); pass cubin_crc=",
+            source=source,
+        )
     if not chosen:
-        raise DecodeError(f"no samples for kernel {kernel!r}; functions: "
-                          + ", ".join(sorted({f for f, _ in functions})), source=source)
+        raise DecodeError(
+            f"no samples for kernel {kernel!r}; functions: " + ", ".join(sorted({f for f, _ in functions})),
+            source=source,
+        )
     n = len(chosen)
     pc = np.empty(n, np.int64)
     issued: dict[str, np.ndarray] = {}
@@ -123,10 +131,25 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
     if stalls_ni:
         counters["samples_not_issued"] = np.sum(list(stalls_ni.values()), axis=0)
     name = kernel or (functions[0][0] if functions else None)
-    meta = {k: obj.get(k) for k in ("total_samples", "dropped_samples", "non_user_kernel_samples",
-                                     "hardware_buffer_full", "sampling_period")}
-    meta.update({"records": len(records), "records_used": n, "cubin_crc": next(iter(crcs)),
-                 "unknown_reason_indices": unknown_reasons, "source": source})
+    meta = {
+        k: obj.get(k)
+        for k in (
+            "total_samples",
+            "dropped_samples",
+            "non_user_kernel_samples",
+            "hardware_buffer_full",
+            "sampling_period",
+        )
+    }
+    meta.update(
+        {
+            "records": len(records),
+            "records_used": n,
+            "cubin_crc": next(iter(crcs)),
+            "unknown_reason_indices": unknown_reasons,
+            "source": source,
+        }
+    )
     return PcTable("cupti", name, uniq, counters, stalls, stalls_ni, meta=meta)
 
 
@@ -187,8 +210,13 @@ class _ConfigInfo(ctypes.Structure):  # enum, CUptiResult, then a 24-byte union 
 
 
 class _ConfigParams(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("pPriv", ctypes.c_void_p), ("ctx", ctypes.c_void_p),
-                ("numAttributes", ctypes.c_size_t), ("pPCSamplingConfigurationInfo", ctypes.POINTER(_ConfigInfo))]
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("pPriv", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("numAttributes", ctypes.c_size_t),
+        ("pPCSamplingConfigurationInfo", ctypes.POINTER(_ConfigInfo)),
+    ]
 
 
 class _CtxParams(ctypes.Structure):  # Enable / Disable / Start / Stop
@@ -196,25 +224,47 @@ class _CtxParams(ctypes.Structure):  # Enable / Disable / Start / Stop
 
 
 class _GetDataParams(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("pPriv", ctypes.c_void_p), ("ctx", ctypes.c_void_p),
-                ("pcSamplingData", ctypes.c_void_p)]
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("pPriv", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("pcSamplingData", ctypes.c_void_p),
+    ]
 
 
 class _NumReasonsParams(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("pPriv", ctypes.c_void_p), ("ctx", ctypes.c_void_p),
-                ("numStallReasons", ctypes.POINTER(ctypes.c_size_t))]
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("pPriv", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("numStallReasons", ctypes.POINTER(ctypes.c_size_t)),
+    ]
 
 
 class _ReasonsParams(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("pPriv", ctypes.c_void_p), ("ctx", ctypes.c_void_p),
-                ("numStallReasons", ctypes.c_size_t), ("stallReasonIndex", ctypes.POINTER(ctypes.c_uint32)),
-                ("stallReasons", ctypes.POINTER(ctypes.c_char_p))]
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("pPriv", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+        ("numStallReasons", ctypes.c_size_t),
+        ("stallReasonIndex", ctypes.POINTER(ctypes.c_uint32)),
+        ("stallReasons", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
+class _CrcParams(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("cubinSize", ctypes.c_size_t),
+        ("cubin", ctypes.c_void_p),
+        ("cubinCrc", ctypes.c_uint64),
+    ]
 
 
 # sizes the C header gives (x86-64): the ctypes mirrors above must agree
 STRUCT_SIZES = {
     "_StallReason": 8, "_PCData": 64, "_SamplingData": 80, "_ConfigInfo": 32, "_ConfigParams": 40,
-    "_CtxParams": 24, "_GetDataParams": 32, "_NumReasonsParams": 32, "_ReasonsParams": 48,
+    "_CtxParams": 24, "_GetDataParams": 32, "_NumReasonsParams": 32, "_ReasonsParams": 48, "_CrcParams": 32,
 }  # fmt: skip
 
 ATTR_SAMPLING_PERIOD = 1
@@ -256,7 +306,9 @@ def find_libcupti() -> str:
         pass
     for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if root:
-            candidates += sorted(glob.glob(os.path.join(root, "extras", "CUPTI", "lib64", "libcupti.so*")), reverse=True)
+            candidates += sorted(
+                glob.glob(os.path.join(root, "extras", "CUPTI", "lib64", "libcupti.so*")), reverse=True
+            )
     for c in candidates:
         if os.path.exists(c):
             return c
@@ -269,8 +321,13 @@ def find_libcupti() -> str:
 class PcSampler:
     """CUPTI PC sampling of the current CUDA context, as a context manager (see the module doc)."""
 
-    def __init__(self, sampling_period: int | None = None, max_pcs: int = 32768,
-                 collection_mode: int = MODE_KERNEL_SERIALIZED, libcupti: str | None = None):
+    def __init__(
+        self,
+        sampling_period: int | None = None,
+        max_pcs: int = 32768,
+        collection_mode: int = MODE_KERNEL_SERIALIZED,
+        libcupti: str | None = None,
+    ):
         if sampling_period is not None and not 5 <= sampling_period <= 31:
             raise ValueError("sampling_period must be 5..31 (2**period cycles)")
         self.sampling_period = sampling_period
@@ -284,8 +341,12 @@ class PcSampler:
         self.ctx = _current_context()
         self.reasons: dict[int, str] = {}
         self.records: list[dict] = []
-        self.totals = {"total_samples": 0, "dropped_samples": 0, "non_user_kernel_samples": 0,
-                       "hardware_buffer_full": False}
+        self.totals = {
+            "total_samples": 0,
+            "dropped_samples": 0,
+            "non_user_kernel_samples": 0,
+            "hardware_buffer_full": False,
+        }
         self._enabled = False
 
     # -- CUPTI calls --
@@ -307,7 +368,7 @@ class PcSampler:
     def _ctx_params(self) -> _CtxParams:
         return _CtxParams(ctypes.sizeof(_CtxParams), None, self.ctx)
 
-    def start(self) -> "PcSampler":
+    def start(self) -> PcSampler:
         self._call("cuptiPCSamplingEnable", self._ctx_params())
         self._enabled = True
         self._read_stall_reasons()
@@ -333,13 +394,17 @@ class PcSampler:
 
     def _read_stall_reasons(self) -> None:
         n = ctypes.c_size_t(0)
-        self._call("cuptiPCSamplingGetNumStallReasons",
-                   _NumReasonsParams(ctypes.sizeof(_NumReasonsParams), None, self.ctx, ctypes.pointer(n)))
+        self._call(
+            "cuptiPCSamplingGetNumStallReasons",
+            _NumReasonsParams(ctypes.sizeof(_NumReasonsParams), None, self.ctx, ctypes.pointer(n)),
+        )
         idx = (ctypes.c_uint32 * n.value)()
         bufs = [ctypes.create_string_buffer(STALL_REASON_STRING_SIZE) for _ in range(n.value)]
         names = (ctypes.c_char_p * n.value)(*[ctypes.cast(b, ctypes.c_char_p) for b in bufs])
-        self._call("cuptiPCSamplingGetStallReasons",
-                   _ReasonsParams(ctypes.sizeof(_ReasonsParams), None, self.ctx, n.value, idx, names))
+        self._call(
+            "cuptiPCSamplingGetStallReasons",
+            _ReasonsParams(ctypes.sizeof(_ReasonsParams), None, self.ctx, n.value, idx, names),
+        )
         self.reasons = {int(idx[i]): bufs[i].value.decode() for i in range(n.value)}
 
     def _alloc_buffer(self):
@@ -373,9 +438,15 @@ class PcSampler:
                 r = p.stallReason[j]
                 if r.samples:
                     stalls[str(int(r.pcSamplingStallReasonIndex))] = int(r.samples)
-            self.records.append({"cubin_crc": int(p.cubinCrc), "function_name": name.decode(errors="replace"),
-                                 "function_index": int(p.functionIndex), "pc_offset": int(p.pcOffset),
-                                 "stalls": stalls})
+            self.records.append(
+                {
+                    "cubin_crc": int(p.cubinCrc),
+                    "function_name": name.decode(errors="replace"),
+                    "function_index": int(p.functionIndex),
+                    "pc_offset": int(p.pcOffset),
+                    "stalls": stalls,
+                }
+            )
         d.totalNumPcs = 0
         return n
 
@@ -386,8 +457,10 @@ class PcSampler:
         _synchronize()
         for _ in range(10_000):  # GetData hands out at most collectNumPcs PCs per call
             data = self._alloc_buffer()
-            self._call("cuptiPCSamplingGetData",
-                       _GetDataParams(ctypes.sizeof(_GetDataParams), None, self.ctx, ctypes.addressof(data[0])))
+            self._call(
+                "cuptiPCSamplingGetData",
+                _GetDataParams(ctypes.sizeof(_GetDataParams), None, self.ctx, ctypes.addressof(data[0])),
+            )
             got = self._drain(data)
             if data[0].remainingNumPcs == 0 and got == 0:
                 break
@@ -396,16 +469,31 @@ class PcSampler:
         self._drain(self._data)  # disable flushes what was left into the configured buffer
         return self.result()
 
+    def cubin_crc(self, cubin: bytes) -> int:
+        """CUPTI's CRC of a cubin (what its PC records carry as cubin_crc); remembered as the
+        mapped cubin's CRC, so that read_cupti_json keeps only that cubin's samples."""
+        buf = ctypes.create_string_buffer(bytes(cubin), len(cubin))
+        params = _CrcParams(ctypes.sizeof(_CrcParams), len(cubin), ctypes.cast(buf, ctypes.c_void_p), 0)
+        self._call("cuptiGetCubinCrc", params)
+        self.mapped_cubin_crc = int(params.cubinCrc)
+        return self.mapped_cubin_crc
+
     def result(self) -> dict:
-        return {"format": FORMAT, "library": self.lib_path, "sampling_period": self.sampling_period,
-                "stall_reasons": {str(k): v for k, v in sorted(self.reasons.items())}, **self.totals,
-                "records": self.records}
+        return {
+            "format": FORMAT,
+            "library": self.lib_path,
+            "sampling_period": self.sampling_period,
+            "mapped_cubin_crc": getattr(self, "mapped_cubin_crc", None),
+            "stall_reasons": {str(k): v for k, v in sorted(self.reasons.items())},
+            **self.totals,
+            "records": self.records,
+        }
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
             json.dump(self.result(), f)
 
-    def __enter__(self) -> "PcSampler":
+    def __enter__(self) -> PcSampler:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -61,8 +61,10 @@ def read_ncu_csv(path_or_text: str, kernel: str | None = None) -> PcTable:
             text = f.read()
     blocks = _blocks(text, source)
     if not blocks:
-        raise DecodeError("no source-page table found (want a 'Kernel Name' line then a header with "
-                          "'Address' and 'Source')", source=source)
+        raise DecodeError(
+            "no source-page table found (want a 'Kernel Name' line then a header with 'Address' and 'Source')",
+            source=source,
+        )
     chosen = _choose(blocks, kernel, source)
     tables = [_block_table(name, header, rows, source, line) for name, header, rows, line in chosen]
     return _sum_launches(tables, source)
@@ -86,7 +88,7 @@ def _blocks(text: str, source: str) -> list[tuple[str | None, list[str], list[li
             blocks.append((name, header, body, i + 2))
             i = j
         elif row and "Address" in [c.strip() for c in row] and "Source" in [c.strip() for c in row]:
-            body = [r for r in rows[i + 1:] if r and any(c.strip() for c in r)]  # no kernel line at all
+            body = [r for r in rows[i + 1 :] if r and any(c.strip() for c in r)]  # no kernel line at all
             blocks.append((None, row, body, i + 1))
             break
         else:
@@ -106,8 +108,10 @@ def _choose(blocks, kernel, source):
     partial = {b[0] for b in blocks if b[0] and kernel in b[0]}
     if len(partial) == 1:
         return [b for b in blocks if b[0] in partial]
-    raise DecodeError(f"kernel {kernel!r} {'is ambiguous' if partial else 'not in the CSV'}; kernels: "
-                      + "; ".join(names), source=source)
+    raise DecodeError(
+        f"kernel {kernel!r} {'is ambiguous' if partial else 'not in the CSV'}; kernels: " + "; ".join(names),
+        source=source,
+    )
 
 
 def _number(cell: str) -> float:
@@ -122,8 +126,9 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
     try:
         i_addr, i_src = header.index("Address"), header.index("Source")
     except ValueError:
-        raise DecodeError(f"header at line {header_line} lacks 'Address' or 'Source': {header[:6]}...",
-                          source=source) from None
+        raise DecodeError(
+            f"header at line {header_line} lacks 'Address' or 'Source': {header[:6]}...", source=source
+        ) from None
     columns = _column_roles(header)
     n = len(rows)
     addr = np.empty(n, np.int64)
@@ -142,15 +147,17 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
             try:
                 values[key][r] += _number(row[col])
             except ValueError:
-                raise DecodeError(f"line {line_no}: column {header[col]!r} value {row[col]!r} is not a number",
-                                  source=source) from None
+                raise DecodeError(
+                    f"line {line_no}: column {header[col]!r} value {row[col]!r} is not a number", source=source
+                ) from None
     if n == 0:
         raise DecodeError(f"kernel {name!r}: the table has no instruction rows", source=source)
     base = int(addr[0])
     pc = addr - base
     if np.any(pc % 16) or np.any(np.diff(pc) <= 0):
-        raise DecodeError(f"kernel {name!r}: addresses are not ascending 16-byte steps from the first row "
-                          f"({base:#x})", source=source)
+        raise DecodeError(
+            f"kernel {name!r}: addresses are not ascending 16-byte steps from the first row ({base:#x})", source=source
+        )
     counters = {k[1]: v for k, v in values.items() if k[0] == "counter"}
     stalls = {k[1]: v for k, v in values.items() if k[0] == "stall"}
     not_issued = {k[1]: v for k, v in values.items() if k[0] == "stall_ni"}
@@ -161,7 +168,13 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
     else:
         counters.pop("n_samples", None)
     return PcTable(
-        "ncu", name, pc, counters, stalls, not_issued, opcodes,
+        "ncu",
+        name,
+        pc,
+        counters,
+        stalls,
+        not_issued,
+        opcodes,
         meta={"address_base": base, "rows": n, "launches": 1, "csv": source},
     )
 
@@ -177,7 +190,7 @@ def _column_roles(header: list[str]) -> dict[int, tuple[str, str]]:
         elif h == "# Samples":
             role = ("counter", "n_samples")
         elif h.startswith("stall_"):
-            reason = h[len("stall_"):]
+            reason = h[len("stall_") :]
             kind = "stall"
             if reason.endswith(_NOT_ISSUED):
                 reason, kind = reason[: -len(_NOT_ISSUED)], "stall_ni"
@@ -205,10 +218,16 @@ def _sum_launches(tables: list[PcTable], source: str) -> PcTable:
     first = tables[0]
     for t in tables[1:]:
         if not np.array_equal(t.pc, first.pc) or t.opcode != first.opcode:
-            raise DecodeError(f"kernel {first.kernel!r} appears several times with different code; "
-                              "profile one variant per CSV or pass kernel=", source=source)
-        for group_a, group_b in ((first.counters, t.counters), (first.stalls, t.stalls),
-                                 (first.stalls_not_issued, t.stalls_not_issued)):
+            raise DecodeError(
+                f"kernel {first.kernel!r} appears several times with different code; "
+                "profile one variant per CSV or pass kernel=",
+                source=source,
+            )
+        for group_a, group_b in (
+            (first.counters, t.counters),
+            (first.stalls, t.stalls),
+            (first.stalls_not_issued, t.stalls_not_issued),
+        ):
             for k, v in group_b.items():
                 group_a[k] = group_a.get(k, 0) + v
     first.meta["launches"] = len(tables)

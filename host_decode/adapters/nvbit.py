@@ -56,7 +56,9 @@ def read_nvbit_json(path_or_obj: Any, kernel: str | None = None) -> PcTable:
     names = sorted({str(r["function_name"]) for r in records if "function_name" in r})
     if kernel is None and len(names) > 1:
         raise DecodeError("records of several functions; choose one: " + ", ".join(names), source=source)
-    chosen = [r for r in records if kernel is None or "function_name" not in r or _name_match(r["function_name"], kernel)]
+    chosen = [
+        r for r in records if kernel is None or "function_name" not in r or _name_match(r["function_name"], kernel)
+    ]
     if not chosen:
         raise DecodeError(f"no records for kernel {kernel!r}; functions: {', '.join(names)}", source=source)
     pc = np.empty(len(chosen), np.int64)
@@ -84,8 +86,12 @@ def read_nvbit_json(path_or_obj: Any, kernel: str | None = None) -> PcTable:
         {},
         opcode=opcode,
         regions=regions,
-        meta={"records": len(records), "records_used": len(chosen), "other_functions": len(records) - len(chosen),
-              "source": source},
+        meta={
+            "records": len(records),
+            "records_used": len(chosen),
+            "other_functions": len(records) - len(chosen),
+            "source": source,
+        },
     )
 
 

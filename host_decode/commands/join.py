@@ -16,8 +16,11 @@ def add_arguments(p) -> None:
     p.add_argument("--json", help="write the per-region results as JSON here")
     p.add_argument("--inclusive", action="store_true", help="print inclusive rows (a path plus all below it)")
     p.add_argument("--force", action="store_true", help="join even if the data does not match the map's cubin")
-    p.add_argument("--no-move", action="store_true", help="keep samples where they are (no move off "
-                   "zero-execution PCs / PCs after EXIT)")
+    p.add_argument(
+        "--no-move",
+        action="store_true",
+        help="keep samples where they are (no move off zero-execution PCs / PCs after EXIT)",
+    )
     p.add_argument("--trace", help="a capture (BUFFER.npy): its event names name the regions")
 
 

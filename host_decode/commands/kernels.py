@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "row whose name contains the capture's sidecar 'kernel'")
     p.add_argument("--merge", default=None, metavar="CAPTURE",
                    help="write TRACE merged with this ikp capture to -o FILE (host_decode.align)")
+    p.add_argument("--occurrence", type=int, default=None,
+                   help="with --merge: which launch (0-based) of the kernel the capture is, when not unique")
 
 
 def run(args) -> int:
@@ -257,6 +259,6 @@ def _merge(args) -> int:
         raise ValueError(f"--merge needs host_decode.align.merge_with_torch_trace, not available ({err})") from None
     from host_decode.decoder import load_capture
 
-    merge_with_torch_trace(args.trace, load_capture(args.merge), args.output)
+    merge_with_torch_trace(args.trace, load_capture(args.merge), args.output, occurrence=args.occurrence)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -13,8 +13,11 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", help="write the map JSON here")
     p.add_argument("--kernel", help="kernel symbol (exact or unique substring) when the cubin has several")
     p.add_argument("--names", help="event names: a capture sidecar JSON (its 'events') or {id: name} JSON")
-    p.add_argument("--marker-table", help="JSON list of [event_id, event_type] pairs the kernel writes "
-                   "(resolves tags whose bits are computed at run time)")
+    p.add_argument(
+        "--marker-table",
+        help="JSON list of [event_id, event_type] pairs the kernel writes "
+        "(resolves tags whose bits are computed at run time)",
+    )
     p.add_argument("--nvdisasm", help="path of nvdisasm (default: the nvidia-cuda-nvdisasm wheel, PATH, CUDA)")
     p.add_argument("--show", action="store_true", help="print the PC ranges of each region")
 
@@ -24,8 +27,9 @@ def run(args) -> int:
 
     names = _load_json(args.names) if args.names else None
     table = _load_json(args.marker_table) if args.marker_table else None
-    m = pc2region.build_map(pc2region.read_cubin(args.cubin), kernel=args.kernel, names=names,
-                            marker_table=table, nvdisasm=args.nvdisasm)
+    m = pc2region.build_map(
+        pc2region.read_cubin(args.cubin), kernel=args.kernel, names=names, marker_table=table, nvdisasm=args.nvdisasm
+    )
     if args.output:
         m.save(args.output)
     _print_summary(m, args.show)
@@ -53,8 +57,12 @@ def _print_summary(m, show: bool) -> None:
         if not sel.any() and path.startswith("<"):
             continue
         pcs = m.pc[sel]
-        t.add_row(path, str(counts[path]), str(int(m.is_marker[sel].sum())),
-                  _ranges(pcs) if show else (f"{int(pcs[0]):#06x}" if pcs.size else "-"))
+        t.add_row(
+            path,
+            str(counts[path]),
+            str(int(m.is_marker[sel].sum())),
+            _ranges(pcs) if show else (f"{int(pcs[0]):#06x}" if pcs.size else "-"),
+        )
     console.print(t)
     for problem in m.problems:
         console.print(f"[yellow]warning:[/yellow] {problem}")
