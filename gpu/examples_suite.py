@@ -57,6 +57,8 @@ def table(rows: list[dict]) -> str:
         if "wait" in r and r["wait"]:
             w = r["wait"]
             notes = f"n_block p50 {w['n_block_ns_p50']:.0f} ns, waits {100 * w['wait_share_total']:.1f}% (p90 iter {100 * w['wait_share_p90']:.1f}%)"
+        if "noise" in r:
+            notes = f"FA4 vs FA4 {100 * r['noise']:+.2f}%; " + notes
         base = r.get("fa4_ms", r.get("base_ms", float("nan")))
         lines.append(
             f"{r['example']:<11}{variant:<22}{base:>9.4f}{r.get('ms', float('nan')):>9.4f}"

@@ -70,6 +70,13 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
     for _ in range(launches):
         with session:
             compiled(*args)
+        if sampler is not None:  # kernel-serialized mode: collect this launch before the next kernel runs
+            try:
+                sampler.flush()
+            except Exception as e:
+                print(f"CUPTI flush failed: {e}")
+                (out / "cupti_error.txt").write_text(traceback.format_exc())
+                sampler = None
     session.save(out / "capture.npy")
     if sampler is not None:
         try:
@@ -122,7 +129,13 @@ def _write_map(out: Path, compiled, session) -> None:
 
     cubin = bytes(compiled.__cubin__)
     (out / "kernel.cubin").write_bytes(cubin)
-    m = pc2region.map_compiled(compiled, names=session.names())
+    (out / "names.json").write_text(json.dumps(session.names().to_json()))
+    try:
+        m = pc2region.map_compiled(compiled, names=session.names())
+    except Exception as e:  # keep the launch going (ncu needs it); the map can be rebuilt from kernel.cubin
+        print(f"pc2region failed: {e}")
+        (out / "map_error.txt").write_text(traceback.format_exc())
+        return
     m.save(str(out / "map.json"))
     print(f"map: {m.kernel}: {m.pc.size} instructions, {len(m.markers)} marker records, regions {m.summary()}")
     for p in m.problems:
@@ -244,6 +257,9 @@ def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
     from host_decode.decoder import load_capture
     from host_decode.errors import DecodeError
 
+    if not (d / "map.json").exists():  # the worker could not map: try again here
+        names = json.loads((d / "names.json").read_text())
+        pc2region.build_map((d / "kernel.cubin").read_bytes(), names=names).save(str(d / "map.json"))
     m = pc2region.load_map(str(d / "map.json"))
     try:
         table = reader(str(data), kernel=m.kernel)

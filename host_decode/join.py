@@ -390,12 +390,23 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
-def attach_to_trace(trace, result: JoinResult, key: str = "regions_hw") -> dict:
+def attach_to_trace(trace, result: "JoinResult | dict | str", key: str = "regions_hw") -> dict:
     """Store the join in ``trace.meta[key]`` with region paths named by the trace's event names, and
-    a per-event summary (``by_event``: event id -> inclusive numbers of the innermost paths ending in
-    that event) that a Perfetto writer can show as args on the region's tracks."""
-    renamed = result.renamed({**result.events, **trace.names.events})
-    payload = renamed.to_json()
+    a per-event summary (``by_event``: event id -> inclusive samples, instructions and stall counts
+    of the outermost paths ending in that event) that a Perfetto writer can show as args on the
+    region's tracks. `result`: a JoinResult, or the JSON `ikp join --json` wrote (object or path)."""
+    if isinstance(result, JoinResult):
+        payload = result.renamed({**result.events, **trace.names.events}).to_json()
+    else:
+        payload = _load_join_json(result)
+        for rows in (payload["exclusive"], payload["inclusive"]):
+            for row in rows:
+                if row.get("stack"):  # the trace's names first, the map's where the trace has none
+                    own = row["path"].split("/")
+                    row["path"] = "/".join(
+                        trace.names.events.get(e, own[k] if k < len(own) else f"event_{e}")
+                        for k, e in enumerate(row["stack"])
+                    )
     by_event: dict[str, dict] = {}
     for row in payload["inclusive"]:
         if row["stack"][-1] in row["stack"][:-1]:
@@ -405,7 +416,7 @@ def attach_to_trace(trace, result: JoinResult, key: str = "regions_hw") -> dict:
         agg["paths"].append(row["path"])
         agg["samples"] += row.get("samples", 0.0)
         agg["inst_executed"] += row.get("inst_executed", 0.0)
-        for r in renamed.stall_reasons:
+        for r in payload["stall_reasons"]:
             agg["stalls"][r] = agg["stalls"].get(r, 0.0) + row.get(f"stall_{r}", 0.0)
     total = payload["totals"].get("samples", 0.0)
     for agg in by_event.values():
@@ -413,3 +424,16 @@ def attach_to_trace(trace, result: JoinResult, key: str = "regions_hw") -> dict:
     payload["by_event"] = by_event
     trace.meta[key] = payload
     return payload
+
+
+def _load_join_json(obj: "dict | str") -> dict:
+    import json
+
+    source = "join json"
+    if isinstance(obj, str):
+        source = obj
+        with open(obj) as f:
+            obj = json.load(f)
+    if not isinstance(obj, dict) or obj.get("format") != JOIN_FORMAT:
+        raise DecodeError(f"not a per-region join result (format must be {JOIN_FORMAT!r})", source=source)
+    return obj

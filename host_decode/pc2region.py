@@ -126,6 +126,30 @@ def _width(opcode: str) -> int:
     return 1
 
 
+_GMMA_SHAPE_RE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+
+
+def _mma_dest_registers(opcode: str) -> int:
+    """Accumulator registers an MMA writes per thread, from its shape and accumulator type:
+    HGMMA.64x128x16.F32 (a warpgroup: 64*128/128 = 64 values) -> 64; HMMA.16816.F32 (a warp) -> 4.
+    16-bit accumulators (the type right after the shape) pack two values per register. Unknown
+    shapes: 255 (every register)."""
+    mods = opcode.split(".")[1:]
+    for k, mod in enumerate(mods):
+        packed = mods[k + 1 : k + 2] in (["F16"], ["BF16"])  # the accumulator type follows the shape
+        m = _GMMA_SHAPE_RE.match(mod)
+        if m:  # wgmma: M=64 over 128 threads
+            values = int(m.group(1)) * int(m.group(2)) // 128
+            return max(1, values // 2 if packed else values)
+        if mod.isdigit() and len(mod) in (3, 4, 5):  # mma.sync shapes: 884, 1688, 16816, 16832
+            mm, nn = (int(mod[:2]), int(mod[2])) if mod.startswith("16") else (int(mod[0]), int(mod[1]))
+            values = mm * nn // 32
+            if opcode.startswith("DMMA"):
+                return 2 * values
+            return max(1, values // 2 if packed else values)
+    return 255
+
+
 def may_defs(ins: Instruction) -> list[str]:
     """Registers an instruction may write (over-approximated: widths from modifiers, MMA ranges)."""
     if ins.base in NO_DEST_OPS or not ins.operands:
@@ -134,7 +158,7 @@ def may_defs(ins: Instruction) -> list[str]:
     if dest is None:
         return []
     if ins.base in _MMA_OPS:
-        width = 128
+        width = _mma_dest_registers(ins.opcode)
     elif ins.base == "CS2R":
         width = 1 if ".32" in ins.opcode else 2
     else:

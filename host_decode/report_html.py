@@ -85,41 +85,18 @@ def build_report_data(
     force_join: bool = False,
 ) -> dict:
     """Everything the page shows, as JSON-ready Python data (see the module docstring)."""
-    missing: dict[str, str] = {}
+    missing: dict[str, str] = {}  # view key -> what is missing and how to collect it
     data: dict[str, Any] = {
         "format": REPORT_FORMAT,
         "generated_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "kernel": kernel_facts(trace, capture_path),
         "loss": loss_data(trace),
+        "regions": region_rows(trace),
+        "groups": {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()},
     }
-    analysis_mod = _analysis_module()
-    data["regions"] = region_rows(trace)
-    data["groups"] = {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()}
-    if analysis_mod is None:
-        data["analysis"], data["sm"] = None, []
-        missing["analysis"] = HOW_TO["analysis"]
-    else:
-        data["analysis"], data["sm"] = analysis_data(trace, analysis_mod)
-        if not data["sm"]:
-            missing["sm"] = HOW_TO["sm"]
+    data.update(_timeline_analysis(trace, missing))
     data["kernel"]["launch_ns"] = (data["analysis"] or {}).get("launch", {}).get("launch_ns", trace.end_ns - trace.start_ns)
-
-    result = None
-    if pc_table is not None and region_map is None:
-        missing["hardware"] = "Per-PC data was given without a pc2region map (--map or --cubin): it cannot be split by region."
-    elif pc_table is not None:
-        from host_decode.join import join
-
-        result = join(region_map, pc_table, force=force_join).renamed({**region_map.events, **trace.names.events})
-    elif region_map is not None:
-        missing["hardware"] = HOW_TO["hardware"]
-    if region_map is None:
-        missing["map"] = HOW_TO["map"]
-        missing.setdefault("hardware", HOW_TO["hardware"])
-
-    data["paths"] = path_rows(trace, region_map, result)
-    data["hardware"] = hardware_data(trace, result) if result is not None else None
-    data["pcs"] = pc_columns(region_map, pc_table, sass_text, pc_files) if region_map is not None else None
+    data.update(_hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, missing))
     if data["hardware"] is not None:
         _attach_hardware_to_regions(data["regions"], data["hardware"])
     for row in data["regions"]:
@@ -128,9 +105,40 @@ def build_report_data(
         missing["source"] = HOW_TO["source"]
         data["source"] = None
     else:
-        data["source"] = source_data(source_text, source_path, data["pcs"], data["paths"], trace)
+        data["source"] = source_data(source_text, source_path, data["pcs"], trace)
     data["missing"] = missing
     return jsonable(data)
+
+
+def _timeline_analysis(trace: Trace, missing: dict) -> dict:
+    analysis_mod = _analysis_module()
+    if analysis_mod is None:
+        missing["analysis"] = HOW_TO["analysis"]
+        return {"analysis": None, "sm": []}
+    analysis, sm = analysis_data(trace, analysis_mod)
+    if not sm:
+        missing["sm"] = HOW_TO["sm"]
+    return {"analysis": analysis, "sm": sm}
+
+
+def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, missing) -> dict:
+    """paths / hardware / pcs parts; per-PC data is joined to the map (host_decode.join) and each trace
+    region gets the inclusive numbers of its paths."""
+    if region_map is None:
+        missing["map"] = HOW_TO["map"]
+        missing["hardware"] = (HOW_TO["hardware"] if pc_table is None else
+                               "Per-PC data was given without a pc2region map (--map or --cubin): it cannot be split by region.")
+        return {"paths": [], "hardware": None, "pcs": None}
+    out = {"paths": path_rows(trace, region_map), "hardware": None,
+           "pcs": pc_columns(region_map, pc_table, sass_text, pc_files)}
+    if pc_table is None:
+        missing["hardware"] = HOW_TO["hardware"]
+        return out
+    from host_decode.join import join
+
+    result = join(region_map, pc_table, force=force_join).renamed({**region_map.events, **trace.names.events})
+    out["hardware"] = hardware_data(trace, result)
+    return out
 
 
 def render_html(data: dict) -> str:
@@ -140,9 +148,7 @@ def render_html(data: dict) -> str:
     # confuse the script element, and JSON.parse reads the same string
     blob = blob.replace("<", "\\u003c")
     title = f"ikp report: {data.get('kernel', {}).get('name') or 'kernel'}"
-    assets = Path(__file__).with_name("assets")
-    css = (assets / "report.css").read_text(encoding="utf-8")
-    js = (assets / "report.js").read_text(encoding="utf-8")
+    css, js = (_asset(name) for name in ("report.css", "report.js"))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -161,6 +167,14 @@ def write_report(path: str | Path, trace: Trace, **kwargs: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _asset(name: str) -> str:
+    path = Path(__file__).with_name("assets") / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the page's inline {name} is missing (host_decode was installed without "
+                                "its package data: assets/*)")
+    return path.read_text(encoding="utf-8")
 
 
 _BLOB_RE = re.compile(
@@ -280,10 +294,8 @@ def _analysis_module():
 # ================================================================================================
 
 
-def path_rows(trace: Trace, region_map: Any, result: Any) -> list[dict]:
+def path_rows(trace: Trace, region_map: Any) -> list[dict]:
     """One row per region path of the map (named with the trace's event names); special buckets too."""
-    if region_map is None:
-        return []
     events = {**region_map.events, **trace.names.events}
     counts = np.bincount(region_map.region, minlength=len(region_map.paths))
     rows = []
@@ -389,7 +401,7 @@ def _compact(values: np.ndarray) -> list:
 # ================================================================================================
 
 
-def source_data(text: str, path: str | None, pcs: dict | None, paths: list[dict], trace: Trace) -> dict:
+def source_data(text: str, path: str | None, pcs: dict | None, trace: Trace) -> dict:
     lines = text.splitlines()[:MAX_SOURCE_LINES]
     out: dict[str, Any] = {"path": path, "lines": lines, "truncated": len(text.splitlines()) > MAX_SOURCE_LINES}
     mine = _pcs_of_source(pcs, path) if pcs is not None else None

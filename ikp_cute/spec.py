@@ -6,8 +6,8 @@ fixed at compile time, so a disabled spec compiles to exactly the uninstrumented
 (write_stride, records_per_lane) folds into immediate address offsets.
 
 Invariants a change could break:
-* The buffer layout is the v1 wire format of host_decode/wire.py, plus ``write_stride`` int64 words of
-  per-lane counters *after* the v1 part (used by atomic mode only; never saved, never decoded).
+* The buffer layout is exactly the v1 wire format of host_decode/wire.py (atomic mode keeps its
+  per-lane counters in shared memory, not in the buffer).
 * Event ids are handed out in order of first use at trace time, from 0 up to wire.MAX_USER_EVENT_ID;
   names declared up front keep the ids they were given (test_event_registry_*).
 * A spec hashes by identity: one compiled kernel per spec object, so ids assigned while tracing it
@@ -142,11 +142,7 @@ class ProfileSpec:
 
     @property
     def total_slots(self) -> int:
-        """int64 words the kernel's buffer must have: the v1 part, then one counter per lane slot."""
-        return self.v1_slots + self.write_stride
-
-    @property
-    def counter_offset(self) -> int:
+        """int64 words of the kernel's buffer (= v1_slots: the buffer is exactly the v1 buffer)."""
         return self.v1_slots
 
     @property

@@ -337,6 +337,8 @@ def test_cupti_collector_against_a_fake_libcupti(tmp_path, monkeypatch):
     monkeypatch.setattr(cupti, "_synchronize", lambda: None)
     with cupti.PcSampler(libcupti=str(lib), max_pcs=8) as sampler:
         assert sampler.cubin_crc(b"\x7fELF") == 99
+        assert sampler.flush() == 2  # the two PCs of the first range
+        assert sampler.flush() == 0  # nothing new: no double counting from the reused buffer
     result = sampler.result()
     assert result["mapped_cubin_crc"] == 99
     assert result["total_samples"] == 15 and len(result["records"]) == 3

@@ -102,7 +102,7 @@ def test_spec_rejects_bad_configuration(kw, match):
 def test_spec_geometry_follows_wire():
     spec = make_spec(records_per_lane=10)
     assert spec.v1_slots == wire.buffer_slots(8, 10)
-    assert spec.total_slots == spec.v1_slots + 8
+    assert spec.total_slots == spec.v1_slots
     assert spec.user_capacity == wire.user_capacity(10) == 6
     assert spec.trailer_slot == 8
 
@@ -120,9 +120,14 @@ def test_modes_compile_in_branches_loops_and_nesting(mode, launcher):
     assert "st.global.b64" in text
     assert ".local" not in text and "ld.local" not in text and "st.local" not in text
     if mode == "atomic":
-        assert "atom.global.add" in text
+        assert "atom.shared.add" in text and "bar.sync" in text  # smem counters, zeroed before a barrier
     else:
         assert "atom." not in text and "red." not in text
+
+
+def test_atomic_mode_compiles_with_several_writers_per_lane():
+    text = compile_structured(make_spec("atomic"), "launch_multi_writer").__ptx__
+    assert "atom.shared.add" in text
 
 
 def test_cursor_mode_reads_timer_per_record_without_atomics():

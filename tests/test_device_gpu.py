@@ -121,6 +121,27 @@ def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode):
     assert session.dropped_on_device() == sum(expected_dropped(ITERS, g % 2, mode, rpl) for g in range(8))
 
 
+def test_atomic_mode_with_several_writers_per_lane(torch):
+    import cutlass.cute as cute
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+
+    import ikp_cute
+    from tests.kernels import structured
+
+    session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=8 * ITERS + 8, mode="atomic")
+    x = torch.rand(4 * 256, device="cuda")
+    x_arg = from_dlpack(x, assumed_align=16)
+    compiled = cute.compile(structured.launch_multi_writer, x_arg, Int32(ITERS), session.kernel_arg(), session.spec, (4, 1, 1))
+    with session:
+        compiled(x_arg, Int32(ITERS), session.kernel_arg())
+    trace = session.decode()
+    assert trace.loss.lost == 0, trace.loss.dumps()
+    counts = np.bincount(trace.spans["lane"], minlength=8)
+    assert counts.tolist() == [4 * ITERS] * 8
+    assert np.all(trace.spans["end_ns"] >= trace.spans["start_ns"])
+
+
 def test_baked_address_records_like_an_argument(torch):
     by_arg = run_structured(torch, "cursor").decode()
     baked = run_structured(torch, "cursor", bake=True).decode()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -332,3 +333,39 @@ def test_fa4_capture_structure():
     # (first half included), and never outside an iteration's lane
     assert sum(waits_k.values()) <= total_iters + len(consumers)
     assert set(waits_k) <= set(int(l) for l in consumers)
+
+
+# --- the FA4 runner's trace analysis (numpy only) --------------------------------------------------------
+
+
+def _fa4_runner():
+    spec = importlib.util.spec_from_file_location("ikp_fa4_example_run", EXAMPLES / "fa4_sm90" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_consumer_wait_share_counts_only_waits_inside_each_iteration():
+    from host_decode import wire
+    from host_decode.decoder import decode
+    from host_decode.model import Names
+
+    begin, end = int(wire.EventType.BEGIN), int(wire.EventType.END)
+    n_block, wait_k, wait_v = 5, 6, 7
+    # lane 1: n_block [100,200] holding wait_K [110,130]; n_block [200,400] holding wait_V [300,380];
+    # a wait_K [400,410] after the last iteration (the first-half block's wait): inside no iteration
+    records = [(100, n_block, begin), (110, wait_k, begin), (130, wait_k, end), (200, n_block, end),
+               (200, n_block, begin), (300, wait_v, begin), (380, wait_v, end), (400, n_block, end),
+               (400, wait_k, begin), (410, wait_k, end)]
+    write_stride, per_lane = 3, 16
+    buf = np.zeros(wire.buffer_slots(write_stride, per_lane), np.uint64)
+    buf[0] = wire.pack_header(1, 3)
+    for k, (t, event, kind) in enumerate(records):
+        buf[wire.slot_index(1, k + wire.ANCHOR_RECORDS, write_stride)] = np.uint64(
+            wire.pack_record(t, int(wire.make_tag(1, event, kind))))
+    trace = decode(buf, names=Names(events={n_block: "n_block", wait_k: "wait_K", wait_v: "wait_V"}),
+                   write_stride=write_stride)
+    share = _fa4_runner().consumer_wait_share(trace)
+    assert share["n_block_iterations"] == 2
+    assert share["wait_share_total"] == pytest.approx((20 + 80) / 300)
+    assert share["wait_share_p50"] == pytest.approx((0.2 + 0.4) / 2)

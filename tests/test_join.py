@@ -300,3 +300,16 @@ def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
     )
     text = capsys.readouterr().out
     assert "MAIN/STEP" in text and "MAIN/event_3" in text
+
+
+def test_attach_from_the_json_written_by_ikp_join(region_map, tmp_path):
+    r = join.join(region_map, _tables()["cupti"])
+    path = tmp_path / "regions.json"
+    path.write_text(json.dumps(r.to_json()))
+    direct = join.attach_to_trace(_empty_trace({1: "A", 2: "B"}), r)
+    trace = _empty_trace({1: "A", 2: "B"})
+    loaded = join.attach_to_trace(trace, str(path))
+    assert loaded["by_event"] == direct["by_event"]
+    assert "A/B" in {x["path"] for x in loaded["inclusive"]}
+    with pytest.raises(DecodeError, match="not a per-region join"):
+        join.attach_to_trace(trace, {"format": "x"})

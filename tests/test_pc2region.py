@@ -614,3 +614,70 @@ def test_instrumentation_cost_claims_only_marker_feeding_code():
     for i, o in enumerate(ops):  # the kernel's own work is never claimed
         if o in ("FFMA", "STG.E", "EXIT", "S2R", "LDC.64") or (o == "IADD3" and i == 10):
             assert not m.is_marker[i], (i, o)
+
+
+@needs_nvdisasm
+def test_wgmma_pipeline_example(tmp_path):
+    """examples/pipeline: a warp-specialized TMA / mbarrier / wgmma GEMM (Hopper). The map must
+    separate the producer's regions from the consumer's, with every HGMMA in `mma` and every TMA load
+    in `issue_tma` (and HGMMA's accumulator range must not be taken to clobber the tag registers)."""
+    pytest.importorskip("cutlass")
+    import importlib.util
+
+    path = os.path.join(ROOT, "examples", "pipeline", "gemm_pipeline.py")
+    if not os.path.exists(path):
+        pytest.skip("examples/pipeline not present")
+    try:
+        import cutlass.cute as cute
+        from cutlass import BFloat16, Float32
+        from cutlass.cute.runtime import make_fake_compact_tensor as fake
+
+        from ikp_cute import EventRegistry, ProfileSpec, fake_buffer
+
+        spec_ = importlib.util.spec_from_file_location("gemm_pipeline", path)
+        gp = importlib.util.module_from_spec(spec_)
+        spec_.loader.exec_module(gp)
+    except ImportError as e:
+        pytest.skip(f"pipeline example not importable: {e}")
+    spec = ProfileSpec(
+        num_groups=3, num_blocks=16, write_stride=48, records_per_lane=80, events=EventRegistry(gp.EVENTS)
+    )
+    a = fake(BFloat16, (512, 1024), stride_order=(1, 0), assumed_align=16)
+    b = fake(BFloat16, (512, 1024), stride_order=(1, 0), assumed_align=16)
+    c = fake(Float32, (512, 512), stride_order=(1, 0), assumed_align=16)
+    compiled = cute.compile(
+        gp.PipelinedGemm(),
+        a,
+        b,
+        c,
+        fake_buffer(spec),
+        spec,
+        options=f"--gpu-arch sm_90a --keep-cubin --dump-dir {tmp_path}",
+    )
+    m = pc2region.map_compiled(compiled, names=spec.events.as_dict())
+    assert m.problems == []
+    assert m.summary()[AMBIGUOUS] == 0
+    assert all(mk["how"].startswith("dataflow") for mk in m.markers)
+    path_of = m.path_of_pc()
+    hgmma = [int(p) for p, o in zip(m.pc, m.opcode) if o.startswith("HGMMA")]
+    tma = [int(p) for p, o in zip(m.pc, m.opcode) if o.startswith("UTMALDG")]
+    assert hgmma and all(path_of[p].endswith("mma") for p in hgmma)
+    assert tma and all(path_of[p] == "issue_tma" for p in tma)
+
+
+@pytest.mark.parametrize(
+    "opcode,regs",
+    [
+        ("HGMMA.64x128x16.F32.BF16", 64),
+        ("HGMMA.64x256x16.F32.BF16", 128),
+        ("HGMMA.64x64x16.F16.F16", 16),
+        ("QGMMA.64x128x32.F32.E4M3.E4M3", 64),
+        ("HMMA.16816.F32.BF16", 4),
+        ("HMMA.16816.F16", 2),
+        ("IMMA.16832.S32.S8.S8", 4),
+        ("HMMA.WEIRD", 255),
+    ],
+)
+def test_mma_accumulator_width(opcode, regs):
+    """Too wide would hide tags kept in registers after the accumulators; too narrow would miss clobbers."""
+    assert pc2region._mma_dest_registers(opcode) == regs

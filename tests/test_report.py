@@ -413,26 +413,37 @@ def compile_basic_map(tmp_dir: Path):
     return region_map, cubin
 
 
+PC_FIXTURES = ROOT / "tests" / "fixtures" / "pc"
+
+
+def real_hw_set() -> dict[str, Path] | None:
+    """Real per-PC data of examples/basic/kernel.py from the GPU machine (gpu/pc_profile.py writes
+    tiles_real_{ncu,cupti}.{csv|json, map.json, cubin} [+ .capture.npy]), ncu preferred; None if absent."""
+    for name, data in (("ncu", "tiles_real_ncu.csv"), ("cupti", "tiles_real_cupti.json")):
+        files = {"data": PC_FIXTURES / data, "map": PC_FIXTURES / f"tiles_real_{name}.map.json",
+                 "cubin": PC_FIXTURES / f"tiles_real_{name}.cubin", "capture": PC_FIXTURES / f"tiles_real_{name}.capture.npy"}
+        if files["data"].exists() and files["map"].exists():
+            return {"kind": name, **files}
+    return None
+
+
 def real_cli_args(tmp_dir: Path) -> list[str]:
-    """`ikp report` arguments for the committed real capture and whatever is committed beside it
-    (map.json, kernel.cubin, sass.csv, cupti.json, kernel.py); without a cubin or map, one is compiled."""
-    args = [str(REAL_CAPTURE)]
-    cubins = sorted(REAL_DIR.glob("*.cubin"))
-    if (REAL_DIR / "map.json").exists():
-        args += ["--map", str(REAL_DIR / "map.json")]
-    if cubins:
-        args += ["--cubin", str(cubins[0])]
-    if not cubins and not (REAL_DIR / "map.json").exists():
+    """`ikp report` arguments for the committed real capture of examples/basic with the most real data
+    there is: per-PC data + map + cubin of that kernel from the GPU machine (tests/fixtures/pc) when
+    committed, else a map compiled here from the same source; kernel.py as the source."""
+    hw = real_hw_set()
+    capture = hw["capture"] if hw and hw["capture"].exists() else REAL_CAPTURE
+    args = [str(capture)]
+    if hw:
+        args += ["--map", str(hw["map"]), f"--{hw['kind']}", str(hw["data"])]
+        if hw["cubin"].exists():
+            args += ["--cubin", str(hw["cubin"])]
+    else:
         _, cubin = compile_basic_map(tmp_dir)
         args += ["--cubin", str(cubin)]
-    for flag, name in (("--ncu", "sass.csv"), ("--cupti", "cupti.json")):
-        if (REAL_DIR / name).exists():
-            args += [flag, str(REAL_DIR / name)]
-            break
     if (REAL_DIR / "kernel.py").exists():
         args += ["--source", str(REAL_DIR / "kernel.py")]
     return args
-
 
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed yet")
@@ -468,7 +479,14 @@ def test_real_capture_full_report_via_cli(tmp_path):
     assert paths["tile/compute"]["index"] in data["source"]["line_paths"][str(fma)]
     assert compute["event"] in paths["tile/compute"]["stack"]
     # lines of inlined helpers (ikp_cute/device.py) are not painted onto kernel.py
-    assert data["pcs"]["files"] and all(1 <= int(k) <= len(src) for k in data["source"]["line_paths"])
+    if "files" in data["pcs"]:
+        assert all(1 <= int(k) <= len(src) for k in data["source"]["line_paths"])
+    if real_hw_set():  # real per-PC data: it matches its map and lands in the regions
+        hw = data["hardware"]
+        assert hw["check"]["ok"], hw["check"]
+        assert compute["hw"]["samples"] > 0 and compute["bottleneck"]["kind"] == "stall"
+        by_path = {r["path"]: r for r in hw["exclusive"]}
+        assert sum(r["samples"] for r in by_path.values()) == pytest.approx(hw["totals"]["samples"])
 
 
 def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
@@ -480,3 +498,34 @@ def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
     assert data["analysis"] is None and data["sm"] == [] and "analysis" in data["missing"]
     assert data["kernel"]["launch_ns"] == trace.end_ns - trace.start_ns
     _check_regions_against_stats(trace, data)
+
+
+def sampling_only_table(region_map, inputs):
+    """CUPTI-like per-PC data: stall samples per reason, no execution counts."""
+    from host_decode.adapters import PcTable
+    from host_decode.adapters.ncu import read_ncu_csv
+
+    ncu = read_ncu_csv(str(inputs["csv"]))
+    return PcTable("cupti", "markers", ncu.pc, {}, dict(ncu.stalls))
+
+
+def counts_only_table(inputs):
+    """NVBit-like per-PC data: execution counts only."""
+    from host_decode.adapters import PcTable
+    from host_decode.adapters.ncu import read_ncu_csv
+
+    ncu = read_ncu_csv(str(inputs["csv"]))
+    return PcTable("nvbit", "markers", ncu.pc, {"inst_executed": ncu.counters["inst_executed"]}, {})
+
+
+def test_sampling_only_and_counts_only_data(inputs):
+    _, _, data = full_report(inputs, pc_table=sampling_only_table(inputs["region_map"], inputs))
+    m = data["pcs"]["metrics"]
+    assert set(m) == {"samples", "samples_attributed"} and data["source"]["cost_metric"] == "samples_attributed"
+    assert sum(m["samples_attributed"]) == pytest.approx(sum(m["samples"])) == data["hardware"]["totals"]["samples"]
+    assert "inst_executed" not in data["hardware"]["totals"]
+    _, _, data = full_report(inputs, pc_table=counts_only_table(inputs))
+    assert set(data["pcs"]["metrics"]) == {"inst_executed"} and data["pcs"]["stalls"] == {}
+    assert data["source"]["cost_metric"] == "inst_executed"
+    body = next(r for r in data["regions"] if r["region"] == "body")
+    assert body["bottleneck"]["kind"] in ("tail", "imbalance")  # no stall data: the timeline decides

@@ -96,7 +96,7 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     stacks = [data["paths"][p]["stack"] or [] for p in data["pcs"]["path"]]
     expected = [i for i, st in enumerate(stacks) if body["event"] in st]
     assert expected, "the map puts no instruction in body"
-    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane tr.sel")) == expected
+    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane .r.sel")) == expected
     text = selection_text(browser)
     assert text.startswith("region body") and f"{len(expected)} instruction(s)" in text
     lines = sorted({data["pcs"]["line"][i] for i in expected if data["pcs"]["line"][i] >= 1})
@@ -110,7 +110,7 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     line_el.click()
     on_line = [i for i, l in enumerate(data["pcs"]["line"]) if l == fma]
     assert on_line
-    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane tr.sel")) == on_line
+    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane .r.sel")) == on_line
     text = selection_text(browser)
     assert text.startswith(f"line {fma} (in ") and "body" in text and f"{len(on_line)} instruction(s)" in text
     samples = sum(data["pcs"]["metrics"]["samples_attributed"][i] for i in on_line)
@@ -122,11 +122,11 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     browser.find_element("css selector", f'.reglist div[data-event="{outer["event"]}"]').click()
     inside = [i for i, st in enumerate(stacks) if outer["event"] in st]
     assert len(inside) > len([i for i, st in enumerate(stacks) if st[-1:] == [outer["event"]]])
-    assert count(browser, "#sass-pane tr.sel") == len(inside)
+    assert count(browser, "#sass-pane .r.sel") == len(inside)
     # a map path selects itself and the paths below it
     slow = next(p for p in data["paths"] if p["path"] == "outer/slow")
     browser.find_element("css selector", f'.reglist div[data-path="{slow["index"]}"]').click()
-    assert count(browser, "#sass-pane tr.sel") == slow["instructions"]
+    assert count(browser, "#sass-pane .r.sel") == slow["instructions"]
     assert selection_text(browser).startswith("path outer/slow")
 
     # regions view: one histogram per region, one bar per SM
@@ -203,7 +203,7 @@ def test_real_capture_clicks(browser, shots, tmp_path):
     browser.find_element("css selector", f'.reglist div[data-event="{compute["event"]}"]').click()
     pcs = data["pcs"]
     expected = [i for i, p in enumerate(pcs["path"]) if compute["event"] in (data["paths"][p]["stack"] or [])]
-    assert expected and count(browser, "#sass-pane tr.sel") == len(expected)
+    assert expected and count(browser, "#sass-pane .r.sel") == len(expected)
     assert selection_text(browser).startswith(f"region compute: {len(expected)} instruction(s)")
     browser.save_screenshot(str(shots / "real-code-region.png"))
     # the FMA line of the consumer: its instructions are all in tile/compute
@@ -211,10 +211,28 @@ def test_real_capture_clicks(browser, shots, tmp_path):
     browser.find_element("css selector", f'#source-pane .ln[data-line="{fma}"]').click()
     mine = set(data["source"]["pcs_of_file"] or range(len(pcs["pc"])))
     on_line = [i for i, line in enumerate(pcs["line"]) if line == fma and i in mine]
-    assert on_line and count(browser, "#sass-pane tr.sel") == len(on_line)
+    assert on_line and count(browser, "#sass-pane .r.sel") == len(on_line)
     assert {data["paths"][pcs["path"][i]]["path"] for i in on_line} == {"tile/compute"}
     assert selection_text(browser).startswith(f"line {fma} (in tile, compute)")
     goto(browser, "overview")
     assert count(browser, "#overview-regions tbody tr") == len(data["regions"])
     assert "lost" in browser.find_element("id", "loss").text
+    assert console_errors(browser) == []
+
+
+@pytest.mark.parametrize("kind", ["cupti", "nvbit"])
+def test_partial_hardware_data_renders(browser, inputs, tmp_path, kind):  # noqa: F811
+    """Samples without execution counts (CUPTI) and counts without samples (NVBit) both render."""
+    from test_report import counts_only_table, sampling_only_table
+
+    table = sampling_only_table(inputs["region_map"], inputs) if kind == "cupti" else counts_only_table(inputs)
+    _, page, data = full_report(inputs, pc_table=table)
+    path = tmp_path / f"{kind}.html"
+    path.write_text(page)
+    open_page(browser, path, "hardware")
+    rows = [r for r in data["hardware"]["exclusive"] if r.get("samples") or r.get("inst_executed")]
+    assert count(browser, "#hw-table tbody tr") == len(rows) > 0
+    goto(browser, "code")
+    browser.find_element("css selector", '.reglist div[data-event="2"]').click()
+    assert "instruction(s)" in selection_text(browser)
     assert console_errors(browser) == []

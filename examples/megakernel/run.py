@@ -56,15 +56,15 @@ class Problem:
             raise ValueError(f"order={order!r}")
         self.items = torch.from_numpy(items).cuda()
         self.counter = torch.zeros(1, device="cuda", dtype=torch.int32)
+        self.dst = torch.empty_like(self.src)
+        self.red_out = torch.empty(self.X.shape[0], **dev)
+        self.C = torch.empty(self.A.shape[0], self.B.shape[1], **dev)
         self.poison()
 
     def poison(self):
-        import torch
-
-        nan = float("nan")
-        self.dst = torch.full_like(self.src, nan)
-        self.red_out = torch.full((self.X.shape[0],), nan, device="cuda")
-        self.C = torch.full((self.A.shape[0], self.B.shape[1]), nan, device="cuda")
+        """NaN outputs (in place: compiled launchers hold views of these tensors), counter at 0."""
+        for out in (self.dst, self.red_out, self.C):
+            out.fill_(float("nan"))
         self.counter.zero_()
 
     def tensors(self):
@@ -95,14 +95,14 @@ def compile_kernel(mk, problem, session, num_ctas):
     buf = session.kernel_arg() if session is not None else None
     args = [from_dlpack(t, assumed_align=16) for t in problem.tensors()]
     compiled = cute.compile(mk.launch, *args, buf, spec, num_ctas)
-    return lambda: compiled(*args, buf)
+    return lambda keep=problem: compiled(*args, buf)  # keep: the torch tensors outlive the views
 
 
 def make_session(mk, num_ctas, num_items):
     import ikp_cute
 
     per_cta = -(-num_items // num_ctas)
-    return ikp_cute.Session(groups=list(mk.GROUPS), num_blocks=num_ctas, records_per_lane=4 * (3 * per_cta + 8),
+    return ikp_cute.Session(groups=list(mk.GROUPS), num_blocks=num_ctas, records_per_lane=4 * (4 * per_cta + 16),
                             events=mk.EVENTS, kernel="megakernel")
 
 

@@ -7,7 +7,8 @@ struct layouts of ``cupti_pcsampling.h`` (CUDA 13; sizes checked in tests/test_a
 
     from host_decode.adapters.cupti import PcSampler
     with PcSampler() as sampler:          # needs a current CUDA context (e.g. after torch.zeros(1, device="cuda"))
-        launch_my_kernel(); torch.cuda.synchronize()
+        for _ in range(n):
+            launch_my_kernel(); sampler.flush()   # kernel-serialized: collect each launch's range
     sampler.save("pcsamp.json")           # then read_cupti_json("pcsamp.json", kernel="...")
 
 Enable before the kernel's module is loaded where possible (CUPTI attributes samples per module).
@@ -450,23 +451,36 @@ class PcSampler:
         d.totalNumPcs = 0
         return n
 
+    def flush(self) -> int:
+        """Synchronize and move every record CUPTI holds into this sampler; returns how many.
+        In kernel-serialized mode each kernel is one range whose records CUPTI stages in the
+        configured buffer, so call this after each launch of interest (before other kernels run)."""
+        if not self._enabled:
+            raise CuptiError("PcSampler.flush() outside start()/stop()")
+        _synchronize()
+        if getattr(self, "_get_buffer", None) is None:
+            self._get_buffer = self._alloc_buffer()
+        data, total = self._get_buffer, 0
+        for _ in range(10_000):  # GetData hands out at most collectNumPcs PCs per call
+            _clear(data)
+            params = _GetDataParams(ctypes.sizeof(_GetDataParams), None, self.ctx, ctypes.addressof(data[0]))
+            self._call("cuptiPCSamplingGetData", params)
+            got = self._drain(data)
+            total += got
+            if got == 0 and data[0].remainingNumPcs == 0:
+                break
+        return total
+
     def stop(self) -> dict:
-        """Synchronize, collect everything, disable sampling; returns the file's JSON object."""
+        """Flush, disable sampling (CUPTI then copies what it still held into the configured
+        buffer, which is read too); returns the file's JSON object."""
         if not self._enabled:
             raise CuptiError("PcSampler.stop() before start()")
-        _synchronize()
-        for _ in range(10_000):  # GetData hands out at most collectNumPcs PCs per call
-            data = self._alloc_buffer()
-            self._call(
-                "cuptiPCSamplingGetData",
-                _GetDataParams(ctypes.sizeof(_GetDataParams), None, self.ctx, ctypes.addressof(data[0])),
-            )
-            got = self._drain(data)
-            if data[0].remainingNumPcs == 0 and got == 0:
-                break
+        self.flush()
+        _clear(self._data)  # only what Disable writes from here on is new
         self._call("cuptiPCSamplingDisable", self._ctx_params())
         self._enabled = False
-        self._drain(self._data)  # disable flushes what was left into the configured buffer
+        self._drain(self._data)
         return self.result()
 
     def cubin_crc(self, cubin: bytes) -> int:
@@ -499,6 +513,14 @@ class PcSampler:
     def __exit__(self, *exc) -> None:
         if self._enabled:
             self.stop()
+
+
+def _clear(data) -> None:
+    """Reset a reused CUpti_PCSamplingData's output fields, so nothing is counted twice."""
+    d = data[0]
+    d.totalNumPcs = d.remainingNumPcs = 0
+    d.totalSamples = d.droppedSamples = d.nonUsrKernelsTotalSamples = 0
+    d.hardwareBufferFull = 0
 
 
 def _libcuda():

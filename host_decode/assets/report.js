@@ -45,6 +45,7 @@
     if (a >= 1e4) return (x / 1e3).toFixed(1) + "k";
     return Number.isInteger(x) ? String(x) : x.toFixed(2);
   }
+  function fix(x, digits) { return x === null || x === undefined ? "–" : x.toFixed(digits); }
   function pct(x, digits) {
     return x === null || x === undefined ? "–" : (100 * x).toFixed(digits === undefined ? 1 : digits) + "%";
   }
@@ -214,7 +215,7 @@
     if (hasHw) heads.splice(8, 0, "% samples");
     const rows = D.regions.map((r) => {
       const cells = [el("span", {}, swatch(eventColor(r.event)), regionLabel(r)), r.count, fmtNs(r.total_ns), pct(r.share_of_group_time),
-        fmtNs(r.mean_ns), fmtNs(r.p50_ns), fmtNs(r.p99_ns), r.cv.toFixed(2),
+        fmtNs(r.mean_ns), fmtNs(r.p50_ns), fmtNs(r.p99_ns), fix(r.cv, 2),
         el("span", { class: r.bottleneck.kind === "none" ? "note" : "warn" }, r.bottleneck.text,
           (r.bottleneck.also || []).length ? el("span", { class: "note" }, " · " + r.bottleneck.also.join("; ")) : null)];
       if (hasHw) cells.splice(8, 0, r.hw ? pct(r.hw.samples_share) : "–");
@@ -232,7 +233,7 @@
       histogram(r.hist_counts, r.hist_edges_ns, eventColor(r.event)),
       table(["count", "min", "p50", "p90", "p95", "p99", "max"],
         [{ cells: [r.count, fmtNs(r.min_ns), fmtNs(r.p50_ns), fmtNs(r.p90_ns), fmtNs(r.p95_ns), fmtNs(r.p99_ns), fmtNs(r.max_ns)] }], { left: 0 }),
-      el("p", { class: "note" }, `over ${r.blocks} blocks, max/mean per block ${r.block_imbalance ? r.block_imbalance.toFixed(2) : "–"}; p99/p50 ${r.tail_ratio ? r.tail_ratio.toFixed(2) : "–"}`)))));
+      el("p", { class: "note" }, `over ${r.blocks} blocks, max/mean per block ${fix(r.block_imbalance, 2)}; p99/p50 ${fix(r.tail_ratio, 2)}`)))));
     const A = D.analysis;
     if (!A) { root.append(missingBox("analysis")); return; }
     root.append(el("h2", {}, "Overlap between groups"));
@@ -253,7 +254,7 @@
     root.append(el("h2", {}, "Per-SM imbalance, waves and tail"));
     const La = A.launch;
     root.append(el("p", {}, `${La.blocks} blocks; launch ${fmtNs(La.launch_ns)}; block end p50 ${fmtNs(La.block_end_p50_ns)}, tail ${fmtNs(La.tail_ns)} (${pct(La.tail_frac)} of the launch)` +
-      (La.sms ? `; ${La.sms} SMs, busy max/mean ${La.imbalance_sm_busy.toFixed(3)}, waves ≤ ${La.waves_max}, ≤ ${La.max_resident} blocks resident per SM` : "") +
+      (La.sms ? `; ${La.sms} SMs, busy max/mean ${fix(La.imbalance_sm_busy, 3)}, waves ≤ ${La.waves_max}, ≤ ${La.max_resident} blocks resident per SM` : "") +
       (La.tail_sm_utilization !== undefined ? `; SMs busy ${pct(La.tail_sm_utilization)} of the tail` : "") + "."));
     if (D.sm.length) {
       root.append(columnChart(D.sm.map((s) => ({ label: "SM " + s.sm, value: s.busy_ns, title: `SM ${s.sm}: busy ${fmtNs(s.busy_ns)}, ${s.blocks} blocks, ${s.waves} wave(s)` })),
@@ -412,33 +413,39 @@
       const metricCols = ["inst_executed", M.samples_attributed ? "samples_attributed" : "samples"].filter((k) => M[k]);
       const stallKeys = Object.keys(P.stalls || {});
       sassPane.append(el("h3", {}, `SASS (${P.pc.length} instructions)`, D.missing.hardware ? el("span", { class: "note" }, " · no per-PC metrics") : null));
-      // tens of thousands of rows: one HTML string (every value escaped) and one delegated click
-      // handler are ~10x faster to build than a node and a closure per cell
-      const body = el("tbody", {});
+      // tens of thousands of rows: one HTML string (every value escaped), one delegated click handler,
+      // and rows in chunks of 256 with `content-visibility: auto`, so the browser lays out and paints
+      // only the chunks in view (a 20k-row <table> took seconds to lay out at every selection)
+      const widths = [76, 120, 124].concat(metricCols.map(() => 70), stallKeys.length ? [80] : [], [460]);
+      const heads = ["PC", "region", "line"].concat(metricCols.map((k) => k === "inst_executed" ? "exec" : "samples"))
+        .concat(stallKeys.length ? ["top stall"] : [], ["instruction"]);
+      const grid = `--cols:${widths.map((w) => w + "px").join(" ")}`;
       const html = [];
+      const CHUNK = 256;
       for (let i = 0; i < P.pc.length; i++) {
+        if (i % CHUNK === 0) html.push(`${i ? "</div>" : ""}<div class="chunk" style="contain-intrinsic-size:auto ${Math.min(CHUNK, P.pc.length - i) * 19}px">`);
         let top = "";
         if (stallKeys.length) {
           let bv = 0;
           for (const k of stallKeys) if (P.stalls[k][i] > bv) { bv = P.stalls[k][i]; top = k; }
         }
-        html.push(`<tr data-index="${i}" data-pc="${P.pc[i]}"${P.marker[i] ? ' class="marker"' : ""}>` +
-          `<td><span class="swatch" style="background:${esc(pathColor(P.path[i]))}"></span>${hex(P.pc[i])}</td>` +
-          `<td>${esc(D.paths[P.path[i]].path)}</td><td class="n">${esc(lineLabel(i))}</td>` +
-          metricCols.map((k) => `<td class="n">${M[k][i] ? esc(fmtNum(M[k][i])) : ""}</td>`).join("") +
-          (stallKeys.length ? `<td>${esc(top)}</td>` : "") +
-          `<td class="op">${esc(P.text ? P.text[i] : P.opcode[i])}</td></tr>`);
+        html.push(`<div class="r${P.marker[i] ? " marker" : ""}" data-index="${i}" data-pc="${P.pc[i]}">` +
+          `<span><i class="swatch" style="background:${esc(pathColor(P.path[i]))}"></i>${hex(P.pc[i])}</span>` +
+          `<span>${esc(D.paths[P.path[i]].path)}</span><span class="n">${esc(lineLabel(i))}</span>` +
+          metricCols.map((k) => `<span class="n">${M[k][i] ? esc(fmtNum(M[k][i])) : ""}</span>`).join("") +
+          (stallKeys.length ? `<span>${esc(top)}</span>` : "") +
+          `<span class="op">${esc(P.text ? P.text[i] : P.opcode[i])}</span></div>`);
       }
-      body.innerHTML = html.join("");
-      code.rows = Array.from(body.rows);
-      body.addEventListener("click", (ev) => {
-        const tr = ev.target.closest("tr");
-        if (tr) select({ kind: "pc", index: +tr.dataset.index });
+      if (P.pc.length) html.push("</div>");
+      const rows = el("div", { class: "rows", style: grid });
+      rows.innerHTML = html.join("");
+      code.rows = Array.from(rows.querySelectorAll(".r"));
+      code.table = rows;
+      rows.addEventListener("click", (ev) => {
+        const r = ev.target.closest(".r");
+        if (r) select({ kind: "pc", index: +r.dataset.index });
       });
-      const heads = ["PC", "region", "line"].concat(metricCols.map((k) => k === "inst_executed" ? "executed" : "samples"))
-        .concat(stallKeys.length ? ["top stall"] : [], ["instruction"]);
-      code.table = el("table", {}, el("thead", {}, el("tr", {}, heads.map((h) => el("th", { class: "l" }, h)))), body);
-      sassPane.append(code.table);
+      sassPane.append(el("div", { class: "r head", style: grid }, heads.map((h) => el("span", {}, h))), rows);
     }
     layout.append(sassPane);
     code.list = list;

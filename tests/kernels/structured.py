@@ -154,3 +154,26 @@ def expected_dropped(iters: int, group: int, mode: str, records_per_lane: int) -
         return max(0, len(program) - (last_user_slot - 2))
     slots = [2 + 2 * index + (kind == "end") for kind, _, index in program]
     return sum(slot >= last_user_slot for slot in slots)
+
+
+@cute.kernel
+def multi_writer_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr):
+    """Atomic mode's case: every warp of a warp group writes into the group's lane (lane 0 of each
+    warp leads), so regions of 4 warps interleave in one lane. Per lane: 4 * iters "work" spans."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    warp = cute.arch.warp_idx()
+    lane_id = cute.arch.lane_idx()
+    prof = Profiler(spec, prof_buf, group=warp // 4, leader=lane_id == 0)
+    acc = x[bidx * 256 + tidx]
+    for i in cutlass.range(iters):
+        with profile_region(prof, "work"):
+            acc = acc * 1.0001 + 0.5
+    x[bidx * 256 + tidx] = acc
+    cute.arch.sync_threads()
+    prof.finalize(leader=(warp % 4) == 0)
+
+
+@cute.jit
+def launch_multi_writer(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+    multi_writer_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])

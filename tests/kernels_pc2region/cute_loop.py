@@ -1,4 +1,4 @@
-"""A CuTe DSL test kernel for pc2region, compiled on the CPU (CUTE_DSL_ARCH=sm_90a).
+"""A CuTe DSL test kernel for pc2region, compiled on the CPU (`--gpu-arch sm_90a` or sm_100a).
 
 It writes v1 records by hand (``globaltimer_lo() << 32 | tag`` stored to gmem), independent of the
 ikp_cute device API, so the pc2region tests do not depend on it. Program structure the tests check:
