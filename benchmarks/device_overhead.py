@@ -32,6 +32,7 @@ PRIOR_IKET = "IKET (prior measurement, H200, ../shared/notes/gpu.md; not this ru
 VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("uninstrumented", None, "none"),
     ("cursor", "cursor", "none"),
+    ("cursor eager", "cursor", "none"),  # defer_begin=False: begin record stored at the begin
     ("cursor+fence", "cursor", "cta"),
     ("static", "static", "none"),
     ("atomic", "atomic", "none"),
@@ -59,7 +60,7 @@ def build(variant, blocks, warps, regions_per_warp, x):
         return (lambda: compiled(x_arg, iters)), scratch.zero_, None
     session = ikp_cute.Session(
         groups=warps, num_blocks=blocks, records_per_lane=2 * regions_per_warp + 8, mode=mode or "cursor",
-        enabled=mode is not None, warps_per_group=1, fence=fence,
+        enabled=mode is not None, warps_per_group=1, fence=fence, defer_begin=label != "cursor eager",
     )
     buf = session.kernel_arg()
     compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads)
@@ -70,13 +71,13 @@ def build(variant, blocks, warps, regions_per_warp, x):
     return (lambda: compiled(x_arg, iters, buf)), scratch.zero_, None
 
 
-def sass_per_event(mode, fence):
+def sass_per_event(label, mode, fence):
     """Marginal SASS instructions per record of the overhead kernel (see tests/test_device_compile.py)."""
     if mode is None:
         return 0.0
     from tests.kernels.overhead import sass_instructions_per_event
 
-    return sass_instructions_per_event(mode, fence=fence)
+    return sass_instructions_per_event(mode, fence=fence, defer_begin=label != "cursor eager")
 
 
 def time_launches(launch, zero, reps):
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
     sass_counts = {}
     for label, mode, fence in VARIANTS:
         try:
-            sass_counts[label] = sass_per_event(mode, fence)
+            sass_counts[label] = sass_per_event(label, mode, fence)
         except Exception as exc:  # nvdisasm missing: timing still runs
             print(f"SASS count for {label} unavailable: {exc}", file=sys.stderr)
 

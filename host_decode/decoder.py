@@ -284,9 +284,11 @@ def _gather(body: np.ndarray, c0: int, c1: int, stride: int):
         block = np.concatenate([block, extra], axis=1)
     block = np.ascontiguousarray(block)
     rows = block.shape[1]
+    counts = np.count_nonzero(block, axis=1)
+    if counts.sum() == block.size:  # every slot written: no compaction needed
+        return block.reshape(-1), counts, np.arange(block.size), rows
     flat = np.flatnonzero(block)
-    records = block.reshape(-1)[flat]
-    return records, np.count_nonzero(block, axis=1), flat, rows
+    return block.reshape(-1)[flat], counts, flat, rows
 
 
 def _scatter(nloc: int, lane_loc: np.ndarray, values: np.ndarray, fill: int = 0) -> np.ndarray:
@@ -327,28 +329,36 @@ def _pair(etype, event, loc, bounds, not_be):
         if s.min() >= 0 and not s[bounds[1:] - 1].any():
             level = s + (step < 0)  # a BEGIN's level is its depth after the push, an END's before the pop
             level[not_be] = 0
-            b_o, e_o = _alternating_pairs(level)
-            if b_o.size * 2 == n - not_be.size and (event[b_o] == event[e_o]).all():
-                partner = np.empty(n, np.int64)
-                partner[b_o] = e_o
+            partner = np.empty(n, np.int64)
+            if _pair_by_level(level, event, partner) * 2 == n - not_be.size:
                 bi = np.flatnonzero(step > 0)
                 none = np.zeros(0, np.int64)
-                return bi, partner[bi], (level[bi] - 1).astype(np.int64), none, none
+                return bi, partner[bi], level[bi] - 1, none, none
     be = np.flatnonzero(step)
     begins, ends, depth, ub, ue = _pair_general(be, step[be].astype(np.int32), event[be], loc[be])
     return begins, ends, depth, ub, ue
 
 
-def _alternating_pairs(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Balanced, properly nested sequence: among the records of one level (program order) BEGIN and
-    END alternate, so pairs are (0, 1), (2, 3), ... of each level. Returns (begin idx, end idx)."""
+def _pair_by_level(level: np.ndarray, event: np.ndarray, partner: np.ndarray) -> int:
+    """Balanced, properly nested records: among the records of one level (program order) BEGIN and
+    END alternate, so the pairs are (0, 1), (2, 3), ... of each level. Fills partner[begin] = end and
+    returns the number of pairs, or -1 when some pair's ids differ (regions of different ids overlap:
+    the general path must pair them)."""
     top = int(level.max())
-    if top <= 8:  # shallow nesting (the usual case): a pass per level beats a sort
-        per_level = [np.flatnonzero(level == lv) for lv in range(1, top + 1)]
-        order = np.concatenate(per_level) if per_level else np.zeros(0, np.int64)
-    else:
+    if top > 8:  # deep nesting: one sort instead of a pass per level
         order = _sort_small(level)
-    return order[0::2], order[1::2]
+        order = order[np.searchsorted(level[order], 1) :]
+        groups = [order]
+    else:  # shallow nesting (the usual case): a pass per level beats a sort
+        groups = (np.flatnonzero(level == lv) for lv in range(1, top + 1))
+    pairs = 0
+    for idx in groups:
+        b, e = idx[0::2], idx[1::2]
+        if b.size != e.size or (event[b] != event[e]).any():
+            return -1
+        partner[b] = e
+        pairs += b.size
+    return pairs
 
 
 def _pair_general(be, step, event, loc):

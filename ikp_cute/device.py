@@ -175,6 +175,22 @@ class Profiler:
         self._cursor[0] = _sub_nsw(room, 1)
 
     @cute.jit
+    def _cursor_open(self):
+        """Take the next slot and read the begin time; the record is written by _cursor_write later."""
+        room = self._cursor[0]
+        timer = _timer_lo()
+        self._cursor[0] = _sub_nsw(room, 1)
+        return room, timer
+
+    @cute.jit
+    def _cursor_write(self, room, timer, bits: cutlass.Constexpr):
+        words, tag = self._words, self._tag
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = tag | bits
+            words[k, 1] = timer
+
+    @cute.jit
     def _static_record(self, k, bits: cutlass.Constexpr):
         self._store(k, bits)
         drops = self._cursor
@@ -196,7 +212,11 @@ class Profiler:
             return None
         bits = _event_bits(self.spec.event_id(name), BEGIN)
         mode = self.spec.mode
-        if cutlass.const_expr(mode == "cursor"):
+        if cutlass.const_expr(mode == "cursor" and self.spec.defer_begin):
+            # Slot taken and time read now; the store waits for the region's end, so the timer read's
+            # latency overlaps the region body instead of stalling the warp here.
+            token = self._cursor_open()
+        elif cutlass.const_expr(mode == "cursor"):
             self._cursor_record(bits)
             token = None
         elif cutlass.const_expr(mode == "atomic"):
@@ -220,6 +240,9 @@ class Profiler:
         mode = self.spec.mode
         if cutlass.const_expr(mode == "cursor"):
             self._cursor_record(bits)
+            if cutlass.const_expr(self.spec.defer_begin):
+                begin_room, begin_timer = token
+                self._cursor_write(begin_room, begin_timer, _event_bits(self.spec.event_id(name), BEGIN))
         elif cutlass.const_expr(mode == "atomic"):
             slot, begin_timer = token
             self._store(slot + 1, bits)

@@ -34,6 +34,7 @@ class Session:
     warps_per_group:   the default leader of group g is lane 0 of warp g * warps_per_group.
     fence:             "none" (default) or "cta" (block fence after each begin, before each end).
     bake_address:      compile the buffer address into the kernel (pass None as the kernel's buffer).
+    defer_begin:       cursor mode: write a region's begin record at its end (default; see ProfileSpec).
     enabled:           False: no buffer; every profiling call compiles away.
     """
 
@@ -51,6 +52,7 @@ class Session:
         fence: str = "none",
         bake_address: bool = False,
         kernel: str | None = None,
+        defer_begin: bool = True,
     ):
         self.group_names = _group_names(groups)
         num_groups = len(self.group_names)
@@ -66,6 +68,7 @@ class Session:
             warps_per_group=warps_per_group,
             fence=fence,
             events=EventRegistry(events),
+            defer_begin=defer_begin,
         )
         probe = ProfileSpec(enabled=enabled, **geometry)  # validates before allocating anything
         if enabled:

@@ -95,6 +95,8 @@ class ProfileSpec:
                       each end record (the TIRx/warpscope ordering).
     baked_address:    a device address compiled into the kernel as an immediate (no kernel argument),
                       or None (the kernel receives the buffer tensor).
+    defer_begin:      cursor mode: store a region's begin record together with its end record (the
+                      begin time is read and its slot taken at the begin); False stores it at once.
     """
 
     enabled: bool = True
@@ -107,6 +109,7 @@ class ProfileSpec:
     fence: str = "none"
     events: EventRegistry = dataclasses.field(default_factory=EventRegistry)
     baked_address: int | None = None
+    defer_begin: bool = True
 
     def __post_init__(self):
         if self.mode not in MODES:
