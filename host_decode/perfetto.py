@@ -414,6 +414,7 @@ class TrackTree:
     name: list
     rank: list  # sibling_order_rank (None for the root)
     merge_key: list  # sibling_merge_key or None
+    description: list  # str or None (the root's is set at write time)
     counter: list  # bool
     explicit_children: list  # bool
     span_uuid: np.ndarray  # per span
@@ -438,6 +439,8 @@ class TrackTree:
             td += _f_bytes(2, self.name[i].encode())
             if i == 0:
                 td += _f_bytes(14, desc.encode())
+            elif self.description[i]:
+                td += _f_bytes(14, self.description[i].encode())
             if self.counter[i]:
                 td += _f_bytes(8, _f_bytes(6, b"lanes"))
             if self.explicit_children[i]:
@@ -462,19 +465,24 @@ def root_name(trace: Trace) -> str:
     return name
 
 
+MAX_SM_RANK = 1 << 10  # "SM unknown" sorts after every real SM id (10-bit)
+
+
 def build_track_tree(
     trace: Trace, spans: np.ndarray, instants: np.ndarray, sub: np.ndarray, *, counters: bool = True
 ) -> TrackTree:
     names = trace.names
-    uuid, parent, name, rank, merge_key, counter, explicit = [], [], [], [], [], [], []
+    uuid, parent, name, rank, merge_key, counter, explicit, description = [], [], [], [], [], [], [], []
 
-    def add(p: int, nm: str, rk: int | None, *, key: str | None = None, is_counter=False, parent_of_children=False) -> int:
+    def add(p: int, nm: str, rk: int | None, *, key: str | None = None, is_counter=False, parent_of_children=False,
+            about: str | None = None) -> int:
         u = len(uuid) + 1
         uuid.append(u)
         parent.append(p)
         name.append(nm)
         rank.append(rk)
         merge_key.append(key)
+        description.append(about)
         counter.append(is_counter)
         explicit.append(parent_of_children)
         return u
@@ -485,7 +493,8 @@ def build_track_tree(
     counter_uuid = {}
     if counters:
         for k, e in enumerate(event_ids):
-            counter_uuid[int(e)] = add(root, f"lanes in {names.event(e)}", k, is_counter=True)
+            counter_uuid[int(e)] = add(root, f"lanes in {names.event(e)}", k, is_counter=True,
+                                       about=hardware_summary(trace, int(e)))
     base_rank = len(counter_uuid)
 
     # lanes that have anything to show, with block, group, sub-track count and SM
@@ -508,19 +517,32 @@ def build_track_tree(
     blocks, block_first = np.unique(lane_block, return_index=True)
     block_sm = np.full(blocks.size, -1, np.int64)
     np.maximum.at(block_sm, np.searchsorted(blocks, lane_block), lane_sm)
-    block_parent = np.full(blocks.size, root, np.int64)
+
+    # a merged session or multi-rank trace (meta["parts"]) gets one track group per launch / rank
+    parts = (trace.meta or {}).get("parts") or []
+    block_part = np.zeros(blocks.size, np.int64)
+    part_uuid = [root]
+    if parts:
+        offsets = np.array([int(pt["block_offset"]) for pt in parts], np.int64)
+        block_part = np.maximum(np.searchsorted(offsets, blocks, side="right") - 1, 0)
+        part_uuid = [add(root, str(pt.get("label") or f"part {i}"), base_rank + i, parent_of_children=True)
+                     for i, pt in enumerate(parts)]
+        base_rank = 0
+    block_parent = np.array([part_uuid[i] for i in block_part.tolist()], np.int64)
     if (block_sm >= 0).any():
-        sms = np.unique(block_sm)
         sm_uuid = {}
-        for sm in sms.tolist():
-            label = f"SM {sm}" if sm >= 0 else "SM unknown"
-            sm_uuid[sm] = add(root, label, base_rank + (sm if sm >= 0 else int(sms.max()) + 1), parent_of_children=True)
-        block_parent = np.array([sm_uuid[s] for s in block_sm.tolist()], np.int64)
+        for i in range(blocks.size):
+            key = (int(block_part[i]), int(block_sm[i]))
+            if key not in sm_uuid:
+                sm = key[1]
+                sm_uuid[key] = add(part_uuid[key[0]], f"SM {sm}" if sm >= 0 else "SM unknown",
+                                   base_rank + (sm if sm >= 0 else MAX_SM_RANK), parent_of_children=True)
+            block_parent[i] = sm_uuid[key]
     block_uuid = np.empty(blocks.size, np.int64)
     for i, (b, p) in enumerate(zip(blocks.tolist(), block_parent.tolist())):
         sm = int(block_sm[i])
         label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
-        block_uuid[i] = add(p, label, base_rank + b if p == root else b, parent_of_children=True)
+        block_uuid[i] = add(p, label, base_rank + b if p in part_uuid else b, parent_of_children=True)
 
     # group tracks and their overlap siblings; rank keeps siblings of one group adjacent
     max_sub = int(nsub.max()) if nsub.size else 1
@@ -542,6 +564,7 @@ def build_track_tree(
         name=name,
         rank=rank,
         merge_key=merge_key,
+        description=description,
         counter=counter,
         explicit_children=explicit,
         span_uuid=span_uuid,
@@ -550,6 +573,22 @@ def build_track_tree(
         overlap_tracks=int((nsub - 1).sum()),
         root_name=rname,
     )
+
+
+def hardware_summary(trace: Trace, event: int) -> str | None:
+    """One line of per-PC hardware data joined to this region (host_decode.join.attach_to_trace puts it
+    in trace.meta["regions_hw"]), shown as the region's counter-track description; None without it."""
+    hw = ((trace.meta or {}).get("regions_hw") or {}).get("by_event", {}).get(str(event))
+    if not hw:
+        return None
+    parts = [f"{trace.names.event(event)}: {100.0 * (hw.get('samples_share') or 0.0):.1f}% of stall samples"]
+    stalls = {k: v for k, v in (hw.get("stalls") or {}).items() if v}
+    if stalls:
+        top = max(stalls, key=stalls.get)
+        parts.append(f"{top} dominant ({100.0 * stalls[top] / max(sum(stalls.values()), 1e-300):.0f}%)")
+    if hw.get("inst_executed"):
+        parts.append(f"{hw['inst_executed'] / 1e6:.2f} M instructions executed")
+    return ", ".join(parts)
 
 
 def _lane_sm(trace: Trace, lanes: np.ndarray) -> np.ndarray:

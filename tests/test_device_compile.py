@@ -147,6 +147,12 @@ def test_cursor_is_carried_through_dynamic_loop():
     assert ptx.loop_invariant_stores(compiled.__ptx__) == []
 
 
+def test_eager_begin_variant_compiles_and_is_carried():
+    compiled = compile_structured(make_spec("cursor", defer_begin=False), "launch_carried")
+    assert ptx.loop_invariant_stores(compiled.__ptx__) == []
+    compile_structured(make_spec("cursor", defer_begin=False), "launch_warp_specialized")
+
+
 def test_carry_check_catches_a_stale_cursor():
     """Negative control: a cursor restarted from its pre-loop value in each iteration must be flagged."""
     compiled = compile_structured(make_spec("cursor"), "launch_stale")

@@ -568,3 +568,32 @@ def test_mixed_known_and_unknown_sm(tmp_path):
     names = {d.name for d in res["tracks"].values()}
     assert {"SM 7", "SM unknown", "block 0 (SM 7)", "block 1", "block 2"} <= names
     assert sorted(s["args"]["sm"] for s in res["slices"]) == [-1, -1, 7]
+
+
+def test_session_gets_a_track_group_per_launch(tmp_path):
+    from host_decode.multi import concat, parts_from_traces
+
+    a = make_trace({0: [("B", 0, 0), ("E", 0, 10)], 1: [("B", 1, 2), ("E", 1, 9)]}, sm={0: 3, 1: 3})
+    b = make_trace({0: [("B", 0, 100), ("E", 0, 130)]}, sm={0: 5})
+    merged = concat(parts_from_traces([a, b], labels=["launch 0", "launch 1"]))
+    res = write_and_replay(merged, tmp_path)
+    check_against_trace(merged, res, args=True)
+    tree_checks(res, merged)
+    tracks = res["tracks"]
+    by_uuid = {d.uuid: d for d in tracks.values()}
+    launch = {d.name: d for d in tracks.values() if d.name.startswith("launch ")}
+    assert set(launch) == {"launch 0", "launch 1"}
+    sm_parent = {d.name: by_uuid[d.parent_uuid].name for d in tracks.values() if d.name.startswith("SM ")}
+    assert sm_parent == {"SM 3": "launch 0", "SM 5": "launch 1"}
+
+
+def test_joined_hardware_data_describes_the_region_counter(tmp_path):
+    trace = make_trace({0: [("B", 0, 0), ("E", 0, 10)], 1: [("B", 1, 2), ("E", 1, 9)]})
+    trace.meta["regions_hw"] = {"by_event": {"1": {"samples_share": 0.46, "inst_executed": 12.8e6,
+                                                   "stalls": {"long_scoreboard": 30.0, "wait": 10.0}}}}
+    res = write_and_replay(trace, tmp_path)
+    desc = {d.name: d.description for d in res["tracks"].values() if d.name.startswith("lanes in")}
+    name1 = f"lanes in {trace.names.event(1)}"
+    assert desc[name1] == (f"{trace.names.event(1)}: 46.0% of stall samples, long_scoreboard dominant (75%), "
+                           "12.80 M instructions executed")
+    assert desc[f"lanes in {trace.names.event(0)}"] == ""
