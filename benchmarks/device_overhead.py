@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,8 +32,9 @@ PRIOR_IKET = "IKET (prior measurement, H200, ../shared/notes/gpu.md; not this ru
 
 VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("uninstrumented", None, "none"),
-    ("cursor", "cursor", "none"),
-    ("cursor eager", "cursor", "none"),  # defer_begin=False: begin record stored at the begin
+    ("cursor", "cursor", "none"),  # the default: begin record stored at the begin
+    ("cursor deferred", "cursor", "none"),  # defer_begin=True: begin record stored with the end record
+    ("cursor smem", "cursor", "none"),  # stage="smem": records in shared memory, copied out at finalize
     ("cursor+fence", "cursor", "cta"),
     ("static", "static", "none"),
     ("atomic", "atomic", "none"),
@@ -41,13 +43,11 @@ VARIANTS = [  # (label, mode or None for uninstrumented, fence)
 
 def build(variant, blocks, warps, regions_per_warp, x):
     """-> (launch(), zero(), sass instructions per event or None)."""
-    import cutlass.cute as cute
     import torch
-    from cutlass import Int32
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from ikp_cute import sass
     from tests.kernels.overhead import launch_iket_overhead, launch_overhead
 
     label, mode, fence = variant
@@ -59,15 +59,32 @@ def build(variant, blocks, warps, regions_per_warp, x):
         scratch = torch.zeros(1, dtype=torch.int64, device="cuda")
         return (lambda: compiled(x_arg, iters)), scratch.zero_, None
     session = ikp_cute.Session(
-        groups=warps, num_blocks=blocks, records_per_lane=2 * regions_per_warp + 8, mode=mode or "cursor",
-        enabled=mode is not None, warps_per_group=1, fence=fence, defer_begin=label != "cursor eager",
+        groups=warps,
+        num_blocks=blocks,
+        records_per_lane=2 * regions_per_warp + 8,
+        mode=mode or "cursor",
+        enabled=mode is not None,
+        warps_per_group=1,
+        fence=fence,
+        defer_begin=label == "cursor deferred",
+        stage="smem" if label == "cursor smem" else "global",
     )
     buf = session.kernel_arg()
     compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads)
-    scratch = session.buffer if session.buffer is not None else torch.zeros(
-        ikp_cute.ProfileSpec(num_groups=warps, num_blocks=blocks, write_stride=warps * blocks,
-                             records_per_lane=2 * regions_per_warp + 8).total_slots,
-        dtype=torch.int64, device="cuda")
+    scratch = (
+        session.buffer
+        if session.buffer is not None
+        else torch.zeros(
+            ikp_cute.ProfileSpec(
+                num_groups=warps,
+                num_blocks=blocks,
+                write_stride=warps * blocks,
+                records_per_lane=2 * regions_per_warp + 8,
+            ).total_slots,
+            dtype=torch.int64,
+            device="cuda",
+        )
+    )
     return (lambda: compiled(x_arg, iters, buf)), scratch.zero_, None
 
 
@@ -77,7 +94,12 @@ def sass_per_event(label, mode, fence):
         return 0.0
     from tests.kernels.overhead import sass_instructions_per_event
 
-    return sass_instructions_per_event(mode, fence=fence, defer_begin=label != "cursor eager")
+    return sass_instructions_per_event(
+        mode,
+        fence=fence,
+        defer_begin=label == "cursor deferred",
+        stage="smem" if label == "cursor smem" else "global",
+    )
 
 
 def time_launches(launch, zero, reps):
@@ -86,7 +108,10 @@ def time_launches(launch, zero, reps):
     times = []
     for _ in range(reps):
         zero()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = (
+            torch.cuda.Event(enable_timing=True),
+            torch.cuda.Event(enable_timing=True),
+        )
         start.record()
         launch()
         end.record()
@@ -100,7 +125,11 @@ def measure(variants, blocks, warps, regions, reps, rounds=2):
 
     x = torch.rand(blocks * warps * 32, device="cuda", dtype=torch.float32)
     built = {v[0]: build(v, blocks, warps, regions, x) for v in variants}
-    for launch, zero, _ in built.values():  # warm up: module load, first-launch costs, clocks
+    for (
+        launch,
+        zero,
+        _,
+    ) in built.values():  # warm up: module load, first-launch costs, clocks
         for _ in range(20):
             zero()
             launch()
@@ -119,20 +148,23 @@ def table(results, regions, base_label="uninstrumented", sass_counts=None):
     for label, ms in results.items():
         med = statistics.median(ms)
         rows.append(
-            dict(
-                variant=label,
-                ms=med,
-                spread_ms=max(ms) - min(ms),
-                ns_per_event_per_warp=(med - base) * 1e6 / events,
-                pct=(med / base - 1) * 100,
-                sass_per_event=(sass_counts or {}).get(label),
-            )
+            {
+                "variant": label,
+                "ms": med,
+                "spread_ms": max(ms) - min(ms),
+                "ns_per_event_per_warp": (med - base) * 1e6 / events,
+                "pct": (med / base - 1) * 100,
+                "sass_per_event": (sass_counts or {}).get(label),
+            }
         )
     return rows
 
 
 def format_rows(title, rows):
-    out = [title, f"{'variant':<16}{'ms':>10}{'spread':>9}{'ns/ev/warp':>12}{'% over':>9}{'SASS/ev':>9}"]
+    out = [
+        title,
+        f"{'variant':<16}{'ms':>10}{'spread':>9}{'ns/ev/warp':>12}{'% over':>9}{'SASS/ev':>9}",
+    ]
     for r in rows:
         sass_cell = "" if r["sass_per_event"] is None else f"{r['sass_per_event']:.1f}"
         out.append(
@@ -159,7 +191,10 @@ def main(argv=None) -> int:
     for label, mode, fence in VARIANTS:
         try:
             sass_counts[label] = sass_per_event(label, mode, fence)
-        except Exception as exc:  # nvdisasm missing: timing still runs
+        except (
+            FileNotFoundError,
+            subprocess.CalledProcessError,
+        ) as exc:  # nvdisasm missing: timing still runs
             print(f"SASS count for {label} unavailable: {exc}", file=sys.stderr)
 
     main_results = measure(variants, args.blocks, args.warps, args.regions, args.reps)
@@ -176,8 +211,13 @@ def main(argv=None) -> int:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
-    print(format_rows(f"[{device}] {args.blocks} blocks x {args.warps} warps, {args.regions} regions/warp "
-                      f"(32 dependent FMAs each), medians of {args.reps} launches x 2 rounds", main_rows))
+    print(
+        format_rows(
+            f"[{device}] {args.blocks} blocks x {args.warps} warps, {args.regions} regions/warp "
+            f"(32 dependent FMAs each), medians of {args.reps} launches x 2 rounds",
+            main_rows,
+        )
+    )
     print(format_rows("latency-bound: 1 block x 1 warp, same program", single_rows))
     if args.iket:
         print("iket row: valid only when this script runs under IKET's launcher (otherwise IKET records nothing)")

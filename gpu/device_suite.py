@@ -34,7 +34,15 @@ def run_step(name, cmd, out_dir, timeout, env=None):
     """Run `cmd`, tee its output to out_dir/<name>.log; -> (returncode, output, seconds)."""
     t0 = time.time()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
         output, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
         output, rc = f"{e.stdout or ''}{e.stderr or ''}\nTIMEOUT after {timeout} s", 124
@@ -49,33 +57,63 @@ def run_step(name, cmd, out_dir, timeout, env=None):
 def overflow_launches() -> int:
     """Launches that overflow: capacity 4 records per lane in every mode, and 6 blocks on a session
     sized for 4. Returns the number of records the device reported dropped (must be > 0)."""
-    import cutlass.cute as cute
     import torch
-    from cutlass import Int32
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
     from tests.kernels import structured
 
     dropped = 0
-    for mode, blocks, session_blocks in [("cursor", 4, 4), ("atomic", 4, 4), ("static", 4, 4), ("cursor", 6, 4)]:
-        session = ikp_cute.Session(groups=2, num_blocks=session_blocks, records_per_lane=8, mode=mode)
+    cases = [
+        ("cursor", 4, 4, "global"),
+        ("cursor", 4, 4, "smem"),
+        ("atomic", 4, 4, "global"),
+        ("static", 4, 4, "global"),
+        ("cursor", 6, 4, "global"),
+        ("cursor", 6, 4, "smem"),
+    ]
+    for mode, blocks, session_blocks, stage in cases:
+        session = ikp_cute.Session(
+            groups=2,
+            num_blocks=session_blocks,
+            records_per_lane=8,
+            mode=mode,
+            stage=stage,
+        )
         x = torch.rand(blocks * 256, device="cuda")
         x_arg = from_dlpack(x, assumed_align=16)
-        compiled = cute.compile(structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1))
+        compiled = cute.compile(
+            structured.launch_structured,
+            x_arg,
+            Int32(5),
+            session.kernel_arg(),
+            session.spec,
+            (blocks, 1, 1),
+        )
         with session:
             compiled(x_arg, Int32(5), session.kernel_arg())
         dropped += session.dropped_on_device()
-        print(f"overflow {mode} grid={blocks} session={session_blocks}: dropped on device {session.dropped_on_device()}")
+        print(
+            f"overflow {mode}/{stage} grid={blocks} session={session_blocks}: dropped on device {session.dropped_on_device()}"
+        )
     torch.cuda.synchronize()
     return dropped
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--skip", default="", help="comma list of steps to skip: tests,example,memcheck,bench,iket")
+    p.add_argument(
+        "--skip",
+        default="",
+        help="comma list of steps to skip: tests,example,memcheck,bench,iket",
+    )
     p.add_argument("--overflow-only", action="store_true")
-    p.add_argument("--bench-args", default="", help="extra arguments for benchmarks/device_overhead.py")
+    p.add_argument(
+        "--bench-args",
+        default="",
+        help="extra arguments for benchmarks/device_overhead.py",
+    )
     args = p.parse_args(argv)
     if args.overflow_only:
         return 0 if overflow_launches() > 0 else 1
@@ -88,17 +126,45 @@ def main(argv=None) -> int:
 
     smi = shutil.which("nvidia-smi")
     if smi:
-        gpu = subprocess.run([smi, "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout.strip()
+        gpu = subprocess.run(
+            [
+                smi,
+                "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
         summary.append(f"gpu: {gpu}")
 
     if "tests" not in skip:
-        rc, out, s = run_step("pytest_gpu", [py, "-m", "pytest", "-q", "-m", "gpu", "tests/test_device_gpu.py", "-p", "no:cacheprovider"], out_dir, 400)
+        rc, out, s = run_step(
+            "pytest_gpu",
+            [
+                py,
+                "-m",
+                "pytest",
+                "-q",
+                "-m",
+                "gpu",
+                "tests/test_device_gpu.py",
+                "-p",
+                "no:cacheprovider",
+            ],
+            out_dir,
+            400,
+        )
         tail = [line for line in out.splitlines() if re.search(r"\d+ (passed|failed)", line)]
         summary.append(f"gpu tests: rc={rc} {tail[-1] if tail else ''} ({s:.0f} s)")
 
     if "example" not in skip:
-        rc, out, s = run_step("example", [py, "examples/basic/run.py", "--out", str(out_dir / "capture.npy")], out_dir, 200)
+        rc, out, s = run_step(
+            "example",
+            [py, "examples/basic/run.py", "--out", str(out_dir / "capture.npy")],
+            out_dir,
+            200,
+        )
         line = next((ln for ln in out.splitlines() if ln.startswith("saved")), "")
         summary.append(f"example: rc={rc} {line}")
 
@@ -106,15 +172,35 @@ def main(argv=None) -> int:
         sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
         env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
         rc, out, s = run_step(
-            "memcheck", [sanitizer, "--tool", "memcheck", "--leak-check", "no", py, "gpu/device_suite.py", "--overflow-only"],
-            out_dir, 300, env=env,
+            "memcheck",
+            [
+                sanitizer,
+                "--tool",
+                "memcheck",
+                "--leak-check",
+                "no",
+                py,
+                "gpu/device_suite.py",
+                "--overflow-only",
+            ],
+            out_dir,
+            300,
+            env=env,
         )
         errors = re.findall(r"ERROR SUMMARY: (\d+) error", out)
         dropped = re.findall(r"dropped on device (\d+)", out)
-        summary.append(f"memcheck: rc={rc} errors={errors[-1] if errors else '?'} dropped per launch={dropped} ({s:.0f} s)")
+        summary.append(
+            f"memcheck: rc={rc} errors={errors[-1] if errors else '?'} dropped per launch={dropped} ({s:.0f} s)"
+        )
 
     if "bench" not in skip:
-        cmd = [py, "benchmarks/device_overhead.py", "--json", str(out_dir / "overhead.json"), *args.bench_args.split()]
+        cmd = [
+            py,
+            "benchmarks/device_overhead.py",
+            "--json",
+            str(out_dir / "overhead.json"),
+            *args.bench_args.split(),
+        ]
         rc, out, s = run_step("bench", cmd, out_dir, 400)
         table_start = out.find("[")
         summary.append(f"benchmark: rc={rc} ({s:.0f} s)\n" + (out[table_start:] if table_start >= 0 else out[-2000:]))
@@ -124,12 +210,28 @@ def main(argv=None) -> int:
         # the benchmark then times every ikp_cute mode and the IKET twin in the same process.
         workdir = Path("/tmp/ikp_iket_wd")
         workdir.mkdir(parents=True, exist_ok=True)
-        cmd = [py, "-m", "iket.cli.main", "--working-dir", str(workdir), "profile", "--postprocess", "none", "--",
-               py, str(ROOT / "benchmarks/device_overhead.py"), "--iket", "--json", str(out_dir / "overhead_iket.json")]
+        cmd = [
+            py,
+            "-m",
+            "iket.cli.main",
+            "--working-dir",
+            str(workdir),
+            "profile",
+            "--postprocess",
+            "none",
+            "--",
+            py,
+            str(ROOT / "benchmarks/device_overhead.py"),
+            "--iket",
+            "--json",
+            str(out_dir / "overhead_iket.json"),
+        ]
         rc, out, s = run_step("iket", cmd, out_dir, 480)
         starts = [m.start() for m in re.finditer(r"\[NVIDIA", out)]
-        summary.append(f"benchmark under IKET's launcher (last pass): rc={rc} ({s:.0f} s)\n"
-                       + (out[starts[-1]:starts[-1] + 2500] if starts else out[-2000:]))
+        summary.append(
+            f"benchmark under IKET's launcher (last pass): rc={rc} ({s:.0f} s)\n"
+            + (out[starts[-1] : starts[-1] + 2500] if starts else out[-2000:])
+        )
 
     print("\n===== summary =====")
     print("\n".join(summary))

@@ -30,8 +30,11 @@ Disabled (``Session(enabled=False)`` or ``ikp_cute.disabled()``): ``kernel_arg()
 profiling call compiles away: the PTX equals the uninstrumented kernel's. ``bake_address=True``
 compiles the buffer address into the kernel instead (no kernel argument: pass None), which is how a
 third-party kernel is instrumented without changing its launch signature.
-Modes: "cursor" (default, register cursor), "atomic" (one atomic add per region; several writers per
-lane allowed), "static" (``profile_region(prof, name, index=i)``). See docs/device.md.
+Modes: "cursor" (default, register cursor; 3-4 SASS instructions per event), "atomic" (one
+shared-memory atomic per region; several writers per lane allowed; every thread of the block must
+build the Profiler, which holds a block barrier), "static" (``profile_region(prof, name, index=i)``).
+``Session(stage="smem")`` stages cursor records in shared memory (finalize() copies them out).
+See docs/device.md for the modes, limits and measured costs.
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -47,7 +50,16 @@ _LAZY = {
     "fake_buffer": ("session", "fake_buffer"),
 }
 
-__all__ = ["MODES", "EventRegistry", "ProfileSpec", "disabled", *_LAZY]
+__all__ = [
+    "MODES",
+    "EventRegistry",
+    "ProfileSpec",
+    "Profiler",
+    "Session",
+    "disabled",
+    "fake_buffer",
+    "profile_region",
+]
 
 
 def __getattr__(name):

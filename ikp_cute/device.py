@@ -25,8 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Int32, Int64, Uint32, Uint64
+from cutlass import Int32, Int64, Uint32, Uint64, cute
 
 from host_decode import wire
 
@@ -89,8 +88,13 @@ def _timer_lo():
     from cutlass._mlir.dialects import llvm
 
     value = llvm.inline_asm(
-        Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l",
-        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        Int64.mlir_type,
+        [],
+        "mov.u64 $0, %globaltimer;",
+        "=l",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
     )
     return Int32(Int64(value))
 
@@ -242,7 +246,11 @@ class Profiler:
             self._cursor_record(bits)
             if cutlass.const_expr(self.spec.defer_begin):
                 begin_room, begin_timer = token
-                self._cursor_write(begin_room, begin_timer, _event_bits(self.spec.event_id(name), BEGIN))
+                self._cursor_write(
+                    begin_room,
+                    begin_timer,
+                    _event_bits(self.spec.event_id(name), BEGIN),
+                )
         elif cutlass.const_expr(mode == "atomic"):
             slot, begin_timer = token
             self._store(slot + 1, bits)
@@ -274,6 +282,31 @@ class Profiler:
         self._finalize(self._leader if leader is None else (self._leader & leader))
 
     @cute.jit
+    def _flush(self, writer):
+        """smem stage: every thread knows the record count (its cursor moved like the leader's), so the
+        32 lanes of the default leader's warp copy in parallel; a custom leader copies alone."""
+        # room = limit - 2 - n for every thread (limit 0 for non-leaders), so limit - room = 2 + n.
+        count = cutlass.min(Int32(self.spec.trailer_slot), self._limit - self._cursor[0])
+        cute.arch.sync_warp()  # the leader's shared-memory stores are visible to its warp
+        self._flush_default(writer, count)
+
+    def _flush_default(self, writer, count):
+        spec = self.spec
+        if cutlass.const_expr(self._default_leader):
+            lane_in_warp = cute.arch.lane_idx()
+            in_leader_warp = cute.arch.warp_idx() == self._group * spec.warps_per_group
+            _flush_lane(
+                self._lane,
+                self._staged,
+                count,
+                lane_in_warp,
+                32,
+                in_leader_warp & self._in_range,
+            )
+        else:
+            _flush_lane(self._lane, self._staged, count, Int32(0), 1, writer)
+
+    @cute.jit
     def _finalize(self, writer):
         spec = self.spec
         if cutlass.const_expr(spec.mode == "cursor"):
@@ -282,6 +315,8 @@ class Profiler:
             dropped = _leader_atomic_add(self._counter, writer, 0) + wire.ANCHOR_RECORDS - spec.trailer_slot
         else:
             dropped = self._cursor[0]
+        if cutlass.const_expr(spec.stage == "smem"):
+            self._flush(writer)
         timer = cute.arch.globaltimer_lo()
         records, tag = self._lane, self._tag
         if writer:
@@ -298,19 +333,34 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
     gx, gy, gz = cute.arch.grid_dim()
     block = Int32(bx + by * gx + bz * gx * gy)
     lane = block * spec.num_groups + group
-    if cutlass.const_expr(leader is None):
+    default_leader = leader is None
+    if cutlass.const_expr(default_leader):
         leader = (cute.arch.warp_idx() == group * spec.warps_per_group) & (cute.arch.lane_idx() == 0)
     # Lanes past write_stride (grid larger than the session was sized for) write nothing.
     leader = leader & (lane < spec.write_stride)
     limit = cutlass.select_(leader, Int32(spec.trailer_slot), Int32(0))
     tag = Int32(lane) << wire.LANE_SHIFT
     records = cute.make_tensor(
-        tensor.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
+        tensor.iterator + 1 + lane,
+        cute.make_layout(spec.records_per_lane, stride=spec.write_stride),
     )
     words = cute.make_tensor(
         cute.recast_ptr(tensor.iterator + 1 + lane, dtype=Int32),
         cute.make_layout((spec.records_per_lane, 2), stride=(2 * spec.write_stride, 1)),
     )
+    staged = None
+    if cutlass.const_expr(spec.stage == "smem"):
+        # Cursor records go to this lane's slice of a static shared-memory array; finalize copies them
+        # to the buffer. Same (tag, timer) word pairs, 8 bytes per record.
+        stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
+        staged = cute.make_tensor(
+            stage + group * spec.records_per_lane,
+            cute.make_layout(spec.records_per_lane),
+        )
+        words = cute.make_tensor(
+            cute.recast_ptr(stage + group * spec.records_per_lane, dtype=Int32),
+            cute.make_layout((spec.records_per_lane, 2), stride=(2, 1)),
+        )
     counter = None
     if cutlass.const_expr(spec.mode == "atomic"):
         # Per-lane reservation counters in static shared memory (4 bytes per group), zeroed by thread 0
@@ -334,7 +384,27 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
     if leader:
         records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
         records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
-    return dict(_leader=leader, _limit=limit, _tag=tag, _lane=records, _words=words, _counter=counter, _cursor=cursor)
+    return {
+        "_leader": leader,
+        "_limit": limit,
+        "_tag": tag,
+        "_lane": records,
+        "_words": words,
+        "_staged": staged,
+        "_counter": counter,
+        "_cursor": cursor,
+        "_group": group,
+        "_in_range": lane < spec.write_stride,
+        "_default_leader": default_leader,
+    }
+
+
+@cute.jit
+def _flush_lane(records, staged, count, first, step, active):
+    """Copy staged records 2 .. count-1 (smem) to the lane's slots (global), `step` threads at a time."""
+    if active:
+        for k in cutlass.range(first + wire.ANCHOR_RECORDS, count, step):
+            records[k] = staged[k]
 
 
 class profile_region:

@@ -1,55 +1,36 @@
-"""SASS inspection of compiled cubins with nvdisasm (from the nvidia-cuda-nvdisasm wheel or CUDA_HOME).
+"""SASS of compiled CuTe DSL kernels: instruction counts and the compile options that keep artifacts.
 
-Used by tests/test_device_compile.py (per-event instruction cost, enforced in CI without a GPU) and
-benchmarks/device_overhead.py.
+Disassembly and nvdisasm discovery are host_decode.sass's (one implementation for pc2region and for
+these counts). Used by tests/test_device_compile.py (per-event instruction cost, enforced in CI without
+a GPU) and benchmarks/device_overhead.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import subprocess
 import tempfile
-from pathlib import Path
 
-_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+from host_decode import sass as _sass
 
 
 def nvdisasm_path() -> str | None:
-    """nvdisasm from the pip wheel (nvidia/cu13/bin or cu12), $CUDA_HOME/bin, or PATH; None if absent."""
+    """nvdisasm (see host_decode.sass.find_nvdisasm), or None when there is none."""
     try:
-        import nvidia
-
-        for root in nvidia.__path__:
-            for sub in ("cu13", "cu12", "cuda_nvdisasm"):
-                candidate = Path(root, sub, "bin", "nvdisasm")
-                if candidate.is_file():
-                    return str(candidate)
-    except ImportError:
-        pass
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home and Path(cuda_home, "bin", "nvdisasm").is_file():
-        return str(Path(cuda_home, "bin", "nvdisasm"))
-    return shutil.which("nvdisasm")
+        return _sass.find_nvdisasm()
+    except FileNotFoundError:
+        return None
 
 
 def disassemble(cubin: bytes) -> list[str]:
-    """Instructions of every function in `cubin`, in address order, trailing NOP padding removed."""
-    tool = nvdisasm_path()
-    if tool is None:
-        raise FileNotFoundError("nvdisasm not found: pip install nvidia-cuda-nvdisasm, or set CUDA_HOME")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
-    instructions = [m.group(2) for line in out.splitlines() if (m := _INSTRUCTION.match(line))]
-    return _strip_padding(instructions)
+    """Instructions of every function in `cubin`, in address order, trailing padding removed."""
+    instructions = []
+    for fn in _sass.parse_listing(_sass.disassemble(cubin)):
+        instructions += [ins.text for ins in _strip_padding(fn.instructions)]
+    return instructions
 
 
-def _strip_padding(instructions: list[str]) -> list[str]:
+def _strip_padding(instructions):
     # Functions end with `EXIT; BRA self; NOP...`: the self-branch and NOPs after the last EXIT never run.
-    last_exit = max((i for i, ins in enumerate(instructions) if ins.split()[-1:] == ["EXIT"] or ins.endswith("EXIT")), default=None)
+    last_exit = max((i for i, ins in enumerate(instructions) if ins.base == "EXIT"), default=None)
     return instructions if last_exit is None else instructions[: last_exit + 1]
 
 

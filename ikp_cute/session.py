@@ -34,7 +34,9 @@ class Session:
     warps_per_group:   the default leader of group g is lane 0 of warp g * warps_per_group.
     fence:             "none" (default) or "cta" (block fence after each begin, before each end).
     bake_address:      compile the buffer address into the kernel (pass None as the kernel's buffer).
-    defer_begin:       cursor mode: write a region's begin record at its end (default; see ProfileSpec).
+    defer_begin:       cursor mode: write a region's begin record at its end (off by default; see ProfileSpec).
+    stage:             cursor mode: "global" (default) or "smem" (records staged in shared memory,
+                       copied out by finalize(); see ProfileSpec).
     enabled:           False: no buffer; every profiling call compiles away.
     """
 
@@ -52,24 +54,26 @@ class Session:
         fence: str = "none",
         bake_address: bool = False,
         kernel: str | None = None,
-        defer_begin: bool = True,
+        defer_begin: bool = False,
+        stage: str = "global",
     ):
         self.group_names = _group_names(groups)
         num_groups = len(self.group_names)
         self.kernel = kernel
         self.device = device
         self.buffer = None
-        geometry = dict(
-            mode=mode,
-            num_groups=num_groups,
-            num_blocks=num_blocks,
-            write_stride=write_stride if write_stride is not None else num_blocks * num_groups,
-            records_per_lane=records_per_lane,
-            warps_per_group=warps_per_group,
-            fence=fence,
-            events=EventRegistry(events),
-            defer_begin=defer_begin,
-        )
+        geometry = {
+            "mode": mode,
+            "num_groups": num_groups,
+            "num_blocks": num_blocks,
+            "write_stride": write_stride if write_stride is not None else num_blocks * num_groups,
+            "records_per_lane": records_per_lane,
+            "warps_per_group": warps_per_group,
+            "fence": fence,
+            "events": EventRegistry(events),
+            "defer_begin": defer_begin,
+            "stage": stage,
+        }
         probe = ProfileSpec(enabled=enabled, **geometry)  # validates before allocating anything
         if enabled:
             import torch
@@ -101,7 +105,7 @@ class Session:
         self.buffer.zero_()
         self.buffer[0] = wire.pack_header(self.spec.num_blocks, self.spec.num_groups)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self):
         self.reset()
         return self
 
@@ -122,24 +126,24 @@ class Session:
 
     def dropped_on_device(self) -> int:
         """Sum of the DROPPED instants' counts (records the device could not store)."""
-        _, lane, event_id, event_type = wire.unpack_records(self.records()[1:])
-        timer = (self.records()[1:] >> np.uint64(32)).astype(np.int64)
+        timer, _, event_id, event_type = wire.unpack_records(self.records()[1:])
         mask = (event_id == wire.DROPPED_EVENT_ID) & (event_type == int(wire.EventType.INSTANT))
-        return int(timer[mask].sum())
+        return int(timer[mask].astype(np.int64).sum())
 
     def names(self) -> Names:
         return Names(events=self.spec.events.as_dict(), groups=dict(enumerate(self.group_names)))
 
     def meta(self) -> dict:
-        meta = dict(
-            format=FORMAT,
-            write_stride=self.spec.write_stride,
-            records_per_lane=self.spec.records_per_lane,
-            num_blocks=self.spec.num_blocks,
-            num_groups=self.spec.num_groups,
-            mode=self.spec.mode,
-            fence=self.spec.fence,
-        )
+        meta = {
+            "format": FORMAT,
+            "write_stride": self.spec.write_stride,
+            "records_per_lane": self.spec.records_per_lane,
+            "num_blocks": self.spec.num_blocks,
+            "num_groups": self.spec.num_groups,
+            "mode": self.spec.mode,
+            "fence": self.spec.fence,
+            "stage": self.spec.stage,
+        }
         if self.kernel:
             meta["kernel"] = self.kernel
         meta.update(_device_facts(self.buffer))
@@ -149,7 +153,12 @@ class Session:
         """-> host_decode Trace of the last launch."""
         from host_decode.decoder import decode
 
-        return decode(self.records(), names=self.names(), write_stride=self.spec.write_stride, meta=self.meta())
+        return decode(
+            self.records(),
+            names=self.names(),
+            write_stride=self.spec.write_stride,
+            meta=self.meta(),
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.capture."""

@@ -23,6 +23,8 @@ from host_decode import wire
 
 MODES = ("cursor", "atomic", "static")
 FENCES = ("none", "cta")
+STAGES = ("global", "smem")
+SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
 
 
 class EventRegistry:
@@ -96,7 +98,13 @@ class ProfileSpec:
     baked_address:    a device address compiled into the kernel as an immediate (no kernel argument),
                       or None (the kernel receives the buffer tensor).
     defer_begin:      cursor mode: store a region's begin record together with its end record (the
-                      begin time is read and its slot taken at the begin); False stores it at once.
+                      begin time is read and its slot taken at the begin). Off by default: a begin
+                      stored at once survives a kernel that traps or hangs inside the region (it then
+                      decodes as an unmatched begin, which is what one debugs a hang with), and the
+                      benchmark showed the same cost within noise.
+    stage:            cursor mode: "global" (records go straight to the buffer) or "smem" (records go
+                      to static shared memory, num_groups * records_per_lane * 8 bytes per block, and
+                      finalize() copies them out: finalize is then required, by the whole leader warp).
     """
 
     enabled: bool = True
@@ -109,7 +117,8 @@ class ProfileSpec:
     fence: str = "none"
     events: EventRegistry = dataclasses.field(default_factory=EventRegistry)
     baked_address: int | None = None
-    defer_begin: bool = True
+    defer_begin: bool = False
+    stage: str = "global"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -128,6 +137,15 @@ class ProfileSpec:
             raise ValueError(
                 f"records_per_lane={self.records_per_lane} leaves no room for user records "
                 f"({wire.ANCHOR_RECORDS} anchors + {wire.TRAILER_RECORDS} trailer are reserved)"
+            )
+        if self.stage not in STAGES:
+            raise ValueError(f"stage={self.stage!r}: expected one of {STAGES}")
+        if self.stage == "smem" and self.mode != "cursor":
+            raise ValueError(f"stage='smem' needs mode='cursor' (got mode={self.mode!r})")
+        if self.stage == "smem" and self.num_groups * self.records_per_lane * 8 > SMEM_STAGE_LIMIT:
+            raise ValueError(
+                f"stage='smem': {self.num_groups} groups x {self.records_per_lane} records x 8 B exceeds the "
+                f"{SMEM_STAGE_LIMIT} B of static shared memory a block may declare"
             )
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
@@ -162,7 +180,9 @@ class ProfileSpec:
 
     def __repr__(self) -> str:
         # Appears in the mangled kernel name: keep it short and free of addresses.
-        return f"ikp_{self.mode}" if self.enabled else "ikp_off"
+        if not self.enabled:
+            return "ikp_off"
+        return f"ikp_{self.mode}" + ("_smem" if self.stage == "smem" else "")
 
     __str__ = __repr__
 

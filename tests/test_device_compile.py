@@ -16,11 +16,11 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 cutlass = pytest.importorskip("cutlass")
 cute = pytest.importorskip("cutlass.cute")
 
-from cutlass import Float32, Int32  # noqa: E402
-from cutlass.cute.runtime import make_fake_compact_tensor  # noqa: E402
+from cutlass import Float32, Int32
+from cutlass.cute.runtime import make_fake_compact_tensor
 
-import ikp_cute  # noqa: E402
-from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer, ptx, sass  # noqa: E402
+import ikp_cute
+from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer, ptx, sass
 
 MODES = ("cursor", "atomic", "static")
 GRID = (4, 1, 1)
@@ -28,7 +28,13 @@ KEEP = sass.keep_options()
 
 
 def make_spec(mode="cursor", **kw):
-    base = dict(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)
+    base = {
+        "mode": mode,
+        "num_groups": 2,
+        "num_blocks": 4,
+        "write_stride": 8,
+        "records_per_lane": 64,
+    }
     base.update(kw)
     return ProfileSpec(**base)
 
@@ -48,8 +54,14 @@ def compile_structured(spec, launcher="launch_structured"):
 
 
 def test_import_needs_neither_torch_nor_cutlass():
-    code = "import sys, ikp_cute; ikp_cute.ProfileSpec; bad = {'torch', 'cutlass'} & set(sys.modules); assert not bad, bad"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    code = (
+        "import sys, ikp_cute; ikp_cute.ProfileSpec; bad = {'torch', 'cutlass'} & set(sys.modules); assert not bad, bad"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
 
 
 # --- event registry and spec validation ----------------------------------------------------------------
@@ -87,11 +99,11 @@ def test_event_ids_assigned_at_trace_time_are_stable():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(mode="magic"), "mode"),
-        (dict(fence="gpu"), "fence"),
-        (dict(write_stride=7), "write_stride"),
-        (dict(records_per_lane=4), "no room"),
-        (dict(num_blocks=0), "num_blocks"),
+        ({"mode": "magic"}, "mode"),
+        ({"fence": "gpu"}, "fence"),
+        ({"write_stride": 7}, "write_stride"),
+        ({"records_per_lane": 4}, "no room"),
+        ({"num_blocks": 0}, "num_blocks"),
     ],
 )
 def test_spec_rejects_bad_configuration(kw, match):
@@ -147,10 +159,23 @@ def test_cursor_is_carried_through_dynamic_loop():
     assert ptx.loop_invariant_stores(compiled.__ptx__) == []
 
 
-def test_eager_begin_variant_compiles_and_is_carried():
-    compiled = compile_structured(make_spec("cursor", defer_begin=False), "launch_carried")
+@pytest.mark.parametrize("launcher", ["launch_structured", "launch_warp_specialized"])
+def test_smem_stage_compiles_and_flushes(launcher):
+    text = compile_structured(make_spec("cursor", stage="smem"), launcher).__ptx__
+    assert "st.shared" in text and "ld.shared" in text  # staged, then copied out by finalize()
+
+
+def test_smem_stage_is_validated():
+    with pytest.raises(ValueError, match="mode='cursor'"):
+        make_spec("atomic", stage="smem")
+    with pytest.raises(ValueError, match="static shared memory"):
+        make_spec("cursor", stage="smem", records_per_lane=4096)
+
+
+def test_deferred_begin_variant_compiles_and_is_carried():
+    compiled = compile_structured(make_spec("cursor", defer_begin=True), "launch_carried")
     assert ptx.loop_invariant_stores(compiled.__ptx__) == []
-    compile_structured(make_spec("cursor", defer_begin=False), "launch_warp_specialized")
+    compile_structured(make_spec("cursor", defer_begin=True), "launch_warp_specialized")
 
 
 def test_carry_check_catches_a_stale_cursor():
@@ -165,7 +190,15 @@ def test_carry_check_catches_a_stale_cursor():
 def test_disabled_ptx_identical_to_uninstrumented():
     from tests.kernels import plain, structured
 
-    off = cute.compile(structured.launch_structured, x_tensor(), Int32(3), None, disabled(), GRID, options=KEEP)
+    off = cute.compile(
+        structured.launch_structured,
+        x_tensor(),
+        Int32(3),
+        None,
+        disabled(),
+        GRID,
+        options=KEEP,
+    )
     bare = cute.compile(plain.launch_structured, x_tensor(), Int32(3), GRID, options=KEEP)
     assert ptx.normalize(off.__ptx__) == ptx.normalize(bare.__ptx__)
     enabled = compile_structured(make_spec("cursor"))
@@ -178,7 +211,15 @@ def test_baked_address_needs_no_kernel_argument():
     address = 0x7F12_3456_7800
     spec = make_spec("cursor", baked_address=address)
     assert fake_buffer(spec) is None
-    compiled = cute.compile(structured.launch_structured, x_tensor(), Int32(3), None, spec, GRID, options=KEEP)
+    compiled = cute.compile(
+        structured.launch_structured,
+        x_tensor(),
+        Int32(3),
+        None,
+        spec,
+        GRID,
+        options=KEEP,
+    )
     text = compiled.__ptx__
     assert str(address) in text or hex(address)[2:] in text.lower()
     params = [line for line in text.splitlines() if line.strip().startswith(".param")]
@@ -196,7 +237,14 @@ def test_static_mode_requires_an_index():
     from tests.kernels import structured
 
     with pytest.raises(Exception, match="index"):
-        cute.compile(structured.launch_carried, x_tensor(), Int32(3), fake_buffer(make_spec("static")), make_spec("static"), GRID)
+        cute.compile(
+            structured.launch_carried,
+            x_tensor(),
+            Int32(3),
+            fake_buffer(make_spec("static")),
+            make_spec("static"),
+            GRID,
+        )
 
 
 def test_3d_grid_flattens_block_index():
@@ -204,7 +252,13 @@ def test_3d_grid_flattens_block_index():
     from tests.kernels import structured
 
     compiled = cute.compile(
-        structured.launch_structured, x_tensor(), Int32(3), fake_buffer(spec), spec, (2, 3, 2), options=KEEP
+        structured.launch_structured,
+        x_tensor(),
+        Int32(3),
+        fake_buffer(spec),
+        spec,
+        (2, 3, 2),
+        options=KEEP,
     )
     text = compiled.__ptx__
     for sreg in ("%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y"):
@@ -214,7 +268,10 @@ def test_3d_grid_flattens_block_index():
 # --- cost: SASS instructions per event, counted from the cubin ---------------------------------------
 
 
-@pytest.mark.skipif(sass.nvdisasm_path() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)")
+@pytest.mark.skipif(
+    sass.nvdisasm_path() is None,
+    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)",
+)
 def test_cursor_mode_costs_at_most_6_sass_instructions_per_event():
     from tests.kernels.overhead import sass_instructions_per_event
 
@@ -226,3 +283,30 @@ def test_lazy_names_resolve():
     assert ikp_cute.Profiler is not None and ikp_cute.profile_region is not None
     with pytest.raises(AttributeError):
         ikp_cute.does_not_exist  # noqa: B018
+
+
+# --- the real example capture (examples/basic, recorded on an H200 by gpu/device_suite.py) ------------
+
+
+def test_example_capture_decodes_to_the_program():
+    from pathlib import Path
+
+    import numpy as np
+
+    from host_decode.decoder import load_capture
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "basic" / "capture.npy"
+    trace = load_capture(path)
+    tiles, lanes = 12, 16  # examples/basic/run.py defaults: 8 blocks x 2 warp groups
+    assert trace.loss.lost == 0 and trace.absolute
+    assert len(trace.lanes) == lanes and np.all(trace.lanes["sm"] >= 0)
+    names = trace.names
+    for lane in range(lanes):
+        spans = trace.spans[trace.spans["lane"] == lane]
+        got = sorted(names.event(e) for e in spans["event"])
+        role = "load" if lane % 2 == 0 else "compute"
+        assert got == sorted(["tile"] * tiles + [role] * tiles), lane
+        inner = spans[np.array([names.event(e) == role for e in spans["event"]])]
+        assert set(inner["depth"].tolist()) == {1}
+        marks = trace.instants[trace.instants["lane"] == lane]
+        assert [names.event(e) for e in marks["event"]] == ["tile_done"] * tiles

@@ -28,9 +28,17 @@ def torch():
     return torch
 
 
-def run_structured(torch, mode, records_per_lane=64, grid=(4, 1, 1), write_stride=None, bake=False, iters=ITERS):
-    import cutlass.cute as cute
-    from cutlass import Int32
+def run_structured(
+    torch,
+    mode,
+    records_per_lane=64,
+    grid=(4, 1, 1),
+    write_stride=None,
+    bake=False,
+    iters=ITERS,
+    stage="global",
+):
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
@@ -38,13 +46,26 @@ def run_structured(torch, mode, records_per_lane=64, grid=(4, 1, 1), write_strid
 
     num_blocks = grid[0] * grid[1] * grid[2]
     session = ikp_cute.Session(
-        groups=["g0", "g1"], num_blocks=num_blocks, records_per_lane=records_per_lane, write_stride=write_stride,
-        mode=mode, bake_address=bake, kernel="structured_kernel",
+        groups=["g0", "g1"],
+        num_blocks=num_blocks,
+        records_per_lane=records_per_lane,
+        write_stride=write_stride,
+        mode=mode,
+        bake_address=bake,
+        kernel="structured_kernel",
+        stage=stage,
     )
     x = torch.randn(num_blocks * 256, device="cuda", dtype=torch.float32)
     x_ref = x.clone()
     x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(structured.launch_structured, x_arg, Int32(iters), session.kernel_arg(), session.spec, grid)
+    compiled = cute.compile(
+        structured.launch_structured,
+        x_arg,
+        Int32(iters),
+        session.kernel_arg(),
+        session.spec,
+        grid,
+    )
     with session:
         compiled(x_arg, Int32(iters), session.kernel_arg())
     assert not torch.equal(x, x_ref), "the kernel did not run"
@@ -77,7 +98,8 @@ def test_records_match_program_exactly(torch, mode):
         group = lane % 2
         program = structured_program(ITERS, group)
         expected = sorted(
-            [("span", ev) for kind, ev, _ in program if kind == "begin"] + [("instant", ev) for kind, ev, _ in program if kind == "instant"]
+            [("span", ev) for kind, ev, _ in program if kind == "begin"]
+            + [("instant", ev) for kind, ev, _ in program if kind == "instant"]
         )
         got = sorted((kind, ev) for _, kind, ev in lane_records(trace, lane))
         assert got == expected, (mode, lane)
@@ -99,7 +121,14 @@ def test_every_mode_gives_the_same_span_structure(torch):
     structures = []
     for mode in MODES:
         trace = run_structured(torch, mode).decode()
-        structures.append(sorted(zip(trace.spans["lane"].tolist(), [trace.names.event(e) for e in trace.spans["event"]])))
+        structures.append(
+            sorted(
+                zip(
+                    trace.spans["lane"].tolist(),
+                    [trace.names.event(e) for e in trace.spans["event"]],
+                )
+            )
+        )
     assert structures[0] == structures[1] == structures[2]
 
 
@@ -112,7 +141,10 @@ def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode):
     trace = session.decode()
     for lane in range(8):
         row = trace.lanes[trace.lanes["lane"] == lane][0]
-        assert row["dropped"] == expected_dropped(ITERS, lane % 2, mode, rpl), (mode, lane)
+        assert row["dropped"] == expected_dropped(ITERS, lane % 2, mode, rpl), (
+            mode,
+            lane,
+        )
     # nothing was written outside the lanes' slots: the v1 part has exactly header + 8 lanes x rpl slots
     buf = session.buffer.cpu().numpy().view(np.uint64)
     body = buf[1 : session.spec.v1_slots]
@@ -122,8 +154,7 @@ def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode):
 
 
 def test_atomic_mode_with_several_writers_per_lane(torch):
-    import cutlass.cute as cute
-    from cutlass import Int32
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
@@ -132,7 +163,14 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
     session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=8 * ITERS + 8, mode="atomic")
     x = torch.rand(4 * 256, device="cuda")
     x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(structured.launch_multi_writer, x_arg, Int32(ITERS), session.kernel_arg(), session.spec, (4, 1, 1))
+    compiled = cute.compile(
+        structured.launch_multi_writer,
+        x_arg,
+        Int32(ITERS),
+        session.kernel_arg(),
+        session.spec,
+        (4, 1, 1),
+    )
     with session:
         compiled(x_arg, Int32(ITERS), session.kernel_arg())
     trace = session.decode()
@@ -140,6 +178,28 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
     counts = np.bincount(trace.spans["lane"], minlength=8)
     assert counts.tolist() == [4 * ITERS] * 8
     assert np.all(trace.spans["end_ns"] >= trace.spans["start_ns"])
+
+
+@pytest.mark.parametrize("records_per_lane", [64, 16])
+def test_smem_stage_matches_global_cursor_exactly(torch, records_per_lane):
+    """Staged in shared memory and copied out by finalize: same spans, same drops as the global cursor."""
+    from tests.kernels.structured import expected_dropped
+
+    glob = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
+    smem = run_structured(torch, "cursor", records_per_lane=records_per_lane, stage="smem").decode()
+    key = lambda t: sorted(
+        zip(
+            t.spans["lane"].tolist(),
+            t.spans["event"].tolist(),
+            t.spans["depth"].tolist(),
+        )
+    )
+    assert key(smem) == key(glob)
+    assert smem.lanes["dropped"].tolist() == [
+        expected_dropped(ITERS, lane % 2, "cursor", records_per_lane) for lane in range(8)
+    ]
+    if records_per_lane == 64:
+        assert smem.loss.lost == 0
 
 
 def test_baked_address_records_like_an_argument(torch):
@@ -160,8 +220,7 @@ def test_3d_grid_and_wide_write_stride(torch):
 
 def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
     """A session sized for 4 blocks, launched on 6: lanes past write_stride must not write."""
-    import cutlass.cute as cute
-    from cutlass import Int32
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
@@ -171,7 +230,14 @@ def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
     guard = torch.full((4096,), -1, dtype=torch.int64, device="cuda")  # allocated next; must stay intact
     x = torch.randn(6 * 256, device="cuda")
     x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(structured.launch_structured, x_arg, Int32(ITERS), session.kernel_arg(), session.spec, (6, 1, 1))
+    compiled = cute.compile(
+        structured.launch_structured,
+        x_arg,
+        Int32(ITERS),
+        session.kernel_arg(),
+        session.spec,
+        (6, 1, 1),
+    )
     with session:
         compiled(x_arg, Int32(ITERS), session.kernel_arg())
     assert torch.all(guard == -1)
@@ -180,8 +246,7 @@ def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
 
 
 def test_disabled_session_runs_without_buffer(torch):
-    import cutlass.cute as cute
-    from cutlass import Int32
+    from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute

@@ -5,8 +5,7 @@ FMAs per element. Each role records its steps with ikp_cute; regions nest, a mar
 """
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Int32, cute
 
 from ikp_cute import Profiler, profile_region
 
@@ -37,5 +36,12 @@ def tiles_kernel(x: cute.Tensor, y: cute.Tensor, tiles: Int32, prof_buf, spec: c
 
 
 @cute.jit
-def launch_tiles(x: cute.Tensor, y: cute.Tensor, tiles: Int32, prof_buf, spec: cutlass.Constexpr, blocks: cutlass.Constexpr):
+def launch_tiles(
+    x: cute.Tensor,
+    y: cute.Tensor,
+    tiles: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    blocks: cutlass.Constexpr,
+):
     tiles_kernel(x, y, tiles, prof_buf, spec).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1])

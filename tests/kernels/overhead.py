@@ -4,8 +4,7 @@ benchmarks/device_overhead.py (timing) and tests/test_device_compile.py (SASS in
 """
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, cute
 
 from ikp_cute import Profiler, profile_region
 
@@ -14,7 +13,12 @@ FMAS_PER_REGION = 32
 
 @cute.kernel
 def overhead_kernel(
-    x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, regions: cutlass.Constexpr, unroll: cutlass.Constexpr
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    regions: cutlass.Constexpr,
+    unroll: cutlass.Constexpr,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
@@ -68,7 +72,13 @@ def iket_overhead_kernel(x: cute.Tensor, iters: Int32, regions: cutlass.Constexp
 
 
 @cute.jit
-def launch_iket_overhead(x: cute.Tensor, iters: Int32, regions: cutlass.Constexpr, grid: cutlass.Constexpr, block: cutlass.Constexpr):
+def launch_iket_overhead(
+    x: cute.Tensor,
+    iters: Int32,
+    regions: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+    block: cutlass.Constexpr,
+):
     iket_overhead_kernel(x, iters, regions).launch(grid=[grid, 1, 1], block=[block, 1, 1])
 
 
@@ -83,13 +93,29 @@ def sass_instructions_per_event(mode: str, **spec_kw) -> float:
     def count(spec, regions):
         x = make_fake_compact_tensor(Float32, (528 * 256,))
         compiled = cute.compile(
-            launch_overhead, x, Int32(256), fake_buffer(spec), spec, regions, 1, 528, 256, options=sass.keep_options()
+            launch_overhead,
+            x,
+            Int32(256),
+            fake_buffer(spec),
+            spec,
+            regions,
+            1,
+            528,
+            256,
+            options=sass.keep_options(),
         )
         return sass.count(compiled.__cubin__)
 
     def make():
-        return ProfileSpec(mode=mode, num_groups=8, num_blocks=528, write_stride=528 * 8, records_per_lane=520,
-                           warps_per_group=1, **spec_kw)
+        return ProfileSpec(
+            mode=mode,
+            num_groups=8,
+            num_blocks=528,
+            write_stride=528 * 8,
+            records_per_lane=520,
+            warps_per_group=1,
+            **spec_kw,
+        )
 
     instrumented = count(make(), 8) - count(make(), 4)
     bare = count(disabled(), 8) - count(disabled(), 4)

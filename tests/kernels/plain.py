@@ -1,8 +1,7 @@
 """The structured kernel of structured.py with every profiling line removed (for the PTX identity test)."""
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Int32, cute
 
 
 @cute.kernel

@@ -9,8 +9,7 @@ records "producer" inside an `if warp_idx == ...` branch. Expected records per l
 import copy
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Int32
+from cutlass import Int32, cute
 
 from ikp_cute import Profiler, profile_region
 
@@ -37,7 +36,13 @@ def structured_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Cons
 
 
 @cute.jit
-def launch_structured(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_structured(
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     structured_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
 
 
@@ -69,7 +74,13 @@ def warp_specialized_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlas
 
 
 @cute.jit
-def launch_warp_specialized(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_warp_specialized(
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     warp_specialized_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
 
 
@@ -92,7 +103,13 @@ def carried_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constex
 
 
 @cute.jit
-def launch_carried(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_carried(
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     carried_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
 
 
@@ -126,7 +143,13 @@ def stale_cursor_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
 
 
 @cute.jit
-def launch_stale(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_stale(
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     stale_cursor_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
 
 
@@ -137,9 +160,16 @@ def structured_program(iters: int, group: int) -> list[tuple[str, str, int | Non
     """The records of one lane of structured_kernel in program order: (kind, event, static index)."""
     records = []
     for i in range(iters):
-        records += [("begin", "outer", 2 * i), ("begin", "inner", 2 * i + 1), ("end", "inner", 2 * i + 1)]
+        records += [
+            ("begin", "outer", 2 * i),
+            ("begin", "inner", 2 * i + 1),
+            ("end", "inner", 2 * i + 1),
+        ]
         if group == 1:  # the leader of group 1 is warp 4, which takes the `warp == 4` branch
-            records += [("begin", "producer", 2 * iters + i), ("end", "producer", 2 * iters + i)]
+            records += [
+                ("begin", "producer", 2 * iters + i),
+                ("end", "producer", 2 * iters + i),
+            ]
         records += [("end", "outer", 2 * i)]
     records.append(("instant", "tick", 3 * iters))
     return records
@@ -175,5 +205,11 @@ def multi_writer_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
 
 
 @cute.jit
-def launch_multi_writer(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_multi_writer(
+    x: cute.Tensor,
+    iters: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     multi_writer_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
