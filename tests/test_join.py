@@ -230,7 +230,7 @@ def test_cli_pc2region_and_join(tmp_path, capsys):
 # real captures from the GPU machine (gpu/pc_profile.py -> $OUT/fixtures/, committed here when recorded)
 # ================================================================================================
 
-REAL = [("ncu", "tiles_real_ncu.csv", ncu.read_ncu_csv), ("cupti", "tiles_real_cupti.json", cupti.read_cupti_json)]
+REAL = [("ncu", "tiles_real_ncu.csv", ncu.read_ncu_csv), ("cupti", "tiles_real_cupti.json.gz", cupti.read_cupti_json)]
 
 
 @pytest.mark.parametrize("source,data,reader", REAL, ids=[r[0] for r in REAL])

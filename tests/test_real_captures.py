@@ -98,3 +98,16 @@ def test_two_gpu_ranks_merge_with_measured_offset(tmp_path):
     rc = main(["merge", str(INSIGHT / "ranks" / "rank_0.npy"), str(INSIGHT / "ranks" / "rank_1.npy"), "--by", "rank",
                "--clock-offset", "1=-225585", "-o", str(out)])
     assert rc == 0 and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("tag", ["nested", "nested_overflow"])
+def test_cute_dsl_twin_decodes_to_the_cuda_cpp_structure(tag):
+    """examples/cuda_cpp/twin_kernel.py (CuTe DSL, ikp_cute) and ikp_example.cu (CUDA C++, ikp.cuh) run the
+    same program; their real H200 buffers (gpu/twin_cross_check.py) decode to one structure."""
+    cc = _cross_check()
+    cute_trace = load_capture(CAPTURES / f"twin_cute_{tag}.npy")
+    cuda_trace = load_capture(CAPTURES / f"cuda_{tag}.npy")
+    assert cute_trace.meta["records_per_lane"] == cuda_trace.meta["records_per_lane"]
+    assert cc.structure(cute_trace) == cc.structure(cuda_trace)
+    assert cc.check_trace(cute_trace, "nested", cute_trace.meta["records_per_lane"], cc.ITERS) == []
+    assert cute_trace.loss.dropped_on_device == cuda_trace.loss.dropped_on_device

@@ -419,7 +419,7 @@ PC_FIXTURES = ROOT / "tests" / "fixtures" / "pc"
 def real_hw_set() -> dict[str, Path] | None:
     """Real per-PC data of examples/basic/kernel.py from the GPU machine (gpu/pc_profile.py writes
     tiles_real_{ncu,cupti}.{csv|json, map.json, cubin} [+ .capture.npy]), ncu preferred; None if absent."""
-    for name, data in (("ncu", "tiles_real_ncu.csv"), ("cupti", "tiles_real_cupti.json")):
+    for name, data in (("ncu", "tiles_real_ncu.csv"), ("cupti", "tiles_real_cupti.json.gz")):
         files = {"data": PC_FIXTURES / data, "map": PC_FIXTURES / f"tiles_real_{name}.map.json",
                  "cubin": PC_FIXTURES / f"tiles_real_{name}.cubin", "capture": PC_FIXTURES / f"tiles_real_{name}.capture.npy"}
         if files["data"].exists() and files["map"].exists():

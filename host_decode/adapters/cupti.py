@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
+import gzip
 import json
 import os
 from typing import Any
@@ -73,13 +74,14 @@ def stall_name(cupti_name: str) -> tuple[str, bool]:
 
 def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int | None = None) -> PcTable:
     source = "cupti json"
-    if isinstance(path_or_obj, str):
-        source = path_or_obj
+    if isinstance(path_or_obj, (str, os.PathLike)):
+        source = str(path_or_obj)
         try:
-            with open(path_or_obj) as f:
-                obj = json.load(f)
-        except json.JSONDecodeError as e:
-            raise DecodeError(f"not JSON: {e}", source=source) from None
+            with open(path_or_obj, "rb") as f:
+                raw = f.read()
+            obj = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # .json or .json.gz
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
+            raise DecodeError(f"not JSON (or gzipped JSON): {e}", source=source) from None
     else:
         obj = path_or_obj
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
