@@ -37,10 +37,12 @@ def load_run_module(name: str):
     return module
 
 
-def run_one(name: str, out: Path, launches: int, quick: bool) -> list[dict]:
+def run_one(name: str, out: Path, launches: int, quick: bool, ablation: bool = False) -> list[dict]:
     module = load_run_module(name)
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
+    if ablation:  # FA4 only: where the slowdown comes from (partial instrumentations)
+        return module.ablation(work, launches=launches)
     module.small_capture(out / f"{name}_capture.npy")
     kwargs = {"launches": launches}
     if quick:
@@ -67,9 +69,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def child(name: str, work: Path, launches: int, quick: bool) -> int:
+def child(name: str, work: Path, launches: int, quick: bool, ablation: bool) -> int:
     """Run one example in this process; rows go to work/<name>_rows.json."""
-    rows = run_one(name, work, launches, quick)
+    rows = run_one(name, work, launches, quick, ablation)
     (work / f"{name}_rows.json").write_text(json.dumps(rows, indent=1, default=float))
     return 0
 
@@ -88,11 +90,12 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per example (a hung kernel stops only its example)")
+    ap.add_argument("--fa4-ablation", action="store_true", help="FA4: time partial instrumentations (where the cost is)")
     ap.add_argument("--child", choices=EXAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=Path("/tmp/ikp_examples_suite"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.work, args.launches, args.quick)
+        return child(args.child, args.work, args.launches, args.quick, args.fa4_ablation)
     out = Path(os.environ.get("OUT") or "examples_out")
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
@@ -101,6 +104,7 @@ def main(argv=None) -> int:
     for name in args.only or EXAMPLES:
         cmd = [sys.executable, __file__, "--child", name, "--work", str(work), "--launches", str(args.launches)]
         cmd += ["--quick"] if args.quick else []
+        cmd += ["--fa4-ablation"] if args.fa4_ablation and name == "fa4" else []
         try:
             rc = subprocess.run(cmd, timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:

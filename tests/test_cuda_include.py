@@ -408,33 +408,54 @@ def test_sass_instructions_per_event(tmp_path_factory, capsys):
 # --- NVRTC (cuda-python), for real -----------------------------------------------------------------
 
 
+NVRTC_CHILD = r"""
+import json, sys
+req = json.loads(sys.stdin.read())
+try:
+    from cuda.bindings import nvrtc
+except ImportError as exc:
+    print(json.dumps({"skip": f"cuda.bindings.nvrtc not importable: {exc}"})); sys.exit(0)
+
+def check(result):
+    if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"nvrtc error {result[0]}")
+    return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
+
+try:
+    prog = check(nvrtc.nvrtcCreateProgram(req["source"].encode(), b"probe.cu", 0, [], []))
+except RuntimeError as exc:  # libnvrtc missing or unusable: not a failure of the header
+    print(json.dumps({"skip": f"NVRTC unavailable: {exc}"})); sys.exit(0)
+opts = [o.encode() for o in req["options"]]
+err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+log = b" " * check(nvrtc.nvrtcGetProgramLogSize(prog))
+check(nvrtc.nvrtcGetProgramLog(prog, log))
+ptx = b""
+if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+    ptx = b" " * check(nvrtc.nvrtcGetPTXSize(prog))
+    check(nvrtc.nvrtcGetPTX(prog, ptx))
+nvrtc.nvrtcDestroyProgram(prog)
+print(json.dumps({"ok": err == nvrtc.nvrtcResult.NVRTC_SUCCESS, "log": log.decode(errors="replace"),
+                  "ptx": ptx.decode(errors="replace")}))
+"""
+
+
 def nvrtc_compile(source: str, *options: str) -> tuple[bool, str, str]:
-    """-> (ok, log, ptx) compiling `source` with NVRTC for ARCH."""
-    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    """-> (ok, log, ptx) compiling `source` with NVRTC for ARCH. In a child process: loading libnvrtc
+    into the test process corrupts later protobuf parsing there (seen: every Perfetto test after an NVRTC
+    test failed with 'Wire format was corrupt')."""
+    import json
+    import subprocess
+    import sys
 
-    def check(result):
-        err = result[0]
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise RuntimeError(f"nvrtc error {err}")
-        return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
-
-    try:
-        prog = check(nvrtc.nvrtcCreateProgram(source.encode(), b"probe.cu", 0, [], []))
-    except RuntimeError as exc:  # libnvrtc missing or unusable: not a failure of the header
-        pytest.skip(f"NVRTC unavailable: {exc}")
-    opts = [f"--gpu-architecture={ARCH}".encode(), b"-std=c++17", f"-I{include_dir()}".encode(), *(o.encode() for o in options)]
-    err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-    size = check(nvrtc.nvrtcGetProgramLogSize(prog))
-    log = b" " * size
-    check(nvrtc.nvrtcGetProgramLog(prog, log))
-    ptx = ""
-    if err == nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        size = check(nvrtc.nvrtcGetPTXSize(prog))
-        buf = b" " * size
-        check(nvrtc.nvrtcGetPTX(prog, buf))
-        ptx = buf.decode(errors="replace")
-    nvrtc.nvrtcDestroyProgram(prog)
-    return err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace"), ptx
+    opts = [f"--gpu-architecture={ARCH}", "-std=c++17", f"-I{include_dir()}", *options]
+    proc = subprocess.run([sys.executable, "-c", NVRTC_CHILD], input=json.dumps({"source": source, "options": opts}),
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"NVRTC child failed: {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    return result["ok"], result["log"], result["ptx"]
 
 
 def test_nvrtc_compiles_the_device_header():

@@ -114,11 +114,17 @@ class _Timed:
 class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     """FA4 sm90 forward + ikp_cute regions. `profile_spec`: a baked-address ProfileSpec with 3 groups."""
 
-    def __init__(self, *args, profile_spec: ProfileSpec, detail: str = "iter", **kwargs):
+    def __init__(self, *args, profile_spec: ProfileSpec, detail: str = "iter", roles=("producer", "consumer"),
+                 events=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.profile_spec = profile_spec
         self.detail = detail
-        self._on = set(events_for(detail)) if profile_spec.enabled else set()
+        self.roles = tuple(roles)  # which roles record at all (an ablation knob: cost per role)
+        chosen = set(events_for(detail)) if events is None else set(events)  # events: explicit subset
+        unknown = chosen - set(events_for(DETAILS[-1]))
+        if unknown:
+            raise ValueError(f"unknown FA4 events {sorted(unknown)}")
+        self._on = chosen if profile_spec.enabled else set()
         if profile_spec.enabled:
             if profile_spec.baked_address is None:
                 raise ValueError("FA4's launch signature has no buffer argument: build the Session with bake_address=True")
@@ -152,7 +158,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     # --- roles --------------------------------------------------------------------------------------
 
     def load(self, *args, **kwargs):
-        if not self.profile_spec.enabled:
+        if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
         self._prof = Profiler(self.profile_spec, None, group=0)
         with self._region("producer"):
@@ -170,14 +176,15 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         self._prof = None
 
     def load_KV(self, *args, **kwargs):
-        if not self.profile_spec.enabled:
+        if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load_KV(*args, **kwargs)
         which = inspect.signature(super().load_KV).bind(*args, **kwargs).arguments["K_or_V"]
         with self._region(f"load_{which}"):
             return super().load_KV(*args, **kwargs)
 
     def mma(self, *args, **kwargs):
-        if not self.profile_spec.enabled:
+        if not self.profile_spec.enabled or "consumer" not in self.roles:
+            self._on = set()  # the per-n-block overrides run inside mma: keep them silent too
             return super().mma(*args, **kwargs)
         warp_group = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4
         self._prof = Profiler(self.profile_spec, None, group=warp_group)
@@ -219,7 +226,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             return self._step("mma_one_n_block", args, kwargs)
 
     def _step(self, method, args, kwargs):
-        if not self.profile_spec.enabled:
+        if not self.profile_spec.enabled or self._prof is None:
             return getattr(super(), method)(*args, **kwargs)
         replace = {}
         if "softmax" in self._on and "softmax" in inspect.signature(getattr(super(), method)).parameters:
@@ -227,7 +234,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         return self._call_parent(method, args, kwargs, replace)
 
     def epilogue(self, *args, **kwargs):
-        if not self.profile_spec.enabled:
+        if not self.profile_spec.enabled or self._prof is None:
             return super().epilogue(*args, **kwargs)
         with self._region("epilogue"):
             return super().epilogue(*args, **kwargs)
@@ -239,17 +246,19 @@ _caches: "weakref.WeakKeyDictionary[ProfileSpec, dict]" = weakref.WeakKeyDiction
 
 
 @contextlib.contextmanager
-def patched_interface(spec: ProfileSpec, detail: str = "iter"):
+def patched_interface(spec: ProfileSpec, detail: str = "iter", **options):
     """Inside the block, `flash_attn.cute.interface` (flash_attn_func, ...) runs the instrumented sm90
-    forward recording into `spec`'s baked buffer. Compiled kernels are cached per spec, apart from
-    FA4's own cache, and reused by later blocks with the same spec."""
+    forward recording into `spec`'s baked buffer. Compiled kernels are cached per (spec, detail,
+    options), apart from FA4's own cache, and reused by later blocks with the same arguments.
+    options: `roles`, `events` of InstrumentedFlashAttentionForwardSm90 (ablations)."""
     from flash_attn.cute import interface
 
     saved_cls = interface.FlashAttentionForwardSm90
     saved_cache = interface._flash_attn_fwd.compile_cache
-    cache = _caches.setdefault(spec, {}).setdefault(detail, {})
+    key = (detail, tuple(sorted((k, tuple(sorted(v)) if v is not None else None) for k, v in options.items())))
+    cache = _caches.setdefault(spec, {}).setdefault(key, {})
     interface.FlashAttentionForwardSm90 = functools.partial(
-        InstrumentedFlashAttentionForwardSm90, profile_spec=spec, detail=detail
+        InstrumentedFlashAttentionForwardSm90, profile_spec=spec, detail=detail, **options
     )
     interface._flash_attn_fwd.compile_cache = cache
     try:

@@ -199,6 +199,46 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
     return rows
 
 
+ABLATIONS = {  # name: (detail, options): where does the cost of each detail level come from?
+    "setup_only": ("tile", {"events": ()}),  # profilers built, anchors + finalize, no regions
+    "tile": ("tile", {}),
+    "tile_producer_only": ("tile", {"roles": ("producer",)}),
+    "tile_consumer_only": ("tile", {"roles": ("consumer",)}),
+    "iter": ("iter", {}),
+    "iter_consumer_only": ("iter", {"roles": ("consumer",)}),
+}
+
+
+def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=False, launches=300, seed=0) -> list[dict]:
+    """Slowdown of partial instrumentations against FA4, all alternating in one run."""
+    import torch
+
+    import fa4_instrumented as fi
+
+    q, k, v = make_inputs(batch, seqlen, heads, dim, seed)
+    base = fa4_forward(q, k, v, causal)
+    variants = {"fa4": lambda: fa4_forward(q, k, v, causal), "fa4_again": lambda: fa4_forward(q, k, v, causal)}
+    for name, (detail, options) in ABLATIONS.items():
+        session = make_session(fi, batch, seqlen, heads, detail)
+
+        def launch(session=session, detail=detail, options=options):
+            with fi.patched_interface(session.spec, detail, **options):
+                return fa4_forward(q, k, v, causal)
+
+        out = launch()
+        torch.cuda.synchronize()
+        if not torch.equal(out, base):
+            raise AssertionError(f"ablation {name}: output differs from FA4's")
+        variants[name] = launch
+    times = time_alternating(variants, launches)
+    base_ms = float(np.median(times["fa4"]))
+    rows = [dict(example="fa4", variant=f"ablation {n}", base_ms=base_ms, ms=float(np.median(t)),
+                 slowdown=float(np.median(t)) / base_ms - 1, rel_err=0.0, lost=0, note="non-causal" if not causal else "causal")
+            for n, t in times.items() if n != "fa4"]
+    (out_dir / "fa4_ablation.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
 def small_capture(dest: Path, detail="iter", batch=1, seqlen=1024, heads=4, dim=128, causal=True) -> Path:
     """The committed capture: a small causal problem (b=1 s=1024 h=4: 32 CTAs x 3 lanes)."""
     import torch
