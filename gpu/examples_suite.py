@@ -56,9 +56,12 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         variant = " ".join(str(r[k]) for k in ("mask", "detail", "variant") if k in r)
         notes = r.get("note", "")
-        if "wait" in r and r["wait"]:
+        if r.get("wait"):
             w = r["wait"]
             notes = f"n_block p50 {w['n_block_ns_p50']:.0f} ns, waits {100 * w['wait_share_total']:.1f}% (p90 iter {100 * w['wait_share_p90']:.1f}%)"
+        if r.get("producer") and not r.get("wait"):
+            p = r["producer"]
+            notes = f"producer waits for free stages {100 * p['wait_empty_share']:.0f}%, K released every {p['k_release_interval_ns_p50']:.0f} ns"
         if "noise" in r:
             notes = f"FA4 vs FA4 {100 * r['noise']:+.2f}%; " + notes
         base = r.get("fa4_ms", r.get("base_ms", float("nan")))
@@ -106,7 +109,7 @@ def main(argv=None) -> int:
         cmd += ["--quick"] if args.quick else []
         cmd += ["--fa4-ablation"] if args.fa4_ablation and name == "fa4" else []
         try:
-            rc = subprocess.run(cmd, timeout=args.timeout).returncode
+            rc = subprocess.run(cmd, timeout=args.timeout, check=False).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         rows_file = work / f"{name}_rows.json"

@@ -24,12 +24,22 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-QUICK = {"batch": 1, "seqlen": 2048, "heads": 8, "details": ("iter",)}
+QUICK = {"batch": 1, "seqlen": 2048, "heads": 8, "variants": ("iter",)}
+
+# The measured variants: name -> (detail level, InstrumentedFlashAttentionForwardSm90 options).
+# "producer_full" records only the producer warp group (every producer event): the consumers' progress
+# shows up as the ends of `wait_empty_K/V` (a stage is released when its consumers are done with it).
+VARIANTS = {
+    "tile": ("tile", {}),
+    "iter": ("iter", {}),
+    "full": ("full", {}),
+    "producer_full": ("full", {"roles": ("producer",)}),
+}
 
 sys.path.insert(0, str(HERE.parent / "pipeline"))
-from measure import time_alternating, write_outputs  # noqa: E402
+from measure import time_alternating, write_outputs
 
 
 def fa4_forward(q, k, v, causal: bool):
@@ -80,11 +90,11 @@ def make_session(fi, batch, seqlen, heads, detail):
     )
 
 
-def capture(fi, session, detail, q, k, v, causal):
+def capture(fi, session, detail, q, k, v, causal, **options):
     """One instrumented launch into a freshly zeroed buffer -> (output, Trace)."""
     import torch
 
-    with fi.patched_interface(session.spec, detail):
+    with fi.patched_interface(session.spec, detail, **options):
         session.reset()
         out = fa4_forward(q, k, v, causal)
         torch.cuda.synchronize()
@@ -109,9 +119,9 @@ def consumer_wait_share(trace) -> dict:
     and (detail 'full') how much of it is softmax."""
     ids = {v: k for k, v in trace.names.events.items()}
     sp = trace.spans
-    if "n_block" not in ids:
+    nb = sp[sp["event"] == ids["n_block"]] if "n_block" in ids else sp[:0]
+    if nb.size == 0:  # a variant without consumer iterations (e.g. producer-only)
         return {}
-    nb = sp[sp["event"] == ids["n_block"]]
     nb = nb[np.lexsort((nb["start_ns"], nb["lane"]))]
     dur = (nb["end_ns"] - nb["start_ns"]).astype(np.float64)
     wait_ns = _time_inside(trace, nb, sp[np.isin(sp["event"], [ids["wait_K"], ids["wait_V"]])])
@@ -127,6 +137,25 @@ def consumer_wait_share(trace) -> dict:
     if "softmax" in ids and dur.sum():
         out["softmax_share_total"] = float(_time_inside(trace, nb, sp[sp["event"] == ids["softmax"]]).sum() / dur.sum())
     return out
+
+
+def producer_wait_share(trace) -> dict:
+    """Share of the producer's time spent waiting for a free K/V stage (the consumers' pace) and the
+    median time between consecutive K-stage releases (one consumer n-block iteration, both groups)."""
+    ids = {v: k for k, v in trace.names.events.items()}
+    sp = trace.spans
+    if "wait_empty_K" not in ids or not np.any(sp["event"] == ids["wait_empty_K"]):
+        return {}
+    role = sp[sp["event"] == ids["producer"]]
+    waits = sp[np.isin(sp["event"], [ids["wait_empty_K"], ids["wait_empty_V"]])]
+    total = float((role["end_ns"] - role["start_ns"]).sum())
+    k_waits = sp[sp["event"] == ids["wait_empty_K"]]
+    k_waits = k_waits[np.lexsort((k_waits["end_ns"], k_waits["lane"]))]
+    gaps = np.diff(k_waits["end_ns"])[np.diff(k_waits["lane"]) == 0]
+    return {
+        "wait_empty_share": float((waits["end_ns"] - waits["start_ns"]).sum() / total) if total else 0.0,
+        "k_release_interval_ns_p50": float(np.median(gaps)) if gaps.size else 0.0,
+    }
 
 
 def region_shares(trace) -> dict:
@@ -148,10 +177,9 @@ def region_shares(trace) -> dict:
 
 
 def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
-        details=("tile", "iter", "full"), seed=0) -> list[dict]:
-    import torch
-
+        variants=tuple(VARIANTS), seed=0) -> list[dict]:
     import fa4_instrumented as fi
+    import torch
 
     rows = []
     for causal in (False, True):
@@ -162,29 +190,33 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
         torch.cuda.synchronize()
         tol = rel_error(base, ref32)
         # "fa4_again" is FA4 itself a second time: the noise floor of the comparison
-        variants = {"fa4": lambda: fa4_forward(q, k, v, causal), "fa4_again": lambda: fa4_forward(q, k, v, causal)}
-        for detail in details:
+        def call_fa4(q=q, k=k, v=v, causal=causal):
+            return fa4_forward(q, k, v, causal)
+
+        launches_by_name = {"fa4": call_fa4, "fa4_again": call_fa4}
+        for name in variants:
+            detail, options = VARIANTS[name]
             session = make_session(fi, batch, seqlen, heads, detail)
-            out, trace = capture(fi, session, detail, q, k, v, causal)  # FA4 allocates `out` itself
+            out, trace = capture(fi, session, detail, q, k, v, causal, **options)  # FA4 allocates `out` itself
             err = rel_error(out, ref32)
             same = bool(torch.equal(out, base))
             if not (err <= tol * 1.0001 + 1e-6 or same):
-                raise AssertionError(f"FA4 {mask} [{detail}]: rel err {err:.3e} > FA4's {tol:.3e}")
-            stem = f"fa4_{mask}_{detail}"
-            stats = write_outputs(trace, out_dir, stem, plots=(detail == "iter"))
+                raise AssertionError(f"FA4 {mask} [{name}]: rel err {err:.3e} > FA4's {tol:.3e}")
+            stem = f"fa4_{mask}_{name}"
+            stats = write_outputs(trace, out_dir, stem, plots=(name == "iter"))
 
-            def launch(session=session, detail=detail):  # the closure keeps the baked buffer alive
-                with fi.patched_interface(session.spec, detail):
+            def launch(session=session, detail=detail, options=options, q=q, k=k, v=v, causal=causal):
+                with fi.patched_interface(session.spec, detail, **options):  # session: keeps the buffer alive
                     fa4_forward(q, k, v, causal)
 
-            variants[detail] = launch
+            launches_by_name[name] = launch
             rows.append(dict(
-                example="fa4", mask=mask, detail=detail, rel_err=err, fa4_rel_err=tol, bitwise_equal=same,
+                example="fa4", mask=mask, detail=name, rel_err=err, fa4_rel_err=tol, bitwise_equal=same,
                 spans=int(trace.spans.size), lost=int(trace.loss.lost), lanes=int(trace.num_lanes),
-                wait=consumer_wait_share(trace), shares=region_shares(trace),
+                wait=consumer_wait_share(trace), producer=producer_wait_share(trace), shares=region_shares(trace),
                 bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
             ))
-        times = time_alternating(variants, launches)
+        times = time_alternating(launches_by_name, launches)
         base_ms = float(np.median(times["fa4"]))
         noise = float(np.median(times["fa4_again"])) / base_ms - 1
         flops = 4 * batch * heads * seqlen * seqlen * dim / (2 if causal else 1)
@@ -201,19 +233,18 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
 
 ABLATIONS = {  # name: (detail, options): where does the cost of each detail level come from?
     "setup_only": ("tile", {"events": ()}),  # profilers built, anchors + finalize, no regions
+    "setup_only_consumer_late": ("tile", {"events": (), "late_setup": True}),  # consumer's built after its loop
     "tile": ("tile", {}),
-    "tile_producer_only": ("tile", {"roles": ("producer",)}),
     "tile_consumer_only": ("tile", {"roles": ("consumer",)}),
     "iter": ("iter", {}),
-    "iter_consumer_only": ("iter", {"roles": ("consumer",)}),
+    "full_producer_only": ("full", {"roles": ("producer",)}),
 }
 
 
 def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=False, launches=300, seed=0) -> list[dict]:
     """Slowdown of partial instrumentations against FA4, all alternating in one run."""
-    import torch
-
     import fa4_instrumented as fi
+    import torch
 
     q, k, v = make_inputs(batch, seqlen, heads, dim, seed)
     base = fa4_forward(q, k, v, causal)
@@ -241,9 +272,8 @@ def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=F
 
 def small_capture(dest: Path, detail="iter", batch=1, seqlen=1024, heads=4, dim=128, causal=True) -> Path:
     """The committed capture: a small causal problem (b=1 s=1024 h=4: 32 CTAs x 3 lanes)."""
-    import torch
-
     import fa4_instrumented as fi
+    import torch
 
     q, k, v = make_inputs(batch, seqlen, heads, dim, seed=7)
     base = fa4_forward(q, k, v, causal)

@@ -16,8 +16,7 @@ layout. The FINALIZE record carries each CTA's SM id, so the decoded trace is a 
 from __future__ import annotations
 
 import cutlass
-import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, cute
 
 from ikp_cute import Profiler, profile_region
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE.parent / "pipeline"))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 QUICK = {"copies": 200, "rows": 128, "gemm_tiles": 8}
 
@@ -86,7 +86,7 @@ class Problem:
 
 
 def compile_kernel(mk, problem, session, num_ctas):
-    import cutlass.cute as cute
+    from cutlass import cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
@@ -136,9 +136,8 @@ def timeline_numbers(trace) -> dict:
 
 
 def run(out_dir: Path, *, launches=200, copies=1200, rows=512, gemm_tiles=16, seed=0) -> list[dict]:
-    import torch
-
     import megakernel as mk
+    import torch
     from measure import time_alternating, write_outputs
 
     num_ctas = torch.cuda.get_device_properties(0).multi_processor_count
@@ -175,9 +174,8 @@ def run(out_dir: Path, *, launches=200, copies=1200, rows=512, gemm_tiles=16, se
 
 def small_capture(dest: Path) -> Path:
     """The committed capture: a small shuffled queue (300 copies, 64 rows, 4x4 GEMM tiles) on all SMs."""
-    import torch
-
     import megakernel as mk
+    import torch
 
     num_ctas = torch.cuda.get_device_properties(0).multi_processor_count
     prob = Problem(mk, copies=300, rows=64, gemm_tiles=4, order="shuffled", seed=7)

@@ -17,10 +17,8 @@ Shapes must be multiples of the tile (checked on the host): the example has no r
 from __future__ import annotations
 
 import cutlass
-import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import BFloat16, Float32
+from cutlass import BFloat16, Float32, cute, pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.utils import LayoutEnum
 

@@ -20,13 +20,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 QUICK = {"m": 1024, "n": 1024, "k": 1024}
 
 
 def compile_gemm(gp, session_or_none, a, b, c):
-    import cutlass.cute as cute
+    from cutlass import cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
@@ -88,10 +88,8 @@ def pipeline_numbers(trace) -> dict:
 
 
 def run(out_dir: Path, *, m=4096, n=4096, k=4096, launches=200, seed=0) -> list[dict]:
-    import torch
-
     import gemm_pipeline as gp
-
+    import torch
     from measure import time_alternating, write_outputs
 
     a, b, c0 = inputs(m, n, k, seed)
@@ -141,9 +139,8 @@ def _torch_ms(a, b) -> float:
 
 def small_capture(dest: Path, m=512, n=512, k=1024) -> Path:
     """The committed capture: 16 CTAs x 3 lanes, 16 k-tiles (4-stage ring, so the producer must wait)."""
-    import torch
-
     import gemm_pipeline as gp
+    import torch
 
     session = make_session(gp, m, n, k)
     a, b, c = inputs(m, n, k, seed=7)
