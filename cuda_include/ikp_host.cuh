@@ -1,5 +1,5 @@
 // ikp_host.cuh: host helpers for ikp.cuh buffers (header only): sizing, checking and zeroing.
-// Decoding, names and the JSON sidecar are Python's job (host_decode; see docs/cuda_include.md).
+// Decoding, names and the JSON sidecar are Python's job (host_decode; see README, "CUDA C++ kernels").
 #pragma once
 
 #if defined(__CUDACC_RTC__)

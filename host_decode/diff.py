@@ -16,7 +16,7 @@ Numbers per region (A = baseline, B = candidate):
 * ``status``: "slower" / "faster" when significant and |delta| >= min_delta_pct, else "same";
   "only_a" / "only_b" for regions present in one capture only.
 
-Caveat (documented in docs/insight.md): spans within one capture are not independent samples (they
+Caveat (documented in README, "Insight"): spans within one capture are not independent samples (they
 share SMs, memory traffic, clocks), so p-values are optimistic; the percentage threshold of
 ``--fail-above`` is the gate, the test only keeps noise from tripping it.
 

@@ -11,7 +11,7 @@ timestamps. Parts combine two ways:
 
   - ``"timeline"``: a shared timeline. Absolute ``%globaltimer`` times are used as they are when every
     part is absolute (one GPU: one clock; several GPUs: each GPU's globaltimer, which agree to within what
-    gpu/insight_capture.py measures, see docs/insight.md); otherwise parts are placed by their host
+    gpu/insight_capture.py measures, see README, "Insight"); otherwise parts are placed by their host
     timestamp (``host_ns`` in the sidecar: host clock just before the launch), else one after another.
     ``clock_offsets_ns={rank: ns}`` adds a per-rank correction (e.g. measured with
     gpu/insight_capture.py) before merging.

@@ -42,7 +42,7 @@ HIST_BINS = 24
 MAX_LOSS_LANES = 50
 MAX_SOURCE_LINES = 20_000
 
-# Thresholds of the "biggest bottleneck" heuristic (docs/report.md explains them).
+# Thresholds of the "biggest bottleneck" heuristic (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
 

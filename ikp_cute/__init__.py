@@ -34,7 +34,7 @@ Modes: "cursor" (default, register cursor; 3-4 SASS instructions per event), "at
 shared-memory atomic per region; several writers per lane allowed; every thread of the block must
 build the Profiler, which holds a block barrier), "static" (``profile_region(prof, name, index=i)``).
 ``Session(stage="smem")`` stages cursor records in shared memory (finalize() copies them out).
-See docs/device.md for the modes, limits and measured costs.
+See the README ("Recording regions inside CuTe DSL kernels") for the modes, limits and measured costs.
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
