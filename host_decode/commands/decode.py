@@ -15,19 +15,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
     from pathlib import Path
 
     from host_decode.decoder import load_capture
-    from host_decode.errors import DecodeError
     from host_decode.model import Names
 
-    names = None
-    if args.names:
-        try:
-            names = Names.from_json(json.loads(Path(args.names).read_text()))
-        except json.JSONDecodeError as e:
-            raise DecodeError(f"names file is not valid JSON: {e}", source=args.names) from None
+    names = Names.read(args.names) if args.names else None
     trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
     if not args.quiet:
         from host_decode.report_text import print_loss, print_summary

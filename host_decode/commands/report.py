@@ -20,20 +20,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
     from pathlib import Path
 
     from host_decode.decoder import load_capture
-    from host_decode.errors import DecodeError
     from host_decode.model import Names
     from host_decode.report_html import write_report
 
-    names = None
-    if args.names:
-        try:
-            names = Names.from_json(json.loads(Path(args.names).read_text()))
-        except json.JSONDecodeError as e:
-            raise DecodeError(f"names file is not valid JSON: {e}", source=args.names) from None
+    names = Names.read(args.names) if args.names else None
     trace = load_capture(args.capture, names=names)
     region_map, sass_text, pc_files = _region_map(args, trace)
     pc_table = _pc_table(args)

@@ -112,7 +112,6 @@ def make_console():
 
 
 def print_report(d: dict, console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     console = console or make_console()
