@@ -177,6 +177,12 @@ def find_ncu() -> str | None:
     return None
 
 
+def _worker_cmd(worker: str, d: Path, args, launches: int) -> list[str]:
+    """This script re-run as a worker process (one compile + launches, files into d)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--worker", worker, "--dir", str(d),
+            "--blocks", str(args.blocks), "--tiles", str(args.tiles), "--launches", str(launches)]
+
+
 def profile_ncu(out: Path, args) -> Path | None:
     ncu = find_ncu()
     if ncu is None:
@@ -184,20 +190,7 @@ def profile_ncu(out: Path, args) -> Path | None:
         return None
     d = out / "ncu"
     d.mkdir(parents=True, exist_ok=True)
-    worker_cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        "run",
-        "--dir",
-        str(d),
-        "--blocks",
-        str(args.blocks),
-        "--tiles",
-        str(args.tiles),
-        "--launches",
-        "1",
-    ]
+    worker_cmd = _worker_cmd("run", d, args, launches=1)
     rc = run(
         [
             ncu,
@@ -232,20 +225,7 @@ def profile_ncu(out: Path, args) -> Path | None:
 def profile_cupti(out: Path, args) -> Path | None:
     d = out / "cupti"
     d.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--worker",
-        "cupti",
-        "--dir",
-        str(d),
-        "--blocks",
-        str(args.blocks),
-        "--tiles",
-        str(args.tiles),
-        "--launches",
-        str(args.launches),
-    ]
+    cmd = _worker_cmd("cupti", d, args, launches=args.launches)
     if args.sampling_period:
         cmd += ["--sampling-period", str(args.sampling_period)]
     run(cmd, d / "cupti_run.log", timeout=600)

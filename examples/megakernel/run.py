@@ -11,7 +11,6 @@ and the tail imbalance (spread of the CTAs' finish times). Two queue orders are 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -194,15 +193,9 @@ def small_capture(dest: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("megakernel_out"))
-    ap.add_argument("--launches", type=int, default=200)
-    args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    small_capture(args.out / "capture.npy")
-    for row in run(args.out, launches=args.launches):
-        print(json.dumps(row, default=float))
-    return 0
+    from measure import example_main
+
+    return example_main(__doc__, "megakernel_out", small_capture, run, argv)
 
 
 if __name__ == "__main__":

@@ -89,3 +89,19 @@ def save_capture_with_problem(session, dest: Path, **problem) -> Path:
     meta = session.meta()
     meta.pop("format", None)
     return save_capture(dest, session.records(), session.names(), example=problem, **meta)
+
+
+def example_main(doc: str, default_out: str, small_capture, run, argv=None) -> int:
+    """The run.py command line every example shares: write the small committed-size capture, then time
+    and trace the full problem (`run(out, launches=...)` yields JSON-able result rows)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(default_out))
+    ap.add_argument("--launches", type=int, default=200)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    small_capture(args.out / "capture.npy")
+    for row in run(args.out, launches=args.launches):
+        print(json.dumps(row, default=float))
+    return 0

@@ -11,7 +11,6 @@ how long consumers wait for data (`wait_data`), how long the producer waits for 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -157,15 +156,9 @@ def small_capture(dest: Path, m=512, n=512, k=1024) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("pipeline_out"))
-    ap.add_argument("--launches", type=int, default=200)
-    args = ap.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    small_capture(args.out / "capture.npy")
-    for row in run(args.out, launches=args.launches):
-        print(json.dumps(row, default=float))
-    return 0
+    from measure import example_main
+
+    return example_main(__doc__, "pipeline_out", small_capture, run, argv)
 
 
 if __name__ == "__main__":
