@@ -324,12 +324,11 @@ def _move_samples(region_map: RegionMap, on_map: dict[str, np.ndarray]) -> float
 
 def render_table(result: JoinResult, inclusive: bool = False, console=None) -> None:
     """Print the per-region table with rich (imported here: host_decode imports with numpy only)."""
-    import shutil
-
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=shutil.get_terminal_size((140, 24)).columns)
+    from host_decode.report_text import make_console
+
+    console = console or make_console()
     rows = result.rows(inclusive)
     kind = "inclusive: a path and everything below it" if inclusive else "exclusive"
     table = Table(title=f"{result.kernel} ({result.source}, {kind})", title_justify="left")

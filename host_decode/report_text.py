@@ -6,18 +6,22 @@ from host_decode.model import LOSS_BUCKETS, Trace
 from host_decode.stats import region_summary, summary_rows
 
 
-def _console():
-    from rich.console import Console
-
+def make_console(file=None):
+    """The rich console every command prints with: the terminal's width on a terminal, 160 columns when
+    piped or written to a file (rich's 80 would wrap every table), no colour codes in files."""
     import sys
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+    from rich.console import Console
+
+    if file is not None:
+        return Console(file=file, width=200, color_system=None, force_terminal=False, highlight=False)
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def print_loss(trace: Trace, console=None) -> None:
     from rich.table import Table
 
-    console = console or _console()
+    console = console or make_console()
     loss = trace.loss
     t = Table(title=f"records: {loss.nonzero_slots} non-zero slots, {trace.num_blocks} blocks x {trace.num_groups} groups, "
                     f"write_stride {trace.write_stride}", title_justify="left")
@@ -41,7 +45,7 @@ def print_loss(trace: Trace, console=None) -> None:
 def print_summary(trace: Trace, console=None) -> None:
     from rich.table import Table
 
-    console = console or _console()
+    console = console or make_console()
     rows = summary_rows(region_summary(trace), trace.names)
     t = Table(title=f"regions ({trace.spans.size} spans, {trace.instants.size} instants; "
                     f"{'absolute' if trace.absolute else 'relative'} time)", title_justify="left")

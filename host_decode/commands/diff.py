@@ -35,7 +35,8 @@ def run(args) -> int:
     import json
 
     from host_decode import diff
-    from host_decode.commands.stats import _jsonable, make_console
+    from host_decode.commands.stats import _jsonable
+    from host_decode.report_text import make_console
     from host_decode.multi import load_trace
 
     pa, pb = split_args(args)

@@ -145,13 +145,13 @@ def _emit(text: str, output) -> None:
 
 
 def _print_report(report: dict, args) -> None:
-    from rich.console import Console
+    from host_decode.report_text import make_console
 
     if args.output:
         with open(args.output, "w") as f:
-            _render(Console(file=f, width=200, color_system=None, force_terminal=False), report, args)
+            _render(make_console(file=f), report, args)
     else:
-        _render(Console(), report, args)
+        _render(make_console(), report, args)
 
 
 def _render(console, report: dict, args) -> None:

@@ -42,10 +42,11 @@ def _load_json(path: str):
 
 
 def _print_summary(m, show: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from host_decode.report_text import make_console
+
+    console = make_console()
     counts = m.summary()
     t = Table(title=f"{m.kernel}: {m.pc.size} instructions, {len(m.markers)} marker records", title_justify="left")
     t.add_column("region")

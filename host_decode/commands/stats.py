@@ -103,16 +103,10 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def make_console():
-    import sys
-
-    from rich.console import Console
-
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-
-
 def print_report(d: dict, console=None) -> None:
     from rich.table import Table
+
+    from host_decode.report_text import make_console
 
     console = console or make_console()
     head = f"{d.get('kernel') or 'kernel'}: {d['num_blocks']} blocks x {d['num_groups']} groups, {d['launches']} launch(es)"
