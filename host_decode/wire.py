@@ -126,8 +126,11 @@ def split_records(records: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def tag_fields(tag32: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """uint32 tags -> (lane uint32, event_id uint16, event_type uint8)."""
     lane = tag32 >> np.uint32(LANE_SHIFT)
-    event = (tag32 >> np.uint32(EVENT_ID_SHIFT)).astype(np.uint16) & np.uint16(MAX_EVENT_ID)
-    etype = tag32.astype(np.uint8) & np.uint8((1 << EVENT_TYPE_BITS) - 1)
+    event = tag32.astype(np.uint16)  # the low half holds event id and type: shift and mask in 16 bits
+    event >>= np.uint16(EVENT_ID_SHIFT)
+    event &= np.uint16(MAX_EVENT_ID)
+    etype = tag32.astype(np.uint8)
+    etype &= np.uint8((1 << EVENT_TYPE_BITS) - 1)
     return lane, event, etype
 
 
