@@ -366,11 +366,17 @@ def main() -> int:
         problems.append("kernel results differ from the instrumented build")
     record("disabled", problems, "buffer all zero, same kernel output")
 
-    print(f"\n{props.name}, {GRID} grid x {NUM_GROUPS} groups, write_stride {WRITE_STRIDE}, iters {ITERS}")
-    print(f"{'check':<22} {'result':<6} detail")
-    for tag, result, detail in rows:
-        print(f"{tag:<22} {result:<6} {detail}")
+    print_table(f"{props.name}, {GRID} grid x {NUM_GROUPS} groups, write_stride {WRITE_STRIDE}, iters {ITERS}", rows)
     return 1 if failures else 0
+
+
+def print_table(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """The short (check, result, detail) table the GPU scripts print last."""
+    width = max([len("check")] + [len(tag) for tag, _, _ in rows]) + 2
+    print(f"\n{title}")
+    print(f"{'check':<{width}} {'result':<6} detail")
+    for tag, result, detail in rows:
+        print(f"{tag:<{width}} {result:<6} {detail}")
 
 
 if __name__ == "__main__":

@@ -76,10 +76,7 @@ def main() -> int:
                      f"{cute_trace.spans.size} spans / {cute_trace.instants.size} instants each, dropped {drops[0]}"))
         if out_dir:
             session.save(os.path.join(out_dir, f"twin_cute_{tag}.npy"))
-    print(f"\n{torch.cuda.get_device_name(0)}: CUDA C++ (ikp.cuh) vs CuTe DSL (ikp_cute), same program")
-    print(f"{'check':<18} {'result':<6} detail")
-    for tag, result, detail in rows:
-        print(f"{tag:<18} {result:<6} {detail}")
+    cc.print_table(f"{torch.cuda.get_device_name(0)}: CUDA C++ (ikp.cuh) vs CuTe DSL (ikp_cute), same program", rows)
     return 1 if failures else 0
 
 

@@ -50,6 +50,14 @@ def find_nvdisasm() -> str:
     )
 
 
+def nvdisasm_available() -> bool:
+    try:
+        find_nvdisasm()
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def _wheel_candidates() -> list[str]:
     try:
         import nvidia  # namespace package of the NVIDIA wheels

@@ -14,10 +14,7 @@ from host_decode import sass as _sass
 
 def nvdisasm_path() -> str | None:
     """nvdisasm (see host_decode.sass.find_nvdisasm), or None when there is none."""
-    try:
-        return _sass.find_nvdisasm()
-    except FileNotFoundError:
-        return None
+    return _sass.find_nvdisasm() if _sass.nvdisasm_available() else None
 
 
 def disassemble(cubin: bytes) -> list[str]:

@@ -29,15 +29,7 @@ CUBIN = os.path.join(HERE, "kernels_pc2region", "markers.sm_90a.cubin")
 NAMES = {1: "outer", 2: "body", 3: "slow", 4: "inner"}
 
 
-def _have_nvdisasm() -> bool:
-    try:
-        sass.find_nvdisasm()
-        return True
-    except FileNotFoundError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _have_nvdisasm(), reason="nvdisasm not installed")
+pytestmark = pytest.mark.skipif(not sass.nvdisasm_available(), reason="nvdisasm not installed")
 
 
 @pytest.fixture(scope="module")

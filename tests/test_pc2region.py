@@ -28,16 +28,8 @@ MARKERS_NAMES = {1: "outer", 2: "body", 3: "slow", 4: "inner"}
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
 
 
-def _have_nvdisasm() -> bool:
-    try:
-        sass.find_nvdisasm()
-        return True
-    except FileNotFoundError:
-        return False
-
-
 needs_nvdisasm = pytest.mark.skipif(
-    not _have_nvdisasm(), reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)"
+    not sass.nvdisasm_available(), reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)"
 )
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 
