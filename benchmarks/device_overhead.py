@@ -35,6 +35,7 @@ VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("cursor", "cursor", "none"),  # the default: begin record stored at the begin
     ("cursor deferred", "cursor", "none"),  # defer_begin=True: begin record stored with the end record
     ("cursor smem", "cursor", "none"),  # stage="smem": records in shared memory, copied out at finalize
+    ("cursor lean", "cursor", "none"),  # lean=True: no state in registers between records (FA4-class kernels)
     ("cursor+fence", "cursor", "cta"),
     ("static", "static", "none"),
     ("atomic", "atomic", "none"),
@@ -68,6 +69,7 @@ def build(variant, blocks, warps, regions_per_warp, x):
         fence=fence,
         defer_begin=label == "cursor deferred",
         stage="smem" if label == "cursor smem" else "global",
+        lean=label == "cursor lean",
     )
     buf = session.kernel_arg()
     compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads)
@@ -99,6 +101,7 @@ def sass_per_event(label, mode, fence):
         fence=fence,
         defer_begin=label == "cursor deferred",
         stage="smem" if label == "cursor smem" else "global",
+        lean=label == "cursor lean",
     )
 
 

@@ -99,6 +99,40 @@ def _timer_lo():
     return Int32(Int64(value))
 
 
+def _asm(result_type, operands, text: str, constraints: str):
+    """Inline PTX with side effects: LLVM keeps every instance where it is written (no CSE, no hoisting)."""
+    from cutlass._mlir.dialects import llvm
+
+    return llvm.inline_asm(
+        result_type,
+        [operand.ir_value() for operand in operands],
+        text,
+        constraints,
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+
+
+def _fresh_thread_x():
+    """%tid.x read afresh where it is used (lean mode): an ordinary read would be CSE'd with the kernel's
+    own and kept live across its loops, which is what lean mode exists to avoid."""
+    return Int32(_asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
+
+
+def _load_lean_state(address):
+    """(lane << 32) | room of a lean lane, from shared memory; volatile so it is re-read at every record."""
+    return Int64(_asm(Int64.mlir_type, [address], "ld.volatile.shared.u64 $0, [$1];", "=l,r"))
+
+
+def _store_lean_state(address, state):
+    _asm(None, [address, Int64(state)], "st.volatile.shared.u64 [$0], $1;", "r,l")
+
+
+def _store_lean_room(address, room):
+    _asm(None, [address, Int32(room)], "st.volatile.shared.u32 [$0], $1;", "r,r")
+
+
 def _event_bits(event_id: int, event_type: int) -> int:
     return (event_id << wire.EVENT_ID_SHIFT) | event_type
 
@@ -143,6 +177,8 @@ class Profiler:
         object.__setattr__(self, "enabled", spec.enabled)
         if not cutlass.const_expr(spec.enabled):
             return
+        if spec.lean and leader is not None:
+            raise ValueError("ikp_cute.Profiler: lean=True fixes the leader (lane 0 of warp group*warps_per_group); leader= is not accepted")
         state = _setup(spec, _buffer_tensor(spec, buf), group, leader)
         for name, value in state.items():
             object.__setattr__(self, name, value)
@@ -165,6 +201,12 @@ class Profiler:
             words[k, 0] = tag | bits
             words[k, 1] = timer
 
+    def _record(self, bits: int):
+        if cutlass.const_expr(self.spec.lean):
+            self._lean_record(bits)
+        else:
+            self._cursor_record(bits)
+
     @cute.jit
     def _cursor_record(self, bits: cutlass.Constexpr):
         # The cursor counts the room left (limit - k): the guard is `room > 0`, one compare against an
@@ -177,6 +219,16 @@ class Profiler:
             words[k, 0] = tag | bits
             words[k, 1] = timer
         self._cursor[0] = _sub_nsw(room, 1)
+
+    # --- lean mode: every record re-derives the lane from %tid.x and shared memory ----------------------
+
+    def _lean_record(self, bits: int):
+        spec = self.spec
+        _lean_record(self._buffer, self._state_base, _timer_lo(), _fresh_thread_x(), spec, bits)
+
+    def _lean_finalize(self):
+        spec = self.spec
+        _lean_finalize(self._buffer, self._state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), spec)
 
     @cute.jit
     def _cursor_open(self):
@@ -221,7 +273,7 @@ class Profiler:
             # latency overlaps the region body instead of stalling the warp here.
             token = self._cursor_open()
         elif cutlass.const_expr(mode == "cursor"):
-            self._cursor_record(bits)
+            self._record(bits)
             token = None
         elif cutlass.const_expr(mode == "atomic"):
             # The reservation is issued before the begin timer read, and the begin record is stored at
@@ -243,7 +295,7 @@ class Profiler:
         bits = _event_bits(self.spec.event_id(name), END)
         mode = self.spec.mode
         if cutlass.const_expr(mode == "cursor"):
-            self._cursor_record(bits)
+            self._record(bits)
             if cutlass.const_expr(self.spec.defer_begin):
                 begin_room, begin_timer = token
                 self._cursor_write(
@@ -265,7 +317,7 @@ class Profiler:
         bits = _event_bits(self.spec.event_id(name), INSTANT)
         mode = self.spec.mode
         if cutlass.const_expr(mode == "cursor"):
-            self._cursor_record(bits)
+            self._record(bits)
         elif cutlass.const_expr(mode == "atomic"):
             self._store(self._reserve(1), bits)
         else:
@@ -278,6 +330,11 @@ class Profiler:
         Atomic mode with several writers per lane: call it after a barrier that orders all their records,
         with `leader=` naming one of them (default: every writer, which is wrong only in that case)."""
         if not cutlass.const_expr(self.enabled):
+            return
+        if cutlass.const_expr(self.spec.lean):
+            if leader is not None:
+                raise ValueError("lean=True: finalize() takes no leader= (the lane leader is fixed)")
+            self._lean_finalize()
             return
         self._finalize(self._leader if leader is None else (self._leader & leader))
 
@@ -372,6 +429,16 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
                 counters[g] = Int32(0)
         cute.arch.sync_threads()
         counter = counters + group
+    state_base = None
+    if cutlass.const_expr(spec.lean):
+        # (lane << 32) | room per group, written by the leader; records re-read it (nothing stays live).
+        state = cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8)
+        state_base = Int32(state.toint())
+        if leader:
+            _store_lean_state(
+                state_base + group * 8,
+                (Int64(lane) << 32) | Int64(Uint32(limit - wire.ANCHOR_RECORDS)),
+            )
     # Register cursor (cursor mode) / drop counter (static mode): carried in place through loops.
     cursor = cute.make_rmem_tensor(cute.make_layout(1), Int32)
     if cutlass.const_expr(spec.mode == "cursor"):
@@ -396,7 +463,52 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
         "_group": group,
         "_in_range": lane < spec.write_stride,
         "_default_leader": default_leader,
+        "_buffer": tensor,
+        "_state_base": state_base,
     }
+
+
+def _lean_slot(state_base, tid, spec: ProfileSpec):
+    """(is this thread a lane leader, shared-memory address of its lane's 8-byte state)."""
+    threads = 32 * spec.warps_per_group
+    if threads & (threads - 1) == 0:  # the usual case: shifts and masks, no division
+        slot, rest = tid >> (threads.bit_length() - 1), tid & (threads - 1)
+    else:
+        slot, rest = Int32(Uint32(tid) // threads), Int32(Uint32(tid) % threads)
+    return (rest == 0) & (slot < spec.num_groups), state_base + slot * 8
+
+
+def _lane_records(buffer, lane, spec: ProfileSpec):
+    return cute.make_tensor(buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride))
+
+
+@cute.jit
+def _lean_record(buffer, state_base, timer, tid, spec: cutlass.Constexpr, bits: cutlass.Constexpr):
+    leader, address = _lean_slot(state_base, tid, spec)
+    if leader:
+        state = _load_lean_state(address)
+        room = Int32(state)
+        if room > 0:
+            lane = Int32(state >> 32)
+            records = _lane_records(buffer, lane, spec)
+            records[spec.trailer_slot - room] = _pack(timer, (lane << wire.LANE_SHIFT) | bits)
+        _store_lean_room(address, _sub_nsw(room, 1))
+
+
+@cute.jit
+def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
+    leader, address = _lean_slot(state_base, tid, spec)
+    if leader:
+        state = _load_lean_state(address)
+        room = Int32(state)
+        lane = Int32(state >> 32)
+        if lane < spec.write_stride:
+            records = _lane_records(buffer, lane, spec)
+            tag = lane << wire.LANE_SHIFT
+            if room < 0:
+                records[spec.trailer_slot] = _pack(-room, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
+            sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
+            records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
 
 
 @cute.jit

@@ -35,6 +35,7 @@ class Session:
     fence:             "none" (default) or "cta" (block fence after each begin, before each end).
     bake_address:      compile the buffer address into the kernel (pass None as the kernel's buffer).
     defer_begin:       cursor mode: write a region's begin record at its end (off by default; see ProfileSpec).
+    lean:              cursor mode: no profiler state held in registers between records (see ProfileSpec).
     stage:             cursor mode: "global" (default) or "smem" (records staged in shared memory,
                        copied out by finalize(); see ProfileSpec).
     enabled:           False: no buffer; every profiling call compiles away.
@@ -56,6 +57,7 @@ class Session:
         kernel: str | None = None,
         defer_begin: bool = False,
         stage: str = "global",
+        lean: bool = False,
     ):
         self.group_names = _group_names(groups)
         num_groups = len(self.group_names)
@@ -73,6 +75,7 @@ class Session:
             "events": EventRegistry(events),
             "defer_begin": defer_begin,
             "stage": stage,
+            "lean": lean,
         }
         probe = ProfileSpec(enabled=enabled, **geometry)  # validates before allocating anything
         if enabled:

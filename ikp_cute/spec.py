@@ -105,6 +105,12 @@ class ProfileSpec:
     stage:            cursor mode: "global" (records go straight to the buffer) or "smem" (records go
                       to static shared memory, num_groups * records_per_lane * 8 bytes per block, and
                       finalize() copies them out: finalize is then required, by the whole leader warp).
+    lean:             cursor mode: keep no profiler state in registers between records. The lane's
+                      cursor and index live in 8 bytes of shared memory per group, and each record
+                      re-reads them (a record costs ~10 instructions instead of ~4, but nothing is held
+                      live across the kernel's loops). For register-tight kernels with sparse records
+                      (FA4's consumer warp groups). The leader is fixed: lane 0 of warp
+                      ``group * warps_per_group`` (1-D blocks), so ``leader=`` is not accepted.
     """
 
     enabled: bool = True
@@ -119,6 +125,7 @@ class ProfileSpec:
     baked_address: int | None = None
     defer_begin: bool = False
     stage: str = "global"
+    lean: bool = False
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -146,6 +153,11 @@ class ProfileSpec:
             raise ValueError(
                 f"stage='smem': {self.num_groups} groups x {self.records_per_lane} records x 8 B exceeds the "
                 f"{SMEM_STAGE_LIMIT} B of static shared memory a block may declare"
+            )
+        if self.lean and (self.mode != "cursor" or self.stage != "global" or self.defer_begin):
+            raise ValueError(
+                f"lean=True needs mode='cursor', stage='global' and defer_begin=False "
+                f"(got mode={self.mode!r}, stage={self.stage!r}, defer_begin={self.defer_begin})"
             )
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
@@ -182,7 +194,7 @@ class ProfileSpec:
         # Appears in the mangled kernel name: keep it short and free of addresses.
         if not self.enabled:
             return "ikp_off"
-        return f"ikp_{self.mode}" + ("_smem" if self.stage == "smem" else "")
+        return f"ikp_{self.mode}" + ("_smem" if self.stage == "smem" else "") + ("_lean" if self.lean else "")
 
     __str__ = __repr__
 

@@ -178,6 +178,28 @@ def test_deferred_begin_variant_compiles_and_is_carried():
     compile_structured(make_spec("cursor", defer_begin=True), "launch_warp_specialized")
 
 
+@pytest.mark.parametrize("launcher", ["launch_structured", "launch_warp_specialized", "launch_carried"])
+def test_lean_state_compiles_and_rereads_shared_memory_per_record(launcher):
+    spec = make_spec("cursor", lean=True)
+    text = compile_structured(spec, launcher).__ptx__
+    assert "local" not in text and "atom." not in text
+    # one volatile load of the lane state per record site (+ one in finalize), one store of the room back
+    finalized = "%smid" in text
+    loads = text.count("ld.volatile.shared.u64")
+    assert loads >= 4 + finalized and text.count("st.volatile.shared.u32") == loads - finalized
+    assert text.count("%tid.x") >= loads  # the leader test re-reads %tid.x at each record: nothing kept live
+
+
+def test_lean_state_is_validated():
+    with pytest.raises(ValueError, match="lean=True needs mode='cursor'"):
+        make_spec("atomic", lean=True)
+    with pytest.raises(ValueError, match="lean=True needs"):
+        make_spec("cursor", lean=True, defer_begin=True)
+    spec = make_spec("cursor", lean=True)
+    with pytest.raises(ValueError, match="leader= is not accepted"):
+        compile_structured(spec, "launch_multi_writer")
+
+
 def test_carry_check_catches_a_stale_cursor():
     """Negative control: a cursor restarted from its pre-loop value in each iteration must be flagged."""
     compiled = compile_structured(make_spec("cursor"), "launch_stale")

@@ -37,6 +37,7 @@ def run_structured(
     bake=False,
     iters=ITERS,
     stage="global",
+    lean=False,
 ):
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
@@ -54,6 +55,7 @@ def run_structured(
         bake_address=bake,
         kernel="structured_kernel",
         stage=stage,
+        lean=lean,
     )
     x = torch.randn(num_blocks * 256, device="cuda", dtype=torch.float32)
     x_ref = x.clone()
@@ -200,6 +202,21 @@ def test_smem_stage_matches_global_cursor_exactly(torch, records_per_lane):
     ]
     if records_per_lane == 64:
         assert smem.loss.lost == 0
+
+
+@pytest.mark.parametrize("records_per_lane", [64, 16])
+def test_lean_state_matches_register_cursor_exactly(torch, records_per_lane):
+    """Lane state in shared memory, re-read at every record: same spans, same drops as the cursor."""
+    from tests.kernels.structured import expected_dropped
+
+    regs = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
+    lean = run_structured(torch, "cursor", records_per_lane=records_per_lane, lean=True).decode()
+    key = lambda t: sorted(zip(t.spans["lane"].tolist(), t.spans["event"].tolist(), t.spans["depth"].tolist()))
+    assert key(lean) == key(regs)
+    assert lean.lanes["dropped"].tolist() == [
+        expected_dropped(ITERS, lane % 2, "cursor", records_per_lane) for lane in range(8)
+    ]
+    assert lean.loss.lost == (0 if records_per_lane == 64 else regs.loss.lost)
 
 
 def test_baked_address_records_like_an_argument(torch):

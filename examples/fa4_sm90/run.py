@@ -31,12 +31,25 @@ QUICK = {"batch": 1, "seqlen": 2048, "heads": 8, "variants": ("iter",)}
 # The measured variants: name -> (detail level, InstrumentedFlashAttentionForwardSm90 options).
 # "producer_full" records only the producer warp group (every producer event): the consumers' progress
 # shows up as the ends of `wait_empty_K/V` (a stage is released when its consumers are done with it).
+# "*_lean" variants keep no profiler state in registers between records (ProfileSpec.lean): FA4's
+# consumer warp groups are register-tight, and state held live across their main loop costs more than
+# the records themselves.
 VARIANTS = {
     "tile": ("tile", {}),
+    "tile_lean": ("tile", {"lean": True}),
     "iter": ("iter", {}),
+    "iter_lean": ("iter", {"lean": True}),
     "full": ("full", {}),
+    "full_lean": ("full", {"lean": True}),
     "producer_full": ("full", {"roles": ("producer",)}),
 }
+SESSION_OPTIONS = ("lean",)  # variant options that configure the Session, not the FA4 subclass
+
+
+def split_options(options: dict) -> tuple[dict, dict]:
+    """(Session options, InstrumentedFlashAttentionForwardSm90 options) of a variant."""
+    return ({k: v for k, v in options.items() if k in SESSION_OPTIONS},
+            {k: v for k, v in options.items() if k not in SESSION_OPTIONS})
 
 sys.path.insert(0, str(HERE.parent / "pipeline"))
 from measure import time_alternating, write_outputs
@@ -77,10 +90,11 @@ def records_per_lane(seqlen: int, detail: str, tile_n: int = 128) -> int:
     return int(16 + per_block * n_blocks + 32)
 
 
-def make_session(fi, batch, seqlen, heads, detail):
+def make_session(fi, batch, seqlen, heads, detail, **session_options):
     import ikp_cute
 
     return ikp_cute.Session(
+        **session_options,
         groups=list(fi.GROUPS),
         num_blocks=fi.num_ctas(batch, seqlen, heads),
         records_per_lane=records_per_lane(seqlen, detail),
@@ -196,7 +210,8 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
         launches_by_name = {"fa4": call_fa4, "fa4_again": call_fa4}
         for name in variants:
             detail, options = VARIANTS[name]
-            session = make_session(fi, batch, seqlen, heads, detail)
+            session_options, options = split_options(options)
+            session = make_session(fi, batch, seqlen, heads, detail, **session_options)
             out, trace = capture(fi, session, detail, q, k, v, causal, **options)  # FA4 allocates `out` itself
             err = rel_error(out, ref32)
             same = bool(torch.equal(out, base))
@@ -236,7 +251,10 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "setup_only_consumer_late": ("tile", {"events": (), "late_setup": True}),  # consumer's built after its loop
     "tile": ("tile", {}),
     "tile_consumer_only": ("tile", {"roles": ("consumer",)}),
+    "tile_lean": ("tile", {"lean": True}),
+    "tile_consumer_only_lean": ("tile", {"roles": ("consumer",), "lean": True}),
     "iter": ("iter", {}),
+    "iter_lean": ("iter", {"lean": True}),
     "full_producer_only": ("full", {"roles": ("producer",)}),
 }
 
@@ -250,7 +268,8 @@ def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=F
     base = fa4_forward(q, k, v, causal)
     variants = {"fa4": lambda: fa4_forward(q, k, v, causal), "fa4_again": lambda: fa4_forward(q, k, v, causal)}
     for name, (detail, options) in ABLATIONS.items():
-        session = make_session(fi, batch, seqlen, heads, detail)
+        session_options, options = split_options(options)
+        session = make_session(fi, batch, seqlen, heads, detail, **session_options)
 
         def launch(session=session, detail=detail, options=options):
             with fi.patched_interface(session.spec, detail, **options):
