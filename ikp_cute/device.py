@@ -482,17 +482,30 @@ def _lane_records(buffer, lane, spec: ProfileSpec):
     return cute.make_tensor(buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride))
 
 
-@cute.jit
-def _lean_record(buffer, state_base, timer, tid, spec: cutlass.Constexpr, bits: cutlass.Constexpr):
-    leader, address = _lean_slot(state_base, tid, spec)
-    if leader:
-        state = _load_lean_state(address)
-        room = Int32(state)
-        if room > 0:
-            lane = Int32(state >> 32)
-            records = _lane_records(buffer, lane, spec)
-            records[spec.trailer_slot - room] = _pack(timer, (lane << wire.LANE_SHIFT) | bits)
-        _store_lean_room(address, _sub_nsw(room, 1))
+def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
+    """One lean record as a single predicated PTX block: no branch, so the leader's warp does not
+    diverge, and the only latency it waits on is the shared-memory load of the lane state (the records
+    of a warp-group role sit on that group's critical path: its other warps wait at the next MMA)."""
+    threads = 32 * spec.warps_per_group
+    if threads & (threads - 1):
+        raise ValueError(f"lean=True needs 32 * warps_per_group to be a power of two (got {threads})")
+    asm = (
+        "{ .reg .pred p, q; .reg .u32 r, s, a, room, lane, k, tag; .reg .u64 off, addr, rec;"
+        f" and.b32 r, $3, {threads - 1}; shr.u32 s, $3, {threads.bit_length() - 1};"
+        f" setp.eq.u32 p, r, 0; setp.lt.and.u32 p, s, {spec.num_groups}, p;"
+        " mad.lo.u32 a, s, 8, $0;"
+        " @p ld.volatile.shared.v2.u32 {room, lane}, [a];"
+        " setp.gt.and.s32 q, room, 0, p;"
+        f" sub.s32 k, {spec.trailer_slot}, room; mad.lo.s32 k, k, {spec.write_stride}, lane;"
+        " mul.wide.s32 off, k, 8; add.s64 addr, $1, off;"
+        f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 tag, tag, {bits};"
+        " mov.b64 rec, {tag, $2};"
+        " @q st.global.b64 [addr+8], rec;"
+        " sub.s32 room, room, 1;"
+        " @p st.volatile.shared.u32 [a], room; }"
+    )
+    base = Int64(buffer.iterator.toint())
+    _asm(None, [Int32(state_base), base, Int32(timer), Int32(tid)], asm, "r,l,r,r")
 
 
 @cute.jit

@@ -251,9 +251,13 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "setup_only_consumer_late": ("tile", {"events": (), "late_setup": True}),  # consumer's built after its loop
     "tile": ("tile", {}),
     "tile_consumer_only": ("tile", {"roles": ("consumer",)}),
+    "lean setup_only": ("tile", {"events": (), "lean": True}),
+    "lean role regions only": ("tile", {"events": ("producer", "consumer"), "lean": True}),
+    "lean mainloop only": ("tile", {"events": ("mainloop",), "lean": True}),
+    "lean epilogue only": ("tile", {"events": ("epilogue",), "lean": True}),
+    "lean wait_Q only": ("tile", {"events": ("wait_Q",), "lean": True}),
     "tile_lean": ("tile", {"lean": True}),
-    "tile_consumer_only_lean": ("tile", {"roles": ("consumer",), "lean": True}),
-    "iter": ("iter", {}),
+    "tile_lean_consumer_only": ("tile", {"roles": ("consumer",), "lean": True}),
     "iter_lean": ("iter", {"lean": True}),
     "full_producer_only": ("full", {"roles": ("producer",)}),
 }
