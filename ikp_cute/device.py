@@ -16,6 +16,10 @@ How the cheap path stays cheap (cursor mode, checked by tests/test_device_compil
   store: the loop-invariant tag register stays put and the timer is read straight into its partner
   register (one CS2R.32), instead of packing a 64-bit value with two MOVs per record.
   Result: 3.5-4 SASS instructions per event (CS2R, ISETP, STG; tests count them from the cubin).
+Lean mode (``ProfileSpec.lean``) trades that for zero live registers: the lane's room and index sit in
+8 bytes of shared memory per group and each record is one predicated PTX block that re-reads %tid.x
+and the state (~12 SASS instructions, no branch): for register-tight kernels with sparse records, where
+state held across a hot loop would change its schedule (FA4's consumers: +1.3% instead of +4.4%).
 Records past capacity are not written; the cursor keeps counting, so finalize knows exactly how many
 were dropped and writes that number in a DROPPED instant.
 """

@@ -36,7 +36,8 @@ EXAMPLES = REPO / "examples"
 # profiler's stores are told apart by address (`profiler_stores`), so every store opcode must match.
 PROFILER_OPCODES = re.compile(
     r"^(mov|cvt|shl|shr|or|and|xor|add|sub|mul|mad|setp|selp|bra|neg|not|min|max|shfl\.sync\.idx\.b32|"
-    r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|st\.shared\.(u|b)32|bar\.warp\.sync|@?%p\d+|\{|\})",
+    r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|st\.shared\.(u|b)32|bar\.warp\.sync|@?%p\d+|\{|\}|"
+    r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|\.reg)",
 )
 BAKED = 0x7F0012340000  # the profile buffer address compiled into the instrumented kernels under test
 _REG = re.compile(r"%[a-z]+\d+")
@@ -113,11 +114,12 @@ def normalize(ptx: str) -> str:
     return "\n".join(line for line in ptx.splitlines() if not line.lstrip().startswith(("//", ".file", ".loc")))
 
 
-def _spec(events, num_groups, num_blocks, records_per_lane, baked=None):
+def _spec(events, num_groups, num_blocks, records_per_lane, baked=None, **options):
     from ikp_cute import EventRegistry, ProfileSpec
 
     return ProfileSpec(num_groups=num_groups, num_blocks=num_blocks, write_stride=num_blocks * num_groups,
-                       records_per_lane=records_per_lane, events=EventRegistry(events), baked_address=baked)
+                       records_per_lane=records_per_lane, events=EventRegistry(events), baked_address=baked,
+                       **options)
 
 
 # --- the warp-specialized TMA/mbarrier/wgmma pipeline ---------------------------------------------------
@@ -274,6 +276,7 @@ def fa4_ptx():
         "fa4": _compile_fa4(None, None),
         "off": _compile_fa4(ProfileSpec(enabled=False), "iter"),
         "full": _compile_fa4(spec, "full"),
+        "tile_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, lean=True), "tile"),
         "spec": spec,
     }
 
@@ -287,6 +290,13 @@ def test_fa4_instrumented_compiles_and_differs_only_by_profiler(fa4_ptx):
     assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["full"]) == {}
     assert set(fa4_ptx["spec"].events.as_dict().values()) == set(fi.events_for("full"))
     assert str(BAKED) in fa4_ptx["full"]  # the buffer address is an immediate: FA4's signature is unchanged
+
+
+def test_fa4_lean_tile_view_differs_only_by_profiler(fa4_ptx):
+    """The lean per-tile view (the README's <=2% FA4 view): only profiler code added, state re-read from
+    shared memory at each record."""
+    assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["tile_lean"]) == {}
+    assert "ld.volatile.shared.v2.u32" in fa4_ptx["tile_lean"] and str(BAKED) in fa4_ptx["tile_lean"]
 
 
 def test_fa4_detail_levels_are_cumulative():

@@ -17,11 +17,12 @@ Lanes: group 0 = producer warp group (leader: lane 0 of warp 0, FA4's TMA warp),
 two consumer (MMA) warp groups (leaders: lane 0 of warps 4 and 8). One lane per (CTA, group); FA4's
 sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / tile_m).
 
-Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"): the
-producer role costs ~0.4% even at detail "full"; the consumer role costs ~4% at any detail, and most of
-that (2.3 points) is the profiler's per-thread state held live across FA4's register-tight main loop
-(ablation: building the consumer profiler after the loop costs 0.4%), not the records themselves
-("iter" adds ~0 over "tile"). `roles=("producer",)` is the low-overhead view.
+Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"):
+per-tile regions on both roles cost +1.29% non-causal / +0.45% causal with a lean session
+(`Session(lean=True)`: no profiler state in the consumers' registers across FA4's register-tight main
+loop), +4.4% with the default register cursor, whose lane state held live across that loop changes
+its schedule. Per-iteration regions (`iter`, +4.5%) are cheaper with the default cursor; the producer
+role alone costs ~0.5% even at detail "full".
 
 Invariants a change could break (tests/test_examples_compile.py guards them):
 * with a disabled spec the class compiles to FA4's own PTX (test_fa4_disabled_is_fa4);
