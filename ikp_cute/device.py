@@ -133,10 +133,6 @@ def _store_lean_state(address, state):
     _asm(None, [address, Int64(state)], "st.volatile.shared.u64 [$0], $1;", "r,l")
 
 
-def _store_lean_room(address, room):
-    _asm(None, [address, Int32(room)], "st.volatile.shared.u32 [$0], $1;", "r,r")
-
-
 def _event_bits(event_id: int, event_type: int) -> int:
     return (event_id << wire.EVENT_ID_SHIFT) | event_type
 
@@ -227,12 +223,10 @@ class Profiler:
     # --- lean mode: every record re-derives the lane from %tid.x and shared memory ----------------------
 
     def _lean_record(self, bits: int):
-        spec = self.spec
-        _lean_record(self._buffer, self._state_base, _timer_lo(), _fresh_thread_x(), spec, bits)
+        _lean_record(self._buffer, self._state_base, _timer_lo(), _fresh_thread_x(), self.spec, bits)
 
     def _lean_finalize(self):
-        spec = self.spec
-        _lean_finalize(self._buffer, self._state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), spec)
+        _lean_finalize(self._buffer, self._state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), self.spec)
 
     @cute.jit
     def _cursor_open(self):
@@ -381,10 +375,7 @@ class Profiler:
         timer = cute.arch.globaltimer_lo()
         records, tag = self._lane, self._tag
         if writer:
-            if dropped > 0:
-                records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
-            sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
-            records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
+            _write_trailer(records, tag, dropped, timer, spec)
 
 
 @cute.jit
@@ -393,6 +384,16 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
     bx, by, bz = cute.arch.block_idx()
     gx, gy, gz = cute.arch.grid_dim()
     block = Int32(bx + by * gx + bz * gx * gy)
+    state_base, lean_leader, lean_state = None, None, None
+    if cutlass.const_expr(spec.lean):
+        # The lane's (lane << 32) | room, written by the thread that the records' own %tid.x test calls
+        # the leader of its slot, so every record reads a state its own thread wrote; the lane's group
+        # is therefore the warp's (warp_idx // warps_per_group).
+        state_base = Int32(cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8).toint())
+        tid, _, _ = cute.arch.thread_idx()
+        lean_leader, lean_state = _lean_slot(state_base, Int32(tid), spec)
+        group = Int32(tid) >> ((32 * spec.warps_per_group).bit_length() - 1)
+        leader = lean_leader
     lane = block * spec.num_groups + group
     default_leader = leader is None
     if cutlass.const_expr(default_leader):
@@ -401,10 +402,7 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
     leader = leader & (lane < spec.write_stride)
     limit = cutlass.select_(leader, Int32(spec.trailer_slot), Int32(0))
     tag = Int32(lane) << wire.LANE_SHIFT
-    records = cute.make_tensor(
-        tensor.iterator + 1 + lane,
-        cute.make_layout(spec.records_per_lane, stride=spec.write_stride),
-    )
+    records = _lane_records(tensor, lane, spec)
     words = cute.make_tensor(
         cute.recast_ptr(tensor.iterator + 1 + lane, dtype=Int32),
         cute.make_layout((spec.records_per_lane, 2), stride=(2 * spec.write_stride, 1)),
@@ -433,16 +431,10 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
                 counters[g] = Int32(0)
         cute.arch.sync_threads()
         counter = counters + group
-    state_base = None
     if cutlass.const_expr(spec.lean):
-        # (lane << 32) | room per group, written by the leader; records re-read it (nothing stays live).
-        state = cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8)
-        state_base = Int32(state.toint())
-        if leader:
-            _store_lean_state(
-                state_base + group * 8,
-                (Int64(lane) << 32) | Int64(Uint32(limit - wire.ANCHOR_RECORDS)),
-            )
+        # Out-of-range lanes get room -2 (limit 0): their records and trailer are never written.
+        if lean_leader:
+            _store_lean_state(lean_state, (Int64(lane) << 32) | Int64(Uint32(limit - wire.ANCHOR_RECORDS)))
     # Register cursor (cursor mode) / drop counter (static mode): carried in place through loops.
     cursor = cute.make_rmem_tensor(cute.make_layout(1), Int32)
     if cutlass.const_expr(spec.mode == "cursor"):
@@ -474,12 +466,9 @@ def _setup(spec: cutlass.Constexpr, tensor, group, leader):
 
 def _lean_slot(state_base, tid, spec: ProfileSpec):
     """(is this thread a lane leader, shared-memory address of its lane's 8-byte state)."""
-    threads = 32 * spec.warps_per_group
-    if threads & (threads - 1) == 0:  # the usual case: shifts and masks, no division
-        slot, rest = tid >> (threads.bit_length() - 1), tid & (threads - 1)
-    else:
-        slot, rest = Int32(Uint32(tid) // threads), Int32(Uint32(tid) % threads)
-    return (rest == 0) & (slot < spec.num_groups), state_base + slot * 8
+    threads = 32 * spec.warps_per_group  # a power of two (ProfileSpec checks it)
+    slot = tid >> (threads.bit_length() - 1)
+    return ((tid & (threads - 1)) == 0) & (slot < spec.num_groups), state_base + slot * 8
 
 
 def _lane_records(buffer, lane, spec: ProfileSpec):
@@ -490,9 +479,7 @@ def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
     """One lean record as a single predicated PTX block: no branch, so the leader's warp does not
     diverge, and the only latency it waits on is the shared-memory load of the lane state (the records
     of a warp-group role sit on that group's critical path: its other warps wait at the next MMA)."""
-    threads = 32 * spec.warps_per_group
-    if threads & (threads - 1):
-        raise ValueError(f"lean=True needs 32 * warps_per_group to be a power of two (got {threads})")
+    threads = 32 * spec.warps_per_group  # a power of two (ProfileSpec checks it)
     asm = (
         "{ .reg .pred p, q; .reg .u32 r, s, a, room, lane, k, tag; .reg .u64 off, addr, rec;"
         f" and.b32 r, $3, {threads - 1}; shr.u32 s, $3, {threads.bit_length() - 1};"
@@ -520,12 +507,16 @@ def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
         room = Int32(state)
         lane = Int32(state >> 32)
         if lane < spec.write_stride:
-            records = _lane_records(buffer, lane, spec)
-            tag = lane << wire.LANE_SHIFT
-            if room < 0:
-                records[spec.trailer_slot] = _pack(-room, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
-            sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
-            records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
+            _write_trailer(_lane_records(buffer, lane, spec), lane << wire.LANE_SHIFT, -room, timer, spec)
+
+
+@cute.jit
+def _write_trailer(records, tag, dropped, timer, spec: cutlass.Constexpr):
+    """[DROPPED (count)] + FINALIZE (SM id) in the lane's last two slots."""
+    if dropped > 0:
+        records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
+    sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
+    records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
 
 
 @cute.jit

@@ -107,10 +107,12 @@ class ProfileSpec:
                       finalize() copies them out: finalize is then required, by the whole leader warp).
     lean:             cursor mode: keep no profiler state in registers between records. The lane's
                       cursor and index live in 8 bytes of shared memory per group, and each record
-                      re-reads them (a record costs ~10 instructions instead of ~4, but nothing is held
-                      live across the kernel's loops). For register-tight kernels with sparse records
-                      (FA4's consumer warp groups). The leader is fixed: lane 0 of warp
-                      ``group * warps_per_group`` (1-D blocks), so ``leader=`` is not accepted.
+                      re-reads them (a record costs ~12-14 SASS instructions instead of ~4, but nothing
+                      is held live across the kernel's loops). For register-tight kernels with sparse
+                      records (FA4's consumer warp groups). The lane's group is the warp's
+                      (``warp_idx // warps_per_group``, 1-D blocks, ``32 * warps_per_group`` a power of
+                      two) and its leader is lane 0 of the group's first warp, so ``leader=`` is not
+                      accepted.
     """
 
     enabled: bool = True
@@ -161,6 +163,8 @@ class ProfileSpec:
             )
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
+        if self.lean and self.warps_per_group & (self.warps_per_group - 1):
+            raise ValueError(f"lean=True needs warps_per_group to be a power of two (got {self.warps_per_group})")
 
     # --- geometry ------------------------------------------------------------------------------------
 

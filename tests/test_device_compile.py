@@ -195,6 +195,8 @@ def test_lean_state_is_validated():
         make_spec("atomic", lean=True)
     with pytest.raises(ValueError, match="lean=True needs"):
         make_spec("cursor", lean=True, defer_begin=True)
+    with pytest.raises(ValueError, match="power of two"):
+        make_spec("cursor", lean=True, warps_per_group=3)
     spec = make_spec("cursor", lean=True)
     with pytest.raises(ValueError, match="leader= is not accepted"):
         compile_structured(spec, "launch_multi_writer")

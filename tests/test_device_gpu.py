@@ -235,7 +235,8 @@ def test_3d_grid_and_wide_write_stride(torch):
     assert trace.loss.lost == 0
 
 
-def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
+@pytest.mark.parametrize("lean", [False, True])
+def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch, lean):
     """A session sized for 4 blocks, launched on 6: lanes past write_stride must not write."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
@@ -243,7 +244,7 @@ def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
     import ikp_cute
     from tests.kernels import structured
 
-    session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=64)
+    session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=64, lean=lean)
     guard = torch.full((4096,), -1, dtype=torch.int64, device="cuda")  # allocated next; must stay intact
     x = torch.randn(6 * 256, device="cuda")
     x_arg = from_dlpack(x, assumed_align=16)
@@ -260,6 +261,8 @@ def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch):
     assert torch.all(guard == -1)
     header = int(session.records()[0])
     assert wire.unpack_header(header) == (6, 2)  # the device wrote the launched grid
+    trace = session.decode()
+    assert trace.loss.lost == 0 and sorted(set(trace.spans["lane"].tolist())) == list(range(8))
 
 
 def test_disabled_session_runs_without_buffer(torch):
