@@ -19,7 +19,7 @@ How the cheap path stays cheap (cursor mode, checked by tests/test_device_compil
 Lean mode (``ProfileSpec.lean``) trades that for zero live registers: the lane's room and index sit in
 8 bytes of shared memory per group and each record is one predicated PTX block that re-reads %tid.x
 and the state (~12 SASS instructions, no branch): for register-tight kernels with sparse records, where
-state held across a hot loop would change its schedule (FA4's consumers: +1.3% instead of +4.4%).
+state held across a hot loop would change its schedule (FA4's per-tile view: +1.6% instead of +4.9%).
 Records past capacity are not written; the cursor keeps counting, so finalize knows exactly how many
 were dropped and writes that number in a DROPPED instant.
 """

@@ -18,10 +18,10 @@ two consumer (MMA) warp groups (leaders: lane 0 of warps 4 and 8). One lane per 
 sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / tile_m).
 
 Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"):
-per-tile regions on both roles cost +1.29% non-causal / +0.45% causal with a lean session
+per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
 (`Session(lean=True)`: no profiler state in the consumers' registers across FA4's register-tight main
-loop), +4.4% with the default register cursor, whose lane state held live across that loop changes
-its schedule. Per-iteration regions (`iter`, +4.5%) are cheaper with the default cursor; the producer
+loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
+its schedule. Per-iteration regions (`iter`, +4.8%) are cheaper with the default cursor; the producer
 role alone costs ~0.5% even at detail "full".
 
 Invariants a change could break (tests/test_examples_compile.py guards them):
