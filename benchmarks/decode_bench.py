@@ -15,8 +15,8 @@ import tracemalloc
 
 import numpy as np
 
-from host_decode import wire
-from host_decode.decoder import decode
+from host_decode.core import wire
+from host_decode.core.decoder import decode
 
 
 def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed: int = 0) -> np.ndarray:

@@ -116,8 +116,8 @@ def run_child(trace: Path, extra: list) -> dict:
     its parser workers, as each worker measured itself (bytes), exit code."""
     code = """
 import argparse, json, resource, sys
-from host_decode import torch_trace as tt
-from host_decode.commands import kernels
+from host_decode.torch_traces import trace as tt
+from host_decode.cli.commands import kernels
 ap = argparse.ArgumentParser()
 kernels.add_arguments(ap)
 args = ap.parse_args(sys.argv[1:])

@@ -3,7 +3,7 @@
     python gpu/cuda_cross_check.py            (repo root; needs a CUDA GPU, torch, nvcc; OUT=dir to keep captures)
 
 (a) examples/cuda_cpp/ikp_example.cu runs with extensions on (ample capacity, then overflowing); the
-    buffer decoded by host_decode.decoder.decode must give exactly the spans / instants / drops that a
+    buffer decoded by host_decode.core.decoder.decode must give exactly the spans / instants / drops that a
     model of the program predicts, per lane (lanes, events, nesting depth, counts, dropped counts).
 (b) the same program with extensions off (IKP_V1_PLAIN / Profiler<true, false>) must be a plain v1
     buffer: an independent minimal v1 decoder (a Python loop, as peers have) reads the same structure,
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from host_decode import wire  # noqa: E402
+from host_decode.core import wire  # noqa: E402
 
 OUTER, INNER, TICK = 0, 1, 2
 BEGIN, END, INSTANT, FINALIZE = (int(t) for t in wire.EventType)
@@ -277,7 +277,7 @@ def _example_module():
 def main() -> int:
     import torch
 
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
 
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
@@ -285,7 +285,7 @@ def main() -> int:
     example = _example_module()
     dll = example.build_library()  # a temporary directory: only captures go to $OUT
     props = torch.cuda.get_device_properties(0)
-    from host_decode.model import Names
+    from host_decode.core.model import Names
 
     names = Names(events=dict(example.EVENTS), groups=dict(example.GROUPS))
     ample = 4 * ITERS + 8  # every record fits
@@ -297,7 +297,7 @@ def main() -> int:
         if not out:
             return
         try:
-            from host_decode.capture import save_capture
+            from host_decode.core.capture import save_capture
         except ImportError:
             np.save(os.path.join(out, f"cuda_{tag}.npy"), buf)
             return

@@ -213,7 +213,7 @@ def launch_insight(lib, torch, device: int, blocks: int, iters: int):
 
 
 def save(buf, path, torch, device, blocks, iters, **meta):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
 
     ws, rpl = layout(blocks, iters)
     props = torch.cuda.get_device_properties(device)
@@ -225,7 +225,7 @@ def save(buf, path, torch, device, blocks, iters, **meta):
 
 def _auto_match(align, trace, path) -> dict:
     """Does matching by absolute time alone (no occurrence given) find slice 0 for launch 0?"""
-    from host_decode.errors import DecodeError
+    from host_decode.core.errors import DecodeError
 
     try:
         r, _ = align.align(trace, align.load_chrome(path), KERNEL)
@@ -302,8 +302,14 @@ def main() -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from host_decode import align, diff, multi, plots
-    from host_decode.commands.stats import collect
+    from host_decode.analysis import align
+
+    from host_decode.analysis import diff
+
+    from host_decode.analysis import sessions as multi
+
+    from host_decode.reports import plots
+    from host_decode.cli.commands.stats import collect
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -5,7 +5,7 @@ regions inside "tile", ikp_cute device API) twice, each in its own process:
 
 1. Nsight Compute: ``ncu --section SourceCounters --import-source yes`` on one launch, then the
    source page as CSV (``ncu -i rep --page source --csv --print-source sass``);
-2. CUPTI PC sampling from Python (host_decode.adapters.cupti.PcSampler, ctypes on libcupti).
+2. CUPTI PC sampling from Python (host_decode.hardware.adapters.cupti.PcSampler, ctypes on libcupti).
    If this part fails (library, driver or permission), the ncu part still runs and is reported.
 
 Each process also writes the kernel's cubin, its pc2region map and the capture (the same compile in
@@ -53,7 +53,7 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
     sampler = None
     if cupti:
         try:
-            from host_decode.adapters.cupti import PcSampler
+            from host_decode.hardware.adapters.cupti import PcSampler
 
             sampler = PcSampler(sampling_period=sampling_period).start()
             print("CUPTI PC sampling enabled with", sampler.lib_path, f"({len(sampler.reasons)} stall reasons)")
@@ -125,7 +125,7 @@ def _compile(out: Path, blocks: int, tiles: int):
 
 
 def _write_map(out: Path, compiled, session) -> None:
-    from host_decode import pc2region
+    from host_decode.hardware import pc2region
 
     cubin = bytes(compiled.__cubin__)
     (out / "kernel.cubin").write_bytes(cubin)
@@ -233,9 +233,10 @@ def profile_cupti(out: Path, args) -> Path | None:
 
 
 def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
-    from host_decode import join, pc2region
-    from host_decode.decoder import load_capture
-    from host_decode.errors import DecodeError
+    from host_decode.hardware import join
+    from host_decode.hardware import pc2region
+    from host_decode.core.decoder import load_capture
+    from host_decode.core.errors import DecodeError
 
     if not (d / "map.json").exists():  # the worker could not map: try again here
         names = json.loads((d / "names.json").read_text())
@@ -318,8 +319,8 @@ def main(argv=None) -> int:
         "ncu": None if "ncu" in skip else profile_ncu(out, args),
         "cupti": None if "cupti" in skip else profile_cupti(out, args),
     }
-    from host_decode.adapters.cupti import read_cupti_json
-    from host_decode.adapters.ncu import read_ncu_csv
+    from host_decode.hardware.adapters.cupti import read_cupti_json
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
 
     summary = {}
     shas = {}

@@ -45,8 +45,8 @@ def run_twin(twin, records_per_lane: int, iters: int):
 def main() -> int:
     import torch
 
-    from host_decode.decoder import decode
-    from host_decode.model import Names
+    from host_decode.core.decoder import decode
+    from host_decode.core.model import Names
 
     cc = _load("cuda_cross_check", REPO / "gpu" / "cuda_cross_check.py")
     example = cc._example_module()

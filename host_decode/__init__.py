@@ -1,7 +1,7 @@
 """Host side of ikp_cute: wire format, decoder, trace model, writers, analysis, adapters (numpy only)."""
 
-from host_decode.errors import DecodeError
-from host_decode.model import LossReport, Names, Trace
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import LossReport, Names, Trace
 
 __all__ = ["DecodeError", "LossReport", "Names", "Trace", "decode", "load_capture"]
 

@@ -1,6 +1,6 @@
 """Device side: the profiler handle built inside ``@cute.kernel`` and ``profile_region``.
 
-Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_decode/wire.py). Per lane:
+Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_decode/core/wire.py). Per lane:
 k=0 ANCHOR_LO, k=1 ANCHOR_HI (one 64-bit %globaltimer read), user records from k=2, and the last two
 slots for [DROPPED] + FINALIZE (event id = SM id). Only the leader thread of a lane writes.
 
@@ -31,7 +31,7 @@ import dataclasses
 import cutlass
 from cutlass import Int32, Int64, Uint32, Uint64, cute
 
-from host_decode import wire
+from host_decode.core import wire
 
 from .spec import ProfileSpec
 

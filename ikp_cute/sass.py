@@ -1,6 +1,6 @@
 """SASS of compiled CuTe DSL kernels: instruction counts and the compile options that keep artifacts.
 
-Disassembly and nvdisasm discovery are host_decode.sass's (one implementation for pc2region and for
+Disassembly and nvdisasm discovery are host_decode.hardware.sass's (one implementation for pc2region and for
 these counts). Used by tests/test_device_compile.py (per-event instruction cost, enforced in CI without
 a GPU) and benchmarks/device_overhead.py.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import tempfile
 
-from host_decode import sass as _sass
+from host_decode.hardware import sass as _sass
 
 
 def nvdisasm_path() -> str | None:
-    """nvdisasm (see host_decode.sass.find_nvdisasm), or None when there is none."""
+    """nvdisasm (see host_decode.hardware.sass.find_nvdisasm), or None when there is none."""
     return _sass.find_nvdisasm() if _sass.nvdisasm_available() else None
 
 

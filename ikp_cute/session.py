@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from host_decode import wire
-from host_decode.model import Names
+from host_decode.core import wire
+from host_decode.core.model import Names
 
 from .spec import EventRegistry, ProfileSpec
 
@@ -154,7 +154,7 @@ class Session:
 
     def decode(self):
         """-> host_decode Trace of the last launch."""
-        from host_decode.decoder import decode
+        from host_decode.core.decoder import decode
 
         return decode(
             self.records(),
@@ -164,8 +164,8 @@ class Session:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.capture."""
-        from host_decode.capture import save_capture
+        """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.core.capture."""
+        from host_decode.core.capture import save_capture
 
         meta = self.meta()
         meta.pop("format", None)  # save_capture writes the format key itself

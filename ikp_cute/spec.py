@@ -6,7 +6,7 @@ fixed at compile time, so a disabled spec compiles to exactly the uninstrumented
 (write_stride, records_per_lane) folds into immediate address offsets.
 
 Invariants a change could break:
-* The buffer layout is exactly the v1 wire format of host_decode/wire.py (atomic mode keeps its
+* The buffer layout is exactly the v1 wire format of host_decode/core/wire.py (atomic mode keeps its
   per-lane counters in shared memory, not in the buffer).
 * Event ids are handed out in order of first use at trace time, from 0 up to wire.MAX_USER_EVENT_ID;
   names declared up front keep the ids they were given (test_event_registry_*).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from host_decode import wire
+from host_decode.core import wire
 
 MODES = ("cursor", "atomic", "static")
 FENCES = ("none", "cta")
@@ -69,7 +69,7 @@ class EventRegistry:
         raise KeyError(event_id)
 
     def as_dict(self) -> dict[int, str]:
-        """{id: name}, sorted by id (what host_decode.model.Names.events holds)."""
+        """{id: name}, sorted by id (what host_decode.core.model.Names.events holds)."""
         return {i: n for n, i in sorted(self._ids.items(), key=lambda item: item[1])}
 
     def __len__(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode import wire
+from host_decode.core import wire
 
 B, E, I, F = (int(t) for t in wire.EventType)
 

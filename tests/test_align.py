@@ -1,4 +1,4 @@
-"""Alignment with a torch.profiler Chrome trace (host_decode.align) on synthetic profiler traces built
+"""Alignment with a torch.profiler Chrome trace (host_decode.analysis.align) on synthetic profiler traces built
 like Kineto's (baseTimeNanoseconds + ts in us; kernel slices with cat 'kernel')."""
 
 import gzip
@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from host_decode import align
+from host_decode.analysis import align
 from host_decode.cli import main
-from host_decode.errors import DecodeError
-from host_decode.model import Names
-from host_decode.multi import concat, parts_from_traces, trace_from_spans
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import Names
+from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans
 
 BASE = 1_790_857_026_000_000_000
 
@@ -120,7 +120,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
 
 
 def test_cli_merge_with_torch(tmp_path):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
     from tests.buffers import B, E, F, BufferBuilder
 
     t64 = BASE + 7_000_000_000

@@ -1,12 +1,12 @@
-"""host_decode.analysis against hand-computed values on small traces, and against a brute-force
+"""host_decode.analysis.regions against hand-computed values on small traces, and against a brute-force
 per-nanosecond model on random ones."""
 
 import numpy as np
 import pytest
 
-from host_decode import analysis as an
-from host_decode.model import Names
-from host_decode.multi import trace_from_spans
+from host_decode.analysis import regions as an
+from host_decode.core.model import Names
+from host_decode.analysis.sessions import trace_from_spans
 
 EV1, EV2, EV3, EV4 = 1, 2, 3, 4
 
@@ -166,7 +166,7 @@ def test_empty_trace_gives_empty_tables_not_errors():
 
 
 def test_session_launch_numbers_are_per_launch_medians():
-    from host_decode.multi import concat, parts_from_traces
+    from host_decode.analysis.sessions import concat, parts_from_traces
 
     # launch A: block ends 100, 200 (tail 50: median 150); launch B: ends 100, 400 (tail 150: median 250)
     a = trace_from_spans([(0, 0, 1, 0, 100), (1, 0, 1, 0, 200)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True)

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from host_decode import perfetto as pf
-from host_decode.chrome_json import write_chrome_json
-from host_decode.model import Names
+from host_decode.writers import perfetto as pf
+from host_decode.writers.chrome_json import write_chrome_json
+from host_decode.core.model import Names
 from host_decode.writers import trace_format, write_trace
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
 

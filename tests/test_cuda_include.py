@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cuda_include import include_dir
-from host_decode import wire
+from host_decode.core import wire
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = Path(include_dir()) / "ikp.cuh"
@@ -192,7 +192,7 @@ KERNELS = ("cursor_kernel", "static_kernel", "atomic_kernel", "plain_kernel")
 
 
 def constants_source(wrong: bool = False) -> str:
-    """static_asserts of every header constant against host_decode/wire.py (the one definition)."""
+    """static_asserts of every header constant against host_decode/core/wire.py (the one definition)."""
     pairs = {
         "kEventTypeBits": wire.EVENT_TYPE_BITS,
         "kEventIdBits": wire.EVENT_ID_BITS,
@@ -497,7 +497,7 @@ def cross_check():
 @pytest.mark.parametrize("variant", ["nested", "flat_cursor", "flat_static", "flat_atomic"])
 @pytest.mark.parametrize("records_per_lane", [32, 14, 5])
 def test_cross_check_accepts_what_the_header_writes(cross_check, variant, records_per_lane):
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
 
     buf = cross_check.simulate_buffer(variant, records_per_lane, cross_check.ITERS)
     trace = decode(buf, write_stride=cross_check.WRITE_STRIDE)
@@ -511,7 +511,7 @@ def test_cross_check_counts_overflow_exactly(cross_check):
 
 
 def test_cross_check_catches_a_missing_record(cross_check):
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
 
     buf = cross_check.simulate_buffer("nested", 32, cross_check.ITERS)
     buf[wire.slot_index(5, 4, cross_check.WRITE_STRIDE)] = 0  # one record of lane 5 lost
@@ -520,7 +520,7 @@ def test_cross_check_catches_a_missing_record(cross_check):
 
 
 def test_cross_check_catches_a_wrong_drop_count(cross_check):
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
 
     buf = cross_check.simulate_buffer("nested", 14, cross_check.ITERS)
     slot = wire.slot_index(3, 12, cross_check.WRITE_STRIDE)  # lane 3's DROPPED instant
@@ -532,7 +532,7 @@ def test_cross_check_catches_a_wrong_drop_count(cross_check):
 
 
 def test_reference_v1_decoder_agrees_on_a_plain_buffer(cross_check):
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
 
     buf = cross_check.simulate_buffer("nested", 32, cross_check.ITERS, extensions=False)
     assert cross_check.plain_v1_violations(buf, cross_check.WRITE_STRIDE, 32) == []

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from host_decode import wire
-from host_decode.decoder import decode, infer_write_stride, load_capture
-from host_decode.capture import save_capture
-from host_decode.errors import DecodeError
-from host_decode.model import LOSS_BUCKETS
+from host_decode.core import wire
+from host_decode.core.decoder import decode, infer_write_stride, load_capture
+from host_decode.core.capture import save_capture
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import LOSS_BUCKETS
 from tests.buffers import B, E, F, I, BufferBuilder
 
 
@@ -209,7 +209,7 @@ def test_many_chunks_decode_like_one(monkeypatch):
             ts += int(rng.integers(1, 50))
             b.put(lane, ts, ev, E)
     whole = decode(b.buf)
-    import host_decode.decoder as d
+    import host_decode.core.decoder as d
 
     monkeypatch.setattr(d, "CHUNK_SLOTS", 40)  # a few lanes per chunk
     parts = decode(b.buf)

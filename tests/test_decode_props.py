@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host_decode import wire
-from host_decode.decoder import decode
-from host_decode.errors import DecodeError
+from host_decode.core import wire
+from host_decode.core.decoder import decode
+from host_decode.core.errors import DecodeError
 from tests.buffers import B, E, F, I, BufferBuilder
 
 MASK = 0xFFFF_FFFF

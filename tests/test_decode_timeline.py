@@ -6,9 +6,9 @@ lane or two, and must give the hand-computed times."""
 import numpy as np
 import pytest
 
-import host_decode.decoder as d
-from host_decode import wire
-from host_decode.decoder import decode
+import host_decode.core.decoder as d
+from host_decode.core import wire
+from host_decode.core.decoder import decode
 from tests.buffers import B, BufferBuilder, E, F, I
 
 M = 0xFFFF_FFFF

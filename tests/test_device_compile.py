@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from host_decode import wire
+from host_decode.core import wire
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 cutlass = pytest.importorskip("cutlass")
@@ -317,7 +317,7 @@ def test_example_capture_decodes_to_the_program():
 
     import numpy as np
 
-    from host_decode.decoder import load_capture
+    from host_decode.core.decoder import load_capture
 
     path = Path(__file__).resolve().parents[1] / "examples" / "basic" / "capture.npy"
     trace = load_capture(path)

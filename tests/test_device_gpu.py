@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from host_decode import wire
+from host_decode.core import wire
 
 pytestmark = pytest.mark.gpu
 
@@ -286,7 +286,7 @@ def test_disabled_session_runs_without_buffer(torch):
 
 
 def test_save_and_load_capture_round_trip(torch, tmp_path):
-    from host_decode.decoder import load_capture
+    from host_decode.core.decoder import load_capture
 
     session = run_structured(torch, "cursor")
     path = session.save(tmp_path / "cap.npy")

@@ -1,4 +1,4 @@
-"""host_decode.diff: statistics checked against hand-computed / reference values, verdicts, and the
+"""host_decode.analysis.diff: statistics checked against hand-computed / reference values, verdicts, and the
 `ikp diff --fail-above` exit code on real decoded captures."""
 
 import math
@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from host_decode import diff
+from host_decode.analysis import diff
 from host_decode.cli import main
-from host_decode.model import Names
-from host_decode.multi import trace_from_spans
+from host_decode.core.model import Names
+from host_decode.analysis.sessions import trace_from_spans
 
 
 def test_welch_matches_reference_values():
@@ -79,7 +79,7 @@ def test_lane_unit_averages_per_lane():
 
 
 def _save(tmp_path, name, scale):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
     from tests.buffers import BufferBuilder, B, E, F
 
     rng = np.random.default_rng(3)

@@ -314,7 +314,7 @@ def test_fa4_detail_levels_are_cumulative():
 
 
 def _load(example: str):
-    from host_decode.decoder import load_capture
+    from host_decode.core.decoder import load_capture
 
     path = EXAMPLES / example / "capture.npy"
     if not path.exists():
@@ -398,9 +398,9 @@ def _fa4_runner():
 
 
 def test_consumer_wait_share_counts_only_waits_inside_each_iteration():
-    from host_decode import wire
-    from host_decode.decoder import decode
-    from host_decode.model import Names
+    from host_decode.core import wire
+    from host_decode.core.decoder import decode
+    from host_decode.core.model import Names
 
     begin, end = int(wire.EventType.BEGIN), int(wire.EventType.END)
     n_block, wait_k, wait_v = 5, 6, 7

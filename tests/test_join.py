@@ -10,10 +10,14 @@ import os
 import numpy as np
 import pytest
 
-from host_decode import join, pc2region, sass
-from host_decode.adapters import PcTable, cupti, ncu, nvbit
-from host_decode.errors import DecodeError
-from host_decode.model import (
+from host_decode.hardware import join
+
+from host_decode.hardware import pc2region
+
+from host_decode.hardware import sass
+from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import (
     INSTANT_DTYPE,
     LANE_DTYPE,
     LOSS_BUCKETS,
@@ -256,8 +260,8 @@ def test_real_cubin_maps_the_same_here(source):
 
 
 def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
-    from host_decode import wire
-    from host_decode.capture import save_capture
+    from host_decode.core import wire
+    from host_decode.core.capture import save_capture
     from host_decode.cli import main
 
     out_map = tmp_path / "map.json"

@@ -1,4 +1,4 @@
-"""`ikp kernels` / host_decode.torch_trace on real CPU torch.profiler traces (tests/fixtures/torch, made by
+"""`ikp kernels` / host_decode.torch_traces.trace on real CPU torch.profiler traces (tests/fixtures/torch, made by
 make_cpu_traces.py) and on synthetic GPU-shaped traces built here. Every number is checked against an
 independent computation: json.load and a plain Python loop."""
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode import torch_trace as tt
+from host_decode.torch_traces import trace as tt
 from host_decode.cli import main as cli_main
-from host_decode.errors import DecodeError
+from host_decode.core.errors import DecodeError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 CPU_STEPS = FIXTURES / "cpu_steps.json.gz"
@@ -597,7 +597,7 @@ def test_parallel_workers_match_serial(tmp_path):
 
 
 def _capture(tmp_path, kernel):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
     from tests.buffers import B, E, BufferBuilder
 
     b = BufferBuilder(1, 2, 8)

@@ -1,14 +1,14 @@
-"""Sessions over many launches and multi-rank merges (host_decode.multi)."""
+"""Sessions over many launches and multi-rank merges (host_decode.analysis.sessions)."""
 
 import json
 
 import numpy as np
 import pytest
 
-from host_decode import multi
+from host_decode.analysis import sessions as multi
 from host_decode.cli import main
-from host_decode.diff import launch_durations
-from host_decode.model import Names
+from host_decode.analysis.diff import launch_durations
+from host_decode.core.model import Names
 from tests.buffers import B, E, F, BufferBuilder
 
 
@@ -67,7 +67,7 @@ def test_write_chrome_one_process_per_part(tmp_path):
 
 
 def _capture(tmp_path, name, t64, launch_index):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
 
     bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
     for lane in range(2):

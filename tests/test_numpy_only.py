@@ -19,14 +19,14 @@ def test_host_decode_needs_only_numpy(tmp_path):
                 if name.split(".")[0] in {BLOCKED!r}:
                     raise ImportError("blocked for this test: " + name)
         sys.meta_path.insert(0, Block())
-        import host_decode, host_decode.commands
-        for pkg in (host_decode, host_decode.commands):
+        import host_decode, host_decode.cli.commands
+        for pkg in (host_decode, host_decode.cli.commands):
             for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
                 importlib.import_module(m.name)
         sys.path.insert(0, {str(ROOT)!r})
         from tests.buffers import BufferBuilder, B, E
-        from host_decode.decoder import decode
-        from host_decode.stats import region_summary
+        from host_decode.core.decoder import decode
+        from host_decode.analysis.stats import region_summary
         from host_decode.writers import write_trace
         b = BufferBuilder(2, 2, 8)
         for lane in range(4):

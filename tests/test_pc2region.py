@@ -17,9 +17,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from host_decode import pc2region, sass
-from host_decode.errors import DecodeError
-from host_decode.pc2region import AMBIGUOUS, OUTSIDE, UNREACHABLE
+from host_decode.hardware import pc2region
+
+from host_decode.hardware import sass
+from host_decode.core.errors import DecodeError
+from host_decode.hardware.pc2region import AMBIGUOUS, OUTSIDE, UNREACHABLE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KDIR = os.path.join(HERE, "kernels_pc2region")

@@ -15,8 +15,8 @@ import random
 import numpy as np
 import pytest
 
-from host_decode import perfetto as pf
-from host_decode.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+from host_decode.writers import perfetto as pf
+from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
@@ -494,7 +494,7 @@ def test_padded_varints_parse():
 
 
 def _decoded_trace():
-    from host_decode.decoder import decode
+    from host_decode.core.decoder import decode
     from tests.buffers import B, E, F, I, BufferBuilder
 
     b = BufferBuilder(2, 2, 12)
@@ -519,7 +519,7 @@ def test_decoded_buffer_end_to_end(tmp_path):
 
 
 def test_cli_decode_writes_pftrace(tmp_path):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
     from host_decode.cli import main
     from tests.buffers import B, E, BufferBuilder
 
@@ -664,7 +664,7 @@ def test_mixed_known_and_unknown_sm(tmp_path):
 
 
 def test_session_gets_a_track_group_per_launch(tmp_path):
-    from host_decode.multi import concat, parts_from_traces
+    from host_decode.analysis.sessions import concat, parts_from_traces
 
     a = make_trace({0: [("B", 0, 0), ("E", 0, 10)], 1: [("B", 1, 2), ("E", 1, 9)]}, sm={0: 3, 1: 3})
     b = make_trace({0: [("B", 0, 100), ("E", 0, 130)]}, sm={0: 5})

@@ -1,14 +1,16 @@
-"""PNG plots (host_decode.plots): files are written with the Agg backend; layout helpers checked by hand."""
+"""PNG plots (host_decode.reports.plots): files are written with the Agg backend; layout helpers checked by hand."""
 
 import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 
-from host_decode import analysis, plots  # noqa: E402
+from host_decode.analysis import regions as analysis
+
+from host_decode.reports import plots  # noqa: E402
 from host_decode.cli import main  # noqa: E402
-from host_decode.model import Names  # noqa: E402
-from host_decode.multi import concat, parts_from_traces, trace_from_spans  # noqa: E402
+from host_decode.core.model import Names  # noqa: E402
+from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -57,7 +59,7 @@ def test_single_group_overlap_plot_says_so(tmp_path):
 
 
 def test_cli_plot(tmp_path):
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
     from tests.buffers import B, E, F, BufferBuilder
 
     bb = BufferBuilder(num_blocks=2, num_groups=2, records_per_lane=8)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode.decoder import load_capture
+from host_decode.core.decoder import load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "examples" / "cuda_cpp" / "captures"
@@ -63,7 +63,7 @@ INSIGHT = ROOT / "examples" / "insight"
 
 
 def test_real_capture_aligns_inside_its_profiler_kernel_slice(tmp_path):
-    from host_decode.align import align, load_chrome, merge_with_torch_trace
+    from host_decode.analysis.align import align, load_chrome, merge_with_torch_trace
 
     trace = load_capture(INSIGHT / "launch_0.npy")
     doc = load_chrome(INSIGHT / "torch_trace.json.gz")
@@ -83,7 +83,7 @@ def test_real_capture_aligns_inside_its_profiler_kernel_slice(tmp_path):
 
 
 def test_real_launches_diff_as_the_same_kernel():
-    from host_decode.diff import compare, regressions
+    from host_decode.analysis.diff import compare, regressions
 
     a, b = load_capture(INSIGHT / "launch_0.npy"), load_capture(INSIGHT / "launch_1.npy")
     rows = compare(a, b)

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode import wire
-from host_decode.capture import save_capture
-from host_decode.decoder import load_capture
-from host_decode.model import Names
-from host_decode.stats import region_summary
+from host_decode.core import wire
+from host_decode.core.capture import save_capture
+from host_decode.core.decoder import load_capture
+from host_decode.core.model import Names
+from host_decode.analysis.stats import region_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBIN = ROOT / "tests" / "kernels_pc2region" / "markers.sm_90a.cubin"
@@ -107,7 +107,8 @@ def synthetic_ncu_csv(region_map, kernel: str = "markers") -> str:
 @pytest.fixture(scope="session")
 def inputs(tmp_path_factory):
     """Paths and objects of the full synthetic report input set (map needs nvdisasm: skipped without)."""
-    from host_decode import pc2region, sass
+    from host_decode.hardware import pc2region
+    from host_decode.hardware import sass
 
     try:
         sass.find_nvdisasm()
@@ -122,7 +123,7 @@ def inputs(tmp_path_factory):
     region_map.save(str(map_path))
     csv_path = d / "sass.csv"
     csv_path.write_text(synthetic_ncu_csv(region_map))
-    from host_decode.report_html import read_sass_listing
+    from host_decode.reports.html import read_sass_listing
 
     sass_text, pc_files = read_sass_listing(cubin, "markers")
     return {"dir": d, "capture": capture, "map": map_path, "cubin": CUBIN, "csv": csv_path, "source": SOURCE,
@@ -130,8 +131,8 @@ def inputs(tmp_path_factory):
 
 
 def full_report(inputs, **overrides):
-    from host_decode.adapters.ncu import read_ncu_csv
-    from host_decode.report_html import build_report_data, extract_data, render_html
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+    from host_decode.reports.html import build_report_data, extract_data, render_html
 
     trace = load_capture(inputs["capture"])
     kwargs = {"region_map": inputs["region_map"], "pc_table": read_ncu_csv(str(inputs["csv"])),
@@ -170,7 +171,7 @@ def _check_regions_against_stats(trace, data):
 
 
 def test_timeline_data_matches_stats_and_loss(tmp_path):
-    from host_decode.report_html import build_report_data, extract_data, render_html
+    from host_decode.reports.html import build_report_data, extract_data, render_html
 
     path = save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES, kernel="markers")
     trace = load_capture(path)
@@ -195,8 +196,8 @@ def test_timeline_data_matches_stats_and_loss(tmp_path):
 
 
 def test_analysis_section_matches_analysis_module(tmp_path):
-    from host_decode import analysis
-    from host_decode.report_html import build_report_data
+    from host_decode.analysis import regions as analysis
+    from host_decode.reports.html import build_report_data
 
     path = save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)
     trace = load_capture(path)
@@ -212,7 +213,7 @@ def test_analysis_section_matches_analysis_module(tmp_path):
 
 
 def test_blob_is_strict_json_and_survives_hostile_text(tmp_path):
-    from host_decode.report_html import _BLOB_RE, build_report_data, extract_data, render_html
+    from host_decode.reports.html import _BLOB_RE, build_report_data, extract_data, render_html
 
     names = Names(events={1: "outer</script><b>x", 2: "body", 3: "slow", 4: "inner", 5: "load\u2028"}, groups=GROUPS)
     path = save_capture(tmp_path / "c.npy", synthetic_buffer(num_blocks=1), names)  # 1 block: cv 0, NaN overlaps
@@ -233,8 +234,8 @@ def test_blob_is_strict_json_and_survives_hostile_text(tmp_path):
 
 
 def test_hardware_data_matches_join(inputs):
-    from host_decode.adapters.ncu import read_ncu_csv
-    from host_decode.join import join
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+    from host_decode.hardware.join import join
 
     trace, _, data = full_report(inputs)
     table = read_ncu_csv(str(inputs["csv"]))
@@ -311,8 +312,8 @@ def test_map_without_hardware_says_so(inputs):
 
 
 def test_mismatched_hardware_data_is_refused(inputs):
-    from host_decode.adapters.ncu import read_ncu_csv
-    from host_decode.errors import DecodeError
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+    from host_decode.core.errors import DecodeError
 
     text = inputs["csv"].read_text().splitlines()
     bad = "\n".join(text + [text[-1].replace(text[-1].split(",")[0], '"0x7f0000100000"')]) + "\n"
@@ -324,7 +325,7 @@ def test_mismatched_hardware_data_is_refused(inputs):
 
 
 def test_marker_lines_without_map():
-    from host_decode.report_html import marker_lines
+    from host_decode.reports.html import marker_lines
 
     src = """@cute.kernel
 def k(prof):
@@ -351,7 +352,7 @@ def k(prof):
 
 def test_cli_writes_full_report(inputs, tmp_path, capsys):
     from host_decode.cli import main
-    from host_decode.report_html import extract_data
+    from host_decode.reports.html import extract_data
 
     out = tmp_path / "r.html"
     rc = main(["report", str(inputs["capture"]), "--map", str(inputs["map"]), "--cubin", str(inputs["cubin"]),
@@ -394,7 +395,7 @@ def compile_basic_map(tmp_dir: Path):
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     from examples.basic.kernel import THREADS, launch_tiles
-    from host_decode import pc2region
+    from host_decode.hardware import pc2region
     from ikp_cute import EventRegistry, ProfileSpec, fake_buffer, sass
 
     side = json.loads(REAL_CAPTURE.with_suffix(".json").read_text())
@@ -448,7 +449,7 @@ def real_cli_args(tmp_dir: Path) -> list[str]:
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed yet")
 def test_real_capture_report(tmp_path):
-    from host_decode.report_html import build_report_data, extract_data, render_html
+    from host_decode.reports.html import build_report_data, extract_data, render_html
 
     trace = load_capture(REAL_CAPTURE)
     data = extract_data(render_html(build_report_data(trace, capture_path=str(REAL_CAPTURE))))
@@ -462,7 +463,7 @@ def test_real_capture_full_report_via_cli(tmp_path):
     """The real H200 capture with its kernel's map (committed, or compiled here) and source: every PC of
     a region is listed for it, and the source lines of region `compute` are coloured by that region."""
     from host_decode.cli import main
-    from host_decode.report_html import extract_data
+    from host_decode.reports.html import extract_data
 
     out = tmp_path / "real.html"
     assert main(["report", *real_cli_args(tmp_path), "-o", str(out)]) == 0
@@ -490,7 +491,7 @@ def test_real_capture_full_report_via_cli(tmp_path):
 
 
 def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
-    from host_decode import report_html
+    from host_decode.reports import html as report_html
 
     monkeypatch.setattr(report_html, "_analysis_module", lambda: None)
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(num_blocks=2), NAMES))
@@ -502,8 +503,8 @@ def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
 
 def sampling_only_table(region_map, inputs):
     """CUPTI-like per-PC data: stall samples per reason, no execution counts."""
-    from host_decode.adapters import PcTable
-    from host_decode.adapters.ncu import read_ncu_csv
+    from host_decode.hardware.adapters import PcTable
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
 
     ncu = read_ncu_csv(str(inputs["csv"]))
     return PcTable("cupti", "markers", ncu.pc, {}, dict(ncu.stalls))
@@ -511,8 +512,8 @@ def sampling_only_table(region_map, inputs):
 
 def counts_only_table(inputs):
     """NVBit-like per-PC data: execution counts only."""
-    from host_decode.adapters import PcTable
-    from host_decode.adapters.ncu import read_ncu_csv
+    from host_decode.hardware.adapters import PcTable
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
 
     ncu = read_ncu_csv(str(inputs["csv"]))
     return PcTable("nvbit", "markers", ncu.pc, {"inst_executed": ncu.counters["inst_executed"]}, {})

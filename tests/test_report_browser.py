@@ -152,9 +152,9 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
 def test_real_or_synthetic_capture_without_map(browser, shots, tmp_path):
     """The committed real capture when present (else a synthetic one): timeline views work and the
     hardware / code views say what is missing and how to collect it."""
-    from host_decode.capture import save_capture
-    from host_decode.decoder import load_capture
-    from host_decode.report_html import build_report_data, render_html
+    from host_decode.core.capture import save_capture
+    from host_decode.core.decoder import load_capture
+    from host_decode.reports.html import build_report_data, render_html
 
     capture = REAL_CAPTURE if REAL_CAPTURE.exists() else save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)
     trace = load_capture(capture)
@@ -193,7 +193,7 @@ def test_page_makes_no_network_requests(browser, inputs, tmp_path):  # noqa: F81
 def test_real_capture_clicks(browser, shots, tmp_path):
     """The committed H200 capture with its kernel's map and source (what docs/report.png shows)."""
     from host_decode.cli import main
-    from host_decode.report_html import extract_data
+    from host_decode.reports.html import extract_data
 
     path = tmp_path / "real.html"
     assert main(["report", *real_cli_args(tmp_path), "-o", str(path)]) == 0

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from host_decode import wire
+from host_decode.core import wire
 
 
 def test_tag_fields_round_trip():

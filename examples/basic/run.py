@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         f"saved {path} ({path.stat().st_size} bytes): {len(trace.spans)} spans, {len(trace.instants)} instants, "
         f"{len(trace.lanes)} lanes, lost={trace.loss.lost}, absolute={trace.absolute}"
     )
-    from host_decode.perfetto import write_perfetto
+    from host_decode.writers.perfetto import write_perfetto
 
     out = args.trace or str(Path(args.out).with_suffix(".pftrace"))
     write_perfetto(trace, out)

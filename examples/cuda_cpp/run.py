@@ -89,9 +89,9 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from host_decode.capture import save_capture
-    from host_decode.decoder import decode
-    from host_decode.model import Names
+    from host_decode.core.capture import save_capture
+    from host_decode.core.decoder import decode
+    from host_decode.core.model import Names
 
     write_stride, records_per_lane = 32, 4 * args.iters + 8
     buf, _ = launch(build_library(), "nested", write_stride=write_stride, records_per_lane=records_per_lane, iters=args.iters)

@@ -174,7 +174,7 @@ def producer_wait_share(trace) -> dict:
 
 def region_shares(trace) -> dict:
     """Total time per (group, event) as a share of that group's outermost role region."""
-    from host_decode.stats import region_summary
+    from host_decode.analysis.stats import region_summary
 
     rows = region_summary(trace)
     out = {}

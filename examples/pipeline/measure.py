@@ -62,9 +62,9 @@ def _call(setup, fn):
 
 
 def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
-    from host_decode.analysis import analyze
-    from host_decode.perfetto import write_perfetto
-    from host_decode.stats import region_summary, summary_rows
+    from host_decode.analysis.regions import analyze
+    from host_decode.writers.perfetto import write_perfetto
+    from host_decode.analysis.stats import region_summary, summary_rows
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = {
@@ -75,7 +75,7 @@ def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
     (out_dir / f"{stem}_stats.json").write_text(json.dumps(stats, indent=1, default=float))
     write_perfetto(trace, out_dir / f"{stem}.pftrace.gz")
     if plots:
-        from host_decode.plots import plot_all
+        from host_decode.reports.plots import plot_all
 
         plot_all(trace, out_dir / f"{stem}_plots")
     return stats
@@ -84,7 +84,7 @@ def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
 def save_capture_with_problem(session, dest: Path, **problem) -> Path:
     """session.save(dest) plus an `example` sidecar key describing the problem, which the CPU tests
     (tests/test_examples_compile.py) use to derive the structure the capture must decode to."""
-    from host_decode.capture import save_capture
+    from host_decode.core.capture import save_capture
 
     meta = session.meta()
     meta.pop("format", None)

@@ -68,7 +68,7 @@ def check(c, a, b, what: str) -> float:
 
 def pipeline_numbers(trace) -> dict:
     """Per role: share of time in each region; per consumer k-tile: wait_data vs mma."""
-    from host_decode.stats import region_summary
+    from host_decode.analysis.stats import region_summary
 
     rows = region_summary(trace)
     out = {}

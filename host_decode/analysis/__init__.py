@@ -1,0 +1,1 @@
+"""Analyses on the trace model: statistics, regions (bubbles, overlap, waves), comparisons, sessions, clock alignment."""

@@ -1,0 +1,317 @@
+"""Put an intra-kernel trace on the clock of a torch.profiler Chrome trace of the same run, and write one
+merged Chrome JSON trace in which the kernel's slice contains its regions.
+
+Clocks (checked on a real trace, tests/fixtures/torch/cpu_steps.json.gz, torch 2.x / Kineto): an event's
+time is ``baseTimeNanoseconds + 1000 * ts`` ns since the Unix epoch (``ts`` in microseconds with 3
+decimals; Kineto converts CUPTI's timestamps to Unix-epoch ns). Older traces have no
+``baseTimeNanoseconds``; then ``ts`` itself is the time in us. ``%globaltimer`` on recent drivers counts
+ns since about the Unix epoch too, but it is set from the host clock when the driver loads and may drift
+from it, so its offset to the profiler's clock is *solved*, not assumed:
+
+    the kernel's regions [t0, t1] (earliest and latest record of the capture, anchors and finalize
+    included) must lie inside the kernel's slice [ks, ke] of the profiler trace, so the offset o
+    (profiler time = globaltimer + o) lies in the feasible interval [ks - t0, ke - t1], of width
+    slack = (ke - ks) - (t1 - t0) (launch latency before the first record + drain after the last).
+
+``placement="mid"`` (default) takes the middle of that interval: the error is at most ``slack / 2``
+(reported as ``accuracy_ns``). ``placement="start"`` takes ``ks - t0 + launch_latency_ns`` (clamped into
+the interval), for users who measured their launch latency. With several launches (a session; pass
+``occurrence`` as a list), the clocks' offset is common to all of them (drift over a run is far below
+the slack), so the feasible intervals are intersected: the bound tightens to the narrowest launch's.
+A negative slack (regions longer than the slice: wrong slice, or clocks at different rates) is
+reported as ``consistent = False`` and the offset centres the regions on the slice.
+
+Guarded by tests/test_align.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import Trace
+
+KERNEL_CATS = ("kernel",)
+AMBIGUITY_RATIO = 10  # auto-match by absolute time only if distance * this <= spacing of the slices
+TID_BASE = 1_000_000  # tids of region tracks: far above Kineto's stream ids
+
+
+@dataclasses.dataclass
+class Alignment:
+    offset_ns: int  # profiler ns since epoch = trace ns + offset_ns
+    feasible_lo_ns: int
+    feasible_hi_ns: int
+    slack_ns: int  # kernel slice length - region extent (narrowest launch when several)
+    accuracy_ns: float  # bound on |offset error| (max distance to the feasible interval's ends)
+    consistent: bool  # every launch's regions fit inside its slice
+    placement: str
+    kernel_name: str
+    occurrences: list  # index of each matched slice among the slices with that name
+    lead_ns: list  # per launch: kernel slice start -> first record, after alignment
+    tail_ns: list  # per launch: last record -> kernel slice end, after alignment
+    raw_offset_ns: int  # ks - t0 of the first launch: how far the two clocks are apart before solving
+    absolute: bool
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# --- reading the profiler trace ------------------------------------------------------------------------
+
+
+def load_chrome(path: str | os.PathLike) -> dict:
+    """A Chrome JSON trace (.json or .json.gz; object with traceEvents, or a bare event array)."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            raw = f.read()
+    except (EOFError, gzip.BadGzipFile, OSError) as e:
+        raise DecodeError(f"cannot read the trace: {e}", source=str(path)) from None
+    loads, errors = _json_codec()
+    try:
+        doc = loads(raw)
+    except errors:
+        try:  # orjson is stricter (e.g. integers past 64 bits): the standard parser decides
+            doc = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise DecodeError(f"not a Chrome JSON trace: {e}", source=str(path)) from None
+    if isinstance(doc, list):
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise DecodeError("no traceEvents array: not a Chrome JSON trace", source=str(path))
+    return doc
+
+
+def _json_codec():
+    """orjson when installed (a project dependency; several times faster on big traces), else json."""
+    try:
+        import orjson
+
+        return orjson.loads, (orjson.JSONDecodeError, json.JSONDecodeError)
+    except ImportError:
+        return json.loads, (json.JSONDecodeError,)
+
+
+def _dumps_events(events: list) -> str:
+    try:
+        import orjson
+
+        return ",\n".join(orjson.dumps(e).decode() for e in events)
+    except ImportError:
+        return ",\n".join(json.dumps(e) for e in events)
+
+
+def profiler_ns(doc: dict, ts_us: float) -> int:
+    """Profiler time of a Chrome `ts` as ns since the epoch (see the module docstring)."""
+    return int(doc.get("baseTimeNanoseconds", 0)) + int(round(float(ts_us) * 1000.0))
+
+
+def kernel_slices(doc: dict) -> list[dict]:
+    """Complete ('X') events of category kernel, in time order."""
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in KERNEL_CATS
+          and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+    return sorted(ev, key=lambda e: e["ts"])
+
+
+def find_kernel(doc: dict, kernel_name: str | None, source: str = "") -> tuple[str, list[dict]]:
+    """The slices of one kernel: exact name match first, else the name as a substring (one distinct
+    kernel must match). Raises DecodeError naming the candidates when nothing or too much matches."""
+    slices = kernel_slices(doc)
+    if not slices:
+        raise DecodeError("the profiler trace has no kernel slices (was ProfilerActivity.CUDA enabled?)", source=source)
+    names = [e["name"] for e in slices]
+    if kernel_name is None:
+        distinct = sorted(set(names))
+        if len(distinct) != 1:
+            raise DecodeError(f"{len(distinct)} distinct kernels in the profiler trace; pass kernel_name "
+                              f"(e.g. {', '.join(repr(n[:60]) for n in distinct[:5])})", source=source)
+        kernel_name = distinct[0]
+    exact = [e for e in slices if e["name"] == kernel_name]
+    if exact:
+        return kernel_name, exact
+    partial = [e for e in slices if kernel_name in e["name"]]
+    distinct = sorted({e["name"] for e in partial})
+    if len(distinct) == 1:
+        return distinct[0], partial
+    if not distinct:
+        common = sorted(set(names), key=names.count, reverse=True)[:5]
+        raise DecodeError(f"no kernel slice named like {kernel_name!r}; kernels in the trace: "
+                          + ", ".join(repr(n[:60]) for n in common), source=source)
+    raise DecodeError(f"{kernel_name!r} matches {len(distinct)} different kernels: "
+                      + ", ".join(repr(n[:60]) for n in distinct[:5]) + "; give the full name", source=source)
+
+
+# --- solving the offset -------------------------------------------------------------------------------
+
+
+def solve_offset(
+    extents: Sequence[tuple[int, int]],
+    slices: Sequence[tuple[int, int]],
+    placement: str = "mid",
+    launch_latency_ns: int | None = None,
+) -> tuple[int, int, int, bool]:
+    """extents: per launch (t0, t1) on the device clock; slices: (ks, ke) on the profiler clock.
+    -> (offset, feasible lo, feasible hi, consistent). See the module docstring."""
+    if placement not in ("mid", "start"):
+        raise ValueError(f"placement must be 'mid' or 'start', not {placement!r}")
+    t = np.asarray(extents, np.int64).reshape(-1, 2)
+    k = np.asarray(slices, np.int64).reshape(-1, 2)
+    lo = int((k[:, 0] - t[:, 0]).max())
+    hi = int((k[:, 1] - t[:, 1]).min())
+    if hi < lo:  # inconsistent: centre each launch's regions on its slice, on average
+        centre = int(np.round(((k[:, 0] + k[:, 1]) - (t[:, 0] + t[:, 1])).mean() / 2))
+        return centre, lo, hi, False
+    if placement == "start" and launch_latency_ns is not None:
+        return int(min(max(lo + int(launch_latency_ns), lo), hi)), lo, hi, True
+    return (lo + hi) // 2, lo, hi, True
+
+
+def align(
+    trace: Trace,
+    doc: dict,
+    kernel_name: str | None = None,
+    occurrence: int | Sequence[int] | None = None,
+    placement: str = "mid",
+    launch_latency_ns: int | None = None,
+    source: str = "",
+) -> tuple[Alignment, list[dict]]:
+    """Match the capture to its kernel slice(s) and solve the offset. A session trace (meta['parts'])
+    is matched launch by launch to consecutive slices starting at `occurrence`."""
+    name, matches = find_kernel(doc, kernel_name or (trace.meta or {}).get("kernel"), source)
+    extents = launch_extents(trace)
+    n = len(extents)
+    if occurrence is None:
+        occ = _pick_occurrences(doc, matches, extents, trace.absolute, source, name)
+    elif isinstance(occurrence, int):
+        first = occurrence + len(matches) if occurrence < 0 else occurrence
+        occ = list(range(first, first + n))
+    else:
+        occ = [int(o) + len(matches) if int(o) < 0 else int(o) for o in occurrence]
+    if len(occ) != n or min(occ) < 0 or max(occ) >= len(matches):
+        raise DecodeError(f"occurrence {occurrence!r}: need {n} slice(s) of {name[:60]!r} and the trace has "
+                          f"{len(matches)}", source=source)
+    chosen = [matches[i] for i in occ]
+    ks = [(profiler_ns(doc, e["ts"]), profiler_ns(doc, e["ts"]) + int(round(e["dur"] * 1000))) for e in chosen]
+    offset, lo, hi, ok = solve_offset(extents, ks, placement, launch_latency_ns)
+    slack = min((ke - kb) - (t1 - t0) for (t0, t1), (kb, ke) in zip(extents, ks))
+    result = Alignment(
+        offset_ns=offset,
+        feasible_lo_ns=lo,
+        feasible_hi_ns=hi,
+        slack_ns=int(slack),
+        accuracy_ns=float(max(offset - lo, hi - offset)) if ok else float(abs(hi - lo)),
+        consistent=ok,
+        placement=placement,
+        kernel_name=name,
+        occurrences=occ,
+        lead_ns=[int(t0 + offset - kb) for (t0, _), (kb, _) in zip(extents, ks)],
+        tail_ns=[int(ke - (t1 + offset)) for (_, t1), (_, ke) in zip(extents, ks)],
+        raw_offset_ns=int(ks[0][0] - extents[0][0]),
+        absolute=bool(trace.absolute),
+    )
+    return result, chosen
+
+
+def launch_extents(trace: Trace) -> list[tuple[int, int]]:
+    """(earliest, latest) record per launch: one for a single capture, one per part of a session."""
+    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
+    if lanes.size == 0:
+        raise ValueError("the capture has no timed records: nothing to align")
+    parts = (trace.meta or {}).get("parts")
+    if not parts:
+        return [(int(lanes["first_ns"].min()), int(lanes["last_ns"].max()))]
+    edges = np.array([p["block_offset"] for p in parts] + [trace.num_blocks])
+    part = np.searchsorted(edges, lanes["block"], side="right") - 1
+    out = []
+    for i in range(len(parts)):  # per launch: few
+        m = part == i
+        if m.any():
+            out.append((int(lanes["first_ns"][m].min()), int(lanes["last_ns"][m].max())))
+    return out
+
+
+def _pick_occurrences(doc, matches, extents, absolute, source, name) -> list[int]:
+    n = len(extents)
+    if len(matches) == n:
+        return list(range(n))
+    if not absolute:
+        raise DecodeError(f"{len(matches)} slices of {name[:60]!r} and the capture holds {n} launch(es) without "
+                          "absolute time: pass occurrence (index of the slice of its first launch)", source=source)
+    # absolute %globaltimer is near the profiler's epoch clock: take the slice closest in time, but only
+    # when the distance is small against the spacing of the slices (the clocks may be further apart than
+    # launches are, and then the nearest slice is the wrong one)
+    starts = np.array([profiler_ns(doc, e["ts"]) for e in matches], np.int64)
+    dist = np.abs(starts - extents[0][0])
+    best = int(np.argmin(dist))
+    spacing = np.abs(np.delete(starts, best) - starts[best]).min() if starts.size > 1 else np.inf
+    if AMBIGUITY_RATIO * dist[best] > spacing:
+        raise DecodeError(f"{len(matches)} slices of {name[:60]!r}: the capture's absolute time is "
+                          f"{int(dist[best])} ns from the nearest and the slices are {int(spacing)} ns apart, "
+                          "too close to tell; pass occurrence", source=source)
+    first = min(best, len(matches) - n)
+    return list(range(first, first + n))
+
+
+# --- the merged trace ------------------------------------------------------------------------------------
+
+
+def merge_with_torch_trace(
+    torch_trace_path: str | os.PathLike,
+    capture_trace: Trace,
+    out_path: str | os.PathLike,
+    kernel_name: str | None = None,
+    occurrence: int | Sequence[int] | None = None,
+    *,
+    placement: str = "mid",
+    launch_latency_ns: int | None = None,
+    max_lanes: int | None = 4096,
+) -> Alignment:
+    """Write `out_path` (Chrome JSON; .gz compresses): every event of the profiler trace plus the
+    capture's regions, one track per (block, group) in the kernel slice's process, shifted by the
+    solved offset so they lie inside the slice; a summary slice 'ikp: <kernel>' per launch carries the
+    alignment in its args, and the document gets a top-level 'ikp_alignment'. Returns the Alignment."""
+    from host_decode.analysis.sessions import chrome_events
+
+    doc = load_chrome(torch_trace_path)
+    result, chosen = align(capture_trace, doc, kernel_name, occurrence, placement, launch_latency_ns,
+                           source=str(torch_trace_path))
+    pid = chosen[0].get("pid", 0)
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    ours, counts = chrome_events(capture_trace, pid=pid, shift_ns=result.offset_ns, origin_ns=base,
+                                 tid_base=TID_BASE, max_lanes=max_lanes)
+    summary_tid = TID_BASE - 1
+    info = json.dumps({k: v for k, v in result.to_json().items() if k not in ("lead_ns", "tail_ns")})
+    for (t0, t1), ev in zip(launch_extents(capture_trace), chosen):
+        ts = (t0 + result.offset_ns - base) / 1000.0
+        ours.append(f'{{"ph":"X","pid":{json.dumps(pid)},"tid":{summary_tid},"ts":{ts:.3f},"dur":{(t1 - t0) / 1000.0:.3f},'
+                    f'"name":{json.dumps("ikp: " + result.kernel_name[:80])},"cat":"ikp","args":{info}}}')
+    ours.append(f'{{"ph":"M","pid":{json.dumps(pid)},"tid":{summary_tid},"name":"thread_name","args":{{"name":"ikp regions"}}}}')
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    head["ikp_alignment"] = dict(result.to_json(), **counts)
+    _write_doc(out_path, head, doc["traceEvents"], ours)
+    return result
+
+
+def _write_doc(out_path, head: dict, events: list, extra: list[str]) -> None:
+    body = json.dumps(head)[:-1]  # reopen the object to append traceEvents
+    sep = ", " if head else ""
+    chunks = [body, sep, '"traceEvents": [\n', _dumps_events(events)]
+    if events and extra:
+        chunks.append(",\n")
+    chunks.append(",\n".join(extra))
+    chunks.append("\n]}\n")
+    text = "".join(chunks)
+    if str(out_path).endswith(".gz"):
+        with gzip.open(out_path, "wt") as f:
+            f.write(text)
+    else:
+        Path(out_path).write_text(text)

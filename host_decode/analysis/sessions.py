@@ -1,0 +1,389 @@
+"""Sessions over many launches and captures from several GPUs / ranks.
+
+A *part* is one decoded launch (a :class:`Trace`) with a label, a launch index, a rank and optional host
+timestamps. Parts combine two ways:
+
+* :func:`concat` -> one :class:`Trace` that holds every part's spans, with blocks renumbered
+  (``block + block_offset`` of the part, so every (part, block) is its own block) and
+  ``meta["parts"]`` listing each part's label, launch index, rank, block range and time shift. Statistics
+  over all launches (``ikp stats``, ``ikp diff``) run on it unchanged.
+* :func:`write_chrome` -> one Chrome JSON trace with one process (track group) per part, on either
+
+  - ``"timeline"``: a shared timeline. Absolute ``%globaltimer`` times are used as they are when every
+    part is absolute (one GPU: one clock; several GPUs: each GPU's globaltimer, which agree to within what
+    gpu/insight_capture.py measures, see README, "Insight"); otherwise parts are placed by their host
+    timestamp (``host_ns`` in the sidecar: host clock just before the launch), else one after another.
+    ``clock_offsets_ns={rank: ns}`` adds a per-rank correction (e.g. measured with
+    gpu/insight_capture.py) before merging.
+  - ``"stacked"``: every part rebased to its own start, so launches lie on top of each other for
+    comparison.
+
+Times in the Chrome file are microseconds (3 decimals) relative to the earliest part start (``origin_ns``
+in the file's metadata), so absolute values keep ns precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+
+# --- building traces from tables (also used by tests and by concat) -------------------------------------
+
+
+def empty_loss(per_lane_lanes: np.ndarray | None = None) -> LossReport:
+    lanes = np.zeros(0, np.int64) if per_lane_lanes is None else per_lane_lanes
+    per_lane = np.zeros(lanes.size, _loss_lane_dtype())
+    per_lane["lane"] = lanes
+    return LossReport(0, {b: 0 for b in LOSS_BUCKETS}, per_lane, {}, 0)
+
+
+def _loss_lane_dtype() -> np.dtype:
+    return np.dtype([("lane", np.int64)] + [(b, np.int64) for b in LOSS_BUCKETS])
+
+
+def trace_from_spans(
+    spans,
+    *,
+    num_groups: int,
+    num_blocks: int | None = None,
+    lanes: np.ndarray | None = None,
+    sm_of_block: dict | np.ndarray | None = None,
+    names: Names | None = None,
+    absolute: bool = False,
+    meta: dict | None = None,
+) -> Trace:
+    """A Trace from span rows (tuples ``(block, group, event, start_ns, end_ns[, depth])`` or a
+    SPAN_DTYPE array). The lane table is derived (first/last = earliest start / latest end of the lane's
+    spans) unless `lanes` (LANE_DTYPE) is given. The loss report counts each span's two records as
+    paired. For synthetic traces in tests and for re-assembled ones."""
+    if isinstance(spans, np.ndarray) and spans.dtype == SPAN_DTYPE:
+        sp = spans.copy()
+    else:
+        rows = [tuple(r) + (0,) * (6 - len(r)) for r in spans]
+        sp = np.zeros(len(rows), SPAN_DTYPE)
+        if rows:
+            arr = np.array(rows, np.int64)
+            sp["block"], sp["group"], sp["event"] = arr[:, 0], arr[:, 1], arr[:, 2]
+            sp["start_ns"], sp["end_ns"], sp["depth"] = arr[:, 3], arr[:, 4], arr[:, 5]
+            sp["lane"] = sp["block"] * num_groups + sp["group"]
+    bad = sp["end_ns"] < sp["start_ns"]
+    if bad.any():
+        raise ValueError(f"span {int(np.flatnonzero(bad)[0])} ends before it begins")
+    sp = sp[np.lexsort((sp["start_ns"], sp["lane"]))]  # program order = start order for synthetic rows
+    if lanes is None:
+        lanes = _lanes_from_spans(sp, num_groups)
+    if sm_of_block is not None:
+        sm_map = np.asarray(sm_of_block) if not isinstance(sm_of_block, dict) else None
+        if sm_map is None:
+            lanes["sm"] = [sm_of_block.get(int(b), -1) for b in lanes["block"]]
+        else:
+            lanes["sm"] = sm_map[lanes["block"]]
+    if num_blocks is None:
+        num_blocks = int(max(lanes["block"].max(initial=-1), sp["block"].max(initial=-1))) + 1 or 1
+    loss = empty_loss(lanes["lane"])
+    n = int(sp.size)
+    loss.totals["paired_begin"] = loss.totals["paired_end"] = n
+    loss.nonzero_slots = 2 * n
+    return Trace(
+        num_blocks=num_blocks,
+        num_groups=num_groups,
+        write_stride=num_blocks * num_groups,
+        spans=sp,
+        instants=np.zeros(0, INSTANT_DTYPE),
+        lanes=lanes,
+        loss=loss,
+        names=names or Names(),
+        absolute=absolute,
+        meta=dict(meta or {}),
+    )
+
+
+def _lanes_from_spans(sp: np.ndarray, num_groups: int) -> np.ndarray:
+    ids, inv = np.unique(sp["lane"], return_inverse=True)
+    lanes = np.zeros(ids.size, LANE_DTYPE)
+    lanes["lane"] = ids
+    lanes["block"], lanes["group"] = ids // num_groups, ids % num_groups
+    lanes["sm"] = -1
+    lanes["first_ns"] = np.iinfo(np.int64).max
+    np.minimum.at(lanes["first_ns"], inv, sp["start_ns"])
+    lanes["last_ns"] = np.iinfo(np.int64).min
+    np.maximum.at(lanes["last_ns"], inv, sp["end_ns"])
+    lanes["finalize_ns"] = -1
+    lanes["records"] = 2 * np.bincount(inv, minlength=ids.size)
+    return lanes
+
+
+# --- parts and sessions ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Part:
+    trace: Trace
+    label: str
+    launch_index: int = 0
+    rank: int = 0
+    host_ns: int | None = None  # host clock (ns since epoch) just before the launch, when recorded
+
+
+def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = None, by: str = "launch") -> list[Part]:
+    """Parts with launch index / rank / host_ns taken from each trace's sidecar meta when present.
+    `by`: "launch" (label 'launch N') or "rank" (label 'rank N')."""
+    parts = []
+    for i, t in enumerate(traces):
+        m = t.meta or {}
+        launch = int(m.get("launch_index", i))
+        rank = int(m.get("rank", i if by == "rank" else 0))
+        label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
+        host = m.get("host_ns")
+        parts.append(Part(t, label, launch, rank, int(host) if host is not None else None))
+    labels_seen = [p.label for p in parts]
+    for p in parts:  # two captures claiming the same launch / rank: tell them apart by file
+        if labels_seen.count(p.label) > 1 and p.trace.meta.get("source"):
+            p.label += f" ({Path(p.trace.meta['source']).stem})"
+    if by == "launch":
+        parts.sort(key=lambda p: (p.launch_index, p.rank))
+    else:
+        parts.sort(key=lambda p: (p.rank, p.launch_index))
+    return parts
+
+
+def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None) -> list[Part]:
+    """Load captures (BUFFER.npy + sidecar) or directories of them; sorted by launch index / rank."""
+    from host_decode.core.decoder import load_capture
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(sorted(p.glob("*.npy")) if p.is_dir() else [p])
+    if not files:
+        raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
+    traces = [load_capture(str(f)) for f in _progress(files, "decode", progress)]
+    for t, f in zip(traces, files):
+        t.meta.setdefault("source", str(f))
+    return parts_from_traces(traces, by=by)
+
+
+def _progress(items, desc: str, progress: bool | None):
+    """tqdm over items when asked, or by default when stderr is a terminal and there are many."""
+    import sys
+
+    show = progress if progress is not None else (sys.stderr.isatty() and len(items) > 4)
+    if not show:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, unit="launch", leave=False)
+
+
+def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> np.ndarray:
+    """ns added to each part's times to put it on the merged timeline (see the module docstring)."""
+    if mode not in ("timeline", "stacked"):
+        raise ValueError(f"mode must be 'timeline' or 'stacked', not {mode!r}")
+    starts = np.array([p.trace.start_ns for p in parts], np.int64)
+    if mode == "stacked":
+        return -starts
+    offsets = np.array([int((clock_offsets_ns or {}).get(p.rank, 0)) for p in parts], np.int64)
+    if all(p.trace.absolute for p in parts):
+        return offsets
+    if all(p.host_ns is not None for p in parts):
+        host = np.array([p.host_ns for p in parts], np.int64)
+        return host - starts + offsets
+    # no common clock: one after another, in order, 1 us apart
+    lengths = np.array([p.trace.end_ns - p.trace.start_ns for p in parts], np.int64)
+    placed = np.concatenate([[0], np.cumsum(lengths + 1000)[:-1]])
+    return placed - starts
+
+
+def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> Trace:
+    """One Trace holding every part; block ids renumbered per part; meta['parts'] describes the parts."""
+    if not parts:
+        raise ValueError("concat needs at least one part")
+    g = parts[0].trace.num_groups
+    if any(p.trace.num_groups != g for p in parts):
+        raise ValueError("parts differ in num_groups: " + ", ".join(f"{p.label}: {p.trace.num_groups}" for p in parts))
+    shift = shifts(parts, mode, clock_offsets_ns)
+    block_off = np.concatenate([[0], np.cumsum([p.trace.num_blocks for p in parts])[:-1]]).astype(np.int64)
+    spans, lanes, instants, per_lane = [], [], [], []
+    for p, dt, boff in zip(parts, shift, block_off):  # per part (few), never per span
+        t = p.trace
+        loff = boff * g
+        s = t.spans.copy()
+        s["lane"] += loff
+        s["block"] += boff
+        s["start_ns"] += dt
+        s["end_ns"] += dt
+        spans.append(s)
+        ln = t.lanes.copy()
+        ln["lane"] += loff
+        ln["block"] += boff
+        for f in ("first_ns", "last_ns", "finalize_ns"):
+            ln[f] = np.where(ln[f] >= 0, ln[f] + dt, ln[f])
+        lanes.append(ln)
+        it = t.instants.copy()
+        it["lane"] += loff
+        it["block"] += boff
+        it["ts_ns"] += dt
+        instants.append(it)
+        pl = t.loss.per_lane.copy()
+        if pl.size:
+            pl["lane"] += loff
+        per_lane.append(pl.astype(_loss_lane_dtype()) if pl.size else np.zeros(0, _loss_lane_dtype()))
+    totals = {b: sum(p.trace.loss.totals.get(b, 0) for p in parts) for b in LOSS_BUCKETS}
+    reasons: dict[str, int] = {}
+    for p in parts:
+        for k, v in p.trace.loss.malformed_reasons.items():
+            reasons[k] = reasons.get(k, 0) + v
+    loss = LossReport(
+        nonzero_slots=sum(p.trace.loss.nonzero_slots for p in parts),
+        totals=totals,
+        per_lane=np.concatenate(per_lane),
+        malformed_reasons=reasons,
+        dropped_on_device=sum(p.trace.loss.dropped_on_device for p in parts),
+    )
+    meta = {
+        "kernel": parts[0].trace.meta.get("kernel"),
+        "merge_mode": mode,
+        "parts": [
+            {
+                "label": p.label,
+                "launch_index": p.launch_index,
+                "rank": p.rank,
+                "host_ns": p.host_ns,
+                "block_offset": int(boff),
+                "num_blocks": p.trace.num_blocks,
+                "shift_ns": int(dt),
+            }
+            for p, dt, boff in zip(parts, shift, block_off)
+        ],
+    }
+    names = Names(dict(parts[0].trace.names.events), dict(parts[0].trace.names.groups))
+    for p in parts[1:]:
+        for k, v in p.trace.names.events.items():
+            names.events.setdefault(k, v)
+        for k, v in p.trace.names.groups.items():
+            names.groups.setdefault(k, v)
+    return Trace(
+        num_blocks=int(block_off[-1] + parts[-1].trace.num_blocks),
+        num_groups=g,
+        write_stride=int(block_off[-1] + parts[-1].trace.num_blocks) * g,
+        spans=np.concatenate(spans),  # lanes offset per part in part order: still sorted by lane
+        instants=np.concatenate(instants),
+        lanes=np.concatenate(lanes),
+        loss=loss,
+        names=names,
+        absolute=mode == "timeline" and all(p.trace.absolute for p in parts),
+        meta=meta,
+    )
+
+
+# --- Chrome JSON, one process per part -------------------------------------------------------------
+
+
+def chrome_events(
+    trace: Trace,
+    *,
+    pid,
+    shift_ns: int,
+    origin_ns: int,
+    tid_base: int = 0,
+    max_lanes: int | None = None,
+) -> tuple[list[str], dict]:
+    """Chrome 'X' events (as JSON strings) for a trace's spans plus thread-name metadata: one thread per
+    lane, and per lane one more thread for each set of regions that overlap without nesting (JSON
+    viewers nest slices of one thread by time, so those need their own row; the sub-track choice is the
+    Perfetto writer's, host_decode.writers.perfetto.assign_subtracks). ts/dur in us relative to origin_ns after
+    adding shift_ns, written from integer ns (no float rounding). tids are tid_base + a dense index.
+    Returns (event strings, counts {written, lanes, lanes_left_out, spans_left_out})."""
+    from host_decode.writers import perfetto as pf
+
+    sp = trace.spans
+    lanes = np.unique(sp["lane"])
+    left_lanes = dropped_spans = 0
+    if max_lanes is not None and lanes.size > max_lanes:
+        keep = lanes[:max_lanes]
+        left_lanes = int(lanes.size - max_lanes)
+        kept = np.isin(sp["lane"], keep)
+        dropped_spans = int((~kept).sum())
+        sp, lanes = sp[kept], keep
+    counts = {"written": int(sp.size), "lanes": int(lanes.size), "lanes_left_out": left_lanes, "spans_left_out": dropped_spans}
+    if sp.size == 0:
+        return [], counts
+    stream = pf.merged_stream(sp, np.zeros(0, INSTANT_DTYPE), int(sp["start_ns"].min()))
+    sub = pf.assign_subtracks(sp, stream)
+    track, tid_of = np.unique(sp["lane"].astype(np.int64) * (1 << 20) + sub, return_inverse=True)
+    tid = tid_base + np.asarray(tid_of).reshape(-1)
+    # at equal start, longer (enclosing) spans first so viewers nest them correctly
+    order = np.lexsort((-(sp["end_ns"] - sp["start_ns"]), sp["start_ns"], tid))
+    sp, tid = sp[order], tid[order]
+    rel = sp["start_ns"].astype(np.int64) + int(shift_ns) - int(origin_ns)
+    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
+    names = trace.names
+    ev_names = {int(e): json.dumps(names.event(e)) for e in np.unique(sp["event"])}
+    pid_s = json.dumps(pid)
+    if rel.min() < 0:
+        raise ValueError("chrome_events: origin_ns is after the first span; ts would be negative")
+    rq, rr = np.divmod(rel, 1000)
+    dq, dr = np.divmod(dur, 1000)
+    ev_col = sp["event"].tolist()
+    out = [
+        f'{{"ph":"X","pid":{pid_s},"tid":{t},"ts":{a}.{b_:03d},"dur":{c}.{d:03d},"name":{ev_names[e]},'
+        f'"cat":"ikp","args":{{"block":{blk},"depth":{dp}}}}}'
+        for t, a, b_, c, d, e, blk, dp in zip(tid.tolist(), rq.tolist(), rr.tolist(), dq.tolist(), dr.tolist(), ev_col,
+                                              sp["block"].tolist(), sp["depth"].tolist())
+    ]
+    for i, key in enumerate(track.tolist()):  # per track (lanes x overlap rows): metadata only
+        ln, k = divmod(key, 1 << 20)
+        b, g = ln // trace.num_groups, ln % trace.num_groups
+        label = f"block {b} {names.group(g)}" + (f" (overlap {k})" if k else "")
+        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_name","args":{{"name":{json.dumps(label)}}}}}')
+        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_sort_index","args":{{"sort_index":{tid_base + i}}}}}')
+    counts["tracks"] = int(track.size)
+    return out, counts
+
+
+def write_chrome(
+    parts: Sequence[Part],
+    out_path: str | os.PathLike,
+    mode: str = "timeline",
+    clock_offsets_ns: dict | None = None,
+    max_lanes_per_part: int | None = None,
+    progress: bool | None = None,
+) -> dict:
+    """One Chrome JSON trace, one process per part (pid = part index, named by its label). Returns a
+    summary (origin_ns, per part shift and counts of what was written / left out)."""
+    if not parts:
+        raise ValueError("write_chrome needs at least one part")
+    shift = shifts(parts, mode, clock_offsets_ns)
+    origin = int(min(p.trace.start_ns + dt for p, dt in zip(parts, shift)))
+    lines: list[str] = []
+    summary = {"origin_ns": origin, "mode": mode, "parts": []}
+    for i, (p, dt) in _progress(list(enumerate(zip(parts, shift))), "write", progress):
+        ev, counts = chrome_events(p.trace, pid=i, shift_ns=int(dt), origin_ns=origin, max_lanes=max_lanes_per_part)
+        lines.extend(ev)
+        lines.append(f'{{"ph":"M","pid":{i},"name":"process_name","args":{{"name":{json.dumps(p.label)}}}}}')
+        lines.append(f'{{"ph":"M","pid":{i},"name":"process_sort_index","args":{{"sort_index":{i}}}}}')
+        summary["parts"].append({"label": p.label, "shift_ns": int(dt), **counts})
+    meta = json.dumps({"origin_ns": origin, "mode": mode, "generator": "ikp_cute"})
+    with open(out_path, "w") as f:
+        f.write('{"otherData":' + meta + ',"traceEvents":[\n')
+        f.write(",\n".join(lines))
+        f.write("\n]}\n")
+    return summary
+
+
+def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None) -> Trace:
+    """One capture -> its Trace; several (or a directory) -> the concat of all launches (meta['parts'])."""
+    paths = list(paths)
+    if len(paths) == 1 and not Path(paths[0]).is_dir():
+        from host_decode.core.decoder import load_capture
+
+        return load_capture(str(paths[0]))
+    return concat(load_parts(paths, progress=progress), mode=mode)

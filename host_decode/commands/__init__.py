@@ -1,1 +1,0 @@
-"""Subcommands of `ikp`, one module each (see host_decode/cli.py)."""

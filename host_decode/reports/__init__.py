@@ -1,0 +1,1 @@
+"""Human-facing reports: the HTML page, console text and plots."""

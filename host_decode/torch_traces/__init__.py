@@ -1,0 +1,1 @@
+"""PyTorch profiler (Chrome JSON) traces: loading, kernel tables, gaps."""
