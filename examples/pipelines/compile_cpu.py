@@ -83,7 +83,7 @@ def fake_hopper(sm_count: int = 132):
         if hasattr(qu, "get_max_active_clusters"):
             import quack.gemm as qg
 
-            fake = lambda cluster_size=1, *a, **k: sm_count // max(1, int(cluster_size))  # noqa: E731
+            fake = lambda cluster_size=1, *a, **k: sm_count // max(1, int(cluster_size))
             stack.enter_context(mock.patch.object(qu, "get_max_active_clusters", fake))
             stack.enter_context(mock.patch.object(qg, "get_max_active_clusters", fake))
         yield
@@ -111,12 +111,9 @@ def capturing_compiles(module):
         module.cute.compile = compile_fn
 
 
-@contextlib.contextmanager
-def quack_private_caches():
-    """quack caches compiled kernels at several levels (jit_cache closure dicts per compile function, plan
-    caches per call shape; on disk when QUACK_CACHE_ENABLED=1, which the scripts turn off): empty every
-    one of them for the duration, restore them after, so a traced compile neither reuses an untraced
-    kernel nor leaks into later untraced calls."""
+def quack_private_cache_dicts() -> list[dict]:
+    """Every compile/plan cache dict of the loaded quack modules: jit_cache closure dicts (one per compile
+    function) and module-level `*_plan_cache` dicts."""
     import inspect
     import sys
 
@@ -131,9 +128,18 @@ def quack_private_caches():
                 cache = inspect.getclosurevars(value).nonlocals.get("cache")
                 if isinstance(cache, dict):
                     caches.append(cache)
-    unique = list({id(c): c for c in caches}.values())
-    saved = [(c, dict(c)) for c in unique]
-    for c in unique:
+    return list({id(c): c for c in caches}.values())
+
+
+@contextlib.contextmanager
+def quack_private_caches():
+    """quack caches compiled kernels at several levels (on disk too when QUACK_CACHE_ENABLED=1, which the
+    scripts turn off): empty every cache for the duration and restore it after, so a traced compile
+    neither reuses an untraced kernel nor leaks into later untraced calls."""
+    import quack.gemm_interface  # noqa: F401  (load the modules whose caches we empty)
+
+    saved = [(c, dict(c)) for c in quack_private_cache_dicts()]
+    for c, _ in saved:
         c.clear()
     try:
         yield

@@ -32,7 +32,7 @@ import contextlib
 
 from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
 
-__all__ = ["LEVELS", "LEVEL_OPS", "PipelineTrace", "trace_pipelines", "session_for", "group_names"]
+__all__ = ["LEVELS", "LEVEL_OPS", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
 
 
 def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
@@ -102,7 +102,7 @@ class PipelineTrace(contextlib.ContextDecorator):
 
     def save(self, session, path):
         """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata)."""
-        from host_decode.capture import save_capture
+        from host_decode.core.capture import save_capture
 
         meta = session.meta()
         meta.pop("format", None)

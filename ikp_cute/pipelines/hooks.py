@@ -221,11 +221,15 @@ class Tracer:
         return event_bits(base, index, event_type), f"{op}_{pipe.name}@{site}"
 
     def _region(self, marker, orig, args, kwargs):
-        """Records around `orig(*args, **kwargs)`: BEGIN before, END after (END = BEGIN bits + 1)."""
+        """Records around `orig(*args, **kwargs)`: time and lane state read before, BEGIN and END stored
+        after (END = BEGIN bits + 1; see record.KernelState.open_region)."""
         bits, label = marker
-        self._record(bits, f"{label} begin")
+        state = self._state()
+        if state is None:
+            return orig(*args, **kwargs)
+        token = state.open_region(f"{label} begin")
         result = orig(*args, **kwargs)
-        self._record(bits + END, f"{label} end")
+        state.close_region(token, bits, f"{label} end")
         return result
 
     # --- the hooks ------------------------------------------------------------------------------------
@@ -327,7 +331,7 @@ class Tracer:
         setattr(owner, attr, new)
 
     def install(self) -> None:
-        import cutlass.cute as cute
+        from cutlass import cute
         from cutlass.pipeline import helpers
 
         mb = helpers.MbarrierArray

@@ -32,7 +32,7 @@ import dataclasses
 
 from cutlass import Int32, Int64, cute
 
-from host_decode import wire
+from host_decode.core import wire
 
 MAX_WARPS = 32
 INVALID_LANE = 0xFFFFFFFF
@@ -80,7 +80,7 @@ class Geometry:
         return wire.user_capacity(self.records_per_lane)
 
     @classmethod
-    def of_spec(cls, spec, address: int) -> "Geometry":
+    def of_spec(cls, spec, address: int) -> Geometry:
         if spec.num_groups > MAX_WARPS:
             raise ValueError(f"trace_pipelines: {spec.num_groups} groups; pipeline lanes are warps (at most {MAX_WARPS} per block)")
         return cls(int(address), spec.num_groups, spec.write_stride, spec.records_per_lane)
@@ -94,7 +94,7 @@ class KernelState:
     geometry: Geometry
 
     @staticmethod
-    def create(geometry: Geometry) -> "KernelState":
+    def create(geometry: Geometry) -> KernelState:
         """Emit the prologue at the current insertion point (the caller puts it at the kernel's entry)."""
         base = Int32(cute.arch.alloc_smem(Int64, MAX_WARPS, alignment=8).toint())
         g = geometry
@@ -150,6 +150,45 @@ class KernelState:
             f" @lead st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
         _asm(None, [self.state_base, Int32(bits)], asm, "r,r")
+
+
+    def open_region(self, label: str = ""):
+        """Begin of a region, nothing stored: (begin time, this warp's {room, lane}) as SSA values for
+        close_region. The state load is issued before the blocking call and nothing uses it before the
+        call, so its latency hides behind the wait instead of delaying the code after it."""
+        begin = Int32(_asm(Int32.mlir_type, [], f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */", "=r"))
+        asm = "{ .reg .u32 w, a; mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $1; ld.volatile.shared.u64 $0, [a]; }"
+        state = Int64(_asm(Int64.mlir_type, [self.state_base], asm, "=l,r"))
+        return begin, state
+
+    def close_region(self, token, bits, label: str = "") -> None:
+        """End of a region: store its BEGIN (bits) and END (bits + 1) records in two consecutive slots of
+        the lane, from the state read by open_region, and advance the lane by two."""
+        g = self.geometry
+        begin, state = token
+        drop_bits = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
+        asm = (
+            "{ .reg .pred lead, ok, b_live, e_live, full; .reg .u32 w, a, room, lane, k, tag, m, lt, t1;"
+            " .reg .u64 t, off, addr, rec;"
+            " mov.u64 t, %globaltimer; cvt.u32.u64 t1, t;"
+            " mov.b64 {room, lane}, $2;"
+            " activemask.b32 m; mov.u32 lt, %lanemask_lt; and.b32 lt, lt, m; setp.eq.u32 lead, lt, 0;"
+            f" setp.lt.and.u32 ok, lane, {g.write_stride}, lead;"
+            " setp.gt.and.s32 b_live, room, 0, ok; setp.gt.and.s32 e_live, room, 1, ok;"
+            f" sub.s32 k, {g.trailer_slot}, room; mad.lo.u32 k, k, {g.write_stride}, lane;"
+            f" mul.wide.u32 off, k, 8; add.u64 addr, off, {g.address + 8};"
+            f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $3;"
+            " mov.b64 rec, {m, $1}; @b_live st.global.b64 [addr], rec;"
+            f" add.u32 m, m, 1; mov.b64 rec, {{m, t1}}; @e_live st.global.b64 [addr+{8 * g.write_stride}], rec;"
+            # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
+            " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
+            f" or.b32 m, tag, {drop_bits}; mov.b64 rec, {{m, k}};"
+            f" mul.wide.u32 off, lane, 8; add.u64 addr, off, {g.address + 8 + 8 * g.trailer_slot * g.write_stride};"
+            " @full st.global.b64 [addr], rec;"
+            " mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $0;"
+            f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
+        )
+        _asm(None, [self.state_base, Int32(begin), Int64(state), Int32(bits)], asm, "r,r,l,r")
 
 
 def event_bits(base: int, stage, event_type: int):
