@@ -173,3 +173,42 @@ def quack_compile(trace=None, *, m=4096, n=4096, k=4096):
     if len(compiled) != 1:
         raise RuntimeError(f"expected one quack compile, saw {len(compiled)}")
     return compiled[0]
+
+
+class _FakeB200:
+    """What FA4's persistent scheduler asks cutlass.utils.HardwareInfo on a B200 (148 SMs)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def get_device_multiprocessor_count(self):
+        return 148
+
+    def get_max_active_clusters(self, cluster_size=1):
+        return 148 // max(1, int(cluster_size))
+
+    def get_l2_cache_size_in_bytes(self):
+        return 126 * 1024 * 1024
+
+
+def sm100_env():
+    """Must be set before cutlass / flash_attn are imported (a fresh process)."""
+    os.environ["CUTE_DSL_ARCH"] = "sm_100a"
+    os.environ["FLASH_ATTENTION_ARCH"] = "sm_100"
+    os.environ["FLASH_ATTENTION_NUM_SMS"] = "148"
+
+
+def fa4_sm100_compile(trace=None, *, causal=False):
+    """Compile FA4's Blackwell forward (FlashAttentionForwardSm100) for sm_100a on a CPU; returns the
+    compiled object (PTX + cubin kept). Call sm100_env() first, in a fresh process."""
+    from unittest import mock
+
+    import cutlass.utils
+    import cutlass.utils.hardware_info
+    import flash_attn.cute.tile_scheduler as ts
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(cutlass.utils, "HardwareInfo", _FakeB200))
+        stack.enter_context(mock.patch.object(cutlass.utils.hardware_info, "HardwareInfo", _FakeB200))
+        stack.enter_context(mock.patch.object(ts, "HardwareInfo", _FakeB200))
+        return fa4_compile(trace, causal=causal)

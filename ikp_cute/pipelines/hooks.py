@@ -43,7 +43,10 @@ def _library_dirs() -> tuple[str, ...]:
             os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py")
 
 
-_GENERATED = ("then_block", "else_block", "elif_block", "if_region", "loop_body", "while_", "for_body", "<lambda>", "<genexpr>")
+# Functions the DSL generates from a kernel's `if` / `for` / `while` bodies keep the kernel's file and
+# line numbers: they are call sites, but their names say nothing (never used as a barrier's name).
+_GENERATED = ("then_", "else_", "elif_", "if_region", "loop_", "while_", "for_body")
+_ANONYMOUS = ("<lambda>", "<genexpr>")
 
 
 def _is_sync_object(obj) -> bool:
@@ -65,7 +68,7 @@ def _user_frame(dirs, skip_functions=frozenset()):
         if not (
             code.co_filename.startswith(dirs)
             or code.co_name in skip_functions
-            or code.co_name.startswith(_GENERATED)
+            or code.co_name in _ANONYMOUS
             or _is_sync_object(frame.f_locals.get("self"))
         ):
             return frame
@@ -79,6 +82,16 @@ def _site(frame) -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
+def _function_name(frame) -> str:
+    """The kernel function a call sits in (`warp_scheduler_barrier_sync`), past DSL-generated bodies;
+    its file:line when that function is only the kernel's entry (`kernel`, `__call__`)."""
+    named = frame
+    while named is not None and named.f_code.co_name.startswith(_GENERATED + _ANONYMOUS):
+        named = named.f_back
+    name = named.f_code.co_name if named is not None else "?"
+    return _site(frame) if name in ("kernel", "__call__", "?") else name
+
+
 def _creation_variable(frame) -> str | None:
     """The name a pipeline is known by at its creation: the variable assigned (`pipeline_k = X.create(`);
     for `return X.create(` in a maker method, the variable its caller assigns, else the maker's name
@@ -90,11 +103,11 @@ def _creation_variable(frame) -> str | None:
     if variable is not None or not line.strip().startswith("return"):
         return variable
     caller = frame.f_back
-    while caller is not None and caller.f_code.co_name.startswith(_GENERATED):
+    while caller is not None and caller.f_code.co_name.startswith(_GENERATED + _ANONYMOUS):
         caller = caller.f_back
     if caller is not None:
         variable = assigned_variable(linecache.getline(caller.f_code.co_filename, caller.f_lineno))
-    if variable is None and frame.f_code.co_name.startswith("make_"):
+    if variable is None and frame.f_code.co_name.startswith("make_"):  # quack: make_ab_pipeline
         variable = frame.f_code.co_name[len("make_"):]
     return variable
 
@@ -297,11 +310,11 @@ class Tracer:
         """(bits, label) of a named-barrier call; op: bar_sync | bar_arrive | sync_threads."""
         if not self.catalog.records(op):
             return None
-        frame = _user_frame(self._dirs)
+        frame = _user_frame(self._dirs, _SKIP_FUNCTIONS)
         barrier = 0 if barrier_id is None else barrier_id
         kind = "bar_arrive" if op == "bar_arrive" else "bar_sync"
         static = barrier if isinstance(barrier, int) else None
-        base = self.catalog.barrier_base(kind, _site(frame), static, frame.f_code.co_name if frame else None)
+        base = self.catalog.barrier_base(kind, _site(frame), static, _function_name(frame))
         if static is None:
             from cutlass import Int32
 
