@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
 BAKED = 0x7F0012340000
-MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end)? \*/")
+MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end)? \*/")
 
 
 def markers(ptx: str) -> collections.Counter:
-    """(label, site, begin|end|'') -> occurrences in the PTX (unrolled loops repeat a call site)."""
+    """(label, site, begin|end|poll-begin|poll-end|'') -> occurrences in the PTX (unrolled loops repeat
+    a call site)."""
     return collections.Counter((m.group(1), m.group(2), m.group(3) or "") for m in MARKER.finditer(ptx))
 
 
@@ -47,7 +48,8 @@ def check_call_sites(ptx: str, meta: dict, level_ops) -> None:
                 label = f"{op}_{pipe['name']}"
                 if op in ("acquire", "wait"):
                     begins, ends = found[(label, site, "begin")], found[(label, site, "end")]
-                    assert begins >= 1 and begins == ends, (label, site, begins, ends)
+                    polls = found[(label, site, "poll-begin")], found[(label, site, "poll-end")]
+                    assert begins + polls[0] >= 1 and begins == ends and polls[0] == polls[1], (label, site)
                 else:
                     assert found[(label, site, "")] >= 1, (label, site)
     ops_in_ptx = {label.split("_")[0] for label, _, _ in found} - {"bar"}

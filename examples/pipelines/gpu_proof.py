@@ -39,6 +39,13 @@ OUT = os.environ.get("OUT", "/tmp/pipelines_out")
 os.makedirs(OUT, exist_ok=True)
 RESULTS: dict = {"device": torch.cuda.get_device_name(), "errors": []}
 SLEEP_CYCLES = 400_000  # ~0.2 ms at 1.98 GHz: the host runs ahead, launches queue back to back
+# (name, level, options): the default level, two ablations (no poll timing, no named barriers), signals.
+VARIANTS = [
+    ("waits", "waits", {}),
+    ("waits_nopoll", "waits", {"polls": False}),
+    ("waits_nobar", "waits", {"named_barriers": False}),
+    ("signals", "signals", {}),
+]
 
 
 def log(*args):
@@ -106,19 +113,18 @@ def fa4_case(causal: bool, iters: int, b=2, s=4096, h=16):
     nctas = fa4_num_ctas(b, s, h)
     variants = {"fa4": fa4_runner(plain_cache, q, k, v, causal), "fa4_noise": fa4_runner(plain_cache, q, k, v, causal)}
     sessions, traces = {}, {}
-    for level in ("waits", "signals"):
+    for variant, level, options in VARIANTS:
         session = session_for(nctas, 12, records_per_lane=512, kernel=f"fa4_sm90_{tag}")
-        trace = trace_pipelines(session, level=level)
+        trace = trace_pipelines(session, level=level, **options)
         t0 = time.time()
         cache, _ = fa4_build(q, k, v, causal, trace)
-        log(f"fa4 {tag} {level}: traced compile {time.time() - t0:.1f} s")
+        log(f"fa4 {tag} {variant}: traced compile {time.time() - t0:.1f} s")
         run = fa4_runner(cache, q, k, v, causal)
         out = run()
         torch.cuda.synchronize()
-        same = bool(torch.equal(out, ref))
-        RESULTS[f"fa4_{tag}_{level}_output_identical"] = same
-        variants[level] = run
-        sessions[level], traces[level] = session, trace
+        RESULTS[f"fa4_{tag}_{variant}_output_identical"] = bool(torch.equal(out, ref))
+        variants[variant] = run
+        sessions[variant], traces[variant] = session, trace
     times = bench(variants, iters)
     RESULTS[f"fa4_{tag}_cost"] = cost_rows(times, "fa4")
     # Full-size capture at the default level: one launch into a zeroed buffer.
@@ -127,14 +133,19 @@ def fa4_case(causal: bool, iters: int, b=2, s=4096, h=16):
         variants["waits"]()
     path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_waits.npy"))
     summarize(f"fa4_{tag}", path, session, trace, pipeline="k")
-    os.remove(path)  # too large to bring back; its summary is in results.json
+    _remove_capture(path)  # too large to bring back; its summary is in results.json
     # Full-size signals capture: per n-block time from the producer's commits too.
     session, trace = sessions["signals"], traces["signals"]
     with session:
         variants["signals"]()
     path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_signals.npy"))
     summarize(f"fa4_{tag}_signals", path, session, trace, pipeline="k")
+    _remove_capture(path)
+
+
+def _remove_capture(path):
     os.remove(path)
+    os.remove(str(path)[:-4] + ".json")
 
 
 def summarize(name, path, session, trace, pipeline):
@@ -150,7 +161,10 @@ def summarize(name, path, session, trace, pipeline):
     RESULTS[f"{name}_loss"] = {"totals": {k: int(v) for k, v in t.loss.totals.items()},
                                "malformed": dict(t.loss.malformed_reasons),
                                "dropped_on_device": int(t.loss.dropped_on_device)}
-    RESULTS[f"{name}_producer_ns_per_iter"] = summary.per_iteration_ns(t, meta, pipeline, "acquire", group=0)
+    RESULTS[f"{name}_producer_ns_per_iter"] = summary.per_iteration_ns(t, meta, pipeline, "acquire")
+    RESULTS[f"{name}_records_per_lane_max"] = int(t.lanes["records"].max()) if len(t.lanes) else 0
+    RESULTS[f"{name}_records_per_group"] = {int(g): int(t.lanes["records"][t.lanes["group"] == g].mean())
+                                            for g in np.unique(t.lanes["group"])}
     RESULTS[f"{name}_pipelines"] = meta.get("pipelines")
     RESULTS[f"{name}_barriers"] = meta.get("barriers")
     log(f"--- {name}: dropped {RESULTS[f'{name}_dropped']}, producer {RESULTS[f'{name}_producer_ns_per_iter']:.0f} ns/iter")
@@ -216,19 +230,21 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
 
     variants = {"quack": runner(plain), "quack_noise": runner(plain)}
     sessions, traces = {}, {}
-    for level in ("waits", "signals"):
+    for variant, level, options in VARIANTS:
+        if variant == "waits_nobar":
+            continue
         session = session_for(sms, 12, records_per_lane=8192, kernel="quack_gemm_sm90")
-        trace = trace_pipelines(session, level=level)
+        trace = trace_pipelines(session, level=level, **options)
         caches.clear()
         t0 = time.time()
         with trace:
             out = gemm(A, B, tuned=False)
         torch.cuda.synchronize()
-        log(f"quack {level}: traced compile {time.time() - t0:.1f} s")
+        log(f"quack {variant}: traced compile {time.time() - t0:.1f} s")
         snap = caches.snapshot()
-        RESULTS[f"quack_{level}_output_identical"] = bool(torch.equal(out, ref))
-        variants[level] = runner(snap)
-        sessions[level], traces[level] = session, trace
+        RESULTS[f"quack_{variant}_output_identical"] = bool(torch.equal(out, ref))
+        variants[variant] = runner(snap)
+        sessions[variant], traces[variant] = session, trace
     times = bench(variants, iters)
     RESULTS["quack_cost"] = cost_rows(times, "quack")
     session, trace = sessions["waits"], traces["waits"]
@@ -236,13 +252,13 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
         variants["waits"]()
     path = trace.save(session, os.path.join(OUT, "quack_full_waits.npy"))
     summarize("quack", path, session, trace, pipeline="ab")
-    os.remove(path)
+    _remove_capture(path)
     session, trace = sessions["signals"], traces["signals"]
     with session:
         variants["signals"]()
     path = trace.save(session, os.path.join(OUT, "quack_full_signals.npy"))
     summarize("quack_signals", path, session, trace, pipeline="ab")
-    os.remove(path)
+    _remove_capture(path)
     caches.activate(saved)
 
 

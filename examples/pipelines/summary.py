@@ -53,16 +53,21 @@ def table(trace, meta: dict, warps_per_group: int = 4) -> list[dict]:
     return out
 
 
-def per_iteration_ns(trace, meta: dict, pipeline: str, op: str = "acquire", group: int = 0) -> float:
-    """Median gap between consecutive ends of `op` on `pipeline` within one lane (warp `group` of each
-    block): the producer's time per n-block / k-block."""
+def per_iteration_ns(trace, meta: dict, pipeline: str, op: str = "acquire", group: int | None = None) -> float:
+    """Median gap between consecutive ends of `op` on `pipeline` within one lane (the warp `group` of each
+    block; default: the warp that records the most of them, i.e. the producer): the producer's time per
+    n-block / k-block."""
     ids = {base + s for p in meta["pipelines"] if p["name"] == pipeline and op in p["ids"]
            for base in [p["ids"][op]] for s in range(p["num_stages"])}
     spans = trace.spans
-    sel = np.isin(spans["event"], list(ids)) & (spans["group"] == group)
-    s = spans[sel]
-    order = np.lexsort((s["end_ns"], s["lane"]))
-    s = s[order]
+    mine = spans[np.isin(spans["event"], list(ids))]
+    if not len(mine):
+        return float("nan")
+    if group is None:
+        groups, counts = np.unique(mine["group"], return_counts=True)
+        group = int(groups[np.argmax(counts)])
+    s = mine[mine["group"] == group]
+    s = s[np.lexsort((s["end_ns"], s["lane"]))]
     gaps = np.diff(s["end_ns"])
     same = s["lane"][1:] == s["lane"][:-1]
     return float(np.median(gaps[same])) if same.any() else float("nan")

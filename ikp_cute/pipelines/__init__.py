@@ -55,9 +55,13 @@ class PipelineTrace(contextlib.ContextDecorator):
     target:  an ikp_cute Session (its buffer's address is used), or a ProfileSpec with `address=`
              (compile without a GPU, CI).
     level:   "waits" (default), "signals" or "all".
+    polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 64 ns)
+             before succeeding (quack's producer and consumers wait inside such polls). Default on.
+    named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
     """
 
-    def __init__(self, target, level: str = "waits", address: int | None = None):
+    def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: bool = True,
+                 named_barriers: bool = True):
         spec = getattr(target, "spec", target)
         if address is None:
             buffer = getattr(target, "buffer", None)
@@ -72,6 +76,7 @@ class PipelineTrace(contextlib.ContextDecorator):
         self.level = check_level(level)
         self.geometry = Geometry.of_spec(spec, address)
         self.catalog = Catalog(spec.events, level)
+        self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers)}
         self._tracer = None
 
     def __enter__(self):
@@ -79,7 +84,7 @@ class PipelineTrace(contextlib.ContextDecorator):
 
         if PipelineTrace._active is not None:
             raise RuntimeError("trace_pipelines: already tracing (contexts do not nest)")
-        self._tracer = Tracer(self.catalog, self.geometry)
+        self._tracer = Tracer(self.catalog, self.geometry, **self.options)
         self._tracer.install()
         PipelineTrace._active = self
         return self
@@ -98,6 +103,7 @@ class PipelineTrace(contextlib.ContextDecorator):
         meta = self.catalog.metadata()
         meta["warps_per_group"] = 1
         meta["pipeline_lanes"] = "warp"
+        meta["pipeline_options"] = dict(self.options)
         return meta
 
     def save(self, session, path):
@@ -110,6 +116,6 @@ class PipelineTrace(contextlib.ContextDecorator):
         return save_capture(path, session.records(), session.names(), **meta)
 
 
-def trace_pipelines(target, level: str = "waits", address: int | None = None) -> PipelineTrace:
+def trace_pipelines(target, level: str = "waits", address: int | None = None, **options) -> PipelineTrace:
     """Trace every CuTe DSL pipeline of the kernels compiled under it; see the module docstring."""
-    return PipelineTrace(target, level, address)
+    return PipelineTrace(target, level, address, **options)

@@ -29,9 +29,10 @@ import os
 import sys
 
 from .catalog import Catalog, Pipeline, assigned_variable, short_name
-from .record import BEGIN, END, INSTANT, Geometry, KernelState, event_bits
+from .record import BEGIN, INSTANT, Geometry, KernelState, event_bits
 
 _TAG = "_ikp_pipeline_tag"
+POLL_BLOCKED_NS = 64  # a try_wait that took >= 2 timer steps (32 ns each on H100/H200) blocked
 _SKIP_FUNCTIONS = {"create", "_make_sync_object", "__init__", "__post_init__", "wrapper", "_override_create"}
 
 
@@ -130,12 +131,15 @@ def _kernel_op():
 class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
-    def __init__(self, catalog: Catalog, geometry: Geometry):
+    def __init__(self, catalog: Catalog, geometry: Geometry, polls: bool = True, named_barriers: bool = True):
         self.catalog = catalog
         self.geometry = geometry
+        self.polls = polls
+        self.named_barriers = named_barriers
         self._kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
         self._saved: list[tuple[object, str, object]] = []
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
+        self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
         self._dirs = _library_dirs()
 
     # --- recording state per kernel ---------------------------------------------------------------------
@@ -233,17 +237,55 @@ class Tracer:
         base = self.catalog.op_base(pipe, op, site)
         return event_bits(base, index, event_type), f"{op}_{pipe.name}@{site}"
 
-    def _region(self, marker, orig, args, kwargs):
+    def _region(self, marker, orig, args, kwargs, begin=None):
         """Records around `orig(*args, **kwargs)`: time and lane state read before, BEGIN and END stored
-        after (END = BEGIN bits + 1; see record.KernelState.open_region)."""
+        after (END = BEGIN bits + 1; see record.KernelState.open_region). `begin`: an earlier begin
+        time (the failed poll that led to this wait)."""
         bits, label = marker
         state = self._state()
         if state is None:
             return orig(*args, **kwargs)
         token = state.open_region(f"{label} begin")
+        if begin is not None:
+            token = (begin, token[1])
         result = orig(*args, **kwargs)
         state.close_region(token, bits, f"{label} end")
         return result
+
+    def _poll(self, mbar, marker, orig, args, kwargs):
+        """A try_wait that blocked: time it in registers; when it succeeded after >= POLL_BLOCKED_NS,
+        store it as a region of the wait/acquire op (branch around the store: a poll that passes costs
+        two timer reads and a compare). A failed poll leaves its begin time for the wait that follows."""
+        from cutlass import Int32
+        from cutlass.cutlass_dsl import if_generate
+
+        bits, label = marker
+        state = self._state()
+        if state is None:
+            return orig(*args, **kwargs)
+        begin = state.timer(f"{label} poll-begin")
+        result = orig(*args, **kwargs)
+        end = state.timer()
+        blocked = (Int32(result) != 0) & ((end - begin) >= POLL_BLOCKED_NS)
+        if_generate(blocked, lambda: state.close_region((begin, state.load_state()), bits, f"{label} poll-end"))
+        self._pending[id(result)] = (result, begin)
+        return result
+
+    def _pending_begin(self):
+        """The begin time of the failed poll whose result gated this wait, else None. The poll's result
+        object must be a local of a calling frame (`consumer_wait(state, try_wait_token)`): then it is
+        the same SSA value, so the begin time (read just before the poll, in the same block) is usable
+        here too. A token carried through a loop is a new object: the wait then begins on its own."""
+        frame = sys._getframe(2)
+        for _ in range(12):
+            if frame is None:
+                break
+            for value in frame.f_locals.values():
+                entry = self._pending.get(id(value))
+                if entry is not None and entry[0] is value:
+                    return entry[1]
+            frame = frame.f_back
+        return None
 
     # --- the hooks ------------------------------------------------------------------------------------
 
@@ -274,7 +316,8 @@ class Tracer:
             marker = tracer._bits(mbar, "wait", index, BEGIN) if _kernel_op() is not None else None
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            return tracer._region(marker, orig, (mbar, index, phase, *args), kwargs)
+            begin = tracer._pending_begin()
+            return tracer._region(marker, orig, (mbar, index, phase, *args), kwargs, begin)
 
         return wait
 
@@ -282,10 +325,15 @@ class Tracer:
         tracer = self
 
         def try_wait(mbar, index, phase, *args, **kwargs):
-            marker = tracer._bits(mbar, "poll", index, INSTANT) if _kernel_op() is not None else None
-            if marker is not None:
-                tracer._record(*marker)
-            return orig(mbar, index, phase, *args, **kwargs)
+            if _kernel_op() is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            instant = tracer._bits(mbar, "poll", index, INSTANT)
+            if instant is not None:
+                tracer._record(*instant)
+            region = tracer._bits(mbar, "wait", index, BEGIN) if tracer.polls else None
+            if region is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            return tracer._poll(mbar, region, orig, (mbar, index, phase, *args), kwargs)
 
         return try_wait
 
@@ -325,7 +373,7 @@ class Tracer:
         tracer = self
 
         def barrier(*args, **kwargs):
-            if _kernel_op() is None or args:
+            if _kernel_op() is None or args or not tracer.named_barriers:
                 return orig(*args, **kwargs)
             marker = tracer._barrier_marker(op, kwargs.get("barrier_id"), INSTANT if op == "bar_arrive" else BEGIN)
             if marker is None:

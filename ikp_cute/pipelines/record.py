@@ -152,14 +152,20 @@ class KernelState:
         _asm(None, [self.state_base, Int32(bits)], asm, "r,r")
 
 
-    def open_region(self, label: str = ""):
-        """Begin of a region, nothing stored: (begin time, this warp's {room, lane}) as SSA values for
-        close_region. The state load is issued before the blocking call and nothing uses it before the
-        call, so its latency hides behind the wait instead of delaying the code after it."""
-        begin = Int32(_asm(Int32.mlir_type, [], f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */", "=r"))
+    def timer(self, label: str = ""):
+        """%globaltimer (low 32 bits) as an SSA value: a region's begin, kept in a register."""
+        asm = f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */"
+        return Int32(_asm(Int32.mlir_type, [], asm, "=r"))
+
+    def load_state(self):
+        """This warp's {room, lane} (Int64). Issued before a blocking call and used only after it, its
+        latency hides behind the wait instead of delaying the code that follows."""
         asm = "{ .reg .u32 w, a; mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $1; ld.volatile.shared.u64 $0, [a]; }"
-        state = Int64(_asm(Int64.mlir_type, [self.state_base], asm, "=l,r"))
-        return begin, state
+        return Int64(_asm(Int64.mlir_type, [self.state_base], asm, "=l,r"))
+
+    def open_region(self, label: str = ""):
+        """Begin of a region, nothing stored: (begin time, warp state) for close_region."""
+        return self.timer(label), self.load_state()
 
     def close_region(self, token, bits, label: str = "") -> None:
         """End of a region: store its BEGIN (bits) and END (bits + 1) records in two consecutive slots of
