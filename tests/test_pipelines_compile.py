@@ -137,7 +137,8 @@ def test_buffer_address_is_baked_and_state_is_in_shared_memory(small):
     ptx = small["ptx"]["waits"]
     assert str(BAKED + 8) in ptx  # first lane slot: the kernel's signature is unchanged
     assert ptx.count("%lanemask_lt") >= 2  # lowest active lane of each warp records
-    assert "ld.volatile.shared.u64" in ptx and "ld.local" not in ptx
+    assert "ld.volatile.shared.v2.u64" in ptx and "ld.local" not in ptx
+    assert ptx.count(str(BAKED + 8)) == 1  # only the prologue holds the address: records read it from shared memory
 
 
 def test_contexts_do_not_nest():

@@ -42,11 +42,13 @@ SLEEP_CYCLES = 400_000  # ~0.2 ms at 1.98 GHz: the host runs ahead, launches que
 # (name, level, options): the default level, two ablations (no poll timing, no named barriers), signals.
 VARIANTS = [
     ("waits", "waits", {}),
-    ("waits_nopoll", "waits", {"polls": False}),
-    ("waits_nobar", "waits", {"named_barriers": False}),
+    ("waits_nopoll_nobar", "waits", {"polls": False, "named_barriers": False}),
+    ("producer_acquire", "waits", {"ops": {"acquire"}}),
+    ("consumer_wait", "waits", {"ops": {"wait"}}),
+    ("bar_sync", "waits", {"ops": {"bar_sync"}}),
     ("signals", "signals", {}),
 ]
-
+QUACK_VARIANTS = ("waits", "waits_nopoll_nobar", "signals")
 
 def log(*args):
     print(*args, flush=True)
@@ -231,7 +233,7 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
     variants = {"quack": runner(plain), "quack_noise": runner(plain)}
     sessions, traces = {}, {}
     for variant, level, options in VARIANTS:
-        if variant == "waits_nobar":
+        if variant not in QUACK_VARIANTS:
             continue
         session = session_for(sms, 12, records_per_lane=8192, kernel="quack_gemm_sm90")
         trace = trace_pipelines(session, level=level, **options)

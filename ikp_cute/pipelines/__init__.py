@@ -58,10 +58,11 @@ class PipelineTrace(contextlib.ContextDecorator):
     polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 64 ns)
              before succeeding (quack's producer and consumers wait inside such polls). Default on.
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
+    ops:     record only these ops of the level (e.g. {"acquire"}: the producers' waits only); None = all.
     """
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: bool = True,
-                 named_barriers: bool = True):
+                 named_barriers: bool = True, ops=None):
         spec = getattr(target, "spec", target)
         if address is None:
             buffer = getattr(target, "buffer", None)
@@ -75,8 +76,9 @@ class PipelineTrace(contextlib.ContextDecorator):
         self.spec = spec
         self.level = check_level(level)
         self.geometry = Geometry.of_spec(spec, address)
-        self.catalog = Catalog(spec.events, level)
+        self.catalog = Catalog(spec.events, level, ops)
         self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers)}
+        self.ops = None if ops is None else sorted(ops)
         self._tracer = None
 
     def __enter__(self):
@@ -103,7 +105,7 @@ class PipelineTrace(contextlib.ContextDecorator):
         meta = self.catalog.metadata()
         meta["warps_per_group"] = 1
         meta["pipeline_lanes"] = "warp"
-        meta["pipeline_options"] = dict(self.options)
+        meta["pipeline_options"] = dict(self.options, ops=self.ops)
         return meta
 
     def save(self, session, path):

@@ -88,9 +88,13 @@ class Pipeline:
 class Catalog:
     """Pipelines and barriers seen while tracing, with their id blocks in `events` (an EventRegistry)."""
 
-    def __init__(self, events, level: str = "waits"):
+    def __init__(self, events, level: str = "waits", ops=None):
         self.events = events
         self.level = check_level(level)
+        known = LEVEL_OPS["all"]
+        if ops is not None and not set(ops) <= known:
+            raise ValueError(f"trace_pipelines(ops=...): unknown ops {sorted(set(ops) - known)}; known: {sorted(known)}")
+        self.ops = None if ops is None else frozenset(ops)
         self.pipelines: dict[object, Pipeline] = {}
         self.barrier_ids: dict[str, int] = {}
         self.barrier_names: dict[int, str] = {}
@@ -98,7 +102,7 @@ class Catalog:
         self.unrecorded: list[str] = []
 
     def records(self, op: str) -> bool:
-        return op in LEVEL_OPS[self.level]
+        return op in LEVEL_OPS[self.level] and (self.ops is None or op in self.ops)
 
     def _unique(self, name: str) -> str:
         taken = {p.name for p in self.pipelines.values()}

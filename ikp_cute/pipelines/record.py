@@ -6,14 +6,17 @@ threads of a warp group, a TMA arrive inside `elect_one`, a producer acquire by 
 leader would miss calls its warp does not make; every warp that makes a call records it once. Lanes
 are therefore (block, warp): lane = block_linear * warps_per_block + warp (sidecar `warps_per_group: 1`).
 
-Where state lives: 8 bytes per warp, {room, lane}, in 256 bytes of static shared memory (32 warps, the
-most a block has), written by every warp's lowest active lane in a prologue that is inserted at the
+Where state lives: 16 bytes per warp, {room, lane, address of the lane's slot 0}, in 512 bytes of
+static shared memory (32 warps, the most a block has), written by every warp's lowest active lane in a prologue that is inserted at the
 *entry block* of the kernel the first time a hook fires in it (so it dominates every record and runs
 before any of them whatever branch the first pipeline call sits in). Nothing is held in registers
 between records: each record re-reads %tid.x and its warp's state (the kernel's own loops and register
 allocation see only the record's short-lived temporaries).
 
-A record (one inline-PTX block, ~20 instructions, no branch): read %globaltimer, load {room, lane},
+The buffer address is a constant of the prologue only: records take the lane's address from the state,
+so no 64-bit constant is materialized (and kept live by ptxas) across the kernel's loops.
+
+A record (one inline-PTX block, ~20 instructions, no branch): read %globaltimer, load the state,
 store one v1 word at slot ``1 + lane + (trailer - room) * write_stride`` when room > 0, else overwrite
 the lane's DROPPED slot with the running drop count (1 - room), then store room - 1. Records of a lane are a prefix in program
 order; the DROPPED instant says how many were lost (no finalize call is needed, and none is written:
@@ -35,10 +38,12 @@ from cutlass import Int32, Int64, cute
 from host_decode.core import wire
 
 MAX_WARPS = 32
+STATE_BYTES = 16  # per warp: room (u32), lane (u32), address of the lane's slot 0 (u64)
 INVALID_LANE = 0xFFFFFFFF
 BEGIN = int(wire.EventType.BEGIN)
 END = int(wire.EventType.END)
 INSTANT = int(wire.EventType.INSTANT)
+DROPPED_BITS = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
 
 
 def _asm(result_type, operands, text: str, constraints: str):
@@ -56,17 +61,26 @@ def _asm(result_type, operands, text: str, constraints: str):
     )
 
 
-_LEADER = (
-    " activemask.b32 m; mov.u32 lt, %lanemask_lt; and.b32 lt, lt, m; setp.eq.u32 lead, lt, 0;"
-    " mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $0;"
-)
+def _asm_pair(operands, text: str, constraints: str):
+    """Inline PTX with two 64-bit results."""
+    from cutlass._mlir import ir
+    from cutlass._mlir.dialects import llvm
+
+    i64 = Int64.mlir_type
+    pair = _asm(llvm.StructType.get_literal([i64, i64]), operands, text, constraints)
+    return tuple(Int64(llvm.extractvalue(i64, pair, ir.DenseI64ArrayAttr.get([i]))) for i in (0, 1))
+
+
+# The recording thread: the lowest active lane of the warp. Its warp's state: STATE_BYTES * warp.
+_LEADER = " activemask.b32 m; mov.u32 lt, %lanemask_lt; and.b32 lt, lt, m; setp.eq.u32 lead, lt, 0;"
+_STATE_ADDRESS = " mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 16, {base};"
 
 
 @dataclasses.dataclass(frozen=True)
 class Geometry:
     """Compile-time layout of the session buffer the records go to."""
 
-    address: int  # device address of the v1 buffer (baked into the kernel)
+    address: int  # device address of the v1 buffer (baked into the kernel's prologue only)
     warps_per_block: int  # = the session's num_groups
     write_stride: int
     records_per_lane: int
@@ -79,11 +93,31 @@ class Geometry:
     def capacity(self) -> int:
         return wire.user_capacity(self.records_per_lane)
 
+    @property
+    def stride_bytes(self) -> int:
+        return 8 * self.write_stride
+
     @classmethod
-    def of_spec(cls, spec, address: int) -> Geometry:
+    def of_spec(cls, spec, address: int) -> "Geometry":
         if spec.num_groups > MAX_WARPS:
             raise ValueError(f"trace_pipelines: {spec.num_groups} groups; pipeline lanes are warps (at most {MAX_WARPS} per block)")
         return cls(int(address), spec.num_groups, spec.write_stride, spec.records_per_lane)
+
+
+def _store_pair(g: Geometry) -> str:
+    """PTX that stores a region's BEGIN ($begin time) and END (t1) records from {room, lane} and the lane
+    address `b`, handles drops and leaves the new room in `room` (predicate `ok`: this thread records)."""
+    return (
+        " setp.gt.and.s32 b_live, room, 0, ok; setp.gt.and.s32 e_live, room, 1, ok;"
+        f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 addr, k, {g.stride_bytes}, b;"
+        f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $bits;"
+        " mov.b64 rec, {m, $begin}; @b_live st.global.b64 [addr], rec;"
+        f" add.u32 m, m, 1; mov.b64 rec, {{m, t1}}; @e_live st.global.b64 [addr+{g.stride_bytes}], rec;"
+        # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
+        " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
+        f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
+        f" add.u64 addr, b, {g.trailer_slot * g.stride_bytes}; @full st.global.b64 [addr], rec;"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +128,10 @@ class KernelState:
     geometry: Geometry
 
     @staticmethod
-    def create(geometry: Geometry) -> KernelState:
-        """Emit the prologue at the current insertion point (the caller puts it at the kernel's entry)."""
-        base = Int32(cute.arch.alloc_smem(Int64, MAX_WARPS, alignment=8).toint())
+    def create(geometry: Geometry) -> "KernelState":
+        """Emit the prologue at the current insertion point (the caller puts it at the kernel's entry):
+        every warp's lowest active lane writes its warp's state and the lane's two anchor records."""
+        base = Int32(cute.arch.alloc_smem(Int64, 2 * MAX_WARPS, alignment=16).toint())
         g = geometry
         anchor_lo = wire.make_tag(0, wire.ANCHOR_LO_EVENT_ID, INSTANT)
         anchor_hi = wire.make_tag(0, wire.ANCHOR_HI_EVENT_ID, INSTANT)
@@ -104,6 +139,7 @@ class KernelState:
             "{ .reg .pred lead, ok; .reg .u32 m, lt, w, a, bx, by, bz, gx, gy, n, blk, lane, room, tag, tlo, thi;"
             " .reg .u64 t, addr, rec;"
             + _LEADER
+            + _STATE_ADDRESS.format(base="$0")
             + " mov.u32 bx, %ctaid.x; mov.u32 by, %ctaid.y; mov.u32 bz, %ctaid.z;"
             " mov.u32 gx, %nctaid.x; mov.u32 gy, %nctaid.y;"
             " mad.lo.u32 blk, bz, gy, by; mad.lo.u32 blk, blk, gx, bx;"
@@ -112,45 +148,41 @@ class KernelState:
             f" setp.lt.u32 ok, w, {g.warps_per_block}; setp.lt.and.u32 ok, lane, {g.write_stride}, ok;"
             " setp.eq.and.u32 ok, n, 1, ok;"
             f" selp.u32 room, {g.capacity}, 0, ok; selp.u32 lane, lane, {INVALID_LANE}, ok;"
-            " @lead st.volatile.shared.v2.u32 [a], {room, lane};"
-            " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
             f" mul.wide.u32 addr, lane, 8; add.u64 addr, addr, {g.address + 8};"
+            " @lead st.volatile.shared.v2.u32 [a], {room, lane}; @lead st.volatile.shared.u64 [a+8], addr;"
+            " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
             f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 tag, tag, {anchor_lo};"
             " mov.b64 rec, {tag, tlo}; and.pred ok, ok, lead;"
             " @ok st.global.b64 [addr], rec;"
             f" xor.b32 tag, tag, {anchor_lo ^ anchor_hi}; mov.b64 rec, {{tag, thi}};"
-            f" @ok st.global.b64 [addr+{8 * g.write_stride}], rec; }}"
+            f" @ok st.global.b64 [addr+{g.stride_bytes}], rec; }}"
         )
         _asm(None, [base], asm, "r")
         return KernelState(base, geometry)
 
     def record(self, bits, label: str = "") -> None:
-        """One record (bits = (event_id << 2) | type, an Int32 or int) by each executing warp's lowest
-        active lane. `label` goes into a PTX comment (``/* ikp <label> */``): how tests count the
+        """One instant record (bits = (event_id << 2) | type, an Int32 or int) by each executing warp's
+        lowest active lane. `label` goes into a PTX comment (``/* ikp <label> */``): how tests count the
         records of each call site in the PTX."""
         g = self.geometry
-        drop_bits = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
         asm = (
-            "{ .reg .pred lead, live, ok, full; .reg .u32 m, lt, w, a, room, lane, k, tag, drops, tlo, thi;"
-            " .reg .u64 t, off, addr, rec;"
+            "{ .reg .pred lead, ok, live, full; .reg .u32 m, lt, w, a, room, lane, k, tag, tlo, thi;"
+            " .reg .u64 t, s, b, addr, rec;"
             " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
             + _LEADER
-            + " ld.volatile.shared.v2.u32 {room, lane}, [a];"
+            + _STATE_ADDRESS.format(base="$0")
+            + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
             f" setp.lt.u32 ok, lane, {g.write_stride}; and.pred ok, ok, lead;"
             " setp.gt.and.s32 live, room, 0, ok; setp.le.and.s32 full, room, 0, ok;"
-            f" sub.s32 k, {g.trailer_slot}, room; mad.lo.u32 k, k, {g.write_stride}, lane;"
-            f" mul.wide.u32 off, k, 8; add.u64 addr, off, {g.address + 8};"
+            f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 addr, k, {g.stride_bytes}, b;"
             f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $1;"
             " mov.b64 rec, {m, tlo}; @live st.global.b64 [addr], rec;"
-            # Past capacity: the lane's DROPPED slot holds the running count of lost records.
-            f" sub.s32 drops, 1, room; or.b32 m, tag, {drop_bits}; mov.b64 rec, {{m, drops}};"
-            f" mul.wide.u32 off, lane, 8; add.u64 addr, off, {g.address + 8 + 8 * g.trailer_slot * g.write_stride};"
-            " @full st.global.b64 [addr], rec;"
+            f" sub.s32 k, 1, room; or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
+            f" add.u64 addr, b, {g.trailer_slot * g.stride_bytes}; @full st.global.b64 [addr], rec;"
             " sub.s32 room, room, 1;"
             f" @lead st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
         _asm(None, [self.state_base, Int32(bits)], asm, "r,r")
-
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value: a region's begin, kept in a register."""
@@ -158,10 +190,10 @@ class KernelState:
         return Int32(_asm(Int32.mlir_type, [], asm, "=r"))
 
     def load_state(self):
-        """This warp's {room, lane} (Int64). Issued before a blocking call and used only after it, its
-        latency hides behind the wait instead of delaying the code that follows."""
-        asm = "{ .reg .u32 w, a; mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $1; ld.volatile.shared.u64 $0, [a]; }"
-        return Int64(_asm(Int64.mlir_type, [self.state_base], asm, "=l,r"))
+        """This warp's ({room, lane}, lane address) (two Int64). Issued before a blocking call and used
+        only after it, its latency hides behind the wait instead of delaying the code that follows."""
+        asm = "{ .reg .u32 w, a;" + _STATE_ADDRESS.format(base="$2") + " ld.volatile.shared.v2.u64 {$0, $1}, [a]; }"
+        return _asm_pair([self.state_base], asm, "=l,=l,r")
 
     def open_region(self, label: str = ""):
         """Begin of a region, nothing stored: (begin time, warp state) for close_region."""
@@ -170,31 +202,19 @@ class KernelState:
     def close_region(self, token, bits, label: str = "") -> None:
         """End of a region: store its BEGIN (bits) and END (bits + 1) records in two consecutive slots of
         the lane, from the state read by open_region, and advance the lane by two."""
-        g = self.geometry
-        begin, state = token
-        drop_bits = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
+        begin, (state, lane_address) = token
         asm = (
             "{ .reg .pred lead, ok, b_live, e_live, full; .reg .u32 w, a, room, lane, k, tag, m, lt, t1;"
-            " .reg .u64 t, off, addr, rec;"
+            " .reg .u64 t, b, addr, rec;"
             " mov.u64 t, %globaltimer; cvt.u32.u64 t1, t;"
-            " mov.b64 {room, lane}, $2;"
-            " activemask.b32 m; mov.u32 lt, %lanemask_lt; and.b32 lt, lt, m; setp.eq.u32 lead, lt, 0;"
-            f" setp.lt.and.u32 ok, lane, {g.write_stride}, lead;"
-            " setp.gt.and.s32 b_live, room, 0, ok; setp.gt.and.s32 e_live, room, 1, ok;"
-            f" sub.s32 k, {g.trailer_slot}, room; mad.lo.u32 k, k, {g.write_stride}, lane;"
-            f" mul.wide.u32 off, k, 8; add.u64 addr, off, {g.address + 8};"
-            f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $3;"
-            " mov.b64 rec, {m, $1}; @b_live st.global.b64 [addr], rec;"
-            f" add.u32 m, m, 1; mov.b64 rec, {{m, t1}}; @e_live st.global.b64 [addr+{8 * g.write_stride}], rec;"
-            # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
-            " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
-            f" or.b32 m, tag, {drop_bits}; mov.b64 rec, {{m, k}};"
-            f" mul.wide.u32 off, lane, 8; add.u64 addr, off, {g.address + 8 + 8 * g.trailer_slot * g.write_stride};"
-            " @full st.global.b64 [addr], rec;"
-            " mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 8, $0;"
-            f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
+            " mov.b64 {room, lane}, $2; mov.b64 b, $3;"
+            + _LEADER
+            + f" setp.lt.and.u32 ok, lane, {self.geometry.write_stride}, lead;"
+            + _store_pair(self.geometry).replace("$bits", "$4").replace("$begin", "$1")
+            + _STATE_ADDRESS.format(base="$0")
+            + f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        _asm(None, [self.state_base, Int32(begin), Int64(state), Int32(bits)], asm, "r,r,l,r")
+        _asm(None, [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)], asm, "r,r,l,l,r")
 
 
 def event_bits(base: int, stage, event_type: int):
