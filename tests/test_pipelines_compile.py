@@ -109,18 +109,26 @@ def test_levels_record_what_they_say(small):
     assert ops["all"] == ops["signals"] | {"poll"}
 
 
+def _line(text: str) -> str:
+    """`pipelines_kernel.py:<line>` of the first line of the test kernel containing `text`."""
+    lines = (ROOT / "tests" / "kernels" / "pipelines_kernel.py").read_text().splitlines()
+    return f"pipelines_kernel.py:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
 def test_kernel_defined_subclass_and_names(small):
     meta = small["traces"]["signals"].metadata()
     by_name = {p["name"]: p for p in meta["pipelines"]}
     assert set(by_name) == {"ring", "side_named"}  # the variable it is assigned to; the kernel's name=
     ring = by_name["ring"]
     assert ring["class"] == "CountedPipeline" and ring["num_stages"] == 3
-    assert ring["site"] == "pipelines_kernel.py:39"
+    assert ring["site"] == _line("ring = CountedPipeline.create(")
     assert ring["producer_arrivals"] == 32 and ring["consumer_arrivals"] == 128
     assert set(ring["ids"]) == {"acquire", "commit", "wait", "release"}
     # consume_one (a method of the subclass) is not the call site: the kernel line that calls it is
-    assert ring["call_sites"]["wait"] == ["pipelines_kernel.py:59"]
-    assert meta["barriers"]["call_sites"]["bar_sync"] == ["pipelines_kernel.py:64", "pipelines_kernel.py:66"]
+    assert ring["call_sites"]["wait"] == [_line("ring.consume_one(state)")]
+    assert meta["barriers"]["call_sites"]["bar_sync"] == [_line(".arrive_and_wait()"), _line("cute.arch.barrier(")]
+    # a raw cute.arch.mbarrier_arrive on the pointer side.producer_get_barrier() returned is side's commit
+    assert by_name["side_named"]["call_sites"]["commit"] == [_line("cute.arch.mbarrier_arrive(")]
     assert meta["warps_per_group"] == 1
 
 

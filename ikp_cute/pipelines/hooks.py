@@ -140,6 +140,7 @@ class Tracer:
         self._saved: list[tuple[object, str, object]] = []
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
+        self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
         self._dirs = _library_dirs()
 
     # --- recording state per kernel ---------------------------------------------------------------------
@@ -218,9 +219,10 @@ class Tracer:
 
         return self.catalog.pipeline(key, make)
 
-    def _op(self, mbar, kind: str):
-        """(pipeline, op name) of a call of `kind` ('wait'|'arrive'|'poll') on `mbar`."""
-        owner, role = self._owner(mbar)
+    def _op(self, mbar, kind: str, owned=None):
+        """(pipeline, op name) of a call of `kind` ('wait'|'arrive'|'poll') on `mbar`; `owned`: its
+        (owner, role) when already known."""
+        owner, role = owned if owned is not None else self._owner(mbar)
         pipe = self._pipeline(mbar, owner, role)
         if kind == "poll":
             return pipe, "poll"
@@ -228,9 +230,9 @@ class Tracer:
             return pipe, "acquire" if kind == "wait" else "release"
         return pipe, "wait" if kind == "wait" else "commit"
 
-    def _bits(self, mbar, kind: str, index, event_type):
+    def _bits(self, mbar, kind: str, index, event_type, owned=None):
         """(bits, label) of a call of `kind` on `mbar`, or None when the level does not record it."""
-        pipe, op = self._op(mbar, kind)
+        pipe, op = self._op(mbar, kind, owned)
         if not self.catalog.records(op):
             return None
         site = _site(_user_frame(self._dirs, _SKIP_FUNCTIONS))
@@ -319,7 +321,7 @@ class Tracer:
             begin = tracer._pending_begin()
             return tracer._region(marker, orig, (mbar, index, phase, *args), kwargs, begin)
 
-        return wait
+        return tracer._guarded(wait)
 
     def hook_poll(self, orig):
         tracer = self
@@ -335,7 +337,65 @@ class Tracer:
                 return orig(mbar, index, phase, *args, **kwargs)
             return tracer._poll(mbar, region, orig, (mbar, index, phase, *args), kwargs)
 
-        return try_wait
+        return tracer._guarded(try_wait)
+
+    def _guarded(self, hook):
+        """`hook` runs with the nesting depth raised: raw mbarrier calls made inside the pipeline's own
+        method (cute.arch.mbarrier_wait inside MbarrierArray.wait) are not traced a second time."""
+        tracer = self
+
+        def guarded(*args, **kwargs):
+            tracer._depth += 1
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                tracer._depth -= 1
+
+        return guarded
+
+    def hook_get_barrier(self, orig):
+        """Pointers a pipeline hands out (`producer_get_barrier(state)`): remembered, so a kernel that
+        arrives or waits on them with cute.arch.mbarrier_* directly is traced too."""
+        tracer = self
+
+        def get_barrier(mbar, index, *args, **kwargs):
+            pointer = orig(mbar, index, *args, **kwargs)
+            if tracer._depth == 0 and _kernel_op() is not None:
+                tracer._pointers[id(pointer)] = (pointer, mbar, index, tracer._owner(mbar))
+            return pointer
+
+        return get_barrier
+
+    def hook_raw(self, orig, kind: str):
+        """cute.arch.mbarrier_{arrive, arrive_and_expect_tx, wait, try_wait} on a pointer a pipeline handed
+        out, outside the pipeline's own methods: traced as that pipeline's op on that stage."""
+        tracer = self
+
+        def raw(mbar_ptr, *args, **kwargs):
+            known = tracer._pointers.get(id(mbar_ptr))
+            if tracer._depth or known is None or known[0] is not mbar_ptr or _kernel_op() is None:
+                return orig(mbar_ptr, *args, **kwargs)
+            _, mbar, index, owned = known
+            tracer._depth += 1
+            try:
+                if kind == "arrive":
+                    marker = tracer._bits(mbar, "arrive", index, INSTANT, owned)
+                    if marker is not None:
+                        tracer._record(*marker)
+                    return orig(mbar_ptr, *args, **kwargs)
+                if kind == "poll":
+                    region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls else None
+                    if region is None:
+                        return orig(mbar_ptr, *args, **kwargs)
+                    return tracer._poll(mbar, region, orig, (mbar_ptr, *args), kwargs)
+                marker = tracer._bits(mbar, "wait", index, BEGIN, owned)
+                if marker is None:
+                    return orig(mbar_ptr, *args, **kwargs)
+                return tracer._region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin())
+            finally:
+                tracer._depth -= 1
+
+        return raw
 
     def hook_arrive(self, orig):
         tracer = self
@@ -404,6 +464,10 @@ class Tracer:
         for name in ("arrive", "arrive_mbarrier", "arrive_and_expect_tx", "arrive_and_expect_tx_with_dst",
                      "arrive_cp_async_mbarrier", "arrive_tcgen05mma"):
             self._patch(mb, name, self.hook_arrive(getattr(mb, name)))
+        self._patch(mb, "get_barrier", self.hook_get_barrier(mb.get_barrier))
+        for name, kind in (("mbarrier_arrive", "arrive"), ("mbarrier_arrive_and_expect_tx", "arrive"),
+                           ("mbarrier_wait", "wait"), ("mbarrier_try_wait", "poll")):
+            self._patch(cute.arch, name, self.hook_raw(getattr(cute.arch, name), kind))
         self._patch(cute.arch, "barrier", self.hook_barrier(cute.arch.barrier, "bar_sync"))
         self._patch(cute.arch, "barrier_arrive", self.hook_barrier(cute.arch.barrier_arrive, "bar_arrive"))
         self._patch(cute.arch, "sync_threads", self.hook_barrier(cute.arch.sync_threads, "sync_threads"))

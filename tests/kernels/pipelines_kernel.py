@@ -2,7 +2,8 @@
 classes (a subclass with its own methods, as FA4 and quack do), plus a named barrier and a direct
 `cute.arch.barrier`: what tests/test_pipelines_compile.py traces without torch (CI has none).
 
-Warp 0 produces into `ring` (STAGES stages) and signals `side`; warps 4-7 (warp group 1) consume both;
+Warp 0 produces into `ring` (STAGES stages) and signals `side` (with a raw cute.arch.mbarrier_arrive on
+the barrier the pipeline hands out, as quack's scheduler does); warps 4-7 (warp group 1) consume both;
 then every thread meets at named barrier 1 and warp groups 0-1 at barrier 2."""
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def kernel(out: cute.Tensor, n_iters: Int32):
             state.advance()
         side_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
         side.producer_acquire(side_state)
-        side.producer_commit(side_state)
+        cute.arch.mbarrier_arrive(side.producer_get_barrier(side_state))  # a raw arrive (quack does this)
     elif warp >= 4:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, STAGES)
         for _ in cutlass.range(n_iters):
