@@ -36,6 +36,9 @@ build the Profiler, which holds a block barrier), "static" (``profile_region(pro
 ``Session(stage="smem")`` stages cursor records in shared memory (finalize() copies them out).
 See the README ("Recording regions inside CuTe DSL kernels") for the modes, limits and measured costs.
 
+Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
+built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md).
+
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
 
@@ -48,6 +51,7 @@ _LAZY = {
     "profile_region": ("device", "profile_region"),
     "Session": ("session", "Session"),
     "fake_buffer": ("session", "fake_buffer"),
+    "trace_pipelines": ("pipelines", "trace_pipelines"),
 }
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "disabled",
     "fake_buffer",
     "profile_region",
+    "trace_pipelines",
 ]
 
 

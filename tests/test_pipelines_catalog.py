@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ikp_cute.pipelines.catalog import LEVEL_OPS, LEVELS, Catalog, Pipeline, assigned_variable, short_name
+from ikp_cute.pipelines.catalog import (
+    LEVEL_OPS,
+    LEVELS,
+    Catalog,
+    Pipeline,
+    assigned_variable,
+    short_name,
+)
 from ikp_cute.spec import EventRegistry
 
 

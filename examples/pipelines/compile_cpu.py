@@ -161,15 +161,15 @@ def quack_compile(trace=None, *, m=4096, n=4096, k=4096):
     import quack.cache
 
     quack.cache.CACHE_ENABLED = False
-    with fake_hopper(), quack_private_caches(), capturing_compiles(qt) as compiled, FakeTensorMode():
-        with trace or contextlib.nullcontext():
-            A = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
-            B = torch.empty(k, n, dtype=torch.bfloat16, device="cuda")
-            try:
-                gemm_interface.gemm(A, B, tuned=False)
-            except RuntimeError as e:
-                if "cudaErrorInsufficientDriver" not in str(e) and "driver" not in str(e).lower():
-                    raise
+    with fake_hopper(), quack_private_caches(), capturing_compiles(qt) as compiled, FakeTensorMode(), \
+            (trace or contextlib.nullcontext()):
+        A = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
+        B = torch.empty(k, n, dtype=torch.bfloat16, device="cuda")
+        try:
+            gemm_interface.gemm(A, B, tuned=False)
+        except RuntimeError as e:
+            if "cudaErrorInsufficientDriver" not in str(e) and "driver" not in str(e).lower():
+                raise
     if len(compiled) != 1:
         raise RuntimeError(f"expected one quack compile, saw {len(compiled)}")
     return compiled[0]

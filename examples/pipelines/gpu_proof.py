@@ -308,7 +308,7 @@ def main():
         t0 = time.time()
         try:
             step()
-        except Exception as e:  # keep going: one failing kernel must not cost the others' numbers
+        except Exception as e:  # noqa: BLE001  (keep going: one failing kernel must not cost the others' numbers)
             RESULTS["errors"].append(f"{name}: {type(e).__name__}: {e}")
             traceback.print_exc()
         log(f"[{name}] {time.time() - t0:.1f} s")

@@ -119,7 +119,7 @@ def _kernel_op():
 
     try:
         op = ir.InsertionPoint.current.block.owner
-    except Exception:
+    except ValueError:  # no insertion point: not inside a kernel being traced
         return None
     while op is not None:
         if op.operation.name == "cuda.kernel":

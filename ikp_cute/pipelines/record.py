@@ -98,7 +98,7 @@ class Geometry:
         return 8 * self.write_stride
 
     @classmethod
-    def of_spec(cls, spec, address: int) -> "Geometry":
+    def of_spec(cls, spec, address: int) -> Geometry:
         if spec.num_groups > MAX_WARPS:
             raise ValueError(f"trace_pipelines: {spec.num_groups} groups; pipeline lanes are warps (at most {MAX_WARPS} per block)")
         return cls(int(address), spec.num_groups, spec.write_stride, spec.records_per_lane)
@@ -128,7 +128,7 @@ class KernelState:
     geometry: Geometry
 
     @staticmethod
-    def create(geometry: Geometry) -> "KernelState":
+    def create(geometry: Geometry) -> KernelState:
         """Emit the prologue at the current insertion point (the caller puts it at the kernel's entry):
         every warp's lowest active lane writes its warp's state and the lane's two anchor records."""
         base = Int32(cute.arch.alloc_smem(Int64, 2 * MAX_WARPS, alignment=16).toint())

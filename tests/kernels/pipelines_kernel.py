@@ -22,7 +22,7 @@ class CountedPipeline(pipeline.PipelineAsync):
     """A kernel-defined subclass: its own constructor and a method the base class does not have."""
 
     @staticmethod
-    def create(**kwargs) -> "CountedPipeline":
+    def create(**kwargs) -> CountedPipeline:
         base = pipeline.PipelineAsync.create(**kwargs)
         return CountedPipeline(base.sync_object_full, base.sync_object_empty, base.num_stages,
                                base.producer_mask, base.consumer_mask)
