@@ -1,6 +1,6 @@
 """Pipelines traced automatically: every CuTe DSL pipeline wait and signal, with no source change.
 
-    session = ikp_cute.pipelines.session_for(num_blocks=512, warps_per_block=12, records_per_lane=512)
+    session = ikp_cute.pipelines.session_for(num_blocks=1024, warps_per_block=12, records_per_lane=512)
     with ikp_cute.trace_pipelines(session, level="waits") as trace:
         compiled = cute.compile(...)            # or any host API that compiles (FA4's, quack's)
     with session:
@@ -19,8 +19,8 @@ for data: a wait that a successful ``try_wait`` poll skipped is not a wait and r
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
 (tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
 compiled kernels by its own key (FA4's ``compile_cache``, quack's ``jit_cache``) would hand back a
-kernel compiled without tracing; the context empties nothing itself: use ``private_cache`` (FA4) /
-a fresh key, see examples/pipelines.
+kernel compiled without tracing; the context empties nothing itself: give the traced compile its own
+cache (examples/pipelines/compile_cpu.py: ``fa4_private_cache``, ``quack_private_caches``).
 
 Invariants guarded by tests/test_pipelines_catalog.py (ids, names) and test_pipelines_compile.py
 (records per call site in the PTX, off == untouched, the buffer address baked).

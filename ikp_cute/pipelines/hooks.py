@@ -2,13 +2,16 @@
 
 Hooked (for the duration of ``trace_pipelines`` only; the originals are restored on exit, so kernels
 compiled outside it are untouched):
-* ``cutlass.pipeline.MbarrierArray``: ``wait`` (region), ``try_wait`` (instant ``poll`` at level
-  "all"), the arrive family ``arrive`` / ``arrive_mbarrier`` / ``arrive_and_expect_tx`` /
+* ``cutlass.pipeline.MbarrierArray``: ``wait`` (region), ``try_wait`` (a region when the poll blocked,
+  the begin of the wait it gates when it failed; instant ``poll`` at level "all"), the arrive family ``arrive`` / ``arrive_mbarrier`` / ``arrive_and_expect_tx`` /
   ``arrive_and_expect_tx_with_dst`` / ``arrive_cp_async_mbarrier`` / ``arrive_tcgen05mma`` (instant;
   only the outermost of nested calls records), and ``__init__`` / ``__new_from_mlir_values__`` /
   ``recast_to_new_op_type`` so every array carries a trace-time tag through loops and rebuilds.
   Every pipeline class of cutlass.pipeline (sm90, sm100) and the ones kernels define (FA4's, quack's)
   is built on MbarrierArray: no list of class names.
+* ``MbarrierArray.get_barrier`` and ``cute.arch.mbarrier_{arrive, arrive_and_expect_tx, wait, try_wait}``:
+  a raw call on a pointer a pipeline handed out (``producer_get_barrier(state)``, as quack's tile
+  scheduler commits) is traced as that pipeline's op on that stage.
 * ``cute.arch.barrier`` (region ``bar_sync[id]``), ``cute.arch.barrier_arrive`` (instant
   ``bar_arrive[id]``), ``cute.arch.sync_threads`` (region ``bar_sync[0]`` at level "all"):
   NamedBarrier and kernels calling ``cute.arch.barrier`` directly (FA4's warp scheduler) pass there.
@@ -18,6 +21,14 @@ stack at trace time (a frame whose ``self`` has ``sync_object_full is X`` or ``s
 X``): empty.wait = producer *acquire*, full.wait = consumer *wait*, full.arrive = producer *commit*,
 empty.arrive = consumer *release*. An array no pipeline owns is traced as its own pipeline
 (wait -> wait, arrive -> commit).
+
+Invariants a change could break (tests/test_pipelines_compile.py guards them):
+* outside the context every hook is gone (test_off_is_untouched, and the FA4 / quack / sm100 tests
+  compile again after tracing and compare PTX);
+* each call site of each op gets its markers, regions paired, at every level, for a kernel-defined
+  subclass and a raw mbarrier arrive (test_every_call_site_has_its_markers,
+  test_kernel_defined_subclass_and_names);
+* call sites and names are the kernel's own lines and variables (test_kernel_defined_subclass_and_names).
 """
 
 from __future__ import annotations
@@ -83,11 +94,12 @@ def _site(frame) -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def _function_name(frame) -> str:
-    """The kernel function a call sits in (`warp_scheduler_barrier_sync`), past DSL-generated bodies;
-    its file:line when that function is only the kernel's entry (`kernel`, `__call__`)."""
+def _function_name(frame, dirs=()) -> str:
+    """The kernel function a call sits in (`warp_scheduler_barrier_sync`), past DSL-generated bodies and
+    the DSL's own frames; its file:line when that function is only the kernel's entry (`kernel`)."""
     named = frame
-    while named is not None and named.f_code.co_name.startswith(_GENERATED + _ANONYMOUS):
+    while named is not None and (named.f_code.co_name.startswith(_GENERATED + _ANONYMOUS)
+                                 or (dirs and named.f_code.co_filename.startswith(dirs))):
         named = named.f_back
     name = named.f_code.co_name if named is not None else "?"
     return _site(frame) if name in ("kernel", "__call__", "?") else name
@@ -422,7 +434,7 @@ class Tracer:
         barrier = 0 if barrier_id is None else barrier_id
         kind = "bar_arrive" if op == "bar_arrive" else "bar_sync"
         static = barrier if isinstance(barrier, int) else None
-        base = self.catalog.barrier_base(kind, _site(frame), static, _function_name(frame))
+        base = self.catalog.barrier_base(kind, _site(frame), static, _function_name(frame, self._dirs))
         if static is None:
             from cutlass import Int32
 
