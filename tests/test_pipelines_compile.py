@@ -288,3 +288,18 @@ def test_fa4_sm100_compiles_with_tracing():
         for op, sites in pipe["call_sites"].items():
             for site in sites:
                 assert (f"{op}_{pipe['name']}", site) in found
+
+
+def test_decorator_form():
+    """@trace_pipelines(spec) on a function that compiles: same records as the with-statement form."""
+    from ikp_cute.pipelines import trace_pipelines
+
+    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+
+    @trace
+    def build():
+        return _compile_small()
+
+    ptx = build()
+    assert {p["name"] for p in trace.metadata()["pipelines"]} == {"ring", "side_named"}
+    assert markers(ptx) and _compile_small() == _compile_small()  # hooks gone after the call
