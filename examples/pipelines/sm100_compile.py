@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
 
-import compile_cpu as cc  # noqa: E402
+import compile_cpu as cc
 
 cc.sm100_env()  # before cutlass / flash_attn are imported
 
