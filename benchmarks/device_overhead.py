@@ -1,6 +1,6 @@
 """Cost of recording, every ikp_cute mode side by side (issue 10, item 7).
 
-Kernel (tests/kernels/overhead.py): 528 blocks x 8 warps, every warp is a lane and records
+Kernel (ikp_cute/testing/kernels/overhead.py): 528 blocks x 8 warps, every warp is a lane and records
 `regions` regions, each holding 32 dependent FMAs (issue-bound). Reported per variant: median kernel
 time, the spread of two interleaved rounds, ns per event per warp = (t - t_uninstrumented) / events per
 warp, % over uninstrumented, and SASS instructions per event (from the cubin). A latency-bound
@@ -49,7 +49,7 @@ def build(variant, blocks, warps, regions_per_warp, x):
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels.overhead import launch_iket_overhead, launch_overhead
+    from ikp_cute.testing.kernels.overhead import launch_iket_overhead, launch_overhead
 
     label, mode, fence = variant
     x_arg = from_dlpack(x, assumed_align=16)
@@ -94,7 +94,7 @@ def sass_per_event(label, mode, fence):
     """Marginal SASS instructions per record of the overhead kernel (see tests/test_device_compile.py)."""
     if mode is None:
         return 0.0
-    from tests.kernels.overhead import sass_instructions_per_event
+    from ikp_cute.testing.kernels.overhead import sass_instructions_per_event
 
     return sass_instructions_per_event(
         mode,

@@ -62,7 +62,7 @@ def overflow_launches() -> int:
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     dropped = 0
     cases = [

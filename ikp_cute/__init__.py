@@ -9,7 +9,7 @@ Usage (kernel code lives in a .py file; the DSL reads its source)::
     @cute.kernel
     def kernel(x: cute.Tensor, prof_buf, spec: cutlass.Constexpr):
         warp = cute.arch.warp_idx()
-        prof = Profiler(spec, prof_buf, group=warp // 4)   # leader: lane 0 of warp group*4
+        prof = Profiler.create(spec, prof_buf, group=warp // 4)   # leader: lane 0 of warp group*4
         with profile_region(prof, "load"):                 # any branch / cutlass.range loop, nested
             ...
         prof.mark("tile_done")                              # instant

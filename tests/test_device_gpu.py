@@ -43,7 +43,7 @@ def run_structured(
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     num_blocks = grid[0] * grid[1] * grid[2]
     session = ikp_cute.Session(
@@ -86,7 +86,7 @@ def lane_records(trace, lane):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_records_match_program_exactly(torch, mode):
-    from tests.kernels.structured import structured_program
+    from ikp_cute.testing.kernels.structured import structured_program
 
     session = run_structured(torch, mode)
     trace = session.decode()
@@ -136,7 +136,7 @@ def test_every_mode_gives_the_same_span_structure(torch):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode):
-    from tests.kernels.structured import expected_dropped
+    from ikp_cute.testing.kernels.structured import expected_dropped
 
     rpl = 16
     session = run_structured(torch, mode, records_per_lane=rpl)
@@ -160,7 +160,7 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=8 * ITERS + 8, mode="atomic")
     x = torch.rand(4 * 256, device="cuda")
@@ -185,7 +185,7 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
 @pytest.mark.parametrize("records_per_lane", [64, 16])
 def test_smem_stage_matches_global_cursor_exactly(torch, records_per_lane):
     """Staged in shared memory and copied out by finalize: same spans, same drops as the global cursor."""
-    from tests.kernels.structured import expected_dropped
+    from ikp_cute.testing.kernels.structured import expected_dropped
 
     glob = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
     smem = run_structured(torch, "cursor", records_per_lane=records_per_lane, stage="smem").decode()
@@ -207,7 +207,7 @@ def test_smem_stage_matches_global_cursor_exactly(torch, records_per_lane):
 @pytest.mark.parametrize("records_per_lane", [64, 16])
 def test_lean_state_matches_register_cursor_exactly(torch, records_per_lane):
     """Lane state in shared memory, re-read at every record: same spans, same drops as the cursor."""
-    from tests.kernels.structured import expected_dropped
+    from ikp_cute.testing.kernels.structured import expected_dropped
 
     regs = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
     lean = run_structured(torch, "cursor", records_per_lane=records_per_lane, lean=True).decode()
@@ -242,7 +242,7 @@ def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch, lean):
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=64, lean=lean)
     guard = torch.full((4096,), -1, dtype=torch.int64, device="cuda")  # allocated next; must stay intact
@@ -272,7 +272,7 @@ def test_disabled_session_runs_without_buffer(torch):
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     session = ikp_cute.Session(groups=2, num_blocks=4, enabled=False)
     assert session.buffer is None and session.kernel_arg() is None

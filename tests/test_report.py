@@ -396,7 +396,8 @@ def compile_basic_map(tmp_dir: Path):
 
     from examples.basic.kernel import THREADS, launch_tiles
     from host_decode.hardware import pc2region
-    from ikp_cute import EventRegistry, ProfileSpec, fake_buffer, sass
+    from ikp_cute import EventRegistry, ProfileSpec, fake_buffer
+    from ikp_cute.testing import sass
 
     side = json.loads(REAL_CAPTURE.with_suffix(".json").read_text())
     events = {name: int(i) for i, name in side["events"].items()}

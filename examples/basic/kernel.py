@@ -17,7 +17,7 @@ def tiles_kernel(x: cute.Tensor, y: cute.Tensor, tiles: Int32, prof_buf, spec: c
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4)  # lane = (block, warp group); leader = warp 0 / 4, lane 0
+    prof = Profiler.create(spec, prof_buf, group=warp // 4)  # lane = (block, warp group); leader = warp 0 / 4, lane 0
     base = bidx * tiles * THREADS
     acc = cutlass.Float32(0.0)
     for t in cutlass.range(tiles):

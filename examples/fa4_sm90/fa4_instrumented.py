@@ -173,7 +173,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def load(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
-        self._prof = Profiler(self.profile_spec, None, group=0)
+        self._prof = Profiler.create(self.profile_spec, None, group=0)
         with self._region("producer"):
             self._call_parent(
                 "load",
@@ -203,9 +203,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         if self.late_setup:
             self._on = set()
             super().mma(*args, **kwargs)
-            Profiler(self.profile_spec, None, group=warp_group).finalize()
+            Profiler.create(self.profile_spec, None, group=warp_group).finalize()
             return
-        self._prof = Profiler(self.profile_spec, None, group=warp_group)
+        self._prof = Profiler.create(self.profile_spec, None, group=warp_group)
         with self._region("consumer"):
             self._call_parent(
                 "mma",
