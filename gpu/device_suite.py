@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -64,38 +65,32 @@ def overflow_launches() -> int:
     import ikp_cute
     from ikp_cute.testing.kernels import structured
 
+    from ikp_cute.testing.kernels import misuse
+
     dropped = 0
-    cases = [
-        ("cursor", 4, 4, "global"),
-        ("cursor", 4, 4, "smem"),
-        ("atomic", 4, 4, "global"),
-        ("static", 4, 4, "global"),
-        ("cursor", 6, 4, "global"),
-        ("cursor", 6, 4, "smem"),
-    ]
-    for mode, blocks, session_blocks, stage in cases:
-        session = ikp_cute.Session(
-            groups=2,
-            num_blocks=session_blocks,
-            records_per_lane=8,
-            mode=mode,
-            stage=stage,
-        )
+    modes = ("cursor", "deferred", "smem", "lean", "atomic", "static")
+    # (mode, grid, session blocks, case): capacity 4 records per lane; a grid larger than the session;
+    # a runtime group outside 0..num_groups-1 (shift=1 and -1).
+    cases = [(m, 4, 4, "structured") for m in modes] + [(m, 6, 4, "structured") for m in modes]
+    cases += [(m, 4, 4, f"dynamic_group{shift:+d}") for m in modes if m != "lean" for shift in (1, -1)]
+    for mode, blocks, session_blocks, case in cases:
+        spec = ikp_cute.ProfileSpec(mode=mode, num_groups=2, num_blocks=session_blocks, records_per_lane=8)
+        session = ikp_cute.Session(spec)
         x = torch.rand(blocks * 256, device="cuda")
         x_arg = from_dlpack(x, assumed_align=16)
-        compiled = cute.compile(
-            structured.launch_structured,
-            x_arg,
-            Int32(5),
-            session.kernel_arg(),
-            session.spec,
-            (blocks, 1, 1),
-        )
-        with session:
-            compiled(x_arg, Int32(5), session.kernel_arg())
-        dropped += session.dropped_on_device()
+        if case == "structured":
+            compiled = cute.compile(structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1))
+            args = (x_arg, Int32(5), session.kernel_arg())
+        else:
+            shift = Int32(int(case[-2:]))
+            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, session.kernel_arg(), session.spec, "dynamic_group", blocks)
+            args = (x_arg, Int32(5), shift, session.kernel_arg())
+        with session.zeroed_then_synced():
+            compiled(*args)
+        dropped += session.dropped_on_device() + session.stray_records()
         print(
-            f"overflow {mode}/{stage} grid={blocks} session={session_blocks}: dropped on device {session.dropped_on_device()}"
+            f"overflow {mode} {case} grid={blocks} session={session_blocks}: "
+            f"dropped on device {session.dropped_on_device()} stray {session.stray_records()}"
         )
     torch.cuda.synchronize()
     return dropped
@@ -204,6 +199,23 @@ def main(argv=None) -> int:
         rc, out, s = run_step("bench", cmd, out_dir, 400)
         table_start = out.find("[")
         summary.append(f"benchmark: rc={rc} ({s:.0f} s)\n" + (out[table_start:] if table_start >= 0 else out[-2000:]))
+
+    if "iket_fixture" not in skip:
+        # A small real IKET trace (2 blocks x 2 warps x 4 regions of the twin kernel), kept with IKET's own
+        # .pftrace and JSON: a fixture for reading IKET traces (issue 22).
+        workdir = Path("/tmp/ikp_iket_fixture")
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        cmd = [py, "-m", "iket.cli.main", "--working-dir", str(workdir), "profile", "--postprocess", "perfetto", "--",
+               py, str(ROOT / "benchmarks/device_overhead.py"), "--iket-fixture"]
+        rc, out, s = run_step("iket_fixture", cmd, out_dir, 200)
+        kept = []
+        with tarfile.open(out_dir / "iket_fixture.tar.gz", "w:gz") as tar:
+            for path in sorted(workdir.rglob("*")):
+                if path.is_file() and path.stat().st_size < 8 << 20:
+                    tar.add(path, arcname=str(path.relative_to(workdir)))
+                    kept.append(f"{path.relative_to(workdir)} ({path.stat().st_size} B)")
+        summary.append(f"iket fixture: rc={rc} ({s:.0f} s) files: {', '.join(kept) or 'none'}")
 
     if "iket" not in skip:
         # NVIDIA IKET needs its own launcher, which runs the script twice (sizing, then profiling);

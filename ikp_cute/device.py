@@ -133,6 +133,12 @@ def _count_stray(buffer, spec: ProfileSpec, count):
     _asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
 
 
+def _load_volatile(pointer):
+    """One int64 the lane wrote earlier, read back (finalize's gap count); `ld.volatile` on purpose, so
+    the profiler's loads are told apart from the kernel's (tests/test_examples_compile.py)."""
+    return Int64(_asm(Int64.mlir_type, [Int64(pointer.toint())], "ld.volatile.global.u64 $0, [$1];", "=l,l"))
+
+
 def _buffer_tensor(spec: ProfileSpec, buf):
     if buf is None:
         if spec.baked_address is None:
@@ -178,7 +184,7 @@ class Lane:
     spec: cutlass.Constexpr[ProfileSpec]
 
     @staticmethod
-    def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> "Lane":
+    def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> Lane:
         if isinstance(group, int) and not 0 <= group < spec.num_groups:
             raise ProfileUsageError(
                 f"Profiler.create: group={group} is outside 0..{spec.num_groups - 1} (the spec has "
@@ -347,12 +353,12 @@ def _cursor_finalize(lane: Lane, room, writer, largest: cutlass.Constexpr, spec:
     # room < 0: -room records were taken past capacity; a group that did not fit also dropped the
     # gap it left empty before the trailer (fewer than `largest` slots, still zero from the host's reset).
     dropped = -room
-    if const_expr(largest > 1):
+    if const_expr(largest > 1):  # noqa: SIM102 (compile-time, then run-time)
         if writer & (room < 0):
             gap = Int32(0)
             open_tail = Boolean(True)
             for j in cutlass.range_constexpr(largest - 1):
-                open_tail = open_tail & (lane.records[spec.trailer_slot - 1 - j] == Int64(0))
+                open_tail = open_tail & (_load_volatile(lane.records.iterator + (spec.trailer_slot - 1 - j) * spec.write_stride) == Int64(0))
                 gap = gap + cutlass.select_(open_tail, Int32(1), Int32(0))
             dropped = dropped + gap
     _finish(lane, dropped, -room, writer, spec)
@@ -698,7 +704,7 @@ class Profiler:
     checks: _TraceChecks
 
     @staticmethod
-    def create(spec: ProfileSpec, buf=None, group=0, leader=None) -> "Profiler":
+    def create(spec: ProfileSpec, buf=None, group=0, leader=None) -> Profiler:
         if not isinstance(spec, ProfileSpec):
             raise TypeError(f"Profiler.create needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
         if not const_expr(spec.enabled):
@@ -769,7 +775,7 @@ class Profiler:
         self.checks.check_not_finalized(f"prof.mark({name!r})")
         self.recorder.mark(self.spec.event_id(name), index)
 
-    def region(self, name: str, index=None) -> "profile_region":
+    def region(self, name: str, index=None) -> profile_region:
         """``with prof.region("mma"):`` = ``with profile_region(prof, "mma"):``."""
         return profile_region(self, name, index)
 

@@ -21,8 +21,8 @@ from cutlass.cute.runtime import make_fake_compact_tensor
 
 import ikp_cute
 from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer
-from ikp_cute.testing import ptx, sass
 from ikp_cute.device import ProfileUsageError
+from ikp_cute.testing import ptx, sass
 
 MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
 GRID = (4, 1, 1)
@@ -352,9 +352,8 @@ def test_session_needs_a_spec():
 
 def test_session_context_manager_says_what_it_does():
     session = ikp_cute.Session(disabled())
-    with pytest.raises(TypeError, match="zeroed_then_synced"):
-        with session:
-            pass
+    with pytest.raises(TypeError, match="zeroed_then_synced"), session:
+        pass
     with session.zeroed_then_synced() as s:  # disabled: nothing to zero, nothing to wait for
         assert s is session
 

@@ -19,7 +19,7 @@ sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / 
 
 Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"):
 per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
-(`Session(lean=True)`: no profiler state in the consumers' registers across FA4's register-tight main
+(`ProfileSpec(mode="lean")`: no profiler state in the consumers' registers across FA4's register-tight main
 loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
 its schedule. Per-iteration regions (`iter`, +4.8%) are cheaper with the default cursor; the producer
 role alone costs ~0.5% even at detail "full".
