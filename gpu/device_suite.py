@@ -63,9 +63,7 @@ def overflow_launches() -> int:
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from ikp_cute.testing.kernels import structured
-
-    from ikp_cute.testing.kernels import misuse
+    from ikp_cute.testing.kernels import misuse, structured
 
     dropped = 0
     modes = ("cursor", "deferred", "smem", "lean", "atomic", "static")
