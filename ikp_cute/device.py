@@ -40,16 +40,12 @@ from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
 
 from host_decode.core import wire
 
-from .spec import ProfileSpec
+from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
 END = int(wire.EventType.END)
 INSTANT = int(wire.EventType.INSTANT)
 FINALIZE = int(wire.EventType.FINALIZE)
-
-class ProfileUsageError(ValueError):
-    """A profiling call that cannot be right, found while the kernel is traced (compile time)."""
-
 
 # --- small PTX / MLIR helpers ---------------------------------------------------------------------------
 

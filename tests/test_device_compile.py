@@ -20,8 +20,13 @@ from cutlass import Float32, Int32
 from cutlass.cute.runtime import make_fake_compact_tensor
 
 import ikp_cute
-from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer
-from ikp_cute.device import ProfileUsageError
+from ikp_cute import (
+    EventRegistry,
+    ProfileSpec,
+    ProfileUsageError,
+    disabled,
+    fake_buffer,
+)
 from ikp_cute.testing import ptx, sass
 
 MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
