@@ -27,15 +27,18 @@ COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
 KNOWN = {
-    "lines: host_decode/hardware/pc2region.py": "pc2r, issue 19: SASS operand semantics to sass.py, the map type to its own module",
+    "lines: host_decode/hardware/pc2region.py":
+        "pc2r, issue 19: SASS operand semantics to sass.py, the map type to its own module",
     "lines: host_decode/torch_traces/trace.py": "cli, issue 15: loader + cache / analyses / names",
     "lines: host_decode/writers/perfetto.py": "bigcap, issue 16: track tree / ordering / protobuf encoding",
     "import: host_decode.analysis.sessions -> host_decode.writers.perfetto":
         "bigcap, issue 16: one Chrome JSON writer and one event order, used by sessions from writers/",
     "import: host_decode.hardware.join -> host_decode.reports.text": "pc2r, issue 19: join.py's upstream import",
-    "private: host_decode.cli.commands.diff -> host_decode.cli.commands.stats._jsonable": "cli, issue 15: one JSON-safe converter",
+    "private: host_decode.cli.commands.diff -> host_decode.cli.commands.stats._jsonable":
+        "cli, issue 15: one JSON-safe converter",
     "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._check_input": "bigcap, issue 16",
-    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._lane_sm": "bigcap, issue 16: one SM-of-lane lookup",
+    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._lane_sm":
+        "bigcap, issue 16: one SM-of-lane lookup",
     "command: host_decode.cli.commands.diff -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",
     "command: host_decode.cli.commands.merge -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",
     "command: host_decode.cli.commands.plot -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",
@@ -177,7 +180,7 @@ def test_the_checks_see_violations(tmp_path):
         "host_decode/analysis/regions.py": "from ..writers import perfetto as pf\n\ndef f():\n    return pf._lane_sm\n",
         "host_decode/cli/__init__.py": "",
         "host_decode/cli/commands/__init__.py": "",
-        "host_decode/cli/commands/a.py": "from host_decode.cli.commands import b\nfrom host_decode.reports import html\n",
+        "host_decode/cli/commands/a.py": "from host_decode.cli.commands import b\nfrom ...reports import html\n",
         "host_decode/cli/commands/b.py": "",
         "host_decode/reports/__init__.py": "",
         "host_decode/reports/html.py": "import host_decode.core.model\n",

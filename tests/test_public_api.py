@@ -69,7 +69,8 @@ def test_public_names_are_their_modules_objects():
     from host_decode.writers import write_trace
 
     expected = dict(decode=decode, load_capture=load_capture, save_capture=save_capture, write_trace=write_trace,
-                    Trace=Trace, LossReport=LossReport, DecodeError=DecodeError, Names=Names, region_summary=region_summary)
+                    region_summary=region_summary, Trace=Trace, LossReport=LossReport, DecodeError=DecodeError,
+                    Names=Names)
     assert sorted(host_decode.__all__) == sorted(expected)
     for name, obj in expected.items():
         assert getattr(host_decode, name) is obj, name
@@ -79,7 +80,7 @@ def test_public_names_are_their_modules_objects():
 def test_public_api_round_trip(tmp_path):
     """The README's flow through the top-level names only: save, load, decode, write, summarize."""
     import host_decode as hd
-    from tests.buffers import B, E, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(2, 2, 8)
     for lane in range(4):

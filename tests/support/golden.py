@@ -43,7 +43,8 @@ OUTPUTS = ("default.pftrace", "default.json", "args.pftrace", "args.json")
 
 def find_captures(root: Path) -> list[str]:
     """Paths (relative to root, '/'-separated) of every examples/**/*.npy that has a .json sidecar."""
-    return sorted(p.relative_to(root).as_posix() for p in (root / "examples").rglob("*.npy") if p.with_suffix(".json").is_file())
+    npys = (root / "examples").rglob("*.npy")
+    return sorted(p.relative_to(root).as_posix() for p in npys if p.with_suffix(".json").is_file())
 
 
 def table_digest(table) -> str:
@@ -132,13 +133,15 @@ def record(root: Path, rel: str, workdir: Path, source: str = "") -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--regen", nargs="*", metavar="CAPTURE", help="record these captures (default: all) again from the current code")
+    mode.add_argument("--regen", nargs="*", metavar="CAPTURE",
+                      help="record these captures (default: all) again from the current code")
     mode.add_argument("--add-new", action="store_true", help="record only the captures missing from the fixture")
     p.add_argument("--root", type=Path, default=ROOT, help="tree whose examples/ are recorded (default: this one)")
     p.add_argument("--out", type=Path, default=FIXTURE, help=f"fixture file (default: {FIXTURE.relative_to(ROOT)})")
-    p.add_argument("--source", default="tests/support/golden.py --regen", help="what the record was made from (stored per capture)")
+    p.add_argument("--source", default="tests/support/golden.py --regen",
+                   help="what the record was made from (stored per capture)")
     args = p.parse_args(argv)
 
     present = find_captures(args.root)
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         todo = [Path(rel).as_posix() for rel in args.regen] or present
         unknown = sorted(set(todo) - set(present))
         if unknown:
-            p.error(f"not a capture under {args.root}/examples (an .npy with a .json sidecar): {', '.join(unknown)}")
+            p.error(f"not a capture under {args.root}/examples (.npy + .json sidecar): {', '.join(unknown)}")
     with tempfile.TemporaryDirectory() as tmp:
         for rel in todo:
             captures[rel] = record(args.root, rel, Path(tmp), args.source)
