@@ -198,3 +198,20 @@ def test_the_checks_see_violations(tmp_path):
         "command: host_decode.cli.commands.a -> host_decode.cli.commands.b",
         "folder: host_decode/misc.py",
     }
+
+
+def test_the_project_stands_alone():
+    """Nothing shipped points outside the repository at the steering notes: the facts live in docs/."""
+    needle = "../" + "shared"  # spelled in two parts so that this file does not match itself
+    skip = {".git", ".venv", "build", "dist", "node_modules", "__pycache__", ".carry", ".gpu"}
+    hits = []
+    for path in ROOT.rglob("*"):
+        rel = path.relative_to(ROOT)
+        if skip & set(rel.parts) or not path.is_file() or path.suffix in (".npy", ".npz", ".png", ".gz", ".cubin"):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        hits += [f"{rel}:{n}" for n, line in enumerate(text.splitlines(), 1) if needle in line]
+    assert not hits, "points at the steering notes (copy the facts into docs/ and cite that):\n  " + "\n  ".join(hits)
