@@ -83,7 +83,7 @@ def imports(module: str, modules: dict[str, Path]) -> list[tuple[str, str | None
             for a in node.names:
                 if a.name.split(".")[0] == PACKAGE:
                     found.append((a.name, None))
-                    aliases[a.asname or a.name] = a.name
+                    aliases[a.asname or a.name] = a.name  # `import host_decode.x.y` binds the dotted path
         elif isinstance(node, ast.ImportFrom):
             source = resolve(module, path.name == "__init__.py", node)
             if source.split(".")[0] != PACKAGE:
@@ -96,10 +96,20 @@ def imports(module: str, modules: dict[str, Path]) -> list[tuple[str, str | None
                 else:
                     found.append((source, a.name if a.name.startswith("_") else None))
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
-            found.append((aliases[node.value.id], node.attr))
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = dotted(node.value)
+            if owner in aliases:
+                found.append((aliases[owner], node.attr))
     return found
+
+
+def dotted(node: ast.expr) -> str | None:
+    """'a.b.c' for a chain of attribute reads on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
 
 def is_private_module(name: str) -> bool:
@@ -183,7 +193,7 @@ def test_the_checks_see_violations(tmp_path):
         "host_decode/cli/commands/a.py": "from host_decode.cli.commands import b\nfrom ...reports import html\n",
         "host_decode/cli/commands/b.py": "",
         "host_decode/reports/__init__.py": "",
-        "host_decode/reports/html.py": "import host_decode.core.model\n",
+        "host_decode/reports/html.py": "import host_decode.core.model\n\nx = host_decode.core.model._cache\n",
         "host_decode/misc.py": "",
     }
     for rel, text in files.items():
@@ -196,6 +206,7 @@ def test_the_checks_see_violations(tmp_path):
         "import: host_decode.analysis.regions -> host_decode.writers.perfetto",
         "private: host_decode.analysis.regions -> host_decode.writers.perfetto._lane_sm",
         "command: host_decode.cli.commands.a -> host_decode.cli.commands.b",
+        "private: host_decode.reports.html -> host_decode.core.model._cache",
         "folder: host_decode/misc.py",
     }
 
