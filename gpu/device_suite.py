@@ -79,11 +79,14 @@ def overflow_launches() -> int:
         x = torch.rand(blocks * 256, device="cuda")
         x_arg = from_dlpack(x, assumed_align=16)
         if case == "structured":
-            compiled = cute.compile(structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1))
+            compiled = cute.compile(
+                structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1)
+            )
             args = (x_arg, Int32(5), session.kernel_arg())
         else:
             shift = Int32(int(case[-2:]))
-            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, session.kernel_arg(), session.spec, "dynamic_group", blocks)
+            buf, spec = session.kernel_arg(), session.spec
+            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, buf, spec, "dynamic_group", blocks)
             args = (x_arg, Int32(5), shift, session.kernel_arg())
         with session.zeroed_then_synced():
             compiled(*args)
