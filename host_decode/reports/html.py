@@ -22,6 +22,7 @@ Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report.py reads back
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import html
 import json
@@ -29,7 +30,7 @@ import math
 import re
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -45,6 +46,10 @@ MAX_SOURCE_LINES = 20_000
 # Thresholds of the "biggest bottleneck" heuristic (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
+LOG_BINS_RATIO = 20  # max / min duration above which histogram bins grow geometrically
+TIMELINE_BLOCKS = ("fastest", "median", "slowest")  # blocks whose spans the timeline view embeds
+TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
+CURVE_POINTS = 400  # lanes-in-region curves: at most this many points per region
 
 HOW_TO = {
     "map": (
@@ -83,8 +88,10 @@ def build_report_data(
     pc_files: dict[int, str | None] | None = None,
     capture_path: str | None = None,
     force_join: bool = False,
+    timeline_blocks: list[int] | None = None,
 ) -> dict:
-    """Everything the page shows, as JSON-ready Python data (see the module docstring)."""
+    """Everything the page shows, as JSON-ready Python data (see the module docstring).
+    `timeline_blocks`: blocks the Timeline tab draws (default: the fastest, median and slowest)."""
     missing: dict[str, str] = {}  # view key -> what is missing and how to collect it
     data: dict[str, Any] = {
         "format": REPORT_FORMAT,
@@ -106,6 +113,9 @@ def build_report_data(
         data["source"] = None
     else:
         data["source"] = source_data(source_text, source_path, data["pcs"], trace)
+    options = {"timeline_blocks": timeline_blocks}
+    for view in REPORT_VIEWS:
+        data[view.key] = view.build(trace, options)
     data["missing"] = missing
     return jsonable(data)
 
@@ -149,6 +159,8 @@ def render_html(data: dict) -> str:
     blob = blob.replace("<", "\\u003c")
     title = f"ikp report: {data.get('kernel', {}).get('name') or 'kernel'}"
     css, js = (_asset(name) for name in ("report.css", "report.js"))
+    # each extra view's script runs after the page's and adds its tab (window.__ikp.addView)
+    js += "".join(f"\n{_asset(view.asset)}" for view in REPORT_VIEWS)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -188,6 +200,34 @@ def extract_data(page: str) -> dict:
     if not m:
         raise ValueError(f"no <script id={DATA_ELEMENT_ID!r}> data element in the page")
     return json.loads(m.group(1))
+
+
+# ================================================================================================
+# Views beyond the four built-in tabs: a registry
+# ================================================================================================
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportView:
+    """An extra tab of the page: ``build(trace, options)`` (options: build_report_data's view options) gives the JSON-ready data the page embeds under
+    ``key`` (None: nothing to show), and ``asset`` (a file in reports/assets/) is the script that draws
+    it; the script registers its tab with ``window.__ikp.addView(key, label, render)``."""
+
+    key: str
+    asset: str
+    build: Callable[[Trace, dict], Any]
+
+
+REPORT_VIEWS: list[ReportView] = []
+
+
+def register_view(view: ReportView) -> None:
+    """Add (or replace, by key) an extra tab; views keep the order they were first registered in."""
+    for i, v in enumerate(REPORT_VIEWS):
+        if v.key == view.key:
+            REPORT_VIEWS[i] = view
+            return
+    REPORT_VIEWS.append(view)
 
 
 # ================================================================================================
@@ -233,6 +273,9 @@ def region_rows(trace: Trace) -> list[dict]:
     rows = summary_rows(summary, trace.names)
     sp = trace.spans
     dur = sp["end_ns"] - sp["start_ns"]
+    parent = span_parents(sp)
+    exclusive = exclusive_durations(sp, parent)
+    parent_event = np.where(parent >= 0, sp["event"][np.maximum(parent, 0)], -1)
     lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
     window_by_group = {
         int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum()) for g in np.unique(lanes["group"])
@@ -240,9 +283,10 @@ def region_rows(trace: Trace) -> list[dict]:
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
         mask = (sp["group"] == g) & (sp["event"] == e)
-        counts, edges = duration_histogram(dur[mask])
+        counts, edges, geometric = duration_histogram(dur[mask])
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
+        row["hist_log"] = geometric
         window = window_by_group.get(g, 0)
         row["share_of_group_time"] = r["total_ns"] / window if window else None
         row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
@@ -251,27 +295,74 @@ def region_rows(trace: Trace) -> list[dict]:
         row["blocks"] = int(per_block.size)
         row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
         row["key"] = f"{g}:{e}"
+        row["exclusive_ns"] = int(exclusive[mask].sum())
+        # the region this one runs inside most often (its row is indented under that one); -1: a root
+        pe = parent_event[mask]
+        top = np.bincount(pe + 1).argmax() - 1 if pe.size else -1
+        row["parent_key"] = f"{g}:{int(top)}" if top >= 0 else None
+        row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
     return rows
 
 
-def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list]:
-    """Counts and edges (ns). Durations read off %globaltimer are multiples of its step (32 ns): bins
-    are then whole steps centred on the values, so no bin is empty only because no multiple of 32 fell
-    in it (the comb a plain linspace gives)."""
+def span_parents(sp: np.ndarray) -> np.ndarray:
+    """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
+    order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
+    lane, then begin in program order (core.model); tests/test_report.py::test_nesting_and_exclusive_time."""
+    n = sp.size
+    parent = np.full(n, -1, np.int64)
+    if n == 0:
+        return parent
+    order = np.argsort(sp["lane"], kind="stable")  # already in lane order for decoded traces
+    depth, lane = sp["depth"][order].astype(np.int64), sp["lane"][order]
+    pos = np.arange(n)
+    for d in range(1, int(depth.max()) + 1):
+        kids, cands = pos[depth == d], pos[depth == d - 1]
+        if not kids.size or not cands.size:
+            continue
+        k = np.searchsorted(cands, kids) - 1
+        ok = k >= 0
+        found = cands[np.maximum(k, 0)]
+        ok &= lane[found] == lane[kids]
+        parent[order[kids[ok]]] = order[found[ok]]
+    return parent
+
+
+def exclusive_durations(sp: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each span's duration minus the time of the spans directly inside it (never below 0: regions of
+    other ids that overlap without nesting can cover more than their parent)."""
+    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
+    inner = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=sp.size).astype(np.int64)
+    return np.maximum(dur - inner, 0)
+
+
+def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list, bool]:
+    """Counts, edges (ns) and whether the bins grow geometrically. Durations read off %globaltimer are
+    multiples of its step (32 ns): bins are then whole steps centred on the values, so no bin is empty
+    only because no multiple of 32 fell in it (the comb a plain linspace gives). When the longest
+    duration is more than LOG_BINS_RATIO x the shortest, bin widths grow geometrically (still whole
+    steps), so a 2 µs tail beside 200 ns regions gets bins of its own instead of one flat bar. Edges are
+    bin boundaries, half a step off the values (the page labels values, never a negative one)."""
     d = np.asarray(d, np.int64)
     if d.size == 0:
-        return [], []
+        return [], [], False
     lo, hi = int(d.min()), int(d.max())
+    geometric = False
     if step > 1 and not np.any(d % step):
-        width = step * max(1, -(-(hi - lo + step) // (bins * step)))
-        n = (hi - lo) // width + 1
-        edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
+        steps = (hi - lo) // step + 1  # values lo, lo + step, ..., hi
+        if steps > bins and (hi + step) / max(lo, step) > LOG_BINS_RATIO:
+            k = np.unique(np.rint(np.geomspace(1, steps + 1, bins + 1)).astype(np.int64)) - 1
+            edges = lo - step / 2 + step * k.astype(np.float64)
+            geometric = True
+        else:
+            width = step * max(1, -(-(hi - lo + step) // (bins * step)))
+            n = (hi - lo) // width + 1
+            edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
     elif hi > lo:
         edges = np.linspace(lo, hi, bins + 1)
     else:
         edges = np.array([lo - 0.5, hi + 0.5])
     counts, edges = np.histogram(d, edges)
-    return [int(c) for c in counts], [float(x) for x in edges]
+    return [int(c) for c in counts], [float(x) for x in edges], geometric
 
 
 def analysis_data(trace: Trace, analysis_mod: Any) -> tuple[dict, list[dict]]:
@@ -317,7 +408,13 @@ def hardware_data(trace: Trace, result: Any) -> dict:
 
 
 def _attach_hardware_to_regions(regions: list[dict], hw: dict) -> None:
-    """Each trace region gets the inclusive hardware numbers of the paths that end in its event."""
+    """Each trace region gets the inclusive hardware numbers of the paths that end in its event.
+    Per-PC samples belong to code, not to warp groups: when groups run the same region (same event
+    id, same instructions), each of their rows carries the same numbers, and ``shared_by`` names the
+    groups, so the page says so instead of showing one code path's share as if each group had it."""
+    groups_of_event: dict[int, list[str]] = {}
+    for row in regions:
+        groups_of_event.setdefault(row["event"], []).append(row["group_name"])
     for row in regions:
         agg = hw["by_event"].get(str(row["event"]))
         if not agg:
@@ -326,7 +423,8 @@ def _attach_hardware_to_regions(regions: list[dict], hw: dict) -> None:
         total = sum(stalls.values())
         top = sorted(((r, v / total) for r, v in stalls.items() if v), key=lambda kv: -kv[1])[:3] if total else []
         row["hw"] = {"samples": agg["samples"], "samples_share": agg["samples_share"],
-                     "inst_executed": agg["inst_executed"], "top_stalls": top, "paths": agg["paths"]}
+                     "inst_executed": agg["inst_executed"], "top_stalls": top, "paths": agg["paths"],
+                     "shared_by": groups_of_event[row["event"]] if len(groups_of_event[row["event"]]) > 1 else None}
 
 
 def pc_columns(region_map: Any, pc_table: Any, sass_text: dict[int, str] | None,
@@ -432,6 +530,52 @@ def source_data(text: str, path: str | None, pcs: dict | None, trace: Trace) -> 
     # the marker calls' nesting is shown too (a stripe beside the line numbers): CuTe DSL line info
     # is sparse, and the calls say where each region opens and closes in the text
     out.update(marker_lines(lines, trace.names.events))
+    out["line_time"] = marker_line_time(out["marker_calls"], trace)
+    if out["origin"] == "map":
+        out["def_lines"] = def_line_attribution(lines, out["line_paths"], pcs, mine, out["line_cost"])
+    return out
+
+
+def marker_line_time(calls: list[dict], trace: Trace) -> dict[str, dict]:
+    """The line of each region-opening marker call -> that region's timeline totals (summed over
+    groups): what the Code view shows on the line when there is no map to put instructions there."""
+    sp = trace.spans
+    dur = sp["end_ns"] - sp["start_ns"]
+    total = np.bincount(sp["event"], weights=dur) if sp.size else np.zeros(0)
+    count = np.bincount(sp["event"]) if sp.size else np.zeros(0, np.int64)
+    out = {}
+    for c in calls:
+        e = c["event"]
+        if c["call"] == "end" or e >= total.size or count[e] == 0:
+            continue
+        out[str(c["line"])] = {"event": e, "total_ns": int(total[e]), "count": int(count[e])}
+    return out
+
+
+_DEF_LINE_RE = re.compile(r"^\s*(@\s*cute\.(jit|kernel)\b|def\s)")
+
+
+def def_line_attribution(lines: list[str], line_paths: dict, pcs: dict, rows: list[int], line_cost: dict) -> dict:
+    """Lines that are a `@cute.jit` / `@cute.kernel` decorator or a `def`, yet own instructions: the
+    DSL gives code it inlines without a location of its own (argument unpacking, library helpers, the
+    jitted function's prologue) the location of the function itself. The map still knows each such
+    instruction's region: per line, instructions and cost by region path, so the page can attribute
+    them (tests/test_report.py::test_def_line_attribution)."""
+    out = {}
+    wanted = {int(k) for k in line_paths if 1 <= int(k) <= len(lines) and _DEF_LINE_RE.match(lines[int(k) - 1])}
+    if not wanted:
+        return out
+    metric = "samples_attributed" if "samples_attributed" in pcs.get("metrics", {}) else (
+        "inst_executed" if "inst_executed" in pcs.get("metrics", {}) else None)
+    for i in rows:
+        line = pcs["line"][i]
+        if line not in wanted:
+            continue
+        entry = out.setdefault(str(line), {"by_path": {}, "metric": metric})
+        slot = entry["by_path"].setdefault(str(pcs["path"][i]), [0, 0.0])
+        slot[0] += 1
+        if metric:
+            slot[1] += float(pcs["metrics"][metric][i])
     return out
 
 
@@ -513,14 +657,16 @@ def marker_lines(lines: list[str], events: dict[int, str]) -> dict:
 
 
 def bottleneck(row: dict) -> dict:
-    """The biggest bottleneck named for one region, with its evidence. Hardware stall data wins when
-    present (it says what the warps waited on); else the timeline's strongest signal."""
+    """What stands out for one region, with its evidence: its top stall reason (hardware data, when
+    present: what the warps waited on), else the timeline's strongest flag: a long tail or an
+    imbalance across blocks. None of these proves the region is the kernel's bottleneck; the page
+    calls them what they are."""
     flags = []
     if row.get("tail_ratio") and row["tail_ratio"] >= TAIL_RATIO_FLAG:
         flags.append(("tail", row["tail_ratio"], f"long tail: p99 = {row['tail_ratio']:.1f}x p50"))
     if row.get("block_imbalance") and row["block_imbalance"] >= BLOCK_IMBALANCE_FLAG:
         flags.append(("imbalance", row["block_imbalance"],
-                      f"uneven across blocks: max/mean = {row['block_imbalance']:.2f}"))
+                      f"imbalance across blocks: max/mean = {row['block_imbalance']:.2f}"))
     hw = row.get("hw")
     if hw and hw.get("top_stalls"):
         reason, frac = hw["top_stalls"][0]
@@ -530,7 +676,7 @@ def bottleneck(row: dict) -> dict:
     if flags:
         kind, value, text = max(flags, key=lambda f: f[1] / (TAIL_RATIO_FLAG if f[0] == "tail" else BLOCK_IMBALANCE_FLAG))
         return {"kind": kind, "value": value, "text": text, "also": [f[2] for f in flags if f[0] != kind]}
-    return {"kind": "none", "value": None, "text": "steady (no tail or imbalance flag; no stall data)", "also": []}
+    return {"kind": "none", "value": None, "text": "steady (no tail or imbalance; no stall data)", "also": []}
 
 
 def jsonable(x: Any) -> Any:
@@ -560,3 +706,116 @@ def read_sass_listing(cubin: bytes, kernel: str | None = None) -> tuple[dict[int
 def read_sass_text(cubin: bytes, kernel: str | None = None) -> dict[int, str]:
     """pc -> instruction text of one kernel of a cubin."""
     return read_sass_listing(cubin, kernel)[0]
+
+
+# ================================================================================================
+# The timeline tab: a few blocks, span by span, and the lanes-in-region curves of the launch
+# ================================================================================================
+
+
+def block_windows(trace: Trace) -> np.ndarray:
+    """One row per block with spans: block, sm, start_ns, end_ns (first begin .. last end)."""
+    sp = trace.spans
+    out = np.zeros(0, [("block", np.int64), ("sm", np.int64), ("start_ns", np.int64), ("end_ns", np.int64)])
+    if sp.size == 0:
+        return out
+    order = np.argsort(sp["block"], kind="stable")
+    b = sp["block"][order]
+    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    out = np.zeros(first.size, out.dtype)
+    out["block"] = b[first]
+    out["start_ns"] = np.minimum.reduceat(sp["start_ns"][order], first)
+    out["end_ns"] = np.maximum.reduceat(sp["end_ns"][order], first)
+    lanes = trace.lanes
+    sm = np.full(int(out["block"].max()) + 1, -1, np.int64)
+    known = (lanes["sm"] >= 0) & (lanes["block"] <= out["block"].max())
+    sm[lanes["block"][known]] = lanes["sm"][known]
+    out["sm"] = sm[out["block"]]
+    return out
+
+
+def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
+    """The blocks to draw (by default the fastest, median and slowest by first-begin-to-last-end time;
+    `blocks` picks others), each with its spans relative to the launch start, and the launch's
+    lanes-in-region curves. tests/test_report.py::test_timeline_view_data checks it against the spans."""
+    sp = trace.spans
+    if sp.size == 0:
+        return None
+    origin = int(trace.start_ns)
+    win = block_windows(trace)
+    length = win["end_ns"] - win["start_ns"]
+    if blocks is None:
+        order = np.argsort(length, kind="stable")
+        chosen = [("fastest", order[0]), ("median", order[order.size // 2]), ("slowest", order[-1])]
+    else:
+        where = {int(b): i for i, b in enumerate(win["block"])}
+        missing = [b for b in blocks if b not in where]
+        if missing:
+            raise ValueError(f"timeline blocks {missing}: no spans in these blocks (blocks with spans: "
+                             f"{int(win['block'].min())}..{int(win['block'].max())})")
+        chosen = [("picked", where[b]) for b in blocks]
+    out_blocks, seen = [], set()
+    for label, i in chosen:
+        b = int(win["block"][i])
+        if b in seen:
+            continue
+        seen.add(b)
+        mine = np.flatnonzero(sp["block"] == b)
+        left_out = max(0, mine.size - TIMELINE_MAX_SPANS)
+        if left_out:
+            longest = np.argsort(-(sp["end_ns"][mine] - sp["start_ns"][mine]), kind="stable")[:TIMELINE_MAX_SPANS]
+            mine = np.sort(mine[longest])
+        s = sp[mine]
+        out_blocks.append({
+            "label": label, "block": b, "sm": int(win["sm"][i]),
+            "start_ns": int(win["start_ns"][i] - origin), "end_ns": int(win["end_ns"][i] - origin),
+            "groups": sorted(int(g) for g in np.unique(s["group"])),
+            "spans": {"group": s["group"].tolist(), "event": s["event"].tolist(), "depth": s["depth"].tolist(),
+                      "start": (s["start_ns"] - origin).tolist(), "dur": (s["end_ns"] - s["start_ns"]).tolist()},
+            "left_out": left_out,
+        })
+    return {
+        "launch_ns": int(trace.end_ns - origin),
+        "blocks": out_blocks,
+        "block_lengths": {"block": win["block"].tolist(), "sm": win["sm"].tolist(),
+                          "start": (win["start_ns"] - origin).tolist(), "length": length.tolist()},
+        "curves": lanes_inside_curves(trace),
+    }
+
+
+def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
+    """Per region: how many lanes are inside it over the launch, as the maximum in each of `points`
+    equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
+    first). Times are ns from the launch start."""
+    sp = trace.spans
+    origin = int(trace.start_ns)
+    span = max(int(trace.end_ns) - origin, 1)
+    edges = np.linspace(0, span, points + 1).round().astype(np.int64)
+    out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
+    for e in np.unique(sp["event"]):
+        s = sp[sp["event"] == e]
+        o = np.lexsort((s["start_ns"], s["lane"]))
+        lane = s["lane"][o].astype(np.int64)
+        a, b = s["start_ns"][o] - origin, s["end_ns"][o] - origin
+        key = lane * (span + 2)  # per-lane offset: one running maximum serves every lane
+        run = np.maximum.accumulate(b + key) - key
+        new = np.ones(a.size, bool)
+        new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, a.size - 1]
+        t = np.concatenate([a[first], run[last]])
+        step = np.concatenate([np.ones(first.size, np.int64), -np.ones(first.size, np.int64)])
+        o2 = np.lexsort((step, t))  # at one time, leaving before entering
+        t, level = t[o2], np.cumsum(step[o2])
+        before = np.searchsorted(t, edges[:-1], side="right") - 1
+        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
+        lo = np.searchsorted(t, edges[:-1], side="left")
+        hi = np.searchsorted(t, edges[1:], side="left")
+        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1)) if level.size else np.zeros(points, np.int64)
+        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
+        out["series"].append({"event": int(e), "name": trace.names.event(int(e)), "lanes": peak.astype(int).tolist(),
+                              "max": int(peak.max()) if peak.size else 0})
+    return out
+
+
+register_view(ReportView("timeline", "timeline.js", lambda trace, options: timeline_data(trace, options.get("timeline_blocks"))))
