@@ -46,7 +46,7 @@ MAX_SOURCE_LINES = 20_000
 # Thresholds of the "biggest bottleneck" heuristic (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
-LOG_BINS_RATIO = 20  # max / min duration above which histogram bins grow geometrically
+LOG_BINS_RATIO = 8  # max / min duration above which histogram bins grow geometrically
 TIMELINE_BLOCKS = ("fastest", "median", "slowest")  # blocks whose spans the timeline view embeds
 TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
 CURVE_POINTS = 400  # lanes-in-region curves: at most this many points per region
