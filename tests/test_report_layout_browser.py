@@ -47,7 +47,7 @@ def build(tmp_path, name):
 @pytest.mark.parametrize("name", ["basic", "fa4_sm90", "pipeline", "megakernel"])
 def test_views_fit_1600x1000(browser, shots, tmp_path, name):  # noqa: F811
     browser.set_window_size(1600, 1000)
-    path, data = build(tmp_path, name)
+    path, _ = build(tmp_path, name)
     assert path.stat().st_size < 400_000  # small pages
     open_page(browser, path)
     for view in VIEWS:

@@ -138,6 +138,7 @@ def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
       window.raf.scheduleFullRedraw();
       return [launch.name, sm.name, block.name, block.children.map((c) => c.name)];""")
     launch, sm, block, groups = opened
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def track_titles(d):
@@ -146,7 +147,7 @@ def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
     # the UI draws on its next animation frames: wait until the opened tracks are in the DOM
     try:
         WebDriverWait(browser, 30).until(lambda d: set(opened[:3] + groups) <= set(track_titles(d)))
-    except Exception:
+    except TimeoutException:
         raise AssertionError(f"{opened} not all in {track_titles(browser)}")
     titles = track_titles(browser)
     kernel = trace.meta["kernel"]
@@ -202,17 +203,17 @@ def expected_per_name(trace) -> dict[str, tuple[int, int, int, int]]:
     return out
 
 
-PFTRACE_QUERIES = dict(
-    per_lane="""select p.name, t.name, count(*), sum(s.dur), min(s.ts), max(s.ts + s.dur)
+PFTRACE_QUERIES = {
+    "per_lane": """select p.name, t.name, count(*), sum(s.dur), min(s.ts), max(s.ts + s.dur)
                 from slice s join track t on s.track_id = t.id join track p on t.parent_id = p.id
                 group by p.name, t.name""",
-    per_name="select name, count(*), sum(dur), min(dur), max(dur) from slice group by name",
-    tracks="select t.id, t.name, t.parent_id, t.type from track t order by t.id",
-    counters="""select t.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id
+    "per_name": "select name, count(*), sum(dur), min(dur), max(dur) from slice group by name",
+    "tracks": "select t.id, t.name, t.parent_id, t.type from track t order by t.id",
+    "counters": """select t.name, c.ts, cast(c.value as int) from counter c join track t on c.track_id = t.id
                 order by t.name, c.ts""",
-    flows="select count(*) from flow",
-    stats="select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0",
-)
+    "flows": "select count(*) from flow",
+    "stats": "select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0",
+}
 
 
 @pytest.mark.parametrize("capture", list(CAPTURES))
@@ -295,8 +296,7 @@ def test_trace_processor_agrees_with_chrome_json(browser, view, tmp_path, captur
     write_trace(trace, path)
     before = path.read_bytes()
     open_in_ui(browser, view(path))
-    got = sql(browser, per_name="select name, count(*), sum(dur), min(dur), max(dur) from slice group by name",
-              stats="select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0")
+    got = sql(browser, per_name=PFTRACE_QUERIES["per_name"], stats=PFTRACE_QUERIES["stats"])
     want = expected_per_name(trace)
     assert got["stats"] == []
     rows = {r[0]: tuple(r[1:]) for r in got["per_name"]}

@@ -29,8 +29,9 @@ import json
 import math
 import re
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

