@@ -38,7 +38,8 @@ def build(tmp_path, name):
         args = real_cli_args(tmp_path)
     else:
         ex = ROOT / "examples" / name
-        args = [str(ex / "capture.npy"), "--source", str(next(p for p in sorted(ex.glob("*.py")) if p.name != "run.py"))]
+        source = next(p for p in sorted(ex.glob("*.py")) if p.name != "run.py")
+        args = [str(ex / "capture.npy"), "--source", str(source)]
     assert main(["report", *args, "-o", str(out)]) == 0
     return out, extract_data(out.read_text())
 
@@ -63,24 +64,35 @@ def test_timeline_tab_draws_and_zooms(browser, tmp_path):  # noqa: F811
     path, data = build(tmp_path, "fa4_sm90")
     open_page(browser, path, "timeline")
     T = data["timeline"]
-    assert [b["label"] for b in T["blocks"]] == ["fastest", "median", "slowest"]
-    for B in T["blocks"]:
+    shown = [b for b in T["blocks"] if b["shown"]]
+    assert [b["label"] for b in shown] == ["fastest", "median", "slowest"]
+    for B in shown:
         sel = f'.tl-block[data-block="{B["block"]}"] rect.span'
         assert count(browser, sel) == len(B["spans"]["start"])
-        names = browser.execute_script(f"return Array.from(document.querySelectorAll('.tl-block[data-block=\"{B['block']}\"] text.tl-group')).map(e => e.textContent)")
+        names = browser.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent)",
+            f'.tl-block[data-block="{B["block"]}"] text.tl-group')
         assert names == [data["groups"][str(g)] for g in B["groups"]]
     assert count(browser, "#tl-curves path.curve") == len(T["curves"]["series"])
-    slow = T["blocks"][-1]
+    slow = shown[-1]
     svg_sel = f'svg[data-block="{slow["block"]}"]'
     before = count(browser, f"{svg_sel} rect.span")
     browser.execute_script("""const s = document.querySelector(arguments[0]); const r = s.getBoundingClientRect();
-      for (let i = 0; i < 6; i++) s.dispatchEvent(new WheelEvent('wheel', {deltaY: -400, clientX: r.left + 200, clientY: r.top + 20, bubbles: true, cancelable: true}));""", svg_sel)
+      const at = {deltaY: -400, clientX: r.left + 200, clientY: r.top + 20, bubbles: true, cancelable: true};
+      for (let i = 0; i < 6; i++) s.dispatchEvent(new WheelEvent('wheel', at));""", svg_sel)
     zoomed = count(browser, f"{svg_sel} rect.span")
     assert 0 < zoomed < before  # zoomed in: spans outside the window are not drawn
-    browser.execute_script("document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))", svg_sel)
+    browser.execute_script(
+        "document.querySelector(arguments[0]).dispatchEvent(new MouseEvent('dblclick', {bubbles: true}))", svg_sel)
     assert count(browser, f"{svg_sel} rect.span") == before
     browser.find_element("css selector", f'#tl-pick input[data-block="{slow["block"]}"]').click()
     assert not browser.find_element("css selector", f'.tl-block[data-block="{slow["block"]}"]').is_displayed()
+    # any other block can be added from the picker
+    other = next(b for b in T["blocks"] if not b["shown"])
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("id", "tl-add")).select_by_value(str(other["block"]))
+    assert count(browser, f'.tl-block[data-block="{other["block"]}"] rect.span') == len(other["spans"]["start"])
     assert console_errors(browser) == []
 
 
@@ -120,6 +132,7 @@ def test_code_view_without_map_shows_line_totals(browser, tmp_path):  # noqa: F8
     open_page(browser, path, "code")
     lt = data["source"]["line_time"]
     assert lt and count(browser, "#source-pane .cost.time") == len(lt)
-    widths = browser.execute_script("return [document.getElementById('source-pane').clientWidth, document.getElementById('sass-pane').clientWidth]")
+    widths = browser.execute_script(
+        "return ['source-pane', 'sass-pane'].map((id) => document.getElementById(id).clientWidth)")
     assert widths[0] > 2 * widths[1]  # the source takes the width
     assert console_errors(browser) == []

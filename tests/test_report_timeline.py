@@ -12,7 +12,7 @@ from test_report import NAMES, REAL_CAPTURE, synthetic_buffer
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import load_capture
 from host_decode.core.model import SPAN_DTYPE
-from host_decode.reports import html
+from host_decode.reports import html, timeline
 
 
 def spans(rows):
@@ -58,14 +58,16 @@ def brute_lanes(trace, event, t0, t1):
 def test_timeline_view_data(tmp_path, capture):
     path = REAL_CAPTURE if capture == "basic" else save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)
     trace = load_capture(path)
-    T = html.timeline_data(trace)
+    T = timeline.timeline_data(trace)
     sp, origin = trace.spans, trace.start_ns
     lengths = {}
     for b in np.unique(sp["block"]):
         m = sp["block"] == b
         lengths[int(b)] = int(sp["end_ns"][m].max() - sp["start_ns"][m].min())
     ordered = sorted(lengths, key=lambda b: (lengths[b], b))
-    labels = {B["label"]: B["block"] for B in T["blocks"]}
+    labels = {B["label"]: B["block"] for B in T["blocks"] if B["shown"]}
+    assert set(labels) == {"fastest", "median", "slowest"} or len(set(labels.values())) < 3
+    assert T["all_blocks"] and sorted(B["block"] for B in T["blocks"]) == sorted(lengths)
     assert lengths[labels["fastest"]] == lengths[ordered[0]] and lengths[labels["slowest"]] == lengths[ordered[-1]]
     for B in T["blocks"]:
         m = sp["block"] == B["block"]
@@ -80,9 +82,23 @@ def test_timeline_view_data(tmp_path, capture):
             t0 = C["t"][i]
             t1 = C["t"][i + 1] if i + 1 < len(C["t"]) else trace.end_ns - origin + 1
             assert s["lanes"][i] == brute_lanes(trace, s["event"], t0, t1), (s["name"], i)
-    assert [B["block"] for B in html.timeline_data(trace, [int(sp["block"][0])])["blocks"]] == [int(sp["block"][0])]
+    picked = timeline.timeline_data(trace, [int(sp["block"][0])])["blocks"]
+    assert [B["block"] for B in picked if B["shown"]] == [int(sp["block"][0])]
     with pytest.raises(ValueError, match="no spans in these blocks"):
-        html.timeline_data(trace, [10**6])
+        timeline.timeline_data(trace, [10**6])
+
+
+def test_only_chosen_blocks_embedded_when_large(tmp_path, monkeypatch):
+    trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
+    monkeypatch.setattr(timeline, "TIMELINE_ALL_SPANS", trace.spans.size - 1)
+    monkeypatch.setattr(timeline, "TIMELINE_MAX_SPANS", 5)
+    T = timeline.timeline_data(trace)
+    assert not T["all_blocks"] and T["num_blocks"] == 16 and all(B["shown"] for B in T["blocks"])
+    for B in T["blocks"]:
+        m = trace.spans["block"] == B["block"]
+        dur = np.sort(trace.spans["end_ns"][m] - trace.spans["start_ns"][m])
+        assert len(B["spans"]["dur"]) == 5 and B["left_out"] == int(m.sum()) - 5
+        assert sorted(B["spans"]["dur"]) == dur[-5:].tolist()  # the longest are kept
 
 
 def test_geometric_bins_for_long_tails():

@@ -205,7 +205,8 @@ def test_cli_port_in_use_is_a_clear_error(running):
     server, trace = running
     code = "import sys; from host_decode.cli import main; sys.exit(main())"
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", code, "view", str(trace), "--no-browser", "--port", str(server.port)],
-                       capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    argv = [sys.executable, "-c", code, "view", str(trace), "--no-browser", "--port", str(server.port)]
+    r = subprocess.run(argv, capture_output=True, text=True, check=False,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{server.port}" in r.stderr
     assert time.monotonic() - t0 < 60

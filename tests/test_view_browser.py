@@ -142,7 +142,8 @@ def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
     from selenium.webdriver.support.ui import WebDriverWait
 
     def track_titles(d):
-        return d.execute_script("return Array.from(document.querySelectorAll('.pf-track__title-popup')).map((e) => e.textContent)")
+        return d.execute_script(
+            "return Array.from(document.querySelectorAll('.pf-track__title-popup')).map((e) => e.textContent)")
 
     # the UI draws on its next animation frames: wait until the opened tracks are in the DOM
     try:
@@ -157,7 +158,8 @@ def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
     b = int(re.match(r"block (\d+)", block).group(1))
     lanes = trace.lanes[trace.lanes["block"] == b]
     assert sm == f"SM {int(lanes['sm'][0])}" and sm in titles and block in titles
-    assert sorted(groups) == sorted({trace.names.group(int(g)) for g in np.unique(trace.spans["group"][trace.spans["block"] == b])})
+    in_block = np.unique(trace.spans["group"][trace.spans["block"] == b])
+    assert sorted(groups) == sorted({trace.names.group(int(g)) for g in in_block})
     assert all(g in titles for g in groups)
     browser.execute_script("window.app.sidebar.visible && window.app.sidebar.toggleVisibility()")
     browser.execute_async_script("const done = arguments[0]; window.waitForPerfettoIdle(300).then(() => done(1))")
@@ -198,7 +200,8 @@ def expected_per_name(trace) -> dict[str, tuple[int, int, int, int]]:
     sp, ins = trace.spans, trace.instants
     out = {}
     for e in np.union1d(np.unique(sp["event"]), np.unique(ins["event"])):
-        d = np.concatenate([(sp["end_ns"] - sp["start_ns"])[sp["event"] == e], np.zeros(int((ins["event"] == e).sum()), np.int64)])
+        instants = np.zeros(int((ins["event"] == e).sum()), np.int64)
+        d = np.concatenate([(sp["end_ns"] - sp["start_ns"])[sp["event"] == e], instants])
         out[trace.names.event(int(e))] = (int(d.size), int(d.sum()), int(d.min()), int(d.max()))
     return out
 

@@ -48,9 +48,6 @@ MAX_SOURCE_LINES = 20_000
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
 LOG_BINS_RATIO = 8  # max / min duration above which histogram bins grow geometrically
-TIMELINE_BLOCKS = ("fastest", "median", "slowest")  # blocks whose spans the timeline view embeds
-TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
-CURVE_POINTS = 400  # lanes-in-region curves: at most this many points per region
 
 HOW_TO = {
     "map": (
@@ -66,7 +63,8 @@ HOW_TO = {
         "cupti.json."
     ),
     "source": "No source: pass --source kernel.py (the file the kernel was compiled from).",
-    "analysis": "host_decode.analysis.regions is not available in this install: bubbles, overlap and imbalance are left out.",
+    "analysis": ("host_decode.analysis.regions is not available in this install: bubbles, overlap and imbalance "
+                 "are left out."),
     "sm": (
         "No SM ids: the capture has no finalize records with SM ids (a lane that never called finalize() or "
         "a buffer written by another tool). Call prof.finalize() at the end of the kernel."
@@ -103,7 +101,8 @@ def build_report_data(
         "groups": {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()},
     }
     data.update(_timeline_analysis(trace, missing))
-    data["kernel"]["launch_ns"] = (data["analysis"] or {}).get("launch", {}).get("launch_ns", trace.end_ns - trace.start_ns)
+    launch = (data["analysis"] or {}).get("launch", {})
+    data["kernel"]["launch_ns"] = launch.get("launch_ns", trace.end_ns - trace.start_ns)
     data.update(_hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, missing))
     if data["hardware"] is not None:
         _attach_hardware_to_regions(data["regions"], data["hardware"])
@@ -138,7 +137,8 @@ def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, miss
     if region_map is None:
         missing["map"] = HOW_TO["map"]
         missing["hardware"] = (HOW_TO["hardware"] if pc_table is None else
-                               "Per-PC data was given without a pc2region map (--map or --cubin): it cannot be split by region.")
+                               "Per-PC data was given without a pc2region map (--map or --cubin): "
+                               "it cannot be split by region.")
         return {"paths": [], "hardware": None, "pcs": None}
     out = {"paths": path_rows(trace, region_map), "hardware": None,
            "pcs": pc_columns(region_map, pc_table, sass_text, pc_files)}
@@ -210,9 +210,11 @@ def extract_data(page: str) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class ReportView:
-    """An extra tab of the page: ``build(trace, options)`` (options: build_report_data's view options) gives the JSON-ready data the page embeds under
-    ``key`` (None: nothing to show), and ``asset`` (a file in reports/assets/) is the script that draws
-    it; the script registers its tab with ``window.__ikp.addView(key, label, render)``."""
+    """An extra tab of the page: ``build(trace, options)`` (options: build_report_data's view options)
+    gives the JSON-ready data the page embeds under ``key`` (None: nothing to show), and ``asset`` (a file
+    in reports/assets/) is the script that draws it; the script registers its tab with
+    ``window.__ikp.addView(key, label, render)`` (tests/test_report_timeline.py::
+    test_view_registry_embeds_data_and_script)."""
 
     key: str
     asset: str
@@ -279,7 +281,8 @@ def region_rows(trace: Trace) -> list[dict]:
     parent_event = np.where(parent >= 0, sp["event"][np.maximum(parent, 0)], -1)
     lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
     window_by_group = {
-        int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum()) for g in np.unique(lanes["group"])
+        int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
+        for g in np.unique(lanes["group"])
     }
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
@@ -308,7 +311,7 @@ def region_rows(trace: Trace) -> list[dict]:
 def span_parents(sp: np.ndarray) -> np.ndarray:
     """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
     order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
-    lane, then begin in program order (core.model); tests/test_report.py::test_nesting_and_exclusive_time."""
+    lane, then begin in program order (core.model); tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
     n = sp.size
     parent = np.full(n, -1, np.int64)
     if n == 0:
@@ -561,7 +564,7 @@ def def_line_attribution(lines: list[str], line_paths: dict, pcs: dict, rows: li
     DSL gives code it inlines without a location of its own (argument unpacking, library helpers, the
     jitted function's prologue) the location of the function itself. The map still knows each such
     instruction's region: per line, instructions and cost by region path, so the page can attribute
-    them (tests/test_report.py::test_def_line_attribution)."""
+    them (tests/test_report_timeline.py::test_def_line_attribution)."""
     out = {}
     wanted = {int(k) for k in line_paths if 1 <= int(k) <= len(lines) and _DEF_LINE_RE.match(lines[int(k) - 1])}
     if not wanted:
@@ -675,7 +678,8 @@ def bottleneck(row: dict) -> dict:
                 "text": f"stall {reason}: {100 * frac:.0f}% of its samples",
                 "also": [f[2] for f in flags]}
     if flags:
-        kind, value, text = max(flags, key=lambda f: f[1] / (TAIL_RATIO_FLAG if f[0] == "tail" else BLOCK_IMBALANCE_FLAG))
+        threshold = {"tail": TAIL_RATIO_FLAG, "imbalance": BLOCK_IMBALANCE_FLAG}
+        kind, value, text = max(flags, key=lambda f: f[1] / threshold[f[0]])
         return {"kind": kind, "value": value, "text": text, "also": [f[2] for f in flags if f[0] != kind]}
     return {"kind": "none", "value": None, "text": "steady (no tail or imbalance; no stall data)", "also": []}
 
@@ -709,114 +713,10 @@ def read_sass_text(cubin: bytes, kernel: str | None = None) -> dict[int, str]:
     return read_sass_listing(cubin, kernel)[0]
 
 
-# ================================================================================================
-# The timeline tab: a few blocks, span by span, and the lanes-in-region curves of the launch
-# ================================================================================================
+def _timeline_view(trace: Trace, options: dict) -> dict | None:
+    from host_decode.reports.timeline import timeline_data
+
+    return timeline_data(trace, options.get("timeline_blocks"))
 
 
-def block_windows(trace: Trace) -> np.ndarray:
-    """One row per block with spans: block, sm, start_ns, end_ns (first begin .. last end)."""
-    sp = trace.spans
-    out = np.zeros(0, [("block", np.int64), ("sm", np.int64), ("start_ns", np.int64), ("end_ns", np.int64)])
-    if sp.size == 0:
-        return out
-    order = np.argsort(sp["block"], kind="stable")
-    b = sp["block"][order]
-    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-    out = np.zeros(first.size, out.dtype)
-    out["block"] = b[first]
-    out["start_ns"] = np.minimum.reduceat(sp["start_ns"][order], first)
-    out["end_ns"] = np.maximum.reduceat(sp["end_ns"][order], first)
-    lanes = trace.lanes
-    sm = np.full(int(out["block"].max()) + 1, -1, np.int64)
-    known = (lanes["sm"] >= 0) & (lanes["block"] <= out["block"].max())
-    sm[lanes["block"][known]] = lanes["sm"][known]
-    out["sm"] = sm[out["block"]]
-    return out
-
-
-def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
-    """The blocks to draw (by default the fastest, median and slowest by first-begin-to-last-end time;
-    `blocks` picks others), each with its spans relative to the launch start, and the launch's
-    lanes-in-region curves. tests/test_report.py::test_timeline_view_data checks it against the spans."""
-    sp = trace.spans
-    if sp.size == 0:
-        return None
-    origin = int(trace.start_ns)
-    win = block_windows(trace)
-    length = win["end_ns"] - win["start_ns"]
-    if blocks is None:
-        order = np.argsort(length, kind="stable")
-        chosen = [("fastest", order[0]), ("median", order[order.size // 2]), ("slowest", order[-1])]
-    else:
-        where = {int(b): i for i, b in enumerate(win["block"])}
-        missing = [b for b in blocks if b not in where]
-        if missing:
-            raise ValueError(f"timeline blocks {missing}: no spans in these blocks (blocks with spans: "
-                             f"{int(win['block'].min())}..{int(win['block'].max())})")
-        chosen = [("picked", where[b]) for b in blocks]
-    out_blocks, seen = [], set()
-    for label, i in chosen:
-        b = int(win["block"][i])
-        if b in seen:
-            continue
-        seen.add(b)
-        mine = np.flatnonzero(sp["block"] == b)
-        left_out = max(0, mine.size - TIMELINE_MAX_SPANS)
-        if left_out:
-            longest = np.argsort(-(sp["end_ns"][mine] - sp["start_ns"][mine]), kind="stable")[:TIMELINE_MAX_SPANS]
-            mine = np.sort(mine[longest])
-        s = sp[mine]
-        out_blocks.append({
-            "label": label, "block": b, "sm": int(win["sm"][i]),
-            "start_ns": int(win["start_ns"][i] - origin), "end_ns": int(win["end_ns"][i] - origin),
-            "groups": sorted(int(g) for g in np.unique(s["group"])),
-            "spans": {"group": s["group"].tolist(), "event": s["event"].tolist(), "depth": s["depth"].tolist(),
-                      "start": (s["start_ns"] - origin).tolist(), "dur": (s["end_ns"] - s["start_ns"]).tolist()},
-            "left_out": left_out,
-        })
-    return {
-        "launch_ns": int(trace.end_ns - origin),
-        "blocks": out_blocks,
-        "block_lengths": {"block": win["block"].tolist(), "sm": win["sm"].tolist(),
-                          "start": (win["start_ns"] - origin).tolist(), "length": length.tolist()},
-        "curves": lanes_inside_curves(trace),
-    }
-
-
-def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
-    """Per region: how many lanes are inside it over the launch, as the maximum in each of `points`
-    equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
-    first). Times are ns from the launch start."""
-    sp = trace.spans
-    origin = int(trace.start_ns)
-    span = max(int(trace.end_ns) - origin, 1)
-    edges = np.linspace(0, span, points + 1).round().astype(np.int64)
-    out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
-    for e in np.unique(sp["event"]):
-        s = sp[sp["event"] == e]
-        o = np.lexsort((s["start_ns"], s["lane"]))
-        lane = s["lane"][o].astype(np.int64)
-        a, b = s["start_ns"][o] - origin, s["end_ns"][o] - origin
-        key = lane * (span + 2)  # per-lane offset: one running maximum serves every lane
-        run = np.maximum.accumulate(b + key) - key
-        new = np.ones(a.size, bool)
-        new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
-        first = np.flatnonzero(new)
-        last = np.r_[first[1:] - 1, a.size - 1]
-        t = np.concatenate([a[first], run[last]])
-        step = np.concatenate([np.ones(first.size, np.int64), -np.ones(first.size, np.int64)])
-        o2 = np.lexsort((step, t))  # at one time, leaving before entering
-        t, level = t[o2], np.cumsum(step[o2])
-        before = np.searchsorted(t, edges[:-1], side="right") - 1
-        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
-        lo = np.searchsorted(t, edges[:-1], side="left")
-        hi = np.searchsorted(t, edges[1:], side="left")
-        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1)) if level.size else np.zeros(points, np.int64)
-        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
-        out["series"].append({"event": int(e), "name": trace.names.event(int(e)), "lanes": peak.astype(int).tolist(),
-                              "max": int(peak.max()) if peak.size else 0})
-    return out
-
-
-register_view(ReportView("timeline", "timeline.js", lambda trace, options: timeline_data(trace, options.get("timeline_blocks"))))
+register_view(ReportView("timeline", "timeline.js", _timeline_view))

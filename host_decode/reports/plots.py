@@ -35,7 +35,8 @@ def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x
     `log_x` default: geometric bins when a region's max/min > 20."""
     plt = _plt()
     sp = trace.spans
-    keys = np.unique(np.stack([sp["group"].astype(np.int64), sp["event"].astype(np.int64)], 1), axis=0) if sp.size else np.zeros((0, 2), np.int64)
+    pairs = np.stack([sp["group"].astype(np.int64), sp["event"].astype(np.int64)], 1)
+    keys = np.unique(pairs, axis=0) if sp.size else np.zeros((0, 2), np.int64)
     n = max(len(keys), 1)
     cols = min(3, n)
     rows = -(-n // cols)

@@ -100,7 +100,7 @@
       const x = (t) => LABEL + (t - t0) * k;
       const g = svg("g", {});
       axis(g, t0, t1, x, 0, total);
-      for (const B of T.blocks) {  // where the blocks above ran
+      for (const B of T.blocks.filter((b) => b.shown)) {  // where the blocks first shown ran
         const a = Math.max(LABEL, x(B.start_ns)), b = Math.min(W - 4, x(B.end_ns));
         if (b > a) g.append(svg("rect", { x: a, y: 12, width: b - a, height: total - 12, fill: "#2f5fd0", opacity: 0.07 },
           svg("title", {}, `${B.label} block ${B.block}`)));
@@ -123,7 +123,7 @@
     };
     draw();
     zoomable(node, range, full, draw);
-    return el("div", { id: "tl-curves", class: "tl-block" }, el("h3", {}, "Lanes inside each region over the launch (max per bin; shaded: the blocks above)"), node);
+    return el("div", { id: "tl-curves", class: "tl-block" }, el("h3", {}, "Lanes inside each region over the launch (max per bin; shaded: the fastest, median and slowest blocks)"), node);
   }
 
   function render(root) {
@@ -132,16 +132,32 @@
     const legend = el("div", { class: "tl-controls" },
       Object.keys(eventName).map((e) => el("span", {}, swatch(eventColor(+e)), eventName[e])),
       el("span", { class: "note" }, "wheel: zoom · drag: pan · double-click: reset · hover a span for its times"));
-    const pick = el("div", { class: "tl-controls", id: "tl-pick" }, el("b", {}, "blocks:"),
-      T.blocks.map((B) => {
-        const cb = el("input", { type: "checkbox", checked: "checked", "data-block": B.block });
-        cb.addEventListener("change", () => { panels[B.block].style.display = cb.checked ? "" : "none"; });
-        return el("label", {}, cb, ` ${B.label} (block ${B.block}, ${fmtNs(B.end_ns - B.start_ns)})`);
-      }),
-      el("span", { class: "note" }, `of ${T.block_lengths.block.length} blocks; other blocks: build_report_data(..., timeline_blocks=[...])`));
-    root.append(legend, pick);
+    const holder = el("div", { id: "tl-panels" });
     const panels = {};
-    for (const B of T.blocks) root.append((panels[B.block] = blockPanel(B)));
+    const byBlock = new Map(T.blocks.map((B) => [B.block, B]));
+    const describe = (B) => `${B.label ? B.label + " " : ""}block ${B.block}${B.sm >= 0 ? " (SM " + B.sm + ")" : ""}, ${fmtNs(B.end_ns - B.start_ns)}`;
+    const toggles = el("span", { id: "tl-toggles" });
+    function addPanel(B) {
+      if (panels[B.block]) { panels[B.block].style.display = ""; return; }
+      panels[B.block] = blockPanel(B);
+      holder.append(panels[B.block]);
+      const cb = el("input", { type: "checkbox", checked: "checked", "data-block": B.block });
+      cb.addEventListener("change", () => { panels[B.block].style.display = cb.checked ? "" : "none"; });
+      toggles.append(el("label", {}, cb, " " + describe(B)));
+    }
+    // any embedded block can be added; sorted by length so the outliers are at the ends of the list
+    const choices = T.blocks.slice().sort((a, b) => (a.end_ns - a.start_ns) - (b.end_ns - b.start_ns));
+    const select = el("select", { id: "tl-add" }, el("option", { value: "" }, `add a block (${T.blocks.length} embedded, by length)…`),
+      choices.map((B) => el("option", { value: B.block }, describe(B))));
+    select.addEventListener("change", () => {
+      const B = byBlock.get(+select.value);
+      if (B) addPanel(B);
+      select.value = "";
+    });
+    const pick = el("div", { class: "tl-controls", id: "tl-pick" }, el("b", {}, "blocks:"), toggles, select,
+      T.all_blocks ? null : el("span", { class: "note" }, `${T.blocks.length} of ${T.num_blocks} blocks embedded (a large trace); others: build_report_data(..., timeline_blocks=[...])`));
+    root.append(legend, pick, holder);
+    T.blocks.filter((B) => B.shown).forEach(addPanel);
     root.append(curvesPanel());
     root.append(el("p", { class: "note" }, "One row per warp group; a region drawn below another began while that one was open (nesting depth). " +
       "Times are from the block's first begin (block rows) or the launch's first record (curves)."));
