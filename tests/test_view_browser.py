@@ -310,3 +310,17 @@ def test_trace_processor_agrees_with_chrome_json(browser, view, tmp_path, captur
         assert gn == n and abs(gtotal - total) <= n and abs(glo - lo) <= 1 and abs(ghi - hi) <= 1, name
     assert path.read_bytes() == before  # served as it is
     assert unexplained_console(browser) == []
+
+
+def test_gzipped_pftrace_opens(browser, view, tmp_path):
+    from host_decode.core.decoder import load_capture
+    from host_decode.writers import write_trace
+
+    trace = load_capture(CAPTURES["pipeline"])
+    path = tmp_path / "in" / "pipeline.pftrace.gz"
+    path.parent.mkdir()
+    write_trace(trace, path)
+    open_in_ui(browser, view(path))
+    got = sql(browser, n="select count(*) from slice", stats=PFTRACE_QUERIES["stats"])
+    assert got["stats"] == [] and got["n"] == [[int(trace.spans.size + trace.instants.size)]]
+    assert unexplained_console(browser) == []

@@ -147,7 +147,10 @@
     return s;
   }
   const STALL_COLORS = {};
-  function stallColor(r, i) { return STALL_COLORS[r] || (STALL_COLORS[r] = PALETTE[(i + 3) % PALETTE.length]); }
+  // stall reasons get hues of their own (the region palette has near-twins, e.g. two yellows)
+  const STALL_PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac", "#17becf", "#8c564b", "#bcbd22", "#1f3a93", "#d62728", "#7f7f7f"];
+  function stallColor(r, i) { return STALL_COLORS[r] || (STALL_COLORS[r] = STALL_PALETTE[i % STALL_PALETTE.length]); }
   function stackedBars(rows, reasons) {
     // rows: [{label, parts: {reason: value}}] -> horizontal 100% bars + legend
     const W = 640, RH = 18, L = 170, top = 4;

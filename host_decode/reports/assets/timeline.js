@@ -19,7 +19,7 @@
     for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
       const px = x(t);
       g.append(svg("line", { x1: px, x2: px, y1: y, y2: y + h, stroke: "#eceef2" }));
-      g.append(svg("text", { x: px + 2, y: y + 9 }, fmtNs(t)));
+      if (px < W - 48) g.append(svg("text", { x: px + 2, y: y + 9 }, fmtNs(t)));  // no label cut at the edge
     }
   }
   // wheel = zoom at the pointer, drag = pan, double-click = reset; calls redraw(t0, t1)
