@@ -14,10 +14,21 @@ Inputs, all optional but the trace:
 * the kernel's source text: each line coloured by the regions of its instructions (map line info) or,
   without a map, by the marker calls found in the text.
 
-Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report.py reads back:
-  kernel {facts}, loss {...}, regions [per (group, event) row], analysis {...} | null,
-  sm [per-SM rows], hardware {join summary} | null, paths [per region path], pcs {columnar} | null,
-  source {path, lines, line_paths, line_cost, origin} | null, missing {view: how to collect} .
+Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report*.py read back:
+  kernel {facts}, loss {...}, regions [per (group, event) row: stats, histogram (hist_log: geometric
+  bins), exclusive_ns, parent_key, hw {.., shared_by} ], analysis {...} | null, sm [per-SM rows],
+  hardware {join summary} | null, paths [per region path], pcs {columnar} | null,
+  source {path, lines, line_paths, line_cost, origin, line_time, def_lines} | null,
+  missing {view: how to collect}, and one key per registered extra view (REPORT_VIEWS: "timeline",
+  host_decode.reports.timeline).
+
+Invariants, and the tests that guard them:
+- a region's exclusive time is its time minus the spans directly inside it (span_parents), so the
+  exclusive times of one group add up to at most its lane time
+  (tests/test_report_timeline.py::test_nesting_and_exclusive_time, ::test_region_rows_exclusive_and_parent);
+- per-PC numbers belong to code paths: groups that run one region share its numbers and say so
+  (::test_samples_shared_by_groups_running_the_same_code);
+- the page fits 1600x1000 in every view with nothing cut (tests/test_report_layout_browser.py).
 """
 
 from __future__ import annotations

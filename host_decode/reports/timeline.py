@@ -101,26 +101,29 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
 def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
     """Per region: how many lanes are inside it over the launch, as the maximum in each of `points`
     equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
-    first). Times are ns from the launch start."""
+    first). Times are ns from the launch start. One sort of all spans; then per region, whole arrays."""
     sp = trace.spans
     origin = int(trace.start_ns)
     span = max(int(trace.end_ns) - origin, 1)
     edges = np.linspace(0, span, points + 1).round().astype(np.int64)
     out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
-    for e in np.unique(sp["event"]):
-        s = sp[sp["event"] == e]
-        o = np.lexsort((s["start_ns"], s["lane"]))
-        lane = s["lane"][o].astype(np.int64)
-        a, b = s["start_ns"][o] - origin, s["end_ns"][o] - origin
+    order = np.lexsort((sp["start_ns"], sp["lane"], sp["event"]))
+    event = sp["event"][order]
+    cuts = np.flatnonzero(np.r_[True, event[1:] != event[:-1], True])
+    for lo_i, hi_i in zip(cuts[:-1], cuts[1:]):
+        o = order[lo_i:hi_i]
+        lane = sp["lane"][o].astype(np.int64)
+        a, b = sp["start_ns"][o] - origin, sp["end_ns"][o] - origin
         key = lane * (span + 2)  # per-lane offset: one running maximum serves every lane
         run = np.maximum.accumulate(b + key) - key
         new = np.ones(a.size, bool)
         new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
         first = np.flatnonzero(new)
         last = np.r_[first[1:] - 1, a.size - 1]
+        # boundaries in time order, a lane leaving before one entering at the same time: key 2t / 2t+1
         t = np.concatenate([a[first], run[last]])
         step = np.concatenate([np.ones(first.size, np.int64), -np.ones(first.size, np.int64)])
-        o2 = np.lexsort((step, t))  # at one time, leaving before entering
+        o2 = np.argsort(2 * t + (step > 0), kind="stable")
         t, level = t[o2], np.cumsum(step[o2])
         before = np.searchsorted(t, edges[:-1], side="right") - 1
         at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
@@ -128,6 +131,7 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
         hi = np.searchsorted(t, edges[1:], side="left")
         inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
         peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
-        out["series"].append({"event": int(e), "name": trace.names.event(int(e)), "lanes": peak.astype(int).tolist(),
+        e = int(event[lo_i])
+        out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
                               "max": int(peak.max()) if peak.size else 0})
     return out
