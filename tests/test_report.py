@@ -188,7 +188,7 @@ def test_timeline_data_matches_stats_and_loss(tmp_path):
     per_block = np.bincount(trace.spans["block"][trace.spans["event"] == 2],
                             weights=trace.durations()[trace.spans["event"] == 2])
     assert body["block_imbalance"] == pytest.approx(per_block.max() / per_block.mean())
-    assert body["bottleneck"]["kind"] in ("tail", "imbalance")
+    assert body["stands_out"]["kind"] in ("tail", "imbalance")
     # what is missing is said, with how to collect it
     assert set(data["missing"]) >= {"map", "hardware", "source"}
     assert "ncu" in data["missing"]["hardware"] and "--source" in data["missing"]["source"]
@@ -265,15 +265,15 @@ def test_hardware_data_matches_join(inputs):
     assert any(" " in t for t in pcs["text"])
 
 
-def test_trace_regions_get_hardware_bottleneck(inputs):
+def test_trace_regions_get_top_stall(inputs):
     _, _, data = full_report(inputs)
     body = next(r for r in data["regions"] if r["region"] == "body")
     assert body["hw"]["paths"] == ["outer/body"]
     hw_row = next(r for r in data["hardware"]["inclusive"] if r["path"] == "outer/body")
     assert body["hw"]["samples"] == pytest.approx(hw_row["samples"])
-    assert body["bottleneck"]["kind"] == "stall"
+    assert body["stands_out"]["kind"] == "stall"
     top = max(data["hardware"]["stall_reasons"], key=lambda s: hw_row.get(f"stall_{s}", 0))
-    assert body["bottleneck"]["reason"] == top
+    assert body["stands_out"]["reason"] == top
     load = next(r for r in data["regions"] if r["region"] == "load")  # not in the cubin: no hardware row
     assert "hw" not in load
 
@@ -486,7 +486,7 @@ def test_real_capture_full_report_via_cli(tmp_path):
     if real_hw_set():  # real per-PC data: it matches its map and lands in the regions
         hw = data["hardware"]
         assert hw["check"]["ok"], hw["check"]
-        assert compute["hw"]["samples"] > 0 and compute["bottleneck"]["kind"] == "stall"
+        assert compute["hw"]["samples"] > 0 and compute["stands_out"]["kind"] == "stall"
         by_path = {r["path"]: r for r in hw["exclusive"]}
         assert sum(r["samples"] for r in by_path.values()) == pytest.approx(hw["totals"]["samples"])
 
@@ -530,4 +530,4 @@ def test_sampling_only_and_counts_only_data(inputs):
     assert set(data["pcs"]["metrics"]) == {"inst_executed"} and data["pcs"]["stalls"] == {}
     assert data["source"]["cost_metric"] == "inst_executed"
     body = next(r for r in data["regions"] if r["region"] == "body")
-    assert body["bottleneck"]["kind"] in ("tail", "imbalance")  # no stall data: the timeline decides
+    assert body["stands_out"]["kind"] in ("tail", "imbalance")  # no stall data: the timeline decides

@@ -55,7 +55,7 @@ HIST_BINS = 24
 MAX_LOSS_LANES = 50
 MAX_SOURCE_LINES = 20_000
 
-# Thresholds of the "biggest bottleneck" heuristic (README, "ikp report", explains them).
+# Thresholds of the "what stands out" flags (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
 LOG_BINS_RATIO = 8  # max / min duration above which histogram bins grow geometrically
@@ -118,7 +118,7 @@ def build_report_data(
     if data["hardware"] is not None:
         _attach_hardware_to_regions(data["regions"], data["hardware"])
     for row in data["regions"]:
-        row["bottleneck"] = bottleneck(row)
+        row["stands_out"] = stands_out(row)
     if source_text is None:
         missing["source"] = HOW_TO["source"]
         data["source"] = None
@@ -671,7 +671,7 @@ def marker_lines(lines: list[str], events: dict[int, str]) -> dict:
 # ================================================================================================
 
 
-def bottleneck(row: dict) -> dict:
+def stands_out(row: dict) -> dict:
     """What stands out for one region, with its evidence: its top stall reason (hardware data, when
     present: what the warps waited on), else the timeline's strongest flag: a long tail or an
     imbalance across blocks. None of these proves the region is the kernel's bottleneck; the page

@@ -279,8 +279,8 @@
       const cells = [el("span", { class: "tree", style: `padding-left:${depth * 16}px` }, depth ? el("span", { class: "note" }, "└ ") : null,
           swatch(eventColor(r.event)), regionLabel(r)), r.count, fmtNs(r.total_ns), pct(r.share_of_group_time),
         fmtNs(r.exclusive_ns), pct(r.exclusive_share_of_group_time), fmtNs(r.mean_ns), fmtNs(r.p50_ns), fmtNs(r.p99_ns), fix(r.cv, 2),
-        el("span", { class: r.bottleneck.kind === "none" ? "note" : "warn" }, r.bottleneck.text,
-          (r.bottleneck.also || []).length ? el("span", { class: "note" }, " · " + r.bottleneck.also.join("; ")) : null)];
+        el("span", { class: r.stands_out.kind === "none" ? "note" : "warn" }, r.stands_out.text,
+          (r.stands_out.also || []).length ? el("span", { class: "note" }, " · " + r.stands_out.also.join("; ")) : null)];
       if (hasHw) cells.splice(10, 0, samples);
       return { key: r.key, cells, onclick: () => gotoEvent(r.event), depth };
     });
