@@ -136,6 +136,16 @@ def test_shipped_ui_found():
     assert ui.version.startswith("v") and (ui.root / ui.version / "trace_processor.wasm").is_file()
 
 
+def test_wildcard_bind_urls_use_loopback(tmp_path):
+    trace = tmp_path / "t.pftrace"
+    trace.write_bytes(b"x")
+    server = viewer.ViewerServer(viewer.PerfettoUi.create(fake_ui(tmp_path)), trace, bind="0.0.0.0", port=0)
+    try:
+        assert server.viewer_url().startswith(f"http://127.0.0.1:{server.port}/#!/viewer?url=")
+    finally:
+        server.server_close()
+
+
 def test_ssh_tunnel_hint():
     assert viewer.ssh_tunnel_hint(8080, {}) is None
     hint = viewer.ssh_tunnel_hint(8080, {"SSH_CONNECTION": "10.0.0.5 50000 10.0.0.9 22", "USER": "ana"})

