@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import shutil
+
+from host_decode.torch_traces import loader
 from host_decode.torch_traces import trace as tt
 from host_decode.cli import main as cli_main
 from host_decode.core.errors import DecodeError
@@ -35,7 +38,10 @@ def load_events(path) -> list:
 
 
 def ns(us) -> int:
-    return round(us * 1000)
+    """Exact ns of the number as the file writes it (its shortest decimal), not round(us * 1000)."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    return int((Decimal(repr(us)) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 def reference_table(events, cats, keep=lambda e: True) -> dict:
@@ -447,7 +453,7 @@ def test_cache_hit_and_invalidation(gpu_trace, monkeypatch):
     def deny(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(tt.os, "replace", deny)
+    monkeypatch.setattr(loader.os, "replace", deny)
     fourth = tt.load_torch_trace(path)
     assert fourth.meta["cache"].startswith("not written") and not cache.exists()
     assert not list(path.parent.glob("*.tmp*"))
@@ -480,7 +486,7 @@ def test_short_names_disambiguate_and_demangle():
     # repeated full names (as in the pair table) keep one short name each, no "#k" suffixes
     again = tt.short_names([KERNEL_NAMES[0], KERNEL_NAMES[1], KERNEL_NAMES[0], "Memset (Device)"])
     assert again[0] == again[2] == names[0] and again[1] == names[1] and again[3] == "Memset (Device)"
-    if tt.shutil.which("c++filt"):
+    if shutil.which("c++filt"):
         assert names[2] == "device_kernel"
 
 
@@ -664,8 +670,8 @@ def test_boundary_lookalikes_inside_strings(tmp_path, monkeypatch):
                "args": {"device": 0, "stream": 7, "note": "a}, {b" * (i % 5)}} for i in range(300)]
     path = write_trace(tmp_path / "lookalike.json", events, indent=False)
     scans = []
-    real_scan = tt._scan_elements
-    monkeypatch.setattr(tt, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
+    real_scan = loader._scan_elements
+    monkeypatch.setattr(loader, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
     for chunk in (50, 333, 4096):
         scans.clear()
         trace = tt.load_torch_trace(path, cache=False, chunk_bytes=chunk, parser="orjson")
