@@ -3,7 +3,6 @@ with template arguments restored where two kernels would otherwise shorten alike
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
