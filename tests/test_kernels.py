@@ -496,14 +496,18 @@ def test_short_names_disambiguate_and_demangle():
 def test_cli_json_csv_and_report(gpu_trace, tmp_path, capsys):
     path, events = gpu_trace
     out = tmp_path / "r.json"
-    assert cli_main(["kernels", str(path), "--json", "-o", str(out), "--top", "0"]) == 0
+    assert cli_main(["kernels", str(path), "--format", "json", "-o", str(out), "--top", "0"]) == 0
     report = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert report["gaps"]["range_us"] == [0.0, None]
-    ref = reference_table(events, DEVICE)
+    # kernels and memory operations in tables of their own, each with its own share denominator
+    ref = reference_table(events, {"kernel"})
     assert {r["full_name"]: r["count"] for r in report["kernels"]} == {k: v[0] for k, v in ref.items()}
+    assert sum(r["time_share"] for r in report["kernels"]) == pytest.approx(1.0)
+    mem = reference_table(events, DEVICE - {"kernel"})
+    assert mem and {r["full_name"]: r["count"] for r in report["memory"]} == {k: v[0] for k, v in mem.items()}
     assert {r["name"] for r in report["runtime"]} == {"cudaLaunchKernel"}
     assert report["streams"] and report["pairs"] and report["histogram"]
-    assert cli_main(["kernels", str(path), "--csv", "streams"]) == 0
+    assert cli_main(["kernels", str(path), "--format", "csv", "--table", "streams"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("device,stream,count") and len(lines) == 1 + 4
     txt = tmp_path / "r.txt"
@@ -616,7 +620,7 @@ def test_cli_capture_regions_under_matching_kernel(gpu_trace, tmp_path):
     path, _ = gpu_trace
     cap = _capture(tmp_path, "vectorized_elementwise_kernel")
     out = tmp_path / "r.json"
-    assert cli_main(["kernels", str(path), "--capture", str(cap), "--json", "-o", str(out), "--top", "0"]) == 0
+    assert cli_main(["kernels", str(path), "--capture", str(cap), "--format", "json", "-o", str(out), "--top", "0"]) == 0
     capture = json.loads(out.read_text())["capture"]
     assert capture["matched_rows"] and all("vectorized_elementwise_kernel" in n for n in capture["matched_rows"])
     regions = {(r["group_name"], r["region"]): r for r in capture["regions"]}  # per (group, region)

@@ -2,16 +2,19 @@
 
 NAME = "diff"
 HELP = "compare two captures (or sessions) of the same kernel: per-region deltas, significance, --fail-above PCT gate"
+EXAMPLE = "ikp diff examples/insight/launch_0.npy examples/insight/launch_1.npy --fail-above 5"
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.commands.stats import add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress
 
     p.add_argument("a", nargs="+", help="baseline capture(s): BUFFER.npy or a directory of them (a session)")
     p.add_argument("--vs", dest="b", nargs="+", help="candidate capture(s), when A or B is a session of several files")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_format(p)
+    p.add_argument("-o", "--output", help="also write the comparison as JSON to this file")
     p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 if a region got significantly slower by more than PCT percent (CI gate)")
+                   help="exit 1 if a region got significantly slower by more than PCT percent (CI gate); "
+                        "exit 2 when no region is in both A and B (a gate that cannot fail is an error)")
     p.add_argument("--metric", choices=("mean", "p50"), default="mean",
                    help="duration compared: mean (Welch t test) or p50 (Mann-Whitney U); default mean")
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
@@ -19,6 +22,7 @@ def add_arguments(p) -> None:
                    help="samples: every span, or each lane's mean (spans of a lane are correlated); default span")
     p.add_argument("--min-delta", type=float, default=0.0, metavar="PCT",
                    help="smaller deltas are reported as 'same' even when significant (default 0)")
+    add_force(p)
     add_progress(p)
 
 
@@ -32,31 +36,39 @@ def split_args(args) -> tuple[list, list]:
 
 
 def run(args) -> int:
-    import json
+    import sys
 
     from host_decode.analysis import diff
-    from host_decode.cli.commands.stats import _jsonable
-    from host_decode.reports.text import make_console
     from host_decode.analysis.sessions import load_trace
+    from host_decode.cli.common import console, dumps, next_step, outputs
 
     pa, pb = split_args(args)
-    a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
-    rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
-    launches = diff.compare_launches(a, b, alpha=args.alpha)
-    bad = diff.regressions(rows, args.fail_above, args.metric) if args.fail_above is not None else []
-    if args.json:
-        import numpy as np
-
-        print(json.dumps(_jsonable({"regions": rows, "launch": launches, "regressions": bad,
-                                    "fail_above_pct": args.fail_above, "metric": args.metric}, np), indent=1))
+    with outputs(args, pa, pb) as out:
+        tmp = out.add(args.output) if args.output else None
+        a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
+        rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
+        launches = diff.compare_launches(a, b, alpha=args.alpha)
+        bad = diff.regressions(rows, args.fail_above, args.metric) if args.fail_above is not None else []
+        doc = {"regions": rows, "launch": launches, "regressions": bad, "fail_above_pct": args.fail_above,
+               "metric": args.metric}
+        if tmp:
+            tmp.write_text(dumps(doc))
+    if args.format == "json":
+        print(dumps(doc))
     else:
-        print_table(rows, launches, args, make_console())
+        print_table(rows, launches, args, console())
+    if args.output:
+        print(f"wrote {args.output}")
+    matched = [r for r in rows if r["status"] not in ("only_a", "only_b")]
+    if args.fail_above is not None and not matched:
+        print(f"ikp diff: error: no region is in both A and B ({len(rows)} region(s), each in one side only): "
+              "--fail-above cannot check anything (same kernel? same names?)", file=sys.stderr)
+        return 2
     if bad:
-        import sys
-
         names = ", ".join(f"{r['group']}/{r['event']} {r['delta_pct' if args.metric == 'mean' else 'delta_p50_pct']:+.1f}%" for r in bad)
         print(f"ikp diff: {len(bad)} region(s) slower than +{args.fail_above}% ({args.metric}): {names}", file=sys.stderr)
         return 1
+    next_step("ikp report CAPTURE.npy for one capture's details; --fail-above PCT makes this a CI gate", args)
     return 0
 
 
