@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import console, next_step, outputs, read_names, show_progress
+    from host_decode.cli.common import Step, console, next_step, outputs, read_names, show_progress
     from host_decode.core.decoder import load_capture
 
     with outputs(args, args.buffer, args.names) as out:
@@ -32,7 +32,8 @@ def run(args) -> int:
         csv_tmp = out.add(args.spans_csv) if args.spans_csv else None
         loss_tmp = out.add(args.loss_json) if args.loss_json else None
         names = read_names(args.names) if args.names else None
-        trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
+        with Step(f"decoding {args.buffer}", args):
+            trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
             from host_decode.reports.text import print_loss, print_summary
 

@@ -3,6 +3,8 @@
 NAME = "stats"
 HELP = "statistics of one capture or a session of captures: percentiles, histograms, bubbles, overlap, tail, critical lanes"
 
+EXAMPLE = "ikp stats examples/basic/capture.npy            # or a directory of captures (a session)"
+
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
