@@ -669,9 +669,9 @@ def load_buffer(path: str | Path) -> np.ndarray:
     path = Path(path)
     try:
         arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
-    except (ValueError, EOFError, OSError, UnicodeDecodeError) as e:
+    except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError, SyntaxError, TokenError...
         # numpy's own text may advise allow_pickle=True: never pass that on (loading a pickle runs code)
         reason = "" if "pickle" in str(e) else f": {e}"
         raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file){reason}", source=str(path)) from None
