@@ -70,6 +70,16 @@ def test_names_of_the_wrong_shape(tmp_path, capsys, text):
     assert rc == 2 and one_error_line(err, "names.json", "names")
 
 
+@pytest.mark.parametrize("text", ['{"traceEvents": []}', '{"kernel": "x"}', "[[0, 1]]"])
+def test_pc2region_names_and_marker_table_of_the_wrong_shape(tmp_path, capsys, text):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    flag = "--marker-table" if text.startswith("{") else "--names"
+    for f in ("--names", "--marker-table") if flag == "--marker-table" else ("--names",):
+        rc, _, err = run(capsys, "pc2region", PC / "tiles_real_ncu.cubin", f, bad)
+        assert rc == 2 and one_error_line(err, "bad.json", "not a"), (f, err)
+
+
 def test_ncu_csv_cut_in_half(tmp_path, capsys):
     text = (PC / "tiles_real_ncu.csv").read_text()
     mid_line = tmp_path / "mid.csv"
@@ -103,12 +113,16 @@ def test_merge_gz_writes_real_gzip(tmp_path, capsys):
 
 
 def test_random_bytes_npy_never_suggest_allow_pickle(tmp_path, capsys):
+    import random
+
     bad = tmp_path / "random.npy"
-    for blob in (os.urandom(3000), b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (3,), }"
-                 + b" " * 50 + b"\n" + os.urandom(64)):
-        bad.write_bytes(blob)
-        rc, _, err = run(capsys, "decode", bad)
-        assert rc == 2 and one_error_line(err, "random.npy") and "pickle" not in err.lower()
+    header = b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (3,), }" + b" " * 50 + b"\n"
+    for seed in range(20):  # deterministic fuzz: plain garbage, and a numpy header followed by garbage
+        rng = random.Random(seed)
+        for blob in (rng.randbytes(3000), header + rng.randbytes(64), header[:10] + rng.randbytes(200)):
+            bad.write_bytes(blob)
+            rc, _, err = run(capsys, "decode", bad)
+            assert rc == 2 and one_error_line(err, "random.npy") and "pickle" not in err.lower(), (seed, err)
 
 
 def test_missing_file_names_the_file(tmp_path, capsys):

@@ -32,8 +32,8 @@ def run(args) -> int:
 
     with outputs(args, args.cubin, args.names, args.marker_table) as out:
         tmp = out.add(args.output) if args.output else None
-        names = _load_json(args.names) if args.names else None
-        table = _load_json(args.marker_table) if args.marker_table else None
+        names = _names(args.names) if args.names else None
+        table = _marker_table(args.marker_table) if args.marker_table else None
         _, m = read_cubin_map(args.cubin, kernel=args.kernel, names=names, marker_table=table, nvdisasm=args.nvdisasm)
         if tmp:
             m.save(tmp)
@@ -59,6 +59,30 @@ def _load_json(path: str):
             return json.loads(f.read().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DecodeError(f"not a JSON file: {e}", source=str(path)) from None
+
+
+def _names(path: str):
+    """A capture sidecar / names file ({'events': ...}) or a bare {id: name} object; else an error."""
+    from host_decode.core.errors import DecodeError
+
+    obj = _load_json(path)
+    if isinstance(obj, dict) and "events" in obj and isinstance(obj["events"], (dict, list)):
+        return obj
+    if isinstance(obj, dict) and obj and all(isinstance(v, str) for v in obj.values()) and all(
+            str(k).lstrip("-").isdigit() for k in obj):
+        return obj
+    raise DecodeError("not a names file: want a capture sidecar / names file {'events': {id: name}} or "
+                      "{id: name}", source=str(path))
+
+
+def _marker_table(path: str):
+    from host_decode.core.errors import DecodeError
+
+    obj = _load_json(path)
+    if not (isinstance(obj, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p)
+                                          for p in obj)):
+        raise DecodeError("not a marker table: want a JSON list of [event_id, event_type] pairs", source=str(path))
+    return obj
 
 
 def _print_summary(m, show: bool) -> None:
