@@ -53,8 +53,9 @@ def test_join_ncu_on_random_bytes(tmp_path, capsys):
     assert rc == 2 and one_error_line(err, "random.csv")
 
 
-@pytest.mark.parametrize("other", [{"traceEvents": []}, {"regions": [], "launch": {}, "bubbles": {}}],
-                         ids=["chrome-trace", "stats-output"])
+@pytest.mark.parametrize(
+    "other", [{"traceEvents": []}, {"regions": [], "launch": {}, "bubbles": {}}], ids=["chrome-trace", "stats-output"]
+)
 def test_sidecar_that_is_some_other_json_object(tmp_path, capsys, other):
     cap = capture_copy(tmp_path, json.dumps(other))
     for cmd in (["decode", cap], ["stats", cap], ["report", cap, "-o", tmp_path / "r.html"]):
@@ -107,8 +108,17 @@ def test_merge_gz_writes_real_gzip(tmp_path, capsys):
     assert rc == 0 and out.read_bytes()[:2] == b"\x1f\x8b"
     assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
     out2 = tmp_path / "t.json.gz"
-    rc, _, _ = run(capsys, "merge", INSIGHT / "launch_0.npy", "--torch", INSIGHT / "torch_trace.json.gz",
-                   "--occurrence", "0", "-o", out2)
+    rc, _, _ = run(
+        capsys,
+        "merge",
+        INSIGHT / "launch_0.npy",
+        "--torch",
+        INSIGHT / "torch_trace.json.gz",
+        "--occurrence",
+        "0",
+        "-o",
+        out2,
+    )
     assert rc == 0 and json.loads(gzip.decompress(out2.read_bytes()))["ikp_alignment"]
 
 
@@ -126,9 +136,13 @@ def test_random_bytes_npy_never_suggest_allow_pickle(tmp_path, capsys):
 
 
 def test_missing_file_names_the_file(tmp_path, capsys):
-    for cmd in (["decode", tmp_path / "nope.npy"], ["stats", tmp_path / "nope.npy"],
-                ["kernels", tmp_path / "nope.json"], ["join", "--map", tmp_path / "nope.json", "--ncu", "x.csv"],
-                ["pc2region", tmp_path / "nope.cubin"]):
+    for cmd in (
+        ["decode", tmp_path / "nope.npy"],
+        ["stats", tmp_path / "nope.npy"],
+        ["kernels", tmp_path / "nope.json"],
+        ["join", "--map", tmp_path / "nope.json", "--ncu", "x.csv"],
+        ["pc2region", tmp_path / "nope.cubin"],
+    ):
         rc, _, err = run(capsys, *cmd)
         assert rc == 2 and one_error_line(err, "nope."), (cmd, err)
         assert not err.split("error: ", 1)[1].startswith("[Errno"), err
@@ -159,8 +173,17 @@ def test_report_cupti_defaults_to_the_kernel_with_markers(tmp_path, capsys):
     from host_decode.reports.html import extract_data
 
     out = tmp_path / "r.html"
-    rc, _, err = run(capsys, "report", BASIC, "--map", PC / "tiles_real_cupti.map.json",
-                     "--cupti", PC / "tiles_real_cupti.json.gz", "-o", out)
+    rc, _, err = run(
+        capsys,
+        "report",
+        BASIC,
+        "--map",
+        PC / "tiles_real_cupti.map.json",
+        "--cupti",
+        PC / "tiles_real_cupti.json.gz",
+        "-o",
+        out,
+    )
     assert rc == 0, err
     data = extract_data(out.read_text())
     assert data["hardware"]["kernel"].startswith("kernel_cutlass_tiles")

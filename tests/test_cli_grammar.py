@@ -69,8 +69,14 @@ def test_one_meaning_per_flag():
 def run_cli(*argv, columns=80, tty=False):
     """ikp in a subprocess with a given terminal width; stdout is a pipe (not a terminal)."""
     env = dict(os.environ, COLUMNS=str(columns), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "host_decode.cli", *map(str, argv)], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "host_decode.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def test_tables_readable_at_80_columns(tmp_path):
@@ -85,10 +91,14 @@ def test_tables_readable_at_80_columns(tmp_path):
     from host_decode.reports.text import print_loss, print_summary
 
     trace = load_capture(FA4)
-    for show in (lambda c: (print_loss(trace, c), print_summary(trace, c)),
-                 lambda c: stats.print_report(stats.collect(trace), c),
-                 lambda c: join.render_table(join.join(load_map(str(PC / "tiles_real_ncu.map.json")),
-                                                       read_ncu_csv(str(PC / "tiles_real_ncu.csv"))), console=c)):
+    for show in (
+        lambda c: (print_loss(trace, c), print_summary(trace, c)),
+        lambda c: stats.print_report(stats.collect(trace), c),
+        lambda c: join.render_table(
+            join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv"))),
+            console=c,
+        ),
+    ):
         con = Console(width=80, record=True, file=open(os.devnull, "w"))
         show(con)
         text = con.export_text()
@@ -111,9 +121,13 @@ def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
 
 
 def test_format_json_everywhere_a_table_is_printed(tmp_path, capsys):
-    cases = [["stats", BASIC], ["diff", BASIC, BASIC], ["merge", BASIC, "-o", tmp_path / "m.json"],
-             ["join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv"],
-             ["kernels", ROOT / "examples" / "insight" / "torch_trace.json.gz", "--no-cache"]]
+    cases = [
+        ["stats", BASIC],
+        ["diff", BASIC, BASIC],
+        ["merge", BASIC, "-o", tmp_path / "m.json"],
+        ["join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv"],
+        ["kernels", ROOT / "examples" / "insight" / "torch_trace.json.gz", "--no-cache"],
+    ]
     for argv in cases:
         assert main([str(a) for a in argv] + ["--format", "json"]) == 0, argv
         json.loads(capsys.readouterr().out)

@@ -46,7 +46,11 @@ def over_input_cases(d: Path) -> list:
     cap, side = str(d / "capture.npy"), str(d / "capture.json")
     l0, l1 = str(d / "launch_0.npy"), str(d / "launch_1.npy")
     torch = str(d / "torch_trace.json.gz")
-    cubin, csv, cmap = str(d / "tiles_real_ncu.cubin"), str(d / "tiles_real_ncu.csv"), str(d / "tiles_real_ncu.map.json")
+    cubin, csv, cmap = (
+        str(d / "tiles_real_ncu.cubin"),
+        str(d / "tiles_real_ncu.csv"),
+        str(d / "tiles_real_ncu.map.json"),
+    )
     return [
         ["stats", cap, "-o", cap],
         ["stats", cap, "-o", side],
@@ -102,9 +106,13 @@ def test_existing_output_needs_force_and_missing_directory_is_an_error(data, tmp
     assert out.read_text() == "previous"
     assert main(["stats", cap, "-o", str(out), "--force"]) == 0 and out.read_text() == first
     missing = tmp_path / "no" / "such"
-    for argv in (["stats", cap, "-o", str(missing / "s.json")], ["decode", cap, "-o", str(missing / "t.pftrace")],
-                 ["report", cap, "-o", str(missing / "r.html")], ["plot", cap, "-o", str(missing / "png")],
-                 ["merge", cap, "-o", str(missing / "m.json")]):
+    for argv in (
+        ["stats", cap, "-o", str(missing / "s.json")],
+        ["decode", cap, "-o", str(missing / "t.pftrace")],
+        ["report", cap, "-o", str(missing / "r.html")],
+        ["plot", cap, "-o", str(missing / "png")],
+        ["merge", cap, "-o", str(missing / "m.json")],
+    ):
         assert main(argv) == 2, argv
         assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
@@ -141,8 +149,12 @@ def test_read_only_output_directory(data, tmp_path, capsys):
         pytest.skip("cannot make a directory read-only here")
     try:
         cap = str(data / "capture.npy")
-        for argv in (["decode", cap, "-o", str(ro / "t.pftrace")], ["stats", cap, "-o", str(ro / "s.json")],
-                     ["plot", cap, "-o", str(ro / "png")], ["report", cap, "-o", str(ro / "r.html")]):
+        for argv in (
+            ["decode", cap, "-o", str(ro / "t.pftrace")],
+            ["stats", cap, "-o", str(ro / "s.json")],
+            ["plot", cap, "-o", str(ro / "png")],
+            ["report", cap, "-o", str(ro / "r.html")],
+        ):
             assert main(argv) == 2, argv
             err = capsys.readouterr().err
             assert str(ro) in err and "Traceback" not in err, err
@@ -170,7 +182,9 @@ def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data,
     if case.startswith("decode"):
         out = out_dir / ("t.json" if case == "decode-json" else "t.pftrace")
         argv = ["decode", cap, "-o", str(out), "-f", "-q"]
-        monkeypatch.setattr(writers, "write_trace", lambda trace, path, **k: _half_then_enospc(path, '{"traceEvents":[' * 50))
+        monkeypatch.setattr(
+            writers, "write_trace", lambda trace, path, **k: _half_then_enospc(path, '{"traceEvents":[' * 50)
+        )
     elif case == "spans-csv":
         out = out_dir / "spans.csv"
         argv = ["decode", cap, "--spans-csv", str(out), "-f", "-q"]
@@ -179,8 +193,13 @@ def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data,
         out = out_dir / "s.json"
         argv = ["stats", cap, "-o", str(out), "-f", "--format", "json"]
         real = Path.write_text
-        monkeypatch.setattr(Path, "write_text", lambda self, text, *a, **k: _half_then_enospc(self, text)
-                            if self.name.startswith(TEMP_PREFIX) else real(self, text, *a, **k))
+        monkeypatch.setattr(
+            Path,
+            "write_text",
+            lambda self, text, *a, **k: (
+                _half_then_enospc(self, text) if self.name.startswith(TEMP_PREFIX) else real(self, text, *a, **k)
+            ),
+        )
     elif case == "merge":
         out = out_dir / "m.json"
         argv = ["merge", l0, l1, "-o", str(out), "-f"]

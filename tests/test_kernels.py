@@ -9,18 +9,17 @@ import json
 import math
 import os
 import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import shutil
-
-from host_decode.torch_traces import loader
-from host_decode.torch_traces import trace as tt
 from host_decode.cli import main as cli_main
 from host_decode.core.errors import DecodeError
+from host_decode.torch_traces import loader
+from host_decode.torch_traces import trace as tt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 CPU_STEPS = FIXTURES / "cpu_steps.json.gz"
@@ -608,7 +607,7 @@ def test_parallel_workers_match_serial(tmp_path):
 
 def _capture(tmp_path, kernel):
     from host_decode.core.capture import save_capture
-    from tests.buffers import B, E, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 2, 8)
     b.put(0, 100, 1, B).put(0, 400, 1, E).put(0, 410, 2, B).put(0, 500, 2, E)
@@ -620,7 +619,8 @@ def test_cli_capture_regions_under_matching_kernel(gpu_trace, tmp_path):
     path, _ = gpu_trace
     cap = _capture(tmp_path, "vectorized_elementwise_kernel")
     out = tmp_path / "r.json"
-    assert cli_main(["kernels", str(path), "--capture", str(cap), "--format", "json", "-o", str(out), "--top", "0"]) == 0
+    argv = ["kernels", str(path), "--capture", str(cap), "--format", "json", "-o", str(out), "--top", "0"]
+    assert cli_main(argv) == 0
     capture = json.loads(out.read_text())["capture"]
     assert capture["matched_rows"] and all("vectorized_elementwise_kernel" in n for n in capture["matched_rows"])
     regions = {(r["group_name"], r["region"]): r for r in capture["regions"]}  # per (group, region)

@@ -16,8 +16,16 @@ EPOCH_US = 1_731_000_000_000_000  # ~2024 in microseconds since the epoch: 1.7e1
 
 
 def kernel(name, ts, dur, stream=7, corr=-1, pid=0, tid=7, cat="kernel"):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"device": 0, "stream": stream, "correlation": corr}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"device": 0, "stream": stream, "correlation": corr},
+    }
 
 
 def write(path, events, **head):
@@ -32,8 +40,18 @@ def test_negative_tids_parallel(tmp_path):
     for i in range(3000):
         tid = [-5, -2, -1, 3, "stream 7 7"][i % 5]
         pid = [-3, 0, "Spans"][i % 3]
-        events.append({"ph": "X", "cat": "cpu_op", "name": f"op{i % 7}", "pid": pid, "tid": tid,
-                       "ts": 1000 + 10 * i, "dur": 5, "args": {"note": "x" * 40}})
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"op{i % 7}",
+                "pid": pid,
+                "tid": tid,
+                "ts": 1000 + 10 * i,
+                "dur": 5,
+                "args": {"note": "x" * 40},
+            }
+        )
     path = write(tmp_path / "neg.json", events)
     serial = tt.load_torch_trace(path, cache=False, workers=1)
     parallel = tt.load_torch_trace(path, cache=False, workers=2, chunk_bytes=20_000)
@@ -60,8 +78,12 @@ def test_epoch_timestamps_exact(tmp_path, capsys):
     assert trace.columns["ts_ns"].tolist() == want
     gaps = tt.gap_analysis(trace, tt.select(trace), bins=4, top=None)
     assert int(gaps["streams"]["overlaps"][0]) == 0
-    pairs = {(p, n): (lo, hi) for p, n, lo, hi in zip(gaps["pairs"]["prev"], gaps["pairs"]["next"],
-                                                       gaps["pairs"]["min_us"], gaps["pairs"]["max_us"])}
+    pairs = {
+        (p, n): (lo, hi)
+        for p, n, lo, hi in zip(
+            gaps["pairs"]["prev"], gaps["pairs"]["next"], gaps["pairs"]["min_us"], gaps["pairs"]["max_us"]
+        )
+    }
     assert {pairs[(f"k{i}", "back_to_back")] for i in range(3)} == {(3.0, 3.0)}
     assert pairs[("back_to_back", "k0")][0] == 0.0
     assert tt.us_to_ns(np.array([EPOCH_US + 0.25, 1.5e-3, 0.0])).tolist() == [EPOCH_US * 1000 + 250, 2, 0]
@@ -72,12 +94,32 @@ def old_format_events():
     ev = []
     for step in (3, 4):
         t0 = 1000 + 1000 * (step - 3)
-        ev.append({"ph": "X", "cat": "Operator", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
-                   "ts": t0, "dur": 900, "args": {}})
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "Operator",
+                "name": f"ProfilerStep#{step}",
+                "pid": 1,
+                "tid": 1,
+                "ts": t0,
+                "dur": 900,
+                "args": {},
+            }
+        )
         for j in range(2):
             corr = step * 10 + j
-            ev.append({"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                       "ts": t0 + 10 + j, "dur": 1, "args": {"correlation": corr}})
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "Runtime",
+                    "name": "cudaLaunchKernel",
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": t0 + 10 + j,
+                    "dur": 1,
+                    "args": {"correlation": corr},
+                }
+            )
             # runs after the step's CPU span ended: belongs to the step by its launch
             ev.append(kernel(f"gemm{j}", t0 + 950 + 20 * j, 10, corr=corr, cat="Kernel"))
         ev.append(kernel("Memcpy HtoD", t0 + 995, 2, cat="Memcpy"))

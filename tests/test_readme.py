@@ -40,12 +40,13 @@ def blocks() -> list[dict]:
         body = []
         i += 1
         while i < len(lines) and not re.match(rf"^{re.escape(indent)}```\s*$", lines[i]):
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i])
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i])
             i += 1
         before = next((lines[k] for k in range(start - 1, -1, -1) if lines[k].strip()), "")
         skip = SKIP.search(before)
-        out.append({"lang": lang, "line": start + 1, "text": "\n".join(body) + "\n",
-                    "skip": skip.group(1) if skip else None})
+        out.append(
+            {"lang": lang, "line": start + 1, "text": "\n".join(body) + "\n", "skip": skip.group(1) if skip else None}
+        )
         i += 1
     return out
 
@@ -58,15 +59,21 @@ def runnable(kind: str) -> list:
 def scratch(tmp_path):
     """A working directory with copies of the shipped data and an `ikp` that runs this tree."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "tests" / "fixtures", tmp_path / "tests" / "fixtures",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "tests" / "fixtures", tmp_path / "tests" / "fixtures", ignore=shutil.ignore_patterns("__pycache__")
+    )
     bin_dir = tmp_path / ".bin"
     bin_dir.mkdir()
     ikp = bin_dir / "ikp"
     ikp.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m host_decode.cli "$@"\n')
     ikp.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT),
-               COLUMNS="100", MPLBACKEND="Agg")
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=str(ROOT),
+        COLUMNS="100",
+        MPLBACKEND="Agg",
+    )
     return tmp_path, env
 
 
@@ -74,8 +81,9 @@ def scratch(tmp_path):
 def test_readme_shell_block(block, scratch):
     cwd, env = scratch
     script = "\n".join(ln for ln in block["text"].splitlines() if not ln.strip().startswith(NOT_RUN_HERE))
-    r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, f"README line {block['line']}:\n{script}\n--- stderr ---\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr
 
@@ -83,8 +91,9 @@ def test_readme_shell_block(block, scratch):
 @pytest.mark.parametrize("block", runnable({"python", "py"}))
 def test_readme_python_block(block, scratch):
     cwd, env = scratch
-    r = subprocess.run([sys.executable, "-c", block["text"]], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", block["text"]], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, f"README line {block['line']}:\n{block['text']}\n--- stderr ---\n{r.stderr[-3000:]}"
 
 

@@ -43,15 +43,21 @@ def _modules() -> list:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ikp", description="ikp_cute: region-level timelines inside GPU kernels",
-        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)")
+        prog="ikp",
+        description="ikp_cute: region-level timelines inside GPU kernels",
+        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)",
+    )
     parser.add_argument("--version", action="version", version=f"ikp {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _modules():
         example = getattr(module, "EXAMPLE", None)
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
-                           epilog=f"example:\n  {example}" if example else None,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=f"example:\n  {example}" if example else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser

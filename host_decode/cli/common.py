@@ -19,19 +19,23 @@ from typing import Any, Iterable
 from host_decode.core.files import OutputFiles
 
 
-
 def add_force(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
 
 
 def add_progress(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars on slow steps (default: when stderr is a terminal)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars on slow steps (default: when stderr is a terminal)",
+    )
 
 
 def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), default: str = "table") -> None:
-    p.add_argument("--format", choices=choices, default=default,
-                   help=f"what to print: {' | '.join(choices)} (default {default})")
+    p.add_argument(
+        "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
+    )
 
 
 def outputs(args, *inputs: Any) -> OutputFiles:
@@ -139,17 +143,25 @@ def read_names(path) -> "object":
         raise DecodeError(f"not a JSON names file: {e}", source=str(path)) from None
     if not isinstance(obj, dict) or not ({"events", "groups"} & set(obj)):
         got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with keys {sorted(obj)[:6]}"
-        raise DecodeError(f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",
-                          source=str(path))
+        raise DecodeError(
+            f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",
+            source=str(path),
+        )
     try:
         return Names.from_json(obj)
     except ValueError as e:
         raise DecodeError(f"not a names file: {e}", source=str(path)) from None
 
 
-
-def read_pc_table(kind: str, path, kernel: str | None, region_map=None, *, default_kernel: str | None = None,
-                  allow_mismatch: bool = False):
+def read_pc_table(
+    kind: str,
+    path,
+    kernel: str | None,
+    region_map=None,
+    *,
+    default_kernel: str | None = None,
+    allow_mismatch: bool = False,
+):
     """Per-PC data of `kind` (ncu | cupti | nvbit) for one kernel: the explicit --kernel; else the kernel
     with markers (the map's, else `default_kernel`, e.g. the capture's sidecar kernel) when the file has
     it; else the file's only kernel. An ncu table lists every instruction: one that covers fewer than the
@@ -171,9 +183,12 @@ def read_pc_table(kind: str, path, kernel: str | None, region_map=None, *, defau
                 raise first from None
     if kind == "ncu" and region_map is not None and table.pc.size < region_map.pc.size and not allow_mismatch:
         last = int(table.pc.max()) if table.pc.size else -1
-        raise DecodeError(f"lists {table.pc.size} of the kernel's {region_map.pc.size} instructions (last PC {last:#x}, "
-                          f"code ends at {int(region_map.pc.max()):#x}): the CSV is cut short or of another build "
-                          "(--allow-mismatch joins anyway)", source=str(path))
+        raise DecodeError(
+            f"lists {table.pc.size} of the kernel's {region_map.pc.size} instructions (last PC {last:#x}, "
+            f"code ends at {int(region_map.pc.max()):#x}): the CSV is cut short or of another build "
+            "(--allow-mismatch joins anyway)",
+            source=str(path),
+        )
     return table
 
 
@@ -235,4 +250,3 @@ def ensure_gzip(path) -> None:
         os.replace(packed, path)
     finally:
         packed.unlink(missing_ok=True)
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
+
 def demangle(names: list) -> list:
     """Itanium-mangled names (`_Z...`) through c++filt in one batch; others unchanged (torch traces
     usually hold CUPTI's demangled names already). Without c++filt, mangled names stay as they are."""

@@ -8,9 +8,17 @@ EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then ope
 def add_arguments(p) -> None:
     from host_decode.cli.common import add_force, add_progress
 
-    p.add_argument("buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present")
-    p.add_argument("-o", "--output", help="trace file: .pftrace (Perfetto protobuf) or .json (Chrome JSON), optionally .gz")
-    p.add_argument("--spans-csv", metavar="FILE", help="also write one row per span: block,group,event,start_ns,end_ns,duration_ns (ids)")
+    p.add_argument(
+        "buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present"
+    )
+    p.add_argument(
+        "-o", "--output", help="trace file: .pftrace (Perfetto protobuf) or .json (Chrome JSON), optionally .gz"
+    )
+    p.add_argument(
+        "--spans-csv",
+        metavar="FILE",
+        help="also write one row per span: block,group,event,start_ns,end_ns,duration_ns (ids)",
+    )
     p.add_argument("--loss-json", metavar="FILE", help="also write the loss report as JSON")
     p.add_argument("--names", help="JSON names file {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
     p.add_argument("--write-stride", type=int, help="lane layout stride (default: sidecar, else inferred)")
@@ -53,9 +61,16 @@ def run(args) -> int:
             if path:
                 print(f"wrote {path}")
     if args.output:
-        next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file); ikp stats {args.buffer} for statistics", args)
+        next_step(
+            f"open {args.output} at https://ui.perfetto.dev (Open trace file); ikp stats {args.buffer} for statistics",
+            args,
+        )
     else:
-        next_step(f"ikp decode {args.buffer} -o trace.pftrace to view it in Perfetto; ikp report {args.buffer} for an HTML page", args)
+        next_step(
+            f"ikp decode {args.buffer} -o trace.pftrace to view it in Perfetto; "
+            f"ikp report {args.buffer} -o report.html for an HTML page",
+            args,
+        )
     return 0
 
 
@@ -63,5 +78,7 @@ def write_spans_csv(trace, path) -> None:
     import numpy as np
 
     s = trace.spans
-    cols = np.column_stack([s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]])
+    cols = np.column_stack(
+        [s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]]
+    )
     np.savetxt(path, cols, fmt="%d", delimiter=",", header="block,group,event,start_ns,end_ns,duration_ns", comments="")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 NAME = "join"
 HELP = "join per-PC data (Nsight Compute CSV, CUPTI PC sampling, NVBit JSON) with a pc2region map"
-EXAMPLE = ("ikp join --map tests/fixtures/pc/tiles_real_ncu.map.json --ncu tests/fixtures/pc/tiles_real_ncu.csv "
-           "-o regions.json")
+EXAMPLE = (
+    "ikp join --map tests/fixtures/pc/tiles_real_ncu.map.json --ncu tests/fixtures/pc/tiles_real_ncu.csv "
+    "-o regions.json"
+)
 
 
 def add_arguments(p) -> None:
@@ -16,14 +18,18 @@ def add_arguments(p) -> None:
     src.add_argument("--ncu", help="ncu source-page CSV (ncu -i rep --page source --csv --print-source sass)")
     src.add_argument("--cupti", help="CUPTI PC sampling JSON (host_decode.hardware.adapters.cupti.PcSampler)")
     src.add_argument("--nvbit", help="NVBit-style per-PC JSON")
-    p.add_argument("--kernel", help="kernel name in the data file (default: the map's kernel, else the file's only one)")
+    p.add_argument(
+        "--kernel", help="kernel name in the data file (default: the map's kernel, else the file's only one)"
+    )
     p.add_argument("-o", "--output", help="write the per-region results as JSON here")
     add_format(p)
     p.add_argument("--inclusive", action="store_true", help="print inclusive rows (a path plus all below it)")
-    p.add_argument("--allow-mismatch", action="store_true",
-                   help="join even if the data does not match the map's cubin")
-    p.add_argument("--no-move", action="store_true",
-                   help="keep samples where they are (no move off zero-execution PCs / PCs after EXIT)")
+    p.add_argument("--allow-mismatch", action="store_true", help="join even if the data does not match the map's cubin")
+    p.add_argument(
+        "--no-move",
+        action="store_true",
+        help="keep samples where they are (no move off zero-execution PCs / PCs after EXIT)",
+    )
     p.add_argument("--trace", help="a capture (BUFFER.npy): its event names name the regions")
     add_force(p)
 
@@ -51,6 +57,9 @@ def run(args) -> int:
         join.render_table(result, inclusive=args.inclusive, console=console())
     if args.output:
         print(f"wrote {args.output}")
-    next_step(f"ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o report.html to see these per region "
-              "next to the timeline", args)
+    next_step(
+        f"ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o report.html to see these per region "
+        "next to the timeline",
+        args,
+    )
     return 0 if result.check["ok"] else 1

@@ -38,14 +38,24 @@ def run(args) -> int:
         if tmp:
             m.save(tmp)
     if args.format == "json":
-        print(dumps({"kernel": m.kernel, "instructions": int(m.pc.size), "markers": len(m.markers),
-                     "regions": m.summary(), "problems": list(m.problems)}))
+        print(
+            dumps(
+                {
+                    "kernel": m.kernel,
+                    "instructions": int(m.pc.size),
+                    "markers": len(m.markers),
+                    "regions": m.summary(),
+                    "problems": list(m.problems),
+                }
+            )
+        )
     else:
         _print_summary(m, args.show)
     if args.output:
         print(f"wrote {args.output}")
-        next_step(f"ikp join --map {args.output} --ncu sass.csv (or --cupti / --nvbit) for per-region hardware metrics",
-                  args)
+        next_step(
+            f"ikp join --map {args.output} --ncu sass.csv (or --cupti / --nvbit) for per-region hardware metrics", args
+        )
     else:
         next_step("add -o map.json to keep the map for ikp join / ikp report --map", args)
     return 0
@@ -68,19 +78,26 @@ def _names(path: str):
     obj = _load_json(path)
     if isinstance(obj, dict) and "events" in obj and isinstance(obj["events"], (dict, list)):
         return obj
-    if isinstance(obj, dict) and obj and all(isinstance(v, str) for v in obj.values()) and all(
-            str(k).lstrip("-").isdigit() for k in obj):
+    if (
+        isinstance(obj, dict)
+        and obj
+        and all(isinstance(v, str) for v in obj.values())
+        and all(str(k).lstrip("-").isdigit() for k in obj)
+    ):
         return obj
-    raise DecodeError("not a names file: want a capture sidecar / names file {'events': {id: name}} or "
-                      "{id: name}", source=str(path))
+    raise DecodeError(
+        "not a names file: want a capture sidecar / names file {'events': {id: name}} or {id: name}", source=str(path)
+    )
 
 
 def _marker_table(path: str):
     from host_decode.core.errors import DecodeError
 
     obj = _load_json(path)
-    if not (isinstance(obj, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p)
-                                          for p in obj)):
+    if not (
+        isinstance(obj, list)
+        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) for x in p) for p in obj)
+    ):
         raise DecodeError("not a marker table: want a JSON list of [event_id, event_type] pairs", source=str(path))
     return obj
 

@@ -11,8 +11,9 @@ def add_arguments(p) -> None:
     from host_decode.cli.common import add_force, add_progress
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) or directories of them (several = a session)")
-    p.add_argument("-o", "--output", required=True,
-                   help=f"directory for {', '.join(FILES)} (created when its parent exists)")
+    p.add_argument(
+        "-o", "--output", required=True, help=f"directory for {', '.join(FILES)} (created when its parent exists)"
+    )
     p.add_argument("--launch", type=int, default=0, help="which launch of a session the Gantt chart shows (default 0)")
     p.add_argument("--bins", type=int, default=40, help="histogram bins (default 40)")
     add_force(p)
@@ -34,9 +35,11 @@ def run(args) -> int:
             tmp_dir = out.add_new_dir(out_dir)
             tmp = {name: tmp_dir / name for name in FILES}
         trace = load_trace(args.captures, progress=args.progress)
-        steps = [lambda: plots.plot_histograms(trace, tmp["histograms.png"], bins=args.bins),
-                 lambda: plots.plot_gantt(trace, tmp["gantt.png"], launch=args.launch),
-                 lambda: plots.plot_overlap(trace, tmp["overlap.png"])]
+        steps = [
+            lambda: plots.plot_histograms(trace, tmp["histograms.png"], bins=args.bins),
+            lambda: plots.plot_gantt(trace, tmp["gantt.png"], launch=args.launch),
+            lambda: plots.plot_overlap(trace, tmp["overlap.png"]),
+        ]
         for step in progress(steps, "plot", args):
             step()
     for name in FILES:

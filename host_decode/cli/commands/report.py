@@ -1,25 +1,38 @@
 """ikp report CAPTURE: one self-contained offline HTML page exploring one kernel (host_decode.reports.html)."""
 
 NAME = "report"
-HELP = "write a self-contained HTML explorer of one kernel: timeline stats, per-region hardware metrics, annotated source and SASS"
-EXAMPLE = ("ikp report examples/basic/capture.npy --source examples/basic/kernel.py -o basic.html\n"
-           "  ikp report CAPTURE.npy --cubin kernel.cubin --ncu sass.csv --source kernel.py -o report.html")
+HELP = ("write a self-contained HTML explorer of one kernel: timeline stats, per-region hardware metrics, "
+        "annotated source and SASS")
+EXAMPLE = (
+    "ikp report examples/basic/capture.npy --source examples/basic/kernel.py -o basic.html\n"
+    "  ikp report CAPTURE.npy --cubin kernel.cubin --ncu sass.csv --source kernel.py -o report.html"
+)
 
 
 def add_arguments(p) -> None:
     p.add_argument("capture", help="BUFFER.npy (its BUFFER.json sidecar is read when present)")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--map", help="pc2region map JSON (host_decode.hardware.pc2region RegionMap.save)")
-    p.add_argument("--cubin", help="the kernel's cubin: builds the map when --map is absent, and gives the SASS text (needs nvdisasm)")
+    p.add_argument(
+        "--cubin",
+        help="the kernel's cubin: builds the map when --map is absent, and gives the SASS text (needs nvdisasm)",
+    )
     p.add_argument("--kernel", help="kernel symbol inside the cubin / per-PC data (default: the one with markers)")
     hw = p.add_mutually_exclusive_group()
-    hw.add_argument("--ncu", help="Nsight Compute source-page CSV (ncu -i rep.ncu-rep --page source --csv --print-source sass)")
+    hw.add_argument(
+        "--ncu", help="Nsight Compute source-page CSV (ncu -i rep.ncu-rep --page source --csv --print-source sass)"
+    )
     hw.add_argument("--cupti", help="CUPTI PC-sampling JSON (host_decode.hardware.adapters.cupti)")
     hw.add_argument("--nvbit", help="NVBit-style per-PC JSON (host_decode.hardware.adapters.nvbit)")
-    p.add_argument("--source", help="the kernel's source file (Python or CUDA C++), shown with lines coloured by region")
+    p.add_argument(
+        "--source", help="the kernel's source file (Python or CUDA C++), shown with lines coloured by region"
+    )
     p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
-    p.add_argument("--allow-mismatch", action="store_true",
-                   help="join per-PC data even when it does not match the map (reported on the page)")
+    p.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="join per-PC data even when it does not match the map (reported on the page)",
+    )
     from host_decode.cli.common import add_force
 
     add_force(p)
@@ -43,9 +56,18 @@ def run(args) -> int:
         if args.source:
             source_text = Path(args.source).read_text(encoding="utf-8", errors="replace")
         with Step("writing the report", args):
-            write_report(tmp, trace, region_map=region_map, pc_table=pc_table, source_text=source_text,
-                         source_path=args.source, sass_text=sass_text, pc_files=pc_files, capture_path=args.capture,
-                         force_join=args.allow_mismatch)
+            write_report(
+                tmp,
+                trace,
+                region_map=region_map,
+                pc_table=pc_table,
+                source_text=source_text,
+                source_path=args.source,
+                sass_text=sass_text,
+                pc_files=pc_files,
+                capture_path=args.capture,
+                force_join=args.allow_mismatch,
+            )
     size = Path(args.output).stat().st_size
     print(f"wrote {args.output} ({size / 1024:.0f} KiB)")
     next_step(f"open {args.output} in a browser (one self-contained file, works offline)", args)
@@ -77,6 +99,12 @@ def _pc_table(args, region_map, trace):
     for flag in ("ncu", "cupti", "nvbit"):
         path = getattr(args, flag)
         if path:
-            return read_pc_table(flag, path, args.kernel, region_map, default_kernel=(trace.meta or {}).get("kernel"),
-                                 allow_mismatch=args.allow_mismatch)
+            return read_pc_table(
+                flag,
+                path,
+                args.kernel,
+                region_map,
+                default_kernel=(trace.meta or {}).get("kernel"),
+                allow_mismatch=args.allow_mismatch,
+            )
     return None

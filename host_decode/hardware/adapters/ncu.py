@@ -24,8 +24,8 @@ import re
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable
 
 # display name -> our counter name (first match wins; older ncu said "Cycles" where 2025.x says "Samples")
 COUNTER_COLUMNS = {

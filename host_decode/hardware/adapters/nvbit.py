@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 
 FORMAT = "ikp-nvbit-pc-v1"
 _COUNT_FIELDS = {
