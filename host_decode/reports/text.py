@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from host_decode.core.model import LOSS_BUCKETS, Trace
 from host_decode.analysis.stats import region_summary, summary_rows
+from host_decode.core.model import LOSS_BUCKETS, Trace
 
 NARROW_COLUMNS = 100  # below this console width tables drop their secondary columns (80-column terminals)
 
@@ -79,6 +79,7 @@ def print_summary(trace: Trace, console=None) -> None:
     cells = [[r["group_name"], r["region"], str(r["count"]), f"{r['total_ns'] / 1e3:.1f}", f"{r['mean_ns']:.0f}",
               str(r["min_ns"]), f"{r['p50_ns']:.0f}", f"{r['p90_ns']:.0f}", f"{r['p99_ns']:.0f}", str(r["max_ns"]),
               f"{r['cv']:.2f}"] for r in rows]
-    console.print(table(console, title, ["group", "region", "count", "total us", "mean ns", "min ns", "p50 ns", "p90 ns",
-                                         "p99 ns", "max ns", "cv"], cells,
+    headers = ["group", "region", "count", "total us", "mean ns", "min ns", "p50 ns", "p90 ns", "p99 ns", "max ns",
+               "cv"]
+    console.print(table(console, title, headers, cells,
                         secondary=("total us", "min ns", "p90 ns", "cv"), text=("group", "region")))
