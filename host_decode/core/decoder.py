@@ -655,8 +655,8 @@ def read_sidecar(path: str | Path) -> dict:
         raise DecodeError("sidecar must be a JSON object", source=str(side))
     if obj.get("format", FORMAT_NAME) != FORMAT_NAME or not SIDECAR_KEYS.intersection(obj):
         what = "a Chrome trace" if "traceEvents" in obj else f"keys {sorted(obj)[:6]}"
-        raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT_NAME!r} with events/groups): "
-                          f"rename it, or pass names with --names", source=str(side))
+        raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT_NAME!r} with "
+                          "events/groups): rename it, or pass names with --names", source=str(side))
     return obj
 
 
@@ -674,7 +674,8 @@ def load_buffer(path: str | Path) -> np.ndarray:
     except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError, SyntaxError, TokenError...
         # numpy's own text may advise allow_pickle=True: never pass that on (loading a pickle runs code)
         reason = "" if "pickle" in str(e) else f": {e}"
-        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file){reason}", source=str(path)) from None
+        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file){reason}",
+                          source=str(path)) from None
     if isinstance(arr, np.lib.npyio.NpzFile):
         raise DecodeError("expected a .npy array, got a .npz archive", source=str(path))
     return arr
