@@ -109,6 +109,18 @@ def test_tables_readable_at_80_columns(tmp_path):
             assert "instructions" in text and "%" in text  # numeric columns kept
 
 
+def test_every_table_command_fits_80_columns_end_to_end():
+    ins = ROOT / "examples" / "insight"
+    for argv in (["decode", FA4], ["stats", FA4], ["diff", ins / "launch_0.npy", ins / "launch_1.npy"],
+                 ["join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv"],
+                 ["kernels", ROOT / "tests" / "fixtures" / "torch" / "torch_gpu_2streams.json.gz", "--no-cache"],
+                 ["pc2region", PC / "tiles_real_ncu.cubin"]):
+        r = run_cli(*argv, columns=80)
+        assert r.returncode == 0, (argv, r.stderr)
+        wide = [line for line in r.stdout.splitlines() if len(line) > 80]
+        assert not wide, (argv[0], wide[:3])
+
+
 def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
     r = run_cli("decode", BASIC, "-o", tmp_path / "t.pftrace")
     assert r.returncode == 0

@@ -276,3 +276,26 @@ def test_output_files_api_for_new_commands(tmp_path):
         with OutputFiles(force=True) as out:
             out.add(tmp_path / "x")
             out.add(tmp_path / "x")
+
+
+def test_save_capture_is_atomic(data, monkeypatch):
+    """host_decode.core.capture.save_capture: an interrupted save leaves the previous capture whole."""
+    import numpy as np
+
+    from host_decode.core import capture
+
+    cap = data / "capture.npy"
+    before = digest(data)
+    buf = np.load(cap)
+
+    def half(f, arr, allow_pickle=False):
+        f.write(b"\x93NUMPY" + b"\x00" * 20)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(capture.np, "save", half)
+    with pytest.raises(OutputError, match="No space left"):
+        capture.save_capture(cap, buf, names={"events": {"0": "x"}})
+    assert digest(data) == before and no_temporaries(data)
+    monkeypatch.undo()
+    capture.save_capture(data / "again.npy", buf, names={"events": {"0": "x"}})
+    assert np.array_equal(np.load(data / "again.npy"), buf) and (data / "again.json").exists()

@@ -35,15 +35,19 @@ def table(con, title: str, headers: list, rows: list, *, secondary: tuple = (), 
 
 
 def make_console(file=None):
-    """The rich console every command prints with: the terminal's width on a terminal, 160 columns when
-    piped or written to a file (rich's 80 would wrap every table), no colour codes in files."""
+    """The rich console every command prints with: the terminal's width on a terminal (or $COLUMNS), 160
+    columns when piped or written to a file (rich's 80 would wrap every table), no colour codes in files."""
     import sys
 
     from rich.console import Console
 
     if file is not None:
         return Console(file=file, width=200, color_system=None, force_terminal=False, highlight=False)
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    import os
+
+    # $COLUMNS wins when set (COLUMNS=80 ikp ... | less gets the narrow layout); a pipe otherwise gets 160
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+    return Console(highlight=False, width=width)
 
 
 def print_loss(trace: Trace, console=None) -> None:

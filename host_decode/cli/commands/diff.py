@@ -110,48 +110,25 @@ def _v(x, fmt="{:.0f}"):
 
 
 def print_table(rows, launches, args, console) -> None:
-    from rich.table import Table
+    """Per-region deltas; on a narrow terminal the secondary columns (counts, CI, p50, Mann-Whitney) go."""
+    from host_decode.cli.common import table
 
-    t = Table(
-        title=f"A -> B per region ({args.metric}, samples per {args.unit}, alpha {args.alpha})", title_justify="left"
-    )
-    for c in (
-        "group",
-        "region",
-        "n A",
-        "n B",
-        "mean A ns",
-        "mean B ns",
-        "delta",
-        "95% CI",
-        "p50 delta",
-        "p (Welch)",
-        "p (MW)",
-        "verdict",
-    ):
-        t.add_column(c, justify="left" if c in ("group", "region", "verdict") else "right")
+    headers = ["group", "region", "n A", "n B", "mean A ns", "mean B ns", "delta", "95% CI", "p50 delta", "p (Welch)",
+               "p (MW)", "verdict"]
     style = {"slower": "red", "faster": "green", "only_a": "yellow", "only_b": "yellow"}
+    cells = []
     for r in rows:
         ci = (
             f"[{_v(r.get('ci_low_pct'), '{:+.1f}')}, {_v(r.get('ci_high_pct'), '{:+.1f}')}]%"
             if "ci_low_pct" in r
             else "-"
         )
-        t.add_row(
-            r["group"],
-            r["event"],
-            str(r["n_a"]),
-            str(r["n_b"]),
-            _v(r.get("mean_a")),
-            _v(r.get("mean_b")),
-            _v(r.get("delta_pct"), "{:+.2f}%"),
-            ci,
-            _v(r.get("delta_p50_pct"), "{:+.2f}%"),
-            _v(r.get("p_welch"), "{:.2g}"),
-            _v(r.get("p_mw"), "{:.2g}"),
-            r["status"],
-            style=style.get(r["status"]),
-        )
+        cells.append({"style": style.get(r["status"]), "cells": [
+            r["group"], r["event"], str(r["n_a"]), str(r["n_b"]), _v(r.get("mean_a")), _v(r.get("mean_b")),
+            _v(r.get("delta_pct"), "{:+.2f}%"), ci, _v(r.get("delta_p50_pct"), "{:+.2f}%"),
+            _v(r.get("p_welch"), "{:.2g}"), _v(r.get("p_mw"), "{:.2g}"), r["status"]]})
+    t = table(console, f"A -> B per region ({args.metric}, samples per {args.unit}, alpha {args.alpha})", headers,
+              cells, secondary=("n A", "n B", "95% CI", "p50 delta", "p (MW)"), text=("group", "region"))
     console.print(t)
     if launches.get("n_a") and launches.get("n_b"):
         console.print(

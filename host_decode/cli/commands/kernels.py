@@ -250,11 +250,11 @@ def _render(console, report: dict, args) -> None:
             f"{d['union_us']:,.1f} us of {d['span_us']:,.1f} us span ({util:.1%})"
         )
     title = f"{', '.join(sel['categories'])}: {sel['rows']:,} rows"
-    console.print(_name_table(Table, report["kernels"], title))
+    console.print(_name_table(console, report["kernels"], title))
     if report.get("memory"):
-        console.print(_name_table(Table, report["memory"], "memory operations (memcpy, memset)"))
+        console.print(_name_table(console, report["memory"], "memory operations (memcpy, memset)"))
     if report["runtime"]:
-        console.print(_name_table(Table, report["runtime"], "CUDA runtime / driver (CPU side)"))
+        console.print(_name_table(console, report["runtime"], "CUDA runtime / driver (CPU side)"))
     if "capture" in report:
         _render_capture(console, Table, report["capture"])
     if "streams" not in report:
@@ -306,26 +306,18 @@ def _render(console, report: dict, args) -> None:
     console.print(t)
 
 
-def _name_table(Table, rows: list, title: str):
+def _name_table(console, rows: list, title: str):
+    """Per-name table; on a narrow terminal std/min/max and the launch share go, names fold."""
     from rich.markup import escape
 
-    t = Table(title=escape(title))
-    for col in ("name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"):
-        t.add_column(col, justify="left" if col in ("name", "kind") else "right", overflow="fold")
-    for r in rows:
-        t.add_row(
-            escape(r["name"]),
-            r["kind"],
-            f"{r['count']:,}",
-            f"{r['launch_share']:.1%}",
-            f"{r['total_us']:,.2f}",
-            f"{r['mean_us']:.3f}",
-            f"{r['std_us']:.3f}",
-            f"{r['min_us']:.3f}",
-            f"{r['max_us']:.3f}",
-            f"{r['time_share']:.1%}",
-        )
-    return t
+    from host_decode.cli.common import table
+
+    headers = ["name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"]
+    cells = [[escape(r["name"]), r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
+              f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}",
+              f"{r['time_share']:.1%}"] for r in rows]
+    return table(console, escape(title), headers, cells, secondary=("launch %", "std us", "min us", "max us"),
+                 text=("name", "kind"))
 
 
 # ------------------------------------------------------------------------------- link to captures
