@@ -38,6 +38,7 @@ import numpy as np
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
 from host_decode.torch_traces.loader import read_chrome as load_chrome  # the one torch trace reader
+from host_decode.torch_traces.loader import us_to_ns
 
 KERNEL_CATS = ("kernel",)
 AMBIGUITY_RATIO = 10  # auto-match by absolute time only if distance * this <= spacing of the slices
@@ -78,7 +79,7 @@ def _dumps_events(events: list) -> str:
 
 def profiler_ns(doc: dict, ts_us: float) -> int:
     """Profiler time of a Chrome `ts` as ns since the epoch (see the module docstring)."""
-    return int(doc.get("baseTimeNanoseconds", 0)) + int(round(float(ts_us) * 1000.0))
+    return int(doc.get("baseTimeNanoseconds", 0)) + int(us_to_ns(np.array([float(ts_us)]))[0])  # exact at epoch us
 
 
 def kernel_slices(doc: dict) -> list[dict]:
