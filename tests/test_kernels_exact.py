@@ -89,6 +89,13 @@ def test_epoch_timestamps_exact(tmp_path, capsys):
     assert tt.us_to_ns(np.array([EPOCH_US + 0.25, 1.5e-3, 0.0])).tolist() == [EPOCH_US * 1000 + 250, 2, 0]
 
 
+def test_alignment_profiler_time_exact_at_epoch_microseconds():
+    from host_decode.analysis.align import profiler_ns
+
+    assert profiler_ns({}, EPOCH_US + 13.5) == EPOCH_US * 1000 + 13_500  # float rounding gave ...13_568
+    assert profiler_ns({"baseTimeNanoseconds": 1_000}, 2.25) == 3_250
+
+
 def old_format_events():
     """Profiler traces before Kineto's cpu_op naming: categories Operator, Runtime, Kernel, Memcpy."""
     ev = []
