@@ -132,6 +132,17 @@ def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
     assert r.stderr.startswith("next: ")
 
 
+def test_progress_shown_when_asked(tmp_path):
+    """--progress forces the progress lines (what a terminal gets by default) on each slow step."""
+    for argv, text in ((["decode", BASIC, "-o", tmp_path / "t.pftrace"], "decoding"),
+                       (["stats", BASIC], "statistics"),
+                       (["report", BASIC, "-o", tmp_path / "r.html"], "writing the report"),
+                       (["kernels", ROOT / "examples" / "insight" / "torch_trace.json.gz", "--no-cache"],
+                        "reading the profiler trace")):
+        r = run_cli(*argv, "--progress")
+        assert r.returncode == 0 and text in r.stderr, (argv[0], r.stderr[-500:])
+
+
 def test_format_json_everywhere_a_table_is_printed(tmp_path, capsys):
     cases = [
         ["stats", BASIC],

@@ -33,9 +33,10 @@ def add_arguments(p) -> None:
         action="store_true",
         help="join per-PC data even when it does not match the map (reported on the page)",
     )
-    from host_decode.cli.common import add_force
+    from host_decode.cli.common import add_force, add_progress
 
     add_force(p)
+    add_progress(p)
 
 
 def run(args) -> int:
