@@ -49,8 +49,9 @@ def test_merge_torch_on_a_json_list(tmp_path, capsys):
 def test_join_ncu_on_random_bytes(tmp_path, capsys):
     bad = tmp_path / "random.csv"
     bad.write_bytes(os.urandom(4000) + b"\n\x00" + os.urandom(100))
-    rc, _, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", bad)
-    assert rc == 2 and one_error_line(err, "random.csv")
+    for flag in ("--ncu", "--cupti", "--nvbit"):
+        rc, _, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", flag, bad)
+        assert rc == 2 and one_error_line(err, "random.csv"), (flag, err)
 
 
 @pytest.mark.parametrize(
