@@ -362,7 +362,7 @@ def test_cli_writes_full_report(inputs, tmp_path, capsys):
     assert data["hardware"]["check"]["ok"] and data["missing"] == {}
     assert "text" in data["pcs"]
     # --cubin alone builds the map
-    rc = main(["report", str(inputs["capture"]), "--cubin", str(inputs["cubin"]), "-o", str(out)])
+    rc = main(["report", str(inputs["capture"]), "--cubin", str(inputs["cubin"]), "-o", str(out), "-f"])
     data = extract_data(out.read_text())
     assert rc == 0 and [p["path"] for p in data["paths"]][3:] == ["outer", "outer/body", "outer/slow", "outer/inner"]
 
