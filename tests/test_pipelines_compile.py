@@ -1,7 +1,7 @@
 """trace_pipelines on real compiles (CPU, sm_90a / sm_100a): records at every pipeline call site, nothing
 outside the context, the sidecar metadata (the device half of tests/test_pipelines_*.py).
 
-* a small kernel on cutlass.pipeline with a kernel-defined subclass (tests/kernels/pipelines_kernel.py):
+* a small kernel on cutlass.pipeline with a kernel-defined subclass (ikp_cute/testing/kernels/pipelines_kernel.py):
   runs in CI (cutlass only);
 * FA4's Hopper forward, quack's sm90 GEMM (through their own host APIs, torch FakeTensorMode) and FA4's
   Blackwell forward (sm_100a, in a subprocess): skipped without torch / flash_attn / quack.
@@ -25,7 +25,6 @@ os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
 pytest.importorskip("cutlass")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "kernels"))
 sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
 BAKED = 0x7F0012340000
 MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end)? \*/")
@@ -67,7 +66,7 @@ def _spec(num_groups, num_blocks, records_per_lane=64):
 
 
 def _compile_small(trace=None):
-    import pipelines_kernel as pk
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
@@ -111,7 +110,7 @@ def test_levels_record_what_they_say(small):
 
 def _line(text: str) -> str:
     """`pipelines_kernel.py:<line>` of the first line of the test kernel containing `text`."""
-    lines = (ROOT / "tests" / "kernels" / "pipelines_kernel.py").read_text().splitlines()
+    lines = (ROOT / "ikp_cute" / "testing" / "kernels" / "pipelines_kernel.py").read_text().splitlines()
     return f"pipelines_kernel.py:{next(i for i, line in enumerate(lines, 1) if text in line)}"
 
 

@@ -20,6 +20,14 @@ Lanes: group 0 = producer warp group (leader: lane 0 of warp 0, FA4's TMA warp),
 two consumer (MMA) warp groups (leaders: lane 0 of warps 4 and 8). One lane per (CTA, group); FA4's
 sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / tile_m).
 
+Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches, measured with the earlier
+version that also proxied the pipeline waits; README, "Real kernels"):
+per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
+(`ProfileSpec(mode="lean")`: no profiler state in the consumers' registers across FA4's register-tight main
+loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
+its schedule. Per-iteration regions (`iter`, +4.8%) are cheaper with the default cursor; the producer
+role alone costs ~0.5% even at detail "full".
+
 Invariants a change could break (tests/test_examples_compile.py guards them):
 * with a disabled spec the class compiles to FA4's own PTX (test_fa4_disabled_is_fa4);
 * instrumented PTX differs from FA4's only by profiler code, every event of the detail level is
@@ -154,7 +162,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def load(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
-        self._prof = Profiler(self.profile_spec, None, group=0)
+        self._prof = Profiler.create(self.profile_spec, None, group=0)
         with self._region("producer"):
             super().load(*args, **kwargs)
         self._prof.finalize()
@@ -175,9 +183,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         if self.late_setup:
             self._on = set()
             super().mma(*args, **kwargs)
-            Profiler(self.profile_spec, None, group=warp_group).finalize()
+            Profiler.create(self.profile_spec, None, group=warp_group).finalize()
             return
-        self._prof = Profiler(self.profile_spec, None, group=warp_group)
+        self._prof = Profiler.create(self.profile_spec, None, group=warp_group)
         with self._region("consumer"):
             super().mma(*args, **kwargs)
         self._prof.finalize()

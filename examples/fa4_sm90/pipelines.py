@@ -50,12 +50,13 @@ def main(argv=None):
     if args.phases:
         import fa4_instrumented as fi
 
-        phase_session = ikp_cute.Session(groups=list(fi.GROUPS), num_blocks=ctas, records_per_lane=256,
-                                         events=fi.events_for("iter"), bake_address=True, lean=True)
+        phase_spec = ikp_cute.ProfileSpec(mode="lean", num_groups=len(fi.GROUPS), num_blocks=ctas,
+                                          records_per_lane=256, events=fi.events_for("iter"))
+        phase_session = ikp_cute.Session(phase_spec, groups=list(fi.GROUPS), bake_address=True)
         phases = fi.patched_interface(phase_session.spec, "iter")
     with fa4_private_cache(), phases, trace_pipelines(pipes, level=args.level) as trace:
         flash_attn_func(q, k, v, causal=args.causal)  # compiles FA4 with the hooks in place
-        with pipes:
+        with pipes.zeroed_then_synced():
             if args.phases:
                 phase_session.reset()
             flash_attn_func(q, k, v, causal=args.causal)

@@ -131,14 +131,14 @@ def fa4_case(causal: bool, iters: int, b=2, s=4096, h=16):
     RESULTS[f"fa4_{tag}_cost"] = cost_rows(times, "fa4")
     # Full-size capture at the default level: one launch into a zeroed buffer.
     session, trace = sessions["waits"], traces["waits"]
-    with session:
+    with session.zeroed_then_synced():
         variants["waits"]()
     path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_waits.npy"))
     summarize(f"fa4_{tag}", path, session, trace, pipeline="k")
     _remove_capture(path)  # too large to bring back; its summary is in results.json
     # Full-size signals capture: per n-block time from the producer's commits too.
     session, trace = sessions["signals"], traces["signals"]
-    with session:
+    with session.zeroed_then_synced():
         variants["signals"]()
     path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_signals.npy"))
     summarize(f"fa4_{tag}_signals", path, session, trace, pipeline="k")
@@ -181,7 +181,7 @@ def fa4_small():
     session = session_for(fa4_num_ctas(b, s, h), 12, records_per_lane=128, kernel="fa4_sm90_small")
     trace = trace_pipelines(session, level="signals")
     cache, _ = fa4_build(q, k, v, False, trace)
-    with session:
+    with session.zeroed_then_synced():
         fa4_runner(cache, q, k, v, False)()
     path = trace.save(session, os.path.join(OUT, "fa4_sm90_signals.npy"))
     summarize("fa4_small", path, session, trace, pipeline="k")
@@ -250,13 +250,13 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
     times = bench(variants, iters)
     RESULTS["quack_cost"] = cost_rows(times, "quack")
     session, trace = sessions["waits"], traces["waits"]
-    with session:
+    with session.zeroed_then_synced():
         variants["waits"]()
     path = trace.save(session, os.path.join(OUT, "quack_full_waits.npy"))
     summarize("quack", path, session, trace, pipeline="ab")
     _remove_capture(path)
     session, trace = sessions["signals"], traces["signals"]
-    with session:
+    with session.zeroed_then_synced():
         variants["signals"]()
     path = trace.save(session, os.path.join(OUT, "quack_full_signals.npy"))
     summarize("quack_signals", path, session, trace, pipeline="ab")
@@ -281,7 +281,7 @@ def quack_small():
     with trace:
         gemm(A, B, tuned=False)
     torch.cuda.synchronize()
-    with session:
+    with session.zeroed_then_synced():
         gemm(A, B, tuned=False)
     caches.activate(saved)
     full = trace.save(session, os.path.join(OUT, "quack_small_untrimmed.npy"))

@@ -3,7 +3,7 @@
     session = ikp_cute.pipelines.session_for(num_blocks=1024, warps_per_block=12, records_per_lane=512)
     with ikp_cute.trace_pipelines(session, level="waits") as trace:
         compiled = cute.compile(...)            # or any host API that compiles (FA4's, quack's)
-    with session:
+    with session.zeroed_then_synced():
         compiled(...)
     trace.save(session, "capture.npy")          # v1 buffer + sidecar with `pipelines` / `barriers`
 
@@ -40,12 +40,14 @@ def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
     return [f"wg{w // warps_per_group}.w{w % warps_per_group}" for w in range(warps_per_block)]
 
 
-def session_for(num_blocks: int, warps_per_block: int, records_per_lane: int = 256, **options):
-    """A Session shaped for pipeline lanes: one group per warp."""
-    from ikp_cute import Session
+def session_for(num_blocks: int, warps_per_block: int, records_per_lane: int = 256, *, kernel: str | None = None,
+                device: str = "cuda"):
+    """A Session shaped for pipeline lanes: one group per warp (``warps_per_group=1``)."""
+    from ikp_cute import ProfileSpec, Session
 
-    return Session(groups=group_names(warps_per_block), num_blocks=num_blocks, records_per_lane=records_per_lane,
-                   warps_per_group=1, kernel=options.pop("kernel", None), **options)
+    spec = ProfileSpec(num_groups=warps_per_block, num_blocks=num_blocks, records_per_lane=records_per_lane,
+                       warps_per_group=1)
+    return Session(spec, groups=group_names(warps_per_block), kernel=kernel, device=device)
 
 
 class PipelineTrace(contextlib.ContextDecorator):
