@@ -66,9 +66,10 @@ def _spec(num_groups, num_blocks, records_per_lane=64):
 
 
 def _compile_small(trace=None):
-    from ikp_cute.testing.kernels import pipelines_kernel as pk
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
 
     out = make_fake_compact_tensor(Int32, (4,))
     if trace is None:
@@ -275,7 +276,8 @@ def test_fa4_sm100_compiles_with_tracing():
     code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), tests=str(ROOT / "tests"), baked=BAKED)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.pop("CUTE_DSL_ARCH", None)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900, check=False)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900,
+                         check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["identical_after"] and result["cubin"] > 0

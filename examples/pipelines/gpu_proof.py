@@ -169,7 +169,8 @@ def summarize(name, path, session, trace, pipeline):
                                             for g in np.unique(t.lanes["group"])}
     RESULTS[f"{name}_pipelines"] = meta.get("pipelines")
     RESULTS[f"{name}_barriers"] = meta.get("barriers")
-    log(f"--- {name}: dropped {RESULTS[f'{name}_dropped']}, producer {RESULTS[f'{name}_producer_ns_per_iter']:.0f} ns/iter")
+    per_iter = RESULTS[f"{name}_producer_ns_per_iter"]
+    log(f"--- {name}: dropped {RESULTS[f'{name}_dropped']}, producer {per_iter:.0f} ns/iter")
     log(summary.format_table(rows))
 
 
@@ -301,7 +302,8 @@ def main():
     if "small" in args.only:
         steps += [("fa4_small", fa4_small), ("quack_small", quack_small)]
     if "fa4" in args.only:
-        steps += [("fa4_noncausal", lambda: fa4_case(False, args.iters)), ("fa4_causal", lambda: fa4_case(True, args.iters))]
+        steps += [("fa4_noncausal", lambda: fa4_case(False, args.iters)),
+                  ("fa4_causal", lambda: fa4_case(True, args.iters))]
     if "quack" in args.only:
         steps += [("quack", lambda: quack_case(max(200, args.iters * 2 // 3)))]
     for name, step in steps:

@@ -44,7 +44,8 @@ def main(argv=None):
         t0 = time.time()
         rmap = pc2region.build_map(traced.__cubin__)
         how = collections.Counter(m.get("how") for m in rmap.markers)
-        print(f"pc2region: {len(rmap.markers)} record stores in the sm_100a cubin ({dict(how)}), {time.time() - t0:.0f} s")
+        seconds = time.time() - t0
+        print(f"pc2region: {len(rmap.markers)} record stores in the sm_100a cubin ({dict(how)}), {seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -93,7 +93,8 @@ class Catalog:
         self.level = check_level(level)
         known = LEVEL_OPS["all"]
         if ops is not None and not set(ops) <= known:
-            raise ValueError(f"trace_pipelines(ops=...): unknown ops {sorted(set(ops) - known)}; known: {sorted(known)}")
+            raise ValueError(
+                f"trace_pipelines(ops=...): unknown ops {sorted(set(ops) - known)}; known: {sorted(known)}")
         self.ops = None if ops is None else frozenset(ops)
         self.pipelines: dict[object, Pipeline] = {}
         self.barrier_ids: dict[str, int] = {}

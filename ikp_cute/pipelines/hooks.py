@@ -3,10 +3,11 @@
 Hooked (for the duration of ``trace_pipelines`` only; the originals are restored on exit, so kernels
 compiled outside it are untouched):
 * ``cutlass.pipeline.MbarrierArray``: ``wait`` (region), ``try_wait`` (a region when the poll blocked,
-  the begin of the wait it gates when it failed; instant ``poll`` at level "all"), the arrive family ``arrive`` / ``arrive_mbarrier`` / ``arrive_and_expect_tx`` /
-  ``arrive_and_expect_tx_with_dst`` / ``arrive_cp_async_mbarrier`` / ``arrive_tcgen05mma`` (instant;
-  only the outermost of nested calls records), and ``__init__`` / ``__new_from_mlir_values__`` /
-  ``recast_to_new_op_type`` so every array carries a trace-time tag through loops and rebuilds.
+  the begin of the wait it gates when it failed; instant ``poll`` at level "all"), the arrive family
+  ``arrive`` / ``arrive_mbarrier`` / ``arrive_and_expect_tx`` / ``arrive_and_expect_tx_with_dst`` /
+  ``arrive_cp_async_mbarrier`` / ``arrive_tcgen05mma`` (instant; only the outermost of nested calls
+  records), and ``__init__`` / ``__new_from_mlir_values__`` / ``recast_to_new_op_type`` so every
+  array carries a trace-time tag through loops and rebuilds.
   Every pipeline class of cutlass.pipeline (sm90, sm100) and the ones kernels define (FA4's, quack's)
   is built on MbarrierArray: no list of class names.
 * ``MbarrierArray.get_barrier`` and ``cute.arch.mbarrier_{arrive, arrive_and_expect_tx, wait, try_wait}``:
@@ -206,7 +207,7 @@ class Tracer:
         if owner is not None:
             full = getattr(owner, "sync_object_full", None)
             empty = getattr(owner, "sync_object_empty", None)
-            key = (id(self._tag(full)) if full is not None else None, id(self._tag(empty)) if empty is not None else None)
+            key = tuple(id(self._tag(array)) if array is not None else None for array in (full, empty))
             origin = self._tag(full if full is not None else mbar)
         else:
             key = (id(self._tag(mbar)),)
@@ -215,7 +216,8 @@ class Tracer:
         def make() -> Pipeline:
             given = (getattr(mbar, "name", "") or "").rsplit(".", 1)[0] if getattr(mbar, "name", "") else ""
             cls = type(owner).__name__ if owner is not None else "MbarrierArray"
-            name = given or (short_name(origin["variable"]) if origin.get("variable") else f"{cls}_{origin['site'].replace('.py:', '_')}")
+            fallback = f"{cls}_{origin['site'].replace('.py:', '_')}"
+            name = given or (short_name(origin["variable"]) if origin.get("variable") else fallback)
             full = getattr(owner, "sync_object_full", None) if owner is not None else mbar
             empty = getattr(owner, "sync_object_empty", None) if owner is not None else None
             return Pipeline(

@@ -7,26 +7,28 @@ leader would miss calls its warp does not make; every warp that makes a call rec
 are therefore (block, warp): lane = block_linear * warps_per_block + warp (sidecar `warps_per_group: 1`).
 
 Where state lives: 16 bytes per warp, {room, lane, address of the lane's slot 0}, in 512 bytes of
-static shared memory (32 warps, the most a block has), written by every warp's lowest active lane in a prologue that is inserted at the
-*entry block* of the kernel the first time a hook fires in it (so it dominates every record and runs
-before any of them whatever branch the first pipeline call sits in). Nothing is held in registers
-between records: each record re-reads %tid.x and its warp's state (the kernel's own loops and register
+static shared memory (32 warps, the most a block has), written by every warp's lowest active lane in a
+prologue that is inserted at the *entry block* of the kernel the first time a hook fires in it (so it
+dominates every record and runs before any of them whatever branch the first pipeline call sits in).
+Nothing is held in registers between records: each record re-reads %tid.x and its warp's state (the kernel's own loops and register
 allocation see only the record's short-lived temporaries).
 
 The buffer address is a constant of the prologue only: records take the lane's address from the state,
 so no 64-bit constant is materialized (and kept live by ptxas) across the kernel's loops.
 
-A record (one inline-PTX block, ~20 instructions, no branch): read %globaltimer, load the state,
+An instant (one inline-PTX block, ~22 SASS instructions, no branch): read %globaltimer, load the state,
 store one v1 word at slot ``1 + lane + (trailer - room) * write_stride`` when room > 0, else overwrite
-the lane's DROPPED slot with the running drop count (1 - room), then store room - 1. Records of a lane are a prefix in program
-order; the DROPPED instant says how many were lost (no finalize call is needed, and none is written:
-the kernel's end is not a place a hook can reach).
+the lane's DROPPED slot with the running drop count (1 - room), then store room - 1. A region reads the
+time and the state before the blocking call and stores BEGIN + END after it (open_region /
+close_region). Records of a lane are a prefix in program order; the DROPPED instant says how many were
+lost (no finalize call is needed, and none is written: the kernel's end is not a place a hook can reach).
 
 Invariants a change could break (tests/test_pipelines_compile.py guards them):
 * no profiler state crosses the kernel's code (the record block holds no register across calls);
 * lanes outside the session's geometry (warp >= warps_per_block, lane >= write_stride, a 2-D or 3-D
   block) get lane = 0xFFFFFFFF and never store;
-* the buffer address is an immediate in the PTX (the kernel's signature is unchanged).
+* the buffer address is an immediate of the prologue only (the kernel's signature is unchanged;
+  test_buffer_address_is_baked_and_state_is_in_shared_memory).
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ class Geometry:
     @classmethod
     def of_spec(cls, spec, address: int) -> Geometry:
         if spec.num_groups > MAX_WARPS:
-            raise ValueError(f"trace_pipelines: {spec.num_groups} groups; pipeline lanes are warps (at most {MAX_WARPS} per block)")
+            raise ValueError(f"trace_pipelines: {spec.num_groups} groups; pipeline lanes are warps "
+                             f"(at most {MAX_WARPS} per block)")
         return cls(int(address), spec.num_groups, spec.write_stride, spec.records_per_lane)
 
 
