@@ -10,8 +10,8 @@ Where state lives: 16 bytes per warp, {room, lane, address of the lane's slot 0}
 static shared memory (32 warps, the most a block has), written by every warp's lowest active lane in a
 prologue that is inserted at the *entry block* of the kernel the first time a hook fires in it (so it
 dominates every record and runs before any of them whatever branch the first pipeline call sits in).
-Nothing is held in registers between records: each record re-reads %tid.x and its warp's state (the kernel's own loops and register
-allocation see only the record's short-lived temporaries).
+Nothing is held in registers between records: each record re-reads %tid.x and its warp's state (the
+kernel's own loops and register allocation see only the record's short-lived temporaries).
 
 The buffer address is a constant of the prologue only: records take the lane's address from the state,
 so no 64-bit constant is materialized (and kept live by ptxas) across the kernel's loops.
