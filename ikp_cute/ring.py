@@ -106,18 +106,24 @@ class Ring:
 
     # --- window control (stream-ordered device writes) ------------------------------------------------
 
-    def window(self, start: int, count: int, every: int = 1) -> None:
-        """Record launches start, start+every, ..., start+(count-1)*every (launch indices count every launch
-        of the kernel since the session was created)."""
+    def window(self, start: int, count: int, every: int = 1, relative: bool = False) -> None:
+        """Record launches start, start+every, ..., start+(count-1)*every. Launch indices count every launch
+        of the kernel since the session was created; relative=True counts from the next launch on the
+        stream (start=0: the next one), without reading the counter back."""
         for name, value, low in (("start", start, 0), ("count", count, 0), ("every", every, 1)):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"window({name}={value!r}): expected an int >= {low}")
         if every > MAX_EVERY:
             raise ValueError(f"window(every={every}): at most {MAX_EVERY}")
-        stop = start if count == 0 else start + (count - 1) * every + 1
-        if stop >= OPEN_ENDED:
-            raise ValueError(f"window: launch {stop} is past the 32-bit launch counter")
-        self._set(start=start, stop=stop, every=every)
+        span = 0 if count == 0 else (count - 1) * every + 1
+        if start + span >= 1 << 31:
+            raise ValueError(f"window: launch {start + span} is past the launch counter's range")
+        if relative:
+            self.control[START].copy_(self.control[EPOCH] + start)
+            self.control[STOP].copy_(self.control[START] + span)
+            self._set_every(every, _torch())
+        else:
+            self._set(start=start, stop=start + span, every=every)
 
     def close(self) -> None:
         """No launch records from the next one on."""

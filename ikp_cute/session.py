@@ -120,9 +120,10 @@ class Session:
 
     # --- capture windows (spec.window_slots > 0; ikp_cute/ring.py) ----------------------------------
 
-    def window(self, start: int, count: int, every: int = 1) -> None:
-        """Record launches start, start+every, ... (count of them); launch indices count every launch."""
-        self._ring().window(start, count, every)
+    def window(self, start: int, count: int, every: int = 1, relative: bool = False) -> None:
+        """Record launches start, start+every, ... (count of them); launch indices count every launch
+        (relative=True: from the next launch on). See ikp_cute/ring.py."""
+        self._ring().window(start, count, every, relative)
 
     def record_while(self):
         """``with session.record_while(): ...`` records the launches issued inside the block."""

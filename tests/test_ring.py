@@ -121,6 +121,16 @@ def test_window_on_host_records_launches_k_to_k_plus_n():
     assert [launch for launch, _, _ in session.launches()] == [5, 6, 7]
 
 
+def test_relative_window_counts_from_the_next_launch():
+    session = session_of(spec_of(window_slots=4))
+    for i in range(7):
+        fake_launch(session, 1_000_000 * (i + 1))
+    session.window(start=2, count=2, every=3, relative=True)  # launches 7+2=9 and 12
+    for i in range(7, 20):
+        fake_launch(session, 1_000_000 * (i + 1))
+    assert session.ring.state()["slot_launches"] == [9, 12]
+
+
 def test_ring_full_counts_and_never_overwrites():
     session = session_of(spec_of(window_slots=2))
     session.window(start=0, count=5)
@@ -270,3 +280,19 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     assert "setp.lt.and.u32 r, filled, 5, w;" in text  # the ring size is a compile-time constant
     assert f"[$1+{4 * ring.DONE}]" not in text  # operands were substituted
     assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[%rd\d+\+{4 * ring.DONE}\]", text)
+
+
+def test_fa4_with_capture_window_compiles_and_differs_only_by_profiler():
+    """FA4's sm90 forward (examples/fa4_sm90 subclass, baked address) with window_slots: compiles for
+    sm_90a, adds only profiler code, and the window costs its two predicated loads + one atomic."""
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
+    from tests import test_examples_compile as tec
+
+    fi = tec._import("fa4_sm90", "fa4_instrumented")
+    nb = fi.num_ctas(1, 1024, 4)
+    spec = tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED, window_slots=10)
+    windowed = tec._compile_fa4(spec, "iter")
+    assert tec.non_profiler_difference(tec._compile_fa4(None, None), windowed) == {}
+    # two Profiler.create sites (producer in load, consumers in mma): per site one load at create, one
+    # re-read by the last finalizer, one DONE atomic
+    assert len(_lines(windowed, ".v4.u32")) == 4 and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
