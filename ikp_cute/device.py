@@ -7,9 +7,9 @@ two slots for [DROPPED] + FINALIZE (event id = SM id). Only the lane's leader th
 
 Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
 named otherwise; GPU ones in tests/test_device_gpu.py):
-* No store passes a lane's capacity, in any mode: the cursor's one check per straight-line group of
-  records covers every record of the group (test_overflow_is_dropped_on_device_and_counted_exactly,
-  test_group_checks_are_amortized, memcheck in gpu/device_suite.py).
+* No store passes a lane's capacity, in any mode: every cursor record is guarded by `room > 0`, an
+  atomic region's two slots by one check, a static index by an unsigned range check
+  (test_overflow_is_dropped_on_device_and_counted_exactly, memcheck in gpu/device_suite.py).
 * Every record not stored is counted: in the lane's DROPPED instant, or, for a thread whose lane does
   not exist (dynamic group out of range, grid past write_stride), in the stray word after the v1 buffer
   (test_dynamic_bad_group_is_dropped_and_counted, test_grid_larger_than_session_*).
@@ -23,12 +23,12 @@ named otherwise; GPU ones in tests/test_device_gpu.py):
 
 How the default (cursor) record stays cheap: the lane's base address, tag bits and room are computed once
 in ``Profiler.create``; write_stride is a compile-time constant, so records are immediate offsets from
-one address; the records of a straight-line stretch of code (same MLIR block, no record elsewhere in
-between, at most GROUP_LIMIT) share one ``room >= n`` check, whose n is patched while tracing as the group
-grows; a record is two 32-bit words (tag, timer) merged into one 64-bit store. SASS per record: CS2R
-(timer), MOV (timer to the odd register of the pair), STG, plus one ISETP per group
-(test_sass_per_event_budget). A group that does not fit is dropped whole; finalize() recovers the exact
-drop count from the room and the lane's empty tail slots (the buffer is zeroed before each launch).
+one address and the guard is one compare of the room against an immediate once loops are unrolled; a
+record is two 32-bit words (tag, timer) merged into one 64-bit store. SASS per record: timer read (CS2R),
+compare (ISETP), store (STG), plus a MOV of the timer into the pair's odd register with the CUDA 12
+ptxas (the CUDA 13 ptxas on the GPU machine reads the timer straight into it: CS2R.32)
+(test_sass_per_event_budget, test_cursor_record_ablation). Sharing one check between the records of a
+straight-line group was built and lost records on an H100 (README "cost per record"); not shipped.
 """
 
 from __future__ import annotations
@@ -41,19 +41,12 @@ from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
 from host_decode.core import wire
 
 from . import window
-from .spec import ProfileSpec
+from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
 END = int(wire.EventType.END)
 INSTANT = int(wire.EventType.INSTANT)
 FINALIZE = int(wire.EventType.FINALIZE)
-
-GROUP_LIMIT = 8  # records of a straight-line group that share one capacity check
-
-
-class ProfileUsageError(ValueError):
-    """A profiling call that cannot be right, found while the kernel is traced (compile time)."""
-
 
 # --- small PTX / MLIR helpers ---------------------------------------------------------------------------
 
@@ -89,8 +82,8 @@ def _timer_lo():
 
 
 def _sub_nsw(value, amount):
-    """value - amount marked no-signed-wrap, so LLVM folds `room - j >= n` into `room >= n + j` after
-    unrolling (one compare per group against an immediate)."""
+    """value - amount marked no-signed-wrap, so LLVM folds `room - j > 0` into `room > j` after
+    unrolling (one compare per record against an immediate instead of a subtract and a compare)."""
     from cutlass._mlir import ir
     from cutlass._mlir.dialects import arith
 
@@ -132,12 +125,6 @@ def _count_stray(buffer, spec: ProfileSpec, count):
     """Add `count` to the stray-record word after the v1 buffer (one global reduction, error path only)."""
     address = Int64(buffer.iterator.toint()) + spec.stray_slot * 8
     _asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
-
-
-def _load_volatile(pointer):
-    """One int64 the lane wrote earlier, read back (finalize's gap count); `ld.volatile` on purpose, so
-    the profiler's loads are told apart from the kernel's (tests/test_examples_compile.py)."""
-    return Int64(_asm(Int64.mlir_type, [Int64(pointer.toint())], "ld.volatile.global.u64 $0, [$1];", "=l,l"))
 
 
 def _buffer_tensor(spec: ProfileSpec, buf):
@@ -267,53 +254,6 @@ def _store_if(pred, words, k, tag_bits, timer):
         words[k, 1] = timer
 
 
-# --- straight-line groups: one capacity check for several records ---------------------------------------
-
-
-class _Group:
-    """Trace-time state of the current group of a cursor: the block it lives in, the room at its start,
-    the constant n of its `room >= n` check (patched as records join) and that check's predicate."""
-
-    def __init__(self, block, room, pred, size_op):
-        self.block, self.room, self.pred, self.size_op, self.size = block, room, pred, size_op, 0
-
-    def grow(self):
-        from cutlass._mlir import ir
-
-        self.size += 1
-        i32 = ir.IntegerType.get_signless(32)
-        self.size_op.attributes["value"] = ir.IntegerAttr.get(i32, self.size)
-        return self.size - 1
-
-
-class _Groups:
-    """Hands out record slots of a register cursor, grouping records that may share one check."""
-
-    def __init__(self, limit: int):
-        self.limit, self.current, self.largest = limit, None, 0
-
-    def take(self, room_tensor):
-        """-> (predicate, room at the group start, index j in the group); the cursor moves past the record."""
-        from cutlass._mlir import ir
-        from cutlass._mlir.dialects import arith
-
-        block = _current_block()
-        group = self.current
-        if group is None or group.block != block or group.size >= self.limit:
-            room = room_tensor[0]
-            i32 = ir.IntegerType.get_signless(32)
-            size_op = arith.ConstantOp(i32, ir.IntegerAttr.get(i32, 1))
-            pred = Boolean(arith.cmpi(arith.CmpIPredicate.sge, Int32(room).ir_value(), size_op.result))
-            group = self.current = _Group(block, room, pred, size_op)
-        j = group.grow()
-        self.largest = max(self.largest, group.size)
-        room_tensor[0] = _sub_nsw(group.room, j + 1)
-        return group.pred, group.room, j
-
-    def forget(self):
-        self.current = None
-
-
 # --- recorders: one per mode, chosen once by Profiler.create ---------------------------------------------
 
 
@@ -325,25 +265,28 @@ class CursorRecorder:
     needs_token = False
     lane: Lane
     room: cute.Tensor  # one Int32 in registers, carried in place through loops and branches
-    groups: _Groups
     spec: cutlass.Constexpr[ProfileSpec]
-    group_limit = GROUP_LIMIT
 
     @classmethod
     def create(cls, spec: ProfileSpec, lane: Lane):
-        room = cute.make_rmem_tensor(cute.make_layout(1), Int32)
-        # leaders: the user capacity; strays: 0 (nothing fits, -room counts their records); others: -1
-        room[0] = cutlass.select_(lane.leader, Int32(spec.user_capacity), cutlass.select_(lane.stray, Int32(0), Int32(-1)))
-        return cls(lane, room, _Groups(cls.group_limit), spec)
+        return cls(lane, _room_register(spec, lane), spec)
 
     def _words(self):
         return self.lane.words
 
-    def record(self, bits: int):
-        pred, room, j = self.groups.take(self.room)
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        # The room is read, then the timer, then the store is guarded by `room > 0` and the room written
+        # back: the shape validated on the H100 (a variant that shared one check between the records of
+        # a straight-line group lost records there; README "cost per record").
+        room = self.room[0]
         timer = _timer_lo()
-        k = (self.spec.trailer_slot + j) - room
-        _store_if(pred, self._words(), k, self.lane.tag | bits, timer)
+        words, tag = self._words(), self.lane.tag
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = tag | bits
+            words[k, 1] = timer
+        self.room[0] = _sub_nsw(room, 1)
 
     def begin(self, event_id: int, index):
         self.record(_event_bits(event_id, BEGIN))
@@ -355,24 +298,16 @@ class CursorRecorder:
         self.record(_event_bits(event_id, INSTANT))
 
     def finalize(self, leader):
-        self.groups.forget()
-        _cursor_finalize(self.lane, self.room[0], self.lane.leader if leader is None else (self.lane.leader & leader), self.groups.largest, self.spec)
+        writer = self.lane.leader if leader is None else (self.lane.leader & leader)
+        room = self.room[0]
+        _finish(self.lane, -room, -room, writer, self.spec)
 
 
-@cute.jit
-def _cursor_finalize(lane: Lane, room, writer, largest: cutlass.Constexpr, spec: cutlass.Constexpr):
-    # room < 0: -room records were taken past capacity; a group that did not fit also dropped the
-    # gap it left empty before the trailer (fewer than `largest` slots, still zero from the host's reset).
-    dropped = -room
-    if const_expr(largest > 1):  # noqa: SIM102 (compile-time, then run-time)
-        if writer & (room < 0):
-            gap = Int32(0)
-            open_tail = Boolean(True)
-            for j in cutlass.range_constexpr(largest - 1):
-                open_tail = open_tail & (_load_volatile(lane.records.iterator + (spec.trailer_slot - 1 - j) * spec.write_stride) == Int64(0))
-                gap = gap + cutlass.select_(open_tail, Int32(1), Int32(0))
-            dropped = dropped + gap
-    _finish(lane, dropped, -room, writer, spec)
+def _room_register(spec: ProfileSpec, lane: Lane):
+    room = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+    # leaders: the user capacity; strays: 0 (nothing fits, -room counts their records); others: -1
+    room[0] = cutlass.select_(lane.leader, Int32(spec.user_capacity), cutlass.select_(lane.stray, Int32(0), Int32(-1)))
+    return room
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,34 +317,43 @@ class DeferredRecorder(CursorRecorder):
 
     needs_token = True
 
+    @cute.jit
     def begin(self, event_id: int, index):
-        pred, room, j = self.groups.take(self.room)
-        return pred, (self.spec.trailer_slot + j) - room, _timer_lo()
+        room = self.room[0]
+        timer = _timer_lo()
+        self.room[0] = _sub_nsw(room, 1)
+        return room, timer
 
     def end(self, event_id: int, token_value):
         self.record(_event_bits(event_id, END))
-        pred, k, timer = token_value
-        _store_if(pred, self._words(), k, self.lane.tag | _event_bits(event_id, BEGIN), timer)
+        room, timer = token_value
+        self._write_begin(room, timer, _event_bits(event_id, BEGIN))
+
+    @cute.jit
+    def _write_begin(self, room, timer, bits: cutlass.Constexpr):
+        words, tag = self._words(), self.lane.tag
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = tag | bits
+            words[k, 1] = timer
 
 
 @dataclasses.dataclass(frozen=True)
 class SmemRecorder(CursorRecorder):
     """mode="smem": cursor records go to this lane's slice of static shared memory; finalize() copies
-    them to the buffer with the leader's whole warp. One check per record (the staging area is not
-    zeroed, so a dropped group's gap could not be told apart)."""
+    them to the buffer with the leader's whole warp."""
 
     staged: cute.Tensor = None
-    group_limit = 1
 
     @classmethod
     def create(cls, spec: ProfileSpec, lane: Lane):
-        base = CursorRecorder.create.__func__(CursorRecorder, spec, lane)
         stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
-        # A stray thread's group may be out of range: it only ever compares, never stores, but keep its
-        # address inside the array.
-        first = cutlass.select_(lane.leader, lane.group, Int32(0)) * spec.records_per_lane
+        # Every thread of the leader's warp copies the lane out at finalize, so each thread stages in its
+        # group's slice; a group out of range (a stray thread: compares, never stores) gets slice 0.
+        group_ok = Uint32(lane.group) < Uint32(spec.num_groups)
+        first = cutlass.select_(group_ok, lane.group, Int32(0)) * spec.records_per_lane
         staged = cute.make_tensor(stage + first, cute.make_layout(spec.records_per_lane))
-        return cls(lane, base.room, _Groups(1), spec, staged)
+        return cls(lane, _room_register(spec, lane), spec, staged)
 
     def _words(self):
         return cute.make_tensor(
@@ -420,7 +364,6 @@ class SmemRecorder(CursorRecorder):
     def finalize(self, leader):
         if leader is not None:
             raise ProfileUsageError("mode='smem': finalize() takes no leader= (the leader's warp copies the lane out)")
-        self.groups.forget()
         _smem_finalize(self.lane, self.staged, self.room[0], self.spec)
 
 

@@ -29,6 +29,11 @@ FENCES = ("none", "cta")
 SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
 
 
+class ProfileUsageError(ValueError):
+    """A profiling call that cannot be right, found while the kernel is traced (compile time); the
+    message names the call and its file:line (tests/test_device_compile.py::test_misuse_*)."""
+
+
 class EventRegistry:
     """Maps event names to stable ids: pre-declared names first, then names in order of first use."""
 

@@ -242,7 +242,7 @@ def test_buffer_of_another_session_is_refused(torch):
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
-    from ikp_cute.device import ProfileUsageError
+    from ikp_cute import ProfileUsageError
     from ikp_cute.testing.kernels import structured
 
     big, small = make_session(num_blocks=8), make_session(num_blocks=2)

@@ -37,7 +37,7 @@ EXAMPLES = REPO / "examples"
 PROFILER_OPCODES = re.compile(
     r"^(mov|cvt|shl|shr|or|and|xor|add|sub|mul|mad|setp|selp|bra|neg|not|min|max|shfl\.sync\.idx\.b32|"
     r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|st\.shared\.(u|b)32|bar\.warp\.sync|@?%p\d+|\{|\}|"
-    r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|red\.global\.add\.u64|ld\.volatile\.global\.u64|\.reg)",
+    r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|red\.global\.add\.u64|\.reg)",
 )
 BAKED = 0x7F0012340000  # the profile buffer address compiled into the instrumented kernels under test
 _REG = re.compile(r"%[a-z]+\d+")

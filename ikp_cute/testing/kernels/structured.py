@@ -116,11 +116,9 @@ def launch_carried(
 def _with_fresh_cursor(prof, start):
     """A copy of `prof` whose cursor starts from `start` in a new register tensor: used inside a loop
     body it models a cursor that is not carried (each iteration starts from the pre-loop value)."""
-    from ikp_cute.device import GROUP_LIMIT, _Groups
-
     room = cute.make_rmem_tensor(cute.make_layout(1), Int32)
     room[0] = start
-    recorder = dataclasses.replace(prof.recorder, room=room, groups=_Groups(GROUP_LIMIT))
+    recorder = dataclasses.replace(prof.recorder, room=room)
     return dataclasses.replace(prof, recorder=recorder)
 
 
@@ -178,27 +176,14 @@ def structured_program(iters: int, group: int) -> list[tuple[str, str, int | Non
 
 def expected_dropped(iters: int, group: int, mode: str, records_per_lane: int) -> int:
     """Records of one lane that do not fit, worked out from the program and each mode's rule:
-    cursor/deferred: records of a straight-line group share one check, a group that does not fit is
-    dropped whole (groups per iteration: [outer begin, inner begin, inner end], [producer begin, end]
-    in the `warp == 4` branch, [outer end]; then [tick]); smem: one check per record; atomic: a region
-    reserves two slots at its begin and stores both only if both fit, a mark reserves one; static:
-    record (index i) at slot 2+2i (+1 for an end), dropped at or past records_per_lane - 2."""
+    cursor/deferred/smem/lean: records take slots 2.. in program order (a deferred begin takes its slot
+    at the begin), the ones past the capacity are dropped; atomic: a region reserves two slots at its
+    begin and stores both only if both fit, a mark reserves one; static: record (index i) at slot 2+2i
+    (+1 for an end), dropped at or past records_per_lane - 2."""
     program = structured_program(iters, group)
     trailer = records_per_lane - 2
-    capacity = trailer - 2
     if mode in ("cursor", "deferred", "smem", "lean"):
-        if mode in ("smem", "lean"):
-            sizes = [1] * len(program)
-        else:
-            sizes = []
-            for _ in range(iters):
-                sizes += [3] + ([2] if group == 1 else []) + [1]
-            sizes += [1]
-        room, kept = capacity, 0
-        for n in sizes:
-            kept += n if room >= n else 0
-            room -= n
-        return len(program) - kept
+        return max(0, len(program) - (trailer - 2))
     if mode == "atomic":
         slot, kept = 2, 0
         for kind, _, _ in program:
