@@ -78,7 +78,7 @@ def run_own(out: Path, blocks=16, tiles=8) -> dict:
 
     x = torch.rand(blocks * tiles * THREADS, device="cuda")
     y = torch.zeros(blocks * THREADS, device="cuda")
-    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=4 * tiles + 8, events=EVENTS,
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=5 * tiles + 8, events=EVENTS,
                                 window_slots=WINDOW_COUNT)
     session = ikp_cute.Session(spec, groups=GROUPS, kernel="tiles_kernel")
     args = (from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16), Int32(tiles), session.kernel_arg())
