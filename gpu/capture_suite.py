@@ -41,7 +41,10 @@ def stage_window(out: Path) -> dict:
     from tests import test_ring_gpu as t
 
     session, launch, _ = t.build(slots=4)
-    return {"rule": t.check_rule_matches_reference(session, launch), "window": t.check_window_and_ring_full(session, launch)}
+    result = {"rule": t.check_rule_matches_reference(session, launch),
+              "window": t.check_window_and_ring_full(session, launch)}
+    result["ok"] = result["rule"]["ok"] and result["window"]["ok"]
+    return result
 
 
 def stage_graph(out: Path) -> dict:
@@ -127,7 +130,6 @@ def stage_compile(out: Path) -> dict:
 
 
 def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
-    import cutlass.cute as cute
     import torch
 
     from gpu.pc_profile import _write_map
@@ -154,9 +156,11 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
     state = session.ring.state()
     paths = session.ring.save(d / "launches")
     traces = session.ring.decode()
-    extents = [int(tr.lanes["finalize_ns"].max() - tr.lanes["first_ns"][tr.lanes["first_ns"] >= 0].min()) for tr in traces]
+    extents = [int(tr.lanes["finalize_ns"].max() - tr.lanes["first_ns"][tr.lanes["first_ns"] >= 0].min())
+               for tr in traces]
     records, stray = session.launches()[0][1:]
-    save_capture(d / "capture.npy", records, session.names(), **{k: v for k, v in session.meta_for_slot(stray).items() if k != "format"})
+    meta = {k: v for k, v in session.meta_for_slot(stray).items() if k != "format"}
+    save_capture(d / "capture.npy", records, session.names(), **meta)
     del compiled
     if sampler is not None:
         result = sampler.stop()
@@ -172,9 +176,10 @@ def stage_cupti(out: Path, launches: int = 4) -> dict:
     import numpy as np
 
     result = {}
-    for name, flag in (("cupti", True), ("plain", False)):
+    for name in ("cupti", "plain"):
         d = out / "cupti_beside" / name
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--dir", str(d), "--launches", str(launches)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--dir", str(d),
+               "--launches", str(launches)]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
         (out / f"cupti_{name}.log").write_text(proc.stdout + proc.stderr)
         print(f"worker {name}: rc={proc.returncode}\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-6:]))
@@ -241,10 +246,12 @@ def main(argv=None) -> int:
 
     results["device"] = torch.cuda.get_device_name()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    print("\nSTATUS", {n: (r.get("ok") if "skipped" not in r else "skipped") for n, r in results.items() if isinstance(r, dict)})
+    status = {n: (r.get("ok") if "skipped" not in r else "skipped") for n, r in results.items() if isinstance(r, dict)}
+    print("\nSTATUS", status)
     cost = results.get("cost", {})
     if "rows" in cost:
-        print(f"\ncost on {results['device']}: FA4 sm90 fwd {cost['shape']}, outputs equal FA4: {cost['outputs_equal_fa4']}")
+        print(f"\ncost on {results['device']}: FA4 sm90 fwd {cost['shape']}, "
+              f"outputs equal FA4: {cost['outputs_equal_fa4']}")
         print(f"{'variant':<15}{'median ms':>10}{'vs FA4':>9}{'p10':>8}{'p90':>8}")
         for name in ("fa4", "fa4_again", "window_closed", "window_open", "no_window"):
             r = cost["rows"][name]

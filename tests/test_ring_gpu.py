@@ -35,7 +35,8 @@ def build(slots: int, options: str | None = None):
     def stream():
         return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
 
-    compiled = cute.compile(launch_tiles, *args, session.spec, BLOCKS, stream(), **({"options": options} if options else {}))
+    extra = {"options": options} if options else {}
+    compiled = cute.compile(launch_tiles, *args, session.spec, BLOCKS, stream(), **extra)
 
     def launch(n=1):
         for _ in range(n):
@@ -73,10 +74,11 @@ def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
         expected = c.copy()
         ring.close_launch(expected, slots)
         got = session.ring.control.cpu().numpy()[: c.size]
-        written = bool(session.ring.ring[slot, 1:].any().item()) if recording else bool(session.ring.ring[:, 1:].any().item())
+        slots_written = session.ring.ring[slot, 1:] if recording else session.ring.ring[:, 1:]
+        written = bool(slots_written.any().item())
         if not np.array_equal(got, expected) or written != recording:
-            mismatches.append({"trial": trial, "control": c.tolist(), "got": got.tolist(), "expected": expected.tolist(),
-                               "recording": recording, "written": written})
+            mismatches.append({"trial": trial, "control": c.tolist(), "got": got.tolist(),
+                               "expected": expected.tolist(), "recording": recording, "written": written})
     return {"trials": trials, "mismatches": mismatches, "ok": not mismatches}
 
 
