@@ -59,7 +59,9 @@ def build(variant, blocks, warps, regions_per_warp, x):
         compiled = cute.compile(launch_iket_overhead, x_arg, iters, 1, blocks, threads)
         scratch = torch.zeros(1, dtype=torch.int64, device="cuda")
         return (lambda: compiled(x_arg, iters)), scratch.zero_
-    geometry = {"num_groups": warps, "num_blocks": blocks, "records_per_lane": 2 * regions_per_warp + 8, "warps_per_group": 1}
+    geometry = {
+        "num_groups": warps, "num_blocks": blocks, "records_per_lane": 2 * regions_per_warp + 8, "warps_per_group": 1
+    }
     spec = ikp_cute.ProfileSpec(mode=mode, fence=fence, **geometry) if mode else ikp_cute.disabled()
     session = ikp_cute.Session(spec)
     buf = session.kernel_arg()

@@ -1,15 +1,17 @@
-"""Everything of the ikp_cute device side that needs a GPU, in one run (issue 10, items 6-7):
+"""Everything of the ikp_cute device side that needs a GPU, in one run (issues 10 and 17):
 
 1. GPU tests: pytest -m gpu tests/test_device_gpu.py
 2. the example capture: examples/basic/run.py -> $OUT/capture.npy + .json + .pftrace
-3. compute-sanitizer memcheck on overflowing launches (every mode, tiny capacity, and a grid larger
-   than the session), with PyTorch's caching allocator off so an out-of-bounds store hits unallocated
-   memory instead of a neighbouring pooled block
+3. compute-sanitizer memcheck on misbehaving launches, every mode: capacity of 4 records per lane, a
+   grid larger than the session, a runtime group= outside 0..num_groups-1; PyTorch's caching allocator
+   off so an out-of-bounds store hits unallocated memory instead of a neighbouring pooled block
 4. benchmarks/device_overhead.py -> $OUT/overhead.json
-5. the same benchmark with NVIDIA's IKET twin, under IKET's launcher -> $OUT/overhead_iket.json
+5. a small IKET trace (the twin kernel on 2 blocks x 2 warps x 4 regions) under IKET's launcher, IKET's
+   own .pftrace and JSON packed into $OUT/iket_fixture.tar.gz
+6. the benchmark with NVIDIA's IKET twin, under IKET's launcher -> $OUT/overhead_iket.json
 and prints a short summary last. All output also goes to $OUT/suite.log ($OUT defaults to ./gpu_out).
 
-    python gpu/device_suite.py [--skip tests,example,memcheck,bench]
+    python gpu/device_suite.py [--skip tests,example,memcheck,bench,iket_fixture,iket]
     python gpu/device_suite.py --overflow-only      # the launches memcheck runs
 """
 
@@ -77,11 +79,14 @@ def overflow_launches() -> int:
         x = torch.rand(blocks * 256, device="cuda")
         x_arg = from_dlpack(x, assumed_align=16)
         if case == "structured":
-            compiled = cute.compile(structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1))
+            compiled = cute.compile(
+                structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1)
+            )
             args = (x_arg, Int32(5), session.kernel_arg())
         else:
             shift = Int32(int(case[-2:]))
-            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, session.kernel_arg(), session.spec, "dynamic_group", blocks)
+            buf, spec = session.kernel_arg(), session.spec
+            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, buf, spec, "dynamic_group", blocks)
             args = (x_arg, Int32(5), shift, session.kernel_arg())
         with session.zeroed_then_synced():
             compiled(*args)
@@ -99,7 +104,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--skip",
         default="",
-        help="comma list of steps to skip: tests,example,memcheck,bench,iket",
+        help="comma list of steps to skip: tests,example,memcheck,bench,iket_fixture,iket",
     )
     p.add_argument("--overflow-only", action="store_true")
     p.add_argument(

@@ -440,7 +440,8 @@ def _lean_setup(spec: cutlass.Constexpr, buffer):
         # Out-of-range lanes get room -2 (nothing fits): their records and trailer are never written.
         room = cutlass.select_(lane.leader, Int32(spec.user_capacity), Int32(-2))
         lane_index = lane.block * spec.num_groups + group
-        _asm(None, [address, (Int64(lane_index) << 32) | Int64(Uint32(room))], "st.volatile.shared.u64 [$0], $1;", "r,l")
+        state = (Int64(lane_index) << 32) | Int64(Uint32(room))
+        _asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
     return LeanRecorder(buffer, state_base, spec)
 
 
@@ -473,7 +474,9 @@ def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
         room = Int32(state)
         lane = Int32(state >> 32)
         if lane < spec.write_stride:
-            records = cute.make_tensor(buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride))
+            records = cute.make_tensor(
+                buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
+            )
             _write_trailer(records, lane << wire.LANE_SHIFT, -room, timer, True, spec)
 
 
@@ -503,7 +506,8 @@ class AtomicRecorder:
 
     def end(self, event_id: int, token_value):
         slot, begin_timer = token_value
-        _atomic_store_pair(self.lane, slot, begin_timer, _timer_lo(), _event_bits(event_id, BEGIN), _event_bits(event_id, END), self.spec)
+        begin_bits, end_bits = _event_bits(event_id, BEGIN), _event_bits(event_id, END)
+        _atomic_store_pair(self.lane, slot, begin_timer, _timer_lo(), begin_bits, end_bits, self.spec)
 
     def mark(self, event_id: int, index):
         slot = self._reserve(1)
@@ -530,7 +534,10 @@ def _atomic_setup(spec: cutlass.Constexpr, lane: Lane):
 
 
 @cute.jit
-def _atomic_store_pair(lane: Lane, slot, begin_timer, end_timer, begin_bits: cutlass.Constexpr, end_bits: cutlass.Constexpr, spec: cutlass.Constexpr):
+def _atomic_store_pair(
+    lane: Lane, slot, begin_timer, end_timer,
+    begin_bits: cutlass.Constexpr, end_bits: cutlass.Constexpr, spec: cutlass.Constexpr,
+):
     if lane.leader & (slot < spec.trailer_slot - 1):  # one check for both slots of the region
         lane.words[slot, 0] = lane.tag | begin_bits
         lane.words[slot, 1] = begin_timer
@@ -706,14 +713,18 @@ class Profiler:
 
     def _check_token(self, name: str, token):
         if not isinstance(token, RegionToken):
-            raise ProfileUsageError(f"prof.end({name!r}, token): token must be what prof.begin() returned (got {type(token).__name__})")
+            raise ProfileUsageError(
+                f"prof.end({name!r}, token): token must be what prof.begin() returned (got {type(token).__name__})"
+            )
         if token.name != name:
             raise ProfileUsageError(
                 f"prof.end({name!r}) at {_source_site()} closes the region begun as {token.name!r} at {token.site}"
             )
         if self.recorder.needs_token:
             if id(token) not in self.checks.open:
-                raise ProfileUsageError(f"prof.end({name!r}) at {_source_site()}: the region begun at {token.site} is already closed")
+                raise ProfileUsageError(
+                    f"prof.end({name!r}) at {_source_site()}: the region begun at {token.site} is already closed"
+                )
             if token.block != _current_block():
                 raise ProfileUsageError(
                     f"prof.end({name!r}) at {_source_site()} is not at the control-flow level of its begin at "

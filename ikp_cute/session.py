@@ -3,7 +3,8 @@
 torch is imported when a Session with a buffer is built, never at ``import ikp_cute``.
 
 Buffer: int64[spec.total_slots] = the v1 buffer (header + write_stride * records_per_lane slots), which is
-what is saved and decoded, then the stray-record word (stray_records(), also written to the sidecar). ``reset()`` zeroes it and pre-writes the header from the session's geometry; the kernel's block 0 leader rewrites the
+what is saved and decoded, then the stray-record word (stray_records(), also written to the sidecar).
+``reset()`` zeroes it and pre-writes the header from the session's geometry; the kernel's block 0 leader rewrites the
 header from the launched grid, so a grid that differs from the session is visible to the decoder.
 """
 

@@ -32,12 +32,18 @@ def make_session(mode="cursor", num_blocks=4, records_per_lane=64, write_stride=
     import ikp_cute
 
     spec = ikp_cute.ProfileSpec(
-        mode=mode, num_groups=len(groups), num_blocks=num_blocks, records_per_lane=records_per_lane, write_stride=write_stride
+        mode=mode,
+        num_groups=len(groups),
+        num_blocks=num_blocks,
+        records_per_lane=records_per_lane,
+        write_stride=write_stride,
     )
     return ikp_cute.Session(spec, groups=list(groups), bake_address=bake, kernel="structured_kernel")
 
 
-def run_structured(torch, mode, records_per_lane=64, grid=(4, 1, 1), write_stride=None, bake=False, iters=ITERS, session_blocks=None):
+def run_structured(
+    torch, mode, records_per_lane=64, grid=(4, 1, 1), write_stride=None, bake=False, iters=ITERS, session_blocks=None
+):
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
@@ -227,7 +233,9 @@ def test_dynamic_bad_group_is_dropped_and_counted(torch, mode, shift):
     before = torch.full((4096,), -1, dtype=torch.int64, device="cuda")
     x = torch.rand(4 * 256, device="cuda")
     x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(ITERS), Int32(shift), session.kernel_arg(), session.spec, "dynamic_group", 4)
+    compiled = cute.compile(
+        misuse.launch_misuse, x_arg, Int32(ITERS), Int32(shift), session.kernel_arg(), session.spec, "dynamic_group", 4
+    )
     with session.zeroed_then_synced():
         compiled(x_arg, Int32(ITERS), Int32(shift), session.kernel_arg())
     assert torch.all(before == -1)

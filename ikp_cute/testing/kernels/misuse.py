@@ -11,7 +11,9 @@ from ikp_cute import Profiler, profile_region
 
 
 @cute.kernel
-def misuse_kernel(x: cute.Tensor, iters: Int32, shift: Int32, prof_buf, spec: cutlass.Constexpr, case: cutlass.Constexpr):
+def misuse_kernel(
+    x: cute.Tensor, iters: Int32, shift: Int32, prof_buf, spec: cutlass.Constexpr, case: cutlass.Constexpr
+):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
@@ -53,5 +55,13 @@ def misuse_kernel(x: cute.Tensor, iters: Int32, shift: Int32, prof_buf, spec: cu
 
 
 @cute.jit
-def launch_misuse(x: cute.Tensor, iters: Int32, shift: Int32, prof_buf, spec: cutlass.Constexpr, case: cutlass.Constexpr, grid: cutlass.Constexpr):
+def launch_misuse(
+    x: cute.Tensor,
+    iters: Int32,
+    shift: Int32,
+    prof_buf,
+    spec: cutlass.Constexpr,
+    case: cutlass.Constexpr,
+    grid: cutlass.Constexpr,
+):
     misuse_kernel(x, iters, shift, prof_buf, spec, case).launch(grid=[grid, 1, 1], block=[256, 1, 1])
