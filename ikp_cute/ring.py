@@ -212,13 +212,24 @@ class Ring:
             traces.append(decode(records, names=self.session.names(), write_stride=write_stride, meta=meta))
         return traces
 
-    def save(self, directory: str | Path, prefix: str = "launch") -> list[Path]:
+    def save(self, directory: str | Path, prefix: str = "launch", force: bool = False) -> list[Path]:
         """One capture per filled slot: DIRECTORY/PREFIX_<launch>.npy + sidecar (launch_index, ring counts);
-        ``ikp stats DIRECTORY`` reads them as one session."""
+        ``ikp stats DIRECTORY`` reads them as one session. A directory that already holds PREFIX_*.npy is
+        refused (it would mix two sessions) unless force=True, which removes those files first."""
         from host_decode.core.capture import save_capture
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        stale = sorted(directory.glob(f"{prefix}_*.npy"))
+        if stale and not force:
+            raise FileExistsError(
+                f"ring.save({str(directory)!r}): it already holds {len(stale)} {prefix}_*.npy captures (e.g. "
+                f"{stale[0].name}); `ikp stats` would read them as launches of this session. Use an empty "
+                "directory, or force=True to remove them first"
+            )
+        for old in stale:
+            old.unlink()
+            old.with_suffix(".json").unlink(missing_ok=True)
         state = self.state()
         paths = []
         for launch, records, stray in self.launches():

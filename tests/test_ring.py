@@ -203,6 +203,19 @@ def test_single_launch_calls_refuse_a_ring_session():
         session_of(spec_of(window_slots=0)).window(0, 1)
 
 
+def test_save_refuses_to_mix_sessions(tmp_path):
+    session = session_of(spec_of(window_slots=2))
+    session.window(start=0, count=2)
+    for i in range(2):
+        fake_launch(session, 1_000_000 * (i + 1))
+    first = session.ring.save(tmp_path)
+    with pytest.raises(FileExistsError, match="launch_"):
+        session.ring.save(tmp_path)
+    assert session.ring.save(tmp_path, force=True) == first
+    expected = [p.name for p in first] + [p.with_suffix(".json").name for p in first]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
+
+
 def test_launches_decode_each_slot_and_stats_reads_the_session(tmp_path, capsys):
     from host_decode.cli import main
 
