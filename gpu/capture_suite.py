@@ -154,7 +154,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
     torch.cuda.synchronize()
     host_s = time.perf_counter() - t0
     state = session.ring.state()
-    paths = session.ring.save(d / "launches")
+    paths = session.ring.save(d / "launches", force=True)
     traces = session.ring.decode()
     extents = [int(tr.lanes["finalize_ns"].max() - tr.lanes["first_ns"][tr.lanes["first_ns"] >= 0].min())
                for tr in traces]

@@ -88,7 +88,7 @@ def run_own(out: Path, blocks=16, tiles=8) -> dict:
         compiled(*args, _stream_arg())
 
     state = replay_in_window(session, launch)
-    paths = session.ring.save(out)
+    paths = session.ring.save(out, force=True)  # this runner owns its output directory
     traces = session.ring.decode()
     spans_per_launch = blocks * 2 * tiles * 2  # (tile + load|compute) per tile per lane
     result = {
@@ -125,7 +125,7 @@ def run_fa4(out: Path, batch=1, seqlen=512, heads=4, dim=128, causal=True, detai
 
     state = replay_in_window(session, launch)
     same = bool(torch.equal(holder["out"], reference))
-    paths = session.ring.save(out)
+    paths = session.ring.save(out, force=True)  # this runner owns its output directory
     traces = session.ring.decode()
     result = {
         "kernel": f"FA4 sm90 fwd [{detail}] b{batch} s{seqlen} h{heads} d{dim} {'causal' if causal else 'non-causal'}",
