@@ -40,6 +40,7 @@ from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
 
 from host_decode.core import wire
 
+from . import window
 from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
@@ -134,18 +135,18 @@ def _buffer_tensor(spec: ProfileSpec, buf):
                 "or build the Session with bake_address=True"
             )
         ptr = cute.make_ptr(Int64, spec.baked_address, cute.AddressSpace.gmem, assumed_align=8)
-        return cute.make_tensor(ptr, cute.make_layout(spec.total_slots)), None
+        return cute.make_tensor(ptr, cute.make_layout(spec.buffer_slots)), None
     size = cute.size(buf.shape)
     if isinstance(size, int):
-        if size < spec.total_slots:
+        if size < spec.buffer_slots:
             raise ProfileUsageError(
-                f"Profiler.create: the buffer has {size} int64 slots but the spec needs {spec.total_slots} "
+                f"Profiler.create: the buffer has {size} int64 slots but the spec needs {spec.buffer_slots} "
                 f"({spec.num_blocks} blocks x {spec.num_groups} groups, write_stride {spec.write_stride}, "
                 f"{spec.records_per_lane} records per lane): pass the kernel_arg() of the Session whose spec "
                 "this is"
             )
         return buf, None
-    return buf, Int32(size) >= spec.total_slots  # dynamic size: a short buffer disables recording
+    return buf, Int32(size) >= spec.buffer_slots  # dynamic size: a short buffer disables recording
 
 
 # --- where a lane's records go, computed once ---------------------------------------------------------
@@ -158,6 +159,8 @@ class Lane:
     leader:   this thread writes the lane (exactly one thread per lane with the default leader).
     stray:    this thread claims a lane that does not exist (dynamic group out of range, block past
               write_stride); it never writes, and finalize() counts its records in the stray word.
+    owner:    this thread owns an existing lane, whether or not this launch records (capture windows:
+              it finalizes the lane's part of the launch, ikp_cute/window.py).
     """
 
     leader: Boolean
@@ -169,6 +172,8 @@ class Lane:
     group: Int32
     block: Int32
     spec: cutlass.Constexpr[ProfileSpec]
+    owner: Boolean = None
+    window_buffer: cute.Tensor = None  # the whole ring buffer (control block first) with capture windows
 
     @staticmethod
     def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> Lane:
@@ -199,6 +204,12 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     claims = Boolean(leader)
     if const_expr(buffer_ok is not None):
         claims = claims & buffer_ok
+    owner = claims & exists
+    window_buffer = None
+    if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
+        window_buffer = buffer
+        buffer, recording = window.open_slot(spec, buffer, claims)
+        claims = claims & recording
     leader = claims & exists
     stray = claims & (~exists)
     tag = Int32(lane) << wire.LANE_SHIFT
@@ -215,7 +226,7 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     if leader:
         records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
         records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
-    return Lane(leader, stray, tag, records, words, buffer, group, block, spec)
+    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, owner, window_buffer)
 
 
 @cute.jit
@@ -747,6 +758,9 @@ class Profiler:
             )
         self.checks.finalized_at = _source_site()
         self.recorder.finalize(leader)
+        if const_expr(self.spec.window_slots > 0):
+            lane = self.recorder.lane
+            window.close_launch(self.spec, lane.window_buffer, lane.owner if leader is None else (lane.owner & leader))
 
 
 class profile_region:

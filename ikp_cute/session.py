@@ -62,13 +62,19 @@ class Session:
         self.device = device
         self.buffer = None
         self._arg = None
+        self.ring = None  # the launch ring of a spec with window_slots (ikp_cute/ring.py)
         if not spec.enabled:
             self.spec = spec
             return
         import torch
 
-        self.buffer = torch.zeros(spec.total_slots, dtype=torch.int64, device=device)
+        self.buffer = torch.zeros(spec.buffer_slots, dtype=torch.int64, device=device)
         self.spec = dataclasses.replace(spec, baked_address=int(self.buffer.data_ptr())) if bake_address else spec
+        if spec.window_slots:  # capture windows + launch ring (ikp_cute/ring.py): closed until asked
+            from .ring import Ring
+
+            self.ring = Ring(self)
+            self.ring.close()
         self.reset()
 
     # --- launching -----------------------------------------------------------------------------------
@@ -87,6 +93,9 @@ class Session:
     def reset(self) -> None:
         """Zero the buffer (empty slot = 0, no stray records) and pre-write the header; before every launch."""
         if self.buffer is None:
+            return
+        if self.ring is not None:
+            self.ring.arm()
             return
         self.buffer.zero_()
         self.buffer[0] = wire.pack_header(self.spec.num_blocks, self.spec.num_groups)
@@ -110,17 +119,52 @@ class Session:
 
     # --- results -------------------------------------------------------------------------------------
 
+    # --- capture windows (spec.window_slots > 0; ikp_cute/ring.py) ----------------------------------
+
+    def window(self, start: int, count: int, every: int = 1, relative: bool = False) -> None:
+        """Record launches start, start+every, ... (count of them); launch indices count every launch
+        (relative=True: from the next launch on). See ikp_cute/ring.py."""
+        self._ring().window(start, count, every, relative)
+
+    def record_while(self):
+        """``with session.record_while(): ...`` records the launches issued inside the block."""
+        return self._ring().record_while()
+
+    def launches(self):
+        """[(launch index, v1 records, stray)] of every recorded launch in the ring (synchronizes)."""
+        return self._ring().launches()
+
+    def _ring(self):
+        if self.ring is None:
+            raise RuntimeError("capture windows need a spec with window_slots > 0 (ProfileSpec(window_slots=R))")
+        return self.ring
+
+    def meta_for_slot(self, stray: int) -> dict:
+        meta = self.meta()
+        meta["stray_records"] = stray
+        return meta
+
     def records(self) -> np.ndarray:
         """The v1 part of the buffer as uint64 (copied to the host)."""
         if self.buffer is None:
             raise RuntimeError("this Session is disabled: there is no buffer")
+        self._single_launch("records()")
         return self.buffer[: self.spec.v1_slots].cpu().numpy().view(np.uint64)
+
+    def _single_launch(self, call: str) -> None:
+        if self.ring is not None:
+            raise RuntimeError(
+                f"session.{call}: this session records a ring of launches (window_slots={self.spec.window_slots}); "
+                "use session.ring.decode() / session.ring.save(DIR) / session.launches()"
+            )
 
     def stray_records(self) -> int:
         """Records of threads that claimed a lane that does not exist (a runtime group= outside
         0..num_groups-1, a block past write_stride): never written, counted here."""
         if self.buffer is None:
             raise RuntimeError("this Session is disabled: there is no buffer")
+        if self.ring is not None:
+            return sum(stray for _, _, stray in self.ring.launches())
         return int(self.buffer[self.spec.stray_slot].item())
 
     def dropped_on_device(self) -> int:
@@ -142,7 +186,7 @@ class Session:
             "mode": self.spec.mode,
             "fence": self.spec.fence,
         }
-        if self.buffer is not None:
+        if self.buffer is not None and self.ring is None:
             meta["stray_records"] = self.stray_records()
         if self.kernel:
             meta["kernel"] = self.kernel
@@ -153,6 +197,7 @@ class Session:
         """-> host_decode Trace of the last launch."""
         from host_decode.core.decoder import decode
 
+        self._single_launch("decode()")
         stray = self.stray_records()
         if stray:
             import warnings
@@ -170,6 +215,7 @@ class Session:
         """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.core.capture."""
         from host_decode.core.capture import save_capture
 
+        self._single_launch("save()")
         meta = self.meta()
         meta.pop("format", None)  # save_capture writes the format key itself
         return save_capture(path, self.records(), self.names(), **meta)
@@ -205,4 +251,4 @@ def fake_buffer(spec: ProfileSpec):
     from cutlass import Int64
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    return make_fake_compact_tensor(Int64, (spec.total_slots,), assumed_align=16)
+    return make_fake_compact_tensor(Int64, (spec.buffer_slots,), assumed_align=16)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 
 from host_decode.core import wire
 
+from . import ring
+
 MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
 FENCES = ("none", "cta")
 SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
@@ -120,6 +122,11 @@ class ProfileSpec:
                       each end record (the TIRx/warpscope ordering).
     baked_address:    a device address compiled into the kernel as an immediate (no kernel argument),
                       or None (the kernel receives the buffer tensor).
+    window_slots:     0 (default): every launch records into the one buffer. R > 0: capture windows and
+                      a ring of R launch slots behind a control block (ikp_cute/ring.py, window.py): the
+                      host picks at run time which launches record (session.ring.window / record_while),
+                      each recorded launch fills the next slot, a full ring counts launches instead of
+                      overwriting. Every lane must call finalize() once per launch.
 
     The kernel's buffer is ``total_slots`` int64 words: the v1 buffer, then one word counting the records
     of threads that claimed a lane which does not exist (a dynamic ``group=`` out of range, a grid larger
@@ -136,6 +143,7 @@ class ProfileSpec:
     fence: str = "none"
     events: EventRegistry = dataclasses.field(default_factory=EventRegistry)
     baked_address: int | None = None
+    window_slots: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -164,6 +172,9 @@ class ProfileSpec:
                 f"mode='smem': {self.num_groups} groups x {self.records_per_lane} records x 8 B exceeds the "
                 f"{SMEM_STAGE_LIMIT} B of static shared memory a block may declare"
             )
+        ring.check_slots(self.window_slots)
+        if self.window_slots and self.mode == "lean":
+            raise ValueError("window_slots: mode='lean' keeps no lane handle to finalize a window; use another mode")
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
         if self.mode == "lean" and self.warps_per_group & (self.warps_per_group - 1):
@@ -191,6 +202,14 @@ class ProfileSpec:
         return self.v1_slots + 1
 
     @property
+    def buffer_slots(self) -> int:
+        """int64 words of the session buffer: total_slots, or with window_slots=R the control block and R
+        slots of total_slots (ikp_cute/ring.py)."""
+        if not self.window_slots:
+            return self.total_slots
+        return ring.control_words64(self.window_slots) + self.window_slots * self.total_slots
+
+    @property
     def trailer_slot(self) -> int:
         """Record index k of the DROPPED instant; FINALIZE sits at k = records_per_lane - 1."""
         return self.records_per_lane - wire.TRAILER_RECORDS
@@ -204,7 +223,9 @@ class ProfileSpec:
 
     def __repr__(self) -> str:
         # Appears in the mangled kernel name: keep it short and free of addresses.
-        return f"ikp_{self.mode}" if self.enabled else "ikp_off"
+        if not self.enabled:
+            return "ikp_off"
+        return f"ikp_{self.mode}_ring{self.window_slots}" if self.window_slots else f"ikp_{self.mode}"
 
     __str__ = __repr__
 

@@ -119,6 +119,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         self.profile_spec = profile_spec
         self.detail = detail
         self.roles = tuple(roles)  # which roles record at all (an ablation knob: cost per role)
+        if profile_spec.enabled and profile_spec.window_slots and set(self.roles) != {"producer", "consumer"}:
+            # capture windows: every lane must finalize once per launch (ikp_cute/ring.py)
+            raise ValueError(f"roles={self.roles}: a spec with window_slots needs both roles (every lane finalizes)")
         # Diagnostic knob: build the consumer's Profiler only after FA4's mma returns (anchors + finalize,
         # no profiler state live across the main loop); requires no consumer regions.
         self.late_setup = late_setup
