@@ -309,3 +309,24 @@ def test_attach_from_the_json_written_by_ikp_join(region_map, tmp_path):
     assert "A/B" in {x["path"] for x in loaded["inclusive"]}
     with pytest.raises(DecodeError, match="not a per-region join"):
         join.attach_to_trace(trace, {"format": "x"})
+
+
+def test_table_is_data_and_hardware_never_imports_reports(region_map):
+    """hardware/ returns the table as cells; printing is the CLI's (import direction of issue 14)."""
+    r = join.join(region_map, _tables()["ncu"])
+    jt = join.table(r)
+    assert jt.columns[0] == ("region", "left") and all(len(row) == len(jt.columns) for row in jt.rows)
+    assert {row[0] for row in jt.rows} >= {p for p in r.paths if not p.startswith("<")} - {
+        row["path"] for row in r.rows() if not row.get("samples") and not row.get("inst_executed")
+    }
+    assert jt.footer.startswith("cubin check: ok")
+    import ast
+    import pathlib
+
+    hardware = pathlib.Path(join.__file__).parent
+    for path in hardware.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n.startswith(("host_decode.reports", "host_decode.cli")) for n in names), path

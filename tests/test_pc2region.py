@@ -674,4 +674,4 @@ def test_wgmma_pipeline_example(tmp_path):
 )
 def test_mma_accumulator_width(opcode, regs):
     """Too wide would hide tags kept in registers after the accumulators; too narrow would miss clobbers."""
-    assert pc2region._mma_dest_registers(opcode) == regs
+    assert sass.mma_dest_registers(opcode) == regs
