@@ -44,11 +44,26 @@ def run(args) -> int:
         from host_decode.core.decoder import load_capture
 
         result = result.renamed({**result.events, **load_capture(args.trace).names.events})
-    join.render_table(result, inclusive=args.inclusive)
+    _print_table(join.table(result, inclusive=args.inclusive))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result.to_json(), f, indent=1)
     return 0 if result.check["ok"] else 1
+
+
+def _print_table(jt) -> None:
+    from rich.table import Table
+
+    from host_decode.reports.text import make_console
+
+    t = Table(title=jt.title, title_justify="left")
+    for header, justify in jt.columns:
+        t.add_column(header, justify=justify, no_wrap=header in ("region", "top stalls (of the region's samples)", "markers' own share"))
+    for row in jt.rows:
+        t.add_row(*row)
+    console = make_console()
+    console.print(t)
+    console.print(jt.footer)
 
 
 def _read(reader, path, kernel, map_kernel):
