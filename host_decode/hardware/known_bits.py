@@ -157,8 +157,8 @@ class ValueAnalysis:
             self.block_start[i] = start
             self._bdefs[start].update(self._defs[i])
             x = self.ins[i]
-            if i in self.prog.call_target:
-                self._bdefs[start] |= self.callee_defs(self.prog.call_target[i])
+            for entry in self.prog.callees.get(i, ()):
+                self._bdefs[start] |= self.callee_defs(entry)
             if x.base in ("R2P", "UR2UP", "CALL"):
                 self._bpreds[start].add("*")
             self._bpreds[start].update(o.lstrip("!") for o in x.operands if sass.is_pred(o))
@@ -177,8 +177,8 @@ class ValueAnalysis:
                 continue
             seen.add(i)
             out.update(self._defs[i])
-            if i in self.prog.call_target:
-                out |= self.callee_defs(self.prog.call_target[i])
+            for callee in self.prog.callees.get(i, ()):
+                out |= self.callee_defs(callee)
             if self.ins[i].base != "RET":
                 todo.extend(self.prog.succ[i])
         self._callee_defs[entry] = out
@@ -208,7 +208,7 @@ class ValueAnalysis:
                     found.append(_UNDEF)
                 todo.extend((p, guard_valid) for p in self.prog.pred[b])
                 continue
-            if j in self.prog.call_target and reg in self.callee_defs(self.prog.call_target[j]):
+            if any(reg in self.callee_defs(e) for e in self.prog.callees.get(j, ())):
                 found.append(_CLOBBER)
                 continue
             if reg in self._defs[j] and not x.never:

@@ -305,11 +305,11 @@ def _successors(
         if sass.conditional(x) and i + 1 < len(prog.instructions):
             out.append((i + 1, rstack, cstack))
         return out
-    if i in prog.call_target and not x.never:
+    if i in prog.callees and not x.never:
         if len(cstack) >= MAX_CALL_DEPTH:
             problems.add(f"pc {x.pc:#x}: call depth above {MAX_CALL_DEPTH} (recursion), not followed")
             return []
-        out = [(prog.call_target[i], rstack, cstack + (i + 1,))]
+        out = [(entry, rstack, cstack + (i + 1,)) for entry in prog.callees[i]]
         if sass.conditional(x):
             out.append((i + 1, rstack, cstack))
         return out

@@ -148,6 +148,8 @@ _LINE_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
 _TYPE_FUNC_RE = re.compile(r"^\s*\.type\s+(\S+),@function")
 _GUARD_RE = re.compile(r"^@(!?U?P(?:\d+|T))\s+")
 _TARGET_RE = re.compile(r"`\(([^)]*)\)")
+# a jump table's targets, printed after a BRX: (*"BRANCH_TARGETS .L_x_29,.L_x_30,.L_x_31"*)
+_BRANCH_TARGETS_RE = re.compile(r'\(\*"BRANCH_TARGETS\s+([^"]*)"\*\)')
 
 
 def parse_listing(text: str) -> list[Function]:
@@ -203,6 +205,10 @@ def _parse_instruction(pc: int, body: str, file: str | None, line: int | None) -
         guard = m.group(1)
         body = body[m.end() :]
     targets = _TARGET_RE.findall(body)
+    m = _BRANCH_TARGETS_RE.search(body)
+    if m:
+        targets.append(m.group(1))
+        body = (body[: m.start()] + body[m.end() :]).strip()
     body_no_targets = _TARGET_RE.sub("", body).strip()
     parts = body_no_targets.split(None, 1)
     opcode = parts[0] if parts else ""

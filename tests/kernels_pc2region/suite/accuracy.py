@@ -1,0 +1,65 @@
+"""Per-class accuracy of pc2region on the adversarial suite (prints the table of docs/pc2region_suite.md).
+
+    python tests/kernels_pc2region/suite/accuracy.py [-v]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
+
+import ground_truth  # noqa: E402
+
+from host_decode.hardware import pc2region, sass  # noqa: E402
+
+# (class, source, cubin, kernel)
+CASES = [
+    ("1 markers in a __noinline__ helper", "helper.cu", "helper.sm_90a.cubin", None),
+    ("2 jump table (switch)", "switch.cu", "switch.sm_90a.cubin", None),
+    ("3 indirect call", "indirect.cu", "indirect.sm_90a.cubin", None),
+    ("4 unbalanced region", "unbalanced.cu", "unbalanced.sm_90a.cubin", None),
+    ("5 warp-specialized, tail-merged guards", "warpspec.cu", "warpspec.sm_90a.cubin", None),
+] + [
+    (f"6 {g} group{'s' if g > 1 else ''}", "groups.cu", "groups.sm_90a.cubin", f"groups{g}") for g in range(1, 8)
+] + [
+    ("7 kernel without markers", "foreign.cu", "foreign.sm_90a.cubin", "plain_kernel"),
+    ("8 foreign markers", "foreign.cu", "foreign.sm_90a.cubin", "foreign_kernel"),
+    ("predication, unrolling, early exit, overlap", "mixed.cu", "mixed.sm_90a.cubin", None),
+]
+
+
+def run_case(source: str, cubin: str, kernel: str | None):
+    cu = os.path.join(HERE, source)
+    blob = pc2region.read_cubin(os.path.join(HERE, cubin))
+    text = sass.disassemble(blob)
+    fn = sass.select_function(sass.parse_listing(text), kernel)
+    m = pc2region.build_map(blob, kernel=fn.name, names=ground_truth.event_names(cu) or None, listing=text)
+    return m, ground_truth.judge(m, cu, fn)
+
+
+def main(argv: list[str]) -> int:
+    verbose = "-v" in argv
+    print("| class | instructions | correct | ambiguous with reason | wrong |")
+    print("|---|---:|---:|---:|---:|")
+    for name, source, cubin, kernel in CASES:
+        m, rows = run_case(source, cubin, kernel)
+        counts = {v: sum(r["verdict"] == v for r in rows) for v in ("correct", "ambiguous", "wrong")}
+        print(f"| {name} | {len(rows)} | {counts['correct']} | {counts['ambiguous']} | {counts['wrong']} |")
+        if verbose:
+            groups: dict = {}
+            for r in rows:
+                if r["verdict"] != "correct":
+                    groups.setdefault((r["line"], r["expected"], r["got"], r["verdict"]), []).append(r["pc"])
+            for (line, exp, got, verdict), pcs in groups.items():
+                print(f"    line {line}: expected {exp} got {got} ({verdict}) x{len(pcs)} first {pcs[0]:#06x}")
+            for p in m.problems:
+                print("    problem:", p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

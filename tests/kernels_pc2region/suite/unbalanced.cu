@@ -1,0 +1,18 @@
+// Class 4: an unbalanced region (END only on one path); class 5 lives in warpspec.cu.
+// names: 1=OPEN 2=TAIL
+#include "ikp.cuh"
+enum { OPEN = 1, TAIL = 2 };
+extern "C" __global__ void unbalanced_kernel(float* out, const float* in, void* pbuf, int ws, int rpl) {
+  ikp::Profiler<> prof(pbuf, 1, 0, threadIdx.x == 0, ws, rpl);
+  float v = in[threadIdx.x];
+  prof.begin(OPEN);
+  v = v * in[1] + in[2];  // @ OPEN
+  if (v > 10.0f) {
+    prof.end(OPEN);
+    v = v - in[3];  // @ -
+  }
+  prof.begin(TAIL);
+  out[threadIdx.x] = v;  // @ ?
+  prof.end(TAIL);
+  prof.finalize();
+}
