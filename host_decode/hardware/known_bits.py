@@ -11,12 +11,14 @@ IADD3, LEA, LOP3, HFMA2 fp16 pairs) evaluate exactly (test_tag_shapes_hfma2_lop3
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 
 import numpy as np
 
 from host_decode.hardware import sass
 from host_decode.hardware.cfg import Program
+from host_decode.hardware.sass import Instruction
 
 # ================================================================================================
 # Known-bits values: (mask, value, timer_reads) -- `mask` marks the bits known, `timer_reads` the
@@ -138,6 +140,7 @@ class ValueAnalysis:
         self._memo_def: dict[tuple[int, str], Bits] = {}
         self._in_progress: set[tuple[int, str]] = set()
         self._callee_defs: dict[int, set[str]] = {}
+        self._local = _local_stores(self.ins)
         self._blocks()
 
     def _blocks(self) -> None:
@@ -271,6 +274,8 @@ class ValueAnalysis:
             return Bits.top((j,))
         srcs = [o for o in x.operands[1:] if not sass.is_pred(o)]
         ev = lambda tok: self.operand(tok, j, depth)
+        if x.base == "LDL":
+            return self._local_load(x, dests.index(reg), j, depth)
         if reg != dests[0]:
             return Bits.top(self._timer_of(srcs, j, depth))  # second half of a wide result
         op, mods = x.base, x.opcode.split(".")[1:]
@@ -278,6 +283,22 @@ class ValueAnalysis:
             return self._semantics(op, mods, srcs, ev) or Bits.top(self._timer_of(srcs, j, depth))
         except (ValueError, IndexError):
             return Bits.top(self._timer_of(srcs, j, depth))
+
+    def _local_load(self, x: Instruction, k: int, j: int, depth: int) -> Bits:
+        """Word k of an LDL: the meet of every STL in the section that writes the same frame offset
+        (a Profiler passed by reference to a __noinline__ helper lives in local memory: its lane bits
+        are stored by the kernel and reloaded by the helper, through another base register that
+        points at the same frame). Keyed by offset alone, so a store through any base to that offset
+        weakens the value; no forwarding at all when an address is not base+immediate or a generic ST
+        could write local memory (test_suite_noinline_helper)."""
+        offset = _local_offset(x.operands[1]) if len(x.operands) > 1 else None
+        if self._local is None or offset is None or (offset + 4 * k) not in self._local:
+            return Bits.top()
+        result: Bits | None = None
+        for store_index, stored in self._local[offset + 4 * k]:
+            v = Bits.const(0) if stored is None else self.value(stored, store_index, depth + 1)
+            result = v if result is None else _meet(result, v)
+        return result if result is not None else Bits.top()
 
     def _timer_of(self, srcs: list[str], j: int, depth: int) -> frozenset:
         out: frozenset = frozenset()
@@ -332,3 +353,35 @@ class ValueAnalysis:
                 return None
             return Bits.const((hi << 16) | lo)
         return None
+
+
+_LOCAL_ADDR_RE = re.compile(r"^\[\s*(?:U?R\d+|U?RZ)?\s*(?:\+?\s*(-?0x[0-9a-fA-F]+|-?\d+))?\s*\]$")
+
+
+def _local_offset(address: str) -> int | None:
+    """Immediate offset of a local-memory address `[R13+0x1c]` / `[R1]`; None if register-indexed."""
+    m = _LOCAL_ADDR_RE.match(address.strip())
+    if not m:
+        return None
+    return int(m.group(1), 0) if m.group(1) else 0
+
+
+def _local_stores(ins: list[Instruction]) -> dict[int, list[tuple[int, str | None]]] | None:
+    """Frame offset -> the (STL index, stored register or None for RZ) writing that 32-bit word;
+    None when local memory cannot be tracked (a register-indexed STL, or a generic ST)."""
+    out: dict[int, list[tuple[int, str | None]]] = {}
+    for i, x in enumerate(ins):
+        if x.base == "ST":
+            return None
+        if x.base != "STL" or x.never:
+            continue
+        if len(x.operands) < 2:
+            return None
+        offset = _local_offset(x.operands[0])
+        data = x.operands[1].strip()
+        reg = sass.reg_name(data)
+        if offset is None or (reg is None and data not in ("RZ", "URZ")):
+            return None
+        for k in range(sass.reg_width(x.opcode)):
+            out.setdefault(offset + 4 * k, []).append((i, sass.reg_plus(reg, k) if reg else None))
+    return out

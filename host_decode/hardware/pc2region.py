@@ -36,7 +36,7 @@ import numpy as np
 from host_decode.core import wire
 from host_decode.core.errors import DecodeError
 from host_decode.hardware import sass
-from host_decode.hardware.cfg import Program, build_program
+from host_decode.hardware.cfg import Program, build_program, find_skips
 from host_decode.hardware.known_bits import ValueAnalysis
 from host_decode.hardware.region_map import (
     AMBIGUOUS,
@@ -81,6 +81,7 @@ class Marker:
     event_type: int | None = None
     how: str = "unresolved"  # dataflow | table | line | unresolved
     cost_indices: tuple = ()  # instructions that exist only for this marker (lower bound)
+    line_conflict: int = 0  # resolved markers on its source line write this many different events
 
     @property
     def resolved(self) -> bool:
@@ -231,13 +232,19 @@ def resolve_markers(markers: list[Marker], prog: Program, allowed: set[tuple[int
         x = ins[m.timer_index]
         if m.resolved or x.line is None:
             continue
-        cands = by_line.get((x.file, x.line), set())
+        on_line = by_line.get((x.file, x.line), set())
+        # unrolled copies of one marker share its line (a one-line region may put its BEGIN and END
+        # there too); an inlined helper's line (ikp.cuh's timer read) is shared by every marker: a
+        # line whose markers write different event ids decides nothing
+        ids = {e for e, _ in on_line}
+        if len(ids) > 1:
+            m.line_conflict = len(ids)
+            continue
         low_mask, low_val = m.tag_mask & _LOW12, m.tag_value & _LOW12
-        cands = {c for c in cands if ((c[0] << wire.EVENT_ID_SHIFT) | c[1]) & low_mask == low_val}
+        cands = {c for c in on_line if ((c[0] << wire.EVENT_ID_SHIFT) | c[1]) & low_mask == low_val}
         if len(cands) == 1:
             m.event_id, m.event_type = next(iter(cands))
             m.how = "line"
-
 
 
 # ================================================================================================
@@ -245,9 +252,17 @@ def resolve_markers(markers: list[Marker], prog: Program, allowed: set[tuple[int
 # ================================================================================================
 
 
+def _unknown_token(marker: Marker) -> int:
+    """Stack element standing for an unresolved marker's unknown boundary (negative: no event id)."""
+    return -(marker.timer_index + 1)
+
+
 def _apply(stack: tuple, marker: Marker | None) -> tuple:
-    if marker is None or not marker.resolved:
+    if marker is None:
         return stack
+    if not marker.resolved:  # its effect is unknown: what follows cannot be assigned (a reason says why)
+        token = _unknown_token(marker)
+        return stack if token in stack else stack + (token,)
     eid, etype = marker.event_id, marker.event_type
     if etype == wire.EventType.BEGIN:
         return stack + (eid,)
@@ -316,8 +331,8 @@ def _successors(
     out = []
     for s in prog.succ[i]:
         guarded = prog.skips.get(i)
-        if guarded is not None and s == guarded[1] and sass.conditional(x):
-            out.append((s, _apply_range(rstack, guarded, skip_effects), cstack))
+        if guarded is not None and s == guarded[2] and sass.conditional(x):
+            out.append((s, _apply_range(rstack, guarded[:2], skip_effects), cstack))
         else:
             out.append((s, rstack, cstack))
     return out
@@ -335,7 +350,7 @@ def _event_name(events: dict[int, str], eid: int) -> str:
 
 
 def _path_name(stack: tuple, events: dict[int, str]) -> str:
-    return "/".join(_event_name(events, e) for e in stack) if stack else OUTSIDE
+    return "/".join(_event_name(events, e) if e >= 0 else "?" for e in stack) if stack else OUTSIDE
 
 
 def _str_keys(obj: Any) -> Any:
@@ -408,18 +423,25 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     problems = prog.problems + problems
     for m in markers:
         if not m.resolved:
+            why = (
+                f"; the markers on its source line write {m.line_conflict} different event ids, so the line cannot decide"
+                if m.line_conflict
+                else ""
+            )
             problems.append(
                 f"pc {fn.instructions[m.timer_index].pc:#x}: marker tag not resolved "
-                f"(known bits {m.tag_mask & _LOW12:#05x} = {m.tag_value & _LOW12:#05x}); it is not a boundary"
+                f"(known bits {m.tag_mask & _LOW12:#05x} = {m.tag_value & _LOW12:#05x}){why}"
             )
     boundary_timers = [m.timer_index for m in markers if m.is_boundary or not m.resolved]
     for t in sorted({t for t in boundary_timers if sum(m.timer_index == t for m in markers) > 1}):
         problems.append(f"pc {fn.instructions[t].pc:#x}: one timer read feeds several records; the first is used")
+    prog.skips = find_skips(prog, {m.store_index for m in markers})
     entry = fn.index_of_pc().get(fn.symbols.get(fn.name, 0), 0)
     seen, prop_problems = propagate(prog, _unique_by_timer(markers), entry)
     problems += prop_problems
     cost = marker_only_instructions(prog, va, {i for m in markers for i in m.cost_indices})
-    return _assemble(fn, sha, events, markers, seen, problems, cost)
+    reasons, reason_problems = _ambiguity_reasons(prog, seen, events)
+    return _assemble(fn, sha, events, markers, seen, problems + reason_problems, cost, reasons)
 
 
 def _unique_by_timer(markers: list[Marker]) -> list[Marker]:
@@ -431,7 +453,56 @@ def _unique_by_timer(markers: list[Marker]) -> list[Marker]:
     return list(out.values())
 
 
-def _assemble(fn, sha, events, markers, seen, problems, cost: set[int]) -> RegionMap:
+def _ambiguity_reasons(prog: Program, seen: list[set], events: dict[int, str]) -> tuple[dict[int, str], list[str]]:
+    """A reason for every PC that gets <ambiguous>: where its stacks come from. A cause is a PC after
+    an unresolved marker, or where paths with different stacks meet (an unbalanced region, a boundary
+    under a user condition, a subroutine called from different regions); every other ambiguous PC
+    inherits the reason of the cause it is reached from. Causes are also reported in `problems`."""
+    ins = prog.instructions
+    ambiguous = [len(st) > 1 or any(e < 0 for s in st for e in s) for st in seen]
+    entries = {e for es in prog.callees.values() for e in es}
+    reason: dict[int, str] = {}
+    problems: list[str] = []
+    todo: list[int] = []
+    for i, amb in enumerate(ambiguous):
+        if not amb:
+            continue
+        unknown = sorted({-e - 1 for s in seen[i] for e in s if e < 0})
+        names = sorted(_path_name(s, events) for s in seen[i])
+        if unknown:
+            reason[i] = (
+                f"after the marker(s) at pc {', '.join(hex(ins[u].pc) for u in unknown)} whose tag is not resolved"
+            )
+        elif any(seen[p] != seen[i] for p in prog.pred[i]) and not any(ambiguous[p] for p in prog.pred[i]):
+            origins = "; ".join(
+                f"pc {ins[p].pc:#x}: {', '.join(sorted(_path_name(s, events) for s in seen[p]))}"
+                for p in prog.pred[i]
+                if seen[p]
+            )
+            what = (
+                "a subroutine called from call sites in different regions"
+                if i in entries
+                else "a region begins or ends on one path only (an unbalanced region, or a boundary under a "
+                "condition that is not a capacity guard)"
+            )
+            reason[i] = f"paths with different region stacks meet at pc {ins[i].pc:#x} ({origins}): {what}"
+            problems.append(f"pc {ins[i].pc:#x}: reached with region stacks {names}: {what}")
+        else:
+            continue
+        todo.append(i)
+    while todo:  # ambiguous PCs reached from a cause inherit its reason
+        i = todo.pop()
+        for s in list(prog.succ[i]) + list(prog.callees.get(i, ())):
+            if ambiguous[s] and s not in reason:
+                reason[s] = reason[i]
+                todo.append(s)
+    for i, amb in enumerate(ambiguous):
+        if amb and i not in reason:  # e.g. a return site whose callee changes the stack on some paths
+            reason[i] = "reached with region stacks " + ", ".join(sorted(_path_name(s, events) for s in seen[i]))
+    return {ins[i].pc: r for i, r in reason.items()}, problems
+
+
+def _assemble(fn, sha, events, markers, seen, problems, cost: set[int], reasons: dict[int, str]) -> RegionMap:
     ins = fn.instructions
     paths = list(SPECIAL_PATHS)
     stacks: list = [None, None, None]
@@ -441,7 +512,7 @@ def _assemble(fn, sha, events, markers, seen, problems, cost: set[int]) -> Regio
     for i, st in enumerate(seen):
         if not st:
             region[i] = paths.index(UNREACHABLE)
-        elif len(st) > 1:
+        elif len(st) > 1 or any(e < 0 for s in st for e in s):
             region[i] = paths.index(AMBIGUOUS)
             ambiguous[ins[i].pc] = sorted(_path_name(s, events) for s in st)
         else:
@@ -486,6 +557,7 @@ def _assemble(fn, sha, events, markers, seen, problems, cost: set[int]) -> Regio
         events=dict(events),
         problems=problems,
         ambiguous_candidates=ambiguous,
+        reasons=reasons,
     )
 
 

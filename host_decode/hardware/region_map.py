@@ -44,6 +44,7 @@ class RegionMap:
     events: dict[int, str]
     problems: list[str]
     ambiguous_candidates: dict[int, list[str]] = dataclasses.field(default_factory=dict)  # pc -> paths
+    reasons: dict[int, str] = dataclasses.field(default_factory=dict)  # pc -> why it is <ambiguous>
 
     def path_of_pc(self) -> dict[int, str]:
         return {int(p): self.paths[r] for p, r in zip(self.pc, self.region)}
@@ -74,6 +75,7 @@ class RegionMap:
             "line": self.line.tolist(),
             "markers": self.markers,
             "ambiguous_candidates": {str(k): v for k, v in sorted(self.ambiguous_candidates.items())},
+            "reasons": {str(k): v for k, v in sorted(self.reasons.items())},
             "problems": self.problems,
         }
 
@@ -121,6 +123,7 @@ def load_map(path_or_obj: str | dict) -> RegionMap:
             events={int(k): v for k, v in obj.get("events", {}).items()},
             problems=list(obj.get("problems", [])),
             ambiguous_candidates={int(k): v for k, v in obj.get("ambiguous_candidates", {}).items()},
+            reasons={int(k): v for k, v in obj.get("reasons", {}).items()},
         )
     except KeyError as e:
         raise DecodeError(f"missing key {e}", source=source) from None

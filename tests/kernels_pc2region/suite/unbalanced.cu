@@ -1,5 +1,6 @@
 // Class 4: an unbalanced region (END only on one path); class 5 lives in warpspec.cu.
 // names: 1=OPEN 2=TAIL
+// moved: unbalanced_kernel 0x0440 ? the BSYNC where the paths with and without END OPEN meet
 #include "ikp.cuh"
 enum { OPEN = 1, TAIL = 2 };
 extern "C" __global__ void unbalanced_kernel(float* out, const float* in, void* pbuf, int ws, int rpl) {
