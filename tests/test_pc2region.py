@@ -463,10 +463,19 @@ def test_indirect_branch_is_conservative_and_unreached_code_is_unreachable():
     assert path[0x80] == UNREACHABLE
 
 
-def test_begin_without_end_in_a_loop_stops_at_depth_limit():
+def test_begin_without_end_in_a_loop_is_detected_and_deep_nesting_is_not():
     lines = LANE + [".L_x_1:"] + _mark(["IADD3 R2, R7, 0x4, RZ"]) + ["@P0 BRA `(.L_x_1)", "EXIT"]
     m = _map(lines)
-    assert any("deeper than" in p for p in m.problems)
+    assert any("grows each time around a loop" in p for p in m.problems)
+    assert m.reasons and all(m.paths[r] != AMBIGUOUS or int(pc) in m.reasons for pc, r in zip(m.pc, m.region))
+    # 100 nested regions (deeper than the old limit of 64), straight-line: every level is exact
+    depth = 100
+    begins = [x for e in range(1, depth + 1) for x in _mark([f"IADD3 R2, R7, {e << 2:#x}, RZ"]) + ["FADD R20, R20, R20"]]
+    ends = [x for e in range(depth, 0, -1) for x in _mark([f"IADD3 R2, R7, {(e << 2) | 1:#x}, RZ"])]
+    m = _map(LANE + begins + ends + ["EXIT"])
+    assert not m.problems
+    fadd = [m.paths[r] for r, op in zip(m.region, m.opcode) if op == "FADD"]
+    assert fadd[-1].count("/") == depth - 1 and len(set(fadd)) == depth
 
 
 # ================================================================================================

@@ -89,9 +89,19 @@ def _mul(a: Bits, b: Bits) -> Bits:
             return _shl(x, y.value.bit_length() - 1)
         if y.is_const and y.value == 0:
             return Bits(FULL, 0, x.timer)
-    k = min(a.low_known(), b.low_known())
+    # a = A + 2^ka x, b = B + 2^kb y (A, B the known low parts): a*b = A*B mod 2^min(ka + tz(B), kb + tz(A)),
+    # so trailing zeros add up: block * 0x3000 (3 groups) has 12 known zero bits
+    ka, kb = a.low_known(), b.low_known()
+    k = min(ka + _trailing_zeros(b), kb + _trailing_zeros(a), 32)
     m = (1 << k) - 1
     return Bits(m, (a.value * b.value) & m, a.timer | b.timer)
+
+
+def _trailing_zeros(x: Bits) -> int:
+    """Known zero bits from bit 0 (all known low bits when they are all zero)."""
+    k = x.low_known()
+    low = x.value & ((1 << k) - 1)
+    return k if low == 0 else (low & -low).bit_length() - 1
 
 
 def _lop3(a: Bits, b: Bits, c: Bits, lut: int) -> Bits:

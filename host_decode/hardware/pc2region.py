@@ -63,7 +63,9 @@ __all__ = [
     "read_cubin",
 ]
 
-MAX_REGION_DEPTH = 64  # deeper stacks mean BEGINs without ENDs in a loop: stop, report
+# Regions nest to any depth the code has; a stack that grows around a loop (BEGIN without END in a
+# loop body) is detected as such (_grows_around_a_loop). This cap only bounds pathological code.
+MAX_REGION_DEPTH = 4096
 MAX_CALL_DEPTH = 16  # recursion guard
 
 # ================================================================================================
@@ -113,12 +115,18 @@ def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[s
         if not any(v.timer for v in values):
             continue
         if width < 2:
-            problems.append(f"pc {x.pc:#x}: 32-bit store of a timer value (not a v1 64-bit record), ignored")
+            problems.append(f"pc {x.pc:#x}: {_foreign_32bit(values[0])} stored to {_space(x)}: {_NOT_V1}")
             continue
         for pair in range(width // 2):
             lo, hi = values[2 * pair], values[2 * pair + 1]
-            if bool(lo.timer) == bool(hi.timer):
-                continue  # not a record or both halves timer data
+            if lo.timer and hi.timer:
+                problems.append(
+                    f"pc {x.pc:#x}: a 64-bit %globaltimer timestamp without a tag stored to {_space(x)} "
+                    f"(a bare timestamp, as hand-written or Proton-style timers write): {_NOT_V1}"
+                )
+                continue
+            if not lo.timer and not hi.timer:
+                continue  # not a record
             tag, timer = (lo, hi) if hi.timer else (hi, lo)
             tag_reg = sass.reg_plus(data, 2 * pair + (0 if hi.timer else 1))
             reads = sorted(timer.timer)
@@ -138,6 +146,24 @@ def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[s
                 m.event_type, m.how = m.tag_value & 3, "dataflow (id computed at run time)"
             markers.append(m)
     return markers, problems
+
+
+_NOT_V1 = "a foreign marker, not an ikp v1 record; not used as a region boundary"
+
+
+def _foreign_32bit(v) -> str:
+    """Name a 32-bit store of timer data: IKET-style timer|tag (low bits replaced by a constant) or bare."""
+    n = v.low_known()
+    if n:
+        return (
+            f"a 32-bit timer|tag word (IKET style: %globaltimer_lo with its low {n} bits replaced by the tag "
+            f"{v.value & ((1 << n) - 1):#x})"
+        )
+    return "a bare 32-bit %globaltimer value"
+
+
+def _space(x) -> str:
+    return {"STG": "global memory", "STS": "shared memory", "STAS": "shared memory"}.get(x.base, "memory")
 
 
 def _marker_cost(prog: Program, va: ValueAnalysis, m: Marker, timer_reg: str, tag_reg: str) -> set[int]:
@@ -281,6 +307,7 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
     at_timer = {m.timer_index: m for m in markers}
     seen_stacks: list[set] = [set() for _ in ins]
     visited: set = set()
+    stacks_at: dict[tuple[int, tuple], set[tuple]] = {}
     problems: set[str] = set()
     todo = [(entry, (), ())]
     while todo:
@@ -290,6 +317,14 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
                 break
             visited.add((i, rstack, cstack))
             x = ins[i]
+            here = stacks_at.setdefault((i, cstack), set())
+            here.add(rstack)
+            if _grows_around_a_loop(rstack, here):
+                problems.add(
+                    f"pc {x.pc:#x}: the region stack grows each time around a loop (a BEGIN without END in the loop "
+                    "body?): not followed further"
+                )
+                break
             marker = at_timer.get(i)
             after = _apply(rstack, marker)
             if marker is not None and marker.resolved and marker.event_type == wire.EventType.END and after == rstack:
@@ -297,9 +332,7 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
             # the timer reads bounding a region belong to it: a BEGIN read sees the new stack, an END read the old
             seen_stacks[i].add(after if marker is not None and marker.event_type == wire.EventType.BEGIN else rstack)
             if len(after) > MAX_REGION_DEPTH:
-                problems.add(
-                    f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH} (BEGIN without END in a loop?)"
-                )
+                problems.add(f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH}: not followed further")
                 break
             nxt = _successors(prog, i, after, cstack, problems, at_timer)
             if not nxt:
@@ -307,6 +340,16 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
             (i, rstack, cstack), rest = nxt[0], nxt[1:]
             todo.extend(rest)
     return seen_stacks, sorted(problems)
+
+
+def _grows_around_a_loop(stack: tuple, seen_here: set[tuple]) -> bool:
+    """The same PC (same call stack) was reached with s and s + t, and now with s + t + t: only a cycle
+    pushes the same t again (two different paths merging give s and s + t, never a third copy)."""
+    for k in range(1, len(stack) // 2 + 1):
+        t = stack[-k:]
+        if stack[-2 * k : -k] == t and stack[:-k] in seen_here and stack[: -2 * k] in seen_here:
+            return True
+    return False
 
 
 def _successors(
@@ -397,13 +440,18 @@ def build_map(
     marker_table: Any = None,
     nvdisasm: str | None = None,
     listing: str | None = None,
+    source: str | None = None,
 ) -> RegionMap:
     """pc2region map of one kernel of a cubin (bytes). `names`: event names (Names, {id: name} or a
     capture sidecar dict); `marker_table`: the (event_id, type) pairs the kernel can write (trace-time
     knowledge used to resolve tags whose bits ptxas computes at run time). `listing`: a precomputed
-    `nvdisasm -c -g` text (for tests / tools that already ran it)."""
-    text = listing if listing is not None else sass.disassemble(cubin, nvdisasm)
-    fn = sass.select_function(_kernels_with_markers_first(sass.parse_listing(text)), kernel)
+    `nvdisasm -c -g` text (for tests / tools that already ran it). `source`: the cubin's file name, named
+    by errors. Without `kernel`, a cubin whose only instrumented kernel is one of several picks it; a
+    named kernel is looked up among all (a kernel without markers maps to <outside>, and its map's
+    `problems` say that it has no markers)."""
+    text = listing if listing is not None else sass.disassemble(cubin, nvdisasm, source=source)
+    functions = sass.parse_listing(text)
+    fn = sass.select_function(functions if kernel is not None else _kernels_with_markers_first(functions), kernel, source)
     return map_function(fn, sass.cubin_sha256(cubin) if cubin else None, names, marker_table)
 
 
@@ -420,7 +468,20 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     va = ValueAnalysis(prog)
     markers, problems = find_markers(prog, va)
     resolve_markers(markers, prog, allowed)
+    if markers and not any(m.resolved or m.tag_mask & _LOW12 for m in markers):
+        for m in markers:  # no v1 record anywhere: a (timer, payload) pair of another tool
+            problems.append(
+                f"pc {fn.instructions[m.store_index].pc:#x}: a 64-bit store of a %globaltimer value next to a word "
+                f"with no known tag bits (known {m.tag_mask & _LOW12:#05x}) in a kernel without any ikp v1 "
+                f"record: {_NOT_V1}"
+            )
+        markers = []
     problems = prog.problems + problems
+    if not markers:
+        problems.append(
+            f"kernel {fn.name} has no ikp v1 markers (no 64-bit store of a %globaltimer value with a tag): "
+            "there are no regions to map"
+        )
     for m in markers:
         if not m.resolved:
             why = (

@@ -75,12 +75,14 @@ def _wheel_candidates() -> list[str]:
     return found
 
 
-def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout_s: float = 120.0) -> str:
-    """Text listing (code sections, line info) of a cubin."""
+def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout_s: float = 120.0, source: str | None = None) -> str:
+    """Text listing (code sections, line info) of a cubin. `source`: the user's file, named by errors
+    (nvdisasm reads a temporary copy; its messages are rewritten to name `source`)."""
+    source = source or "cubin"
     if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) < 4:
-        raise DecodeError("not a cubin: expected bytes", source="cubin")
+        raise DecodeError("not a cubin: expected bytes", source=source)
     if bytes(cubin[:4]) != b"\x7fELF":
-        raise DecodeError("not a cubin: no ELF magic in the first 4 bytes", source="cubin")
+        raise DecodeError("not a cubin: no ELF magic in the first 4 bytes", source=source)
     tool = nvdisasm or find_nvdisasm()
     with tempfile.TemporaryDirectory(prefix="ikp_sass_") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
@@ -88,7 +90,8 @@ def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout_s: float = 12
             f.write(bytes(cubin))
         proc = subprocess.run([tool, "-c", "-g", path], check=False, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise DecodeError(f"nvdisasm failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}", source="cubin")
+        message = proc.stderr.replace(path, source).strip()[:500]
+        raise DecodeError(f"nvdisasm failed (exit {proc.returncode}): {message}", source=source)
     return proc.stdout
 
 
@@ -250,16 +253,17 @@ def _check_pcs(fn: Function) -> None:
         raise DecodeError(f"nvdisasm listing of {fn.name}: PCs are not strictly increasing", source="sass")
 
 
-def select_function(functions: list[Function], kernel: str | None) -> Function:
+def select_function(functions: list[Function], kernel: str | None, source: str | None = None) -> Function:
     """The function named `kernel` (exact, else unique substring match); with None, the only one."""
+    source = source or "cubin"
     if not functions:
-        raise DecodeError("the cubin has no code sections", source="cubin")
+        raise DecodeError("the cubin has no code sections", source=source)
     if kernel is None:
         if len(functions) == 1:
             return functions[0]
         raise DecodeError(
             "the cubin has several kernels; choose one with kernel=...: " + ", ".join(f.name for f in functions),
-            source="cubin",
+            source=source,
         )
     exact = [f for f in functions if f.name == kernel]
     if exact:
@@ -270,7 +274,7 @@ def select_function(functions: list[Function], kernel: str | None) -> Function:
     raise DecodeError(
         f"kernel {kernel!r} {'is ambiguous' if partial else 'not found'}; kernels: "
         + ", ".join(f.name for f in functions),
-        source="cubin",
+        source=source,
     )
 
 

@@ -26,6 +26,8 @@ CASES = [
 ] + [
     (f"6 {g} group{'s' if g > 1 else ''}", "groups.cu", "groups.sm_90a.cubin", f"groups{g}") for g in range(1, 8)
 ] + [
+    (f"6 last of {g} groups (constant group id)", "groups.cu", "groups.sm_90a.cubin", f"last{g}") for g in (3, 5, 6, 7)
+] + [
     ("7 kernel without markers", "foreign.cu", "foreign.sm_90a.cubin", "plain_kernel"),
     ("8 foreign markers", "foreign.cu", "foreign.sm_90a.cubin", "foreign_kernel"),
     ("predication, unrolling, early exit, overlap", "mixed.cu", "mixed.sm_90a.cubin", None),

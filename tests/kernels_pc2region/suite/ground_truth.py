@@ -65,10 +65,19 @@ def judge(region_map, cu_path: str, function) -> list[dict]:
     rows = []
     reasons = getattr(region_map, "reasons", {}) or {}
     where = {x.pc: (os.path.basename(x.file or ""), x.line) for x in function.instructions}
+    # ptxas pads a function with `.L: BRA .L` and NOPs after its last EXIT; line info may give them
+    # the last line it saw, but they never run: not judged
+    padding = set()
+    for x in reversed(function.instructions):
+        padding.add(x.pc)
+        if x.base == "BRA" and not x.guard and x.targets and function.labels.get(x.targets[0]) == x.pc:
+            break
+    else:
+        padding = set()
     overrides = moved(cu_path)
     for k, pc in enumerate(region_map.pc):
         file, line = where[int(pc)]
-        if file != base or line not in ann:
+        if file != base or line not in ann or int(pc) in padding:
             continue
         expected = ann[line]
         if (function.name, int(pc)) in overrides:

@@ -1,5 +1,19 @@
 // Predication, unrolling, early exits and overlapping (non-nested) regions.
 // names: 1=OUTER 2=BODY 3=EARLY 4=A 5=B
+// moved: mixed_kernel 0x0560 OUTER END BODY's record address (@!P1 LEA)
+// moved: mixed_kernel 0x0590 OUTER the iteration's `acc + in[i]` (FADD), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x05a0 OUTER END BODY's record address (@!P1 LEA.HI.X)
+// moved: mixed_kernel 0x05d0 OUTER the iteration's `acc > 0` (FSETP), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x05e0 OUTER the iteration's `acc * in[i]` (@P1 FMUL), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x0690 OUTER END BODY's record address (@!P1 IMAD.WIDE)
+// moved: mixed_kernel 0x06b0 OUTER the iteration's `acc + in[i]` (FADD), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x06c0 OUTER END BODY's record address (@!P1 IMAD.MOV)
+// moved: mixed_kernel 0x06f0 OUTER END BODY's record address (@!P1 IMAD.IADD)
+// moved: mixed_kernel 0x0710 OUTER the iteration's `acc > 0` (FSETP), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x0720 OUTER the iteration's `acc * in[i]` (@P1 FMUL), scheduled after END BODY's timer read
+// moved: mixed_kernel 0x0950 OUTER END BODY's record address (@!P2 IMAD.WIDE)
+// moved: mixed_kernel 0x0990 OUTER END BODY's record address (@!P2 IMAD.MOV)
+// moved: mixed_kernel 0x09c0 OUTER END BODY's record address (@!P2 IMAD.IADD)
 #include "ikp.cuh"
 enum { OUTER = 1, BODY = 2, EARLY = 3, A = 4, B = 5 };
 extern "C" __global__ void mixed_kernel(float* out, const float* in, void* pbuf, int n, int ws, int rpl) {
