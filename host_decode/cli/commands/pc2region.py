@@ -28,8 +28,18 @@ def run(args) -> int:
     names = _load_json(args.names) if args.names else None
     table = _load_json(args.marker_table) if args.marker_table else None
     m = pc2region.build_map(
-        pc2region.read_cubin(args.cubin), kernel=args.kernel, names=names, marker_table=table, nvdisasm=args.nvdisasm
+        pc2region.read_cubin(args.cubin),
+        kernel=args.kernel,
+        names=names,
+        marker_table=table,
+        nvdisasm=args.nvdisasm,
+        source=args.cubin,
     )
+    if not m.markers:
+        import sys
+
+        print(f"error: {args.cubin}: {m.problems[-1]}; nothing written", file=sys.stderr)
+        return 1
     if args.output:
         m.save(args.output)
     _print_summary(m, args.show)
