@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -21,7 +22,8 @@ CASES = [
     ("1 markers in a __noinline__ helper", "helper.cu", "helper.sm_90a.cubin", None),
     ("2 jump table (switch)", "switch.cu", "switch.sm_90a.cubin", None),
     ("3 indirect call", "indirect.cu", "indirect.sm_90a.cubin", None),
-    ("4 unbalanced region", "unbalanced.cu", "unbalanced.sm_90a.cubin", None),
+    ("4 unbalanced region", "unbalanced.cu", "unbalanced.sm_90a.cubin", "unbalanced_kernel"),
+    ("4 unbalanced region: a bare conditional END", "unbalanced.cu", "unbalanced.sm_90a.cubin", "bare_end_kernel"),
     ("5 warp-specialized, tail-merged guards", "warpspec.cu", "warpspec.sm_90a.cubin", None),
 ] + [
     (f"6 {g} group{'s' if g > 1 else ''}", "groups.cu", "groups.sm_90a.cubin", f"groups{g}") for g in range(1, 8)
@@ -31,13 +33,22 @@ CASES = [
     ("7 kernel without markers", "foreign.cu", "foreign.sm_90a.cubin", "plain_kernel"),
     ("8 foreign markers", "foreign.cu", "foreign.sm_90a.cubin", "foreign_kernel"),
     ("predication, unrolling, early exit, overlap", "mixed.cu", "mixed.sm_90a.cubin", None),
+] + [
+    (f"CuTe DSL {what} ({arch})", "cute_suite.py", f"cute_{name}.{arch}.cubin", None)
+    for name, what in (("roles", "warp-specialized roles, barriers"), ("three_groups", "3 groups"))
+    for arch in ("sm_90a", "sm_100a")
 ]
+
+
+@functools.cache
+def _listing(cubin: str) -> tuple[bytes, str]:
+    blob = pc2region.read_cubin(os.path.join(HERE, cubin))
+    return blob, sass.disassemble(blob)
 
 
 def run_case(source: str, cubin: str, kernel: str | None):
     cu = os.path.join(HERE, source)
-    blob = pc2region.read_cubin(os.path.join(HERE, cubin))
-    text = sass.disassemble(blob)
+    blob, text = _listing(cubin)
     fn = sass.select_function(sass.parse_listing(text), kernel)
     m = pc2region.build_map(blob, kernel=fn.name, names=ground_truth.event_names(cu) or None, listing=text)
     return m, ground_truth.judge(m, cu, fn)

@@ -20,9 +20,9 @@ import os
 import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-_ANN_RE = re.compile(r"//\s*@\s*(.+?)\s*$")
-_NAMES_RE = re.compile(r"^//\s*names:\s*(.*)$")
-_MOVED_RE = re.compile(r"^//\s*moved:\s*(\S+)\s+(0x[0-9a-fA-F]+)\s+(\S+)\s+(.*)$")
+_ANN_RE = re.compile(r"(?://|#)\s*@\s*(.+?)\s*$")  # C++ `// @ path`, Python `# @ path`
+_NAMES_RE = re.compile(r"^(?://|#)?\s*names:\s*(.*)$")
+_MOVED_RE = re.compile(r"^(?://|#)\s*moved:\s*(\S+)\s+(0x[0-9a-fA-F]+)\s+(\S+)\s+(.*)$")
 
 
 def moved(cu_path: str) -> dict[tuple[str, int], str]:
@@ -41,7 +41,7 @@ def annotations(cu_path: str) -> dict[int, tuple[str, ...]]:
     with open(cu_path) as f:
         for k, line in enumerate(f, 1):
             m = _ANN_RE.search(line)
-            if m and not line.lstrip().startswith("//"):
+            if m and not line.lstrip().startswith(("//", "#")):
                 out[k] = tuple(p.strip() for p in m.group(1).split("|"))
     return out
 
