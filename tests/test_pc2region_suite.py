@@ -27,6 +27,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def test_cubins_were_built_from_these_sources():
+    """Line annotations only mean something for the source the cubin was compiled from: after editing a
+    source, rebuild (build.sh / cute_suite.py), re-check the `moved:` PCs, then `accuracy.py --manifest`."""
+    import json
+
+    with open(accuracy.MANIFEST) as f:
+        assert json.load(f) == accuracy.source_hashes()
+
+
 @pytest.mark.parametrize("case", accuracy.CASES, ids=[c[0] for c in accuracy.CASES])
 def test_suite_case_has_no_wrong_instruction(case):
     _, source, cubin, kernel = case

@@ -1,6 +1,7 @@
 """Per-class accuracy of pc2region on the adversarial suite (prints the table of docs/pc2region_suite.md).
 
     python tests/kernels_pc2region/suite/accuracy.py [-v]
+    python tests/kernels_pc2region/suite/accuracy.py --manifest   # after rebuilding the cubins
 """
 
 from __future__ import annotations
@@ -54,7 +55,27 @@ def run_case(source: str, cubin: str, kernel: str | None):
     return m, ground_truth.judge(m, cu, fn)
 
 
+MANIFEST = os.path.join(HERE, "sources.sha256.json")
+
+
+def source_hashes() -> dict[str, str]:
+    """cubin -> sha256 of the source it was compiled from (the annotations' line numbers must match)."""
+    import hashlib
+
+    out = {}
+    for _, source, cubin, _ in CASES:
+        with open(os.path.join(HERE, source), "rb") as f:
+            out[cubin] = hashlib.sha256(f.read()).hexdigest()
+    return dict(sorted(out.items()))
+
+
 def main(argv: list[str]) -> int:
+    if "--manifest" in argv:  # after rebuilding the cubins (build.sh, cute_suite.py)
+        import json
+
+        with open(MANIFEST, "w") as f:
+            json.dump(source_hashes(), f, indent=1)
+        return 0
     verbose = "-v" in argv
     print("| class | instructions | correct | ambiguous with reason | wrong |")
     print("|---|---:|---:|---:|---:|")

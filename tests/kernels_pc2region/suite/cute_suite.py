@@ -10,7 +10,6 @@ the tests need no compiler; the ikp_cute API may evolve, the cubins stay what th
 
 from __future__ import annotations
 
-# moved: kernel_cutlass_roles_kernel_tensorptrf32gmemo20481___tensorptri64_gmem_align16_o_10251_ikp_cursor_0 0x0820 - `x`'s address (LDC.64) hoisted into the mma_half loop's preheader, before BEGIN mma (sm_90a and sm_100a)
 import os
 import sys
 
@@ -21,6 +20,10 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..",
 
 from ikp_cute import Profiler, ProfileSpec, fake_buffer, profile_region  # noqa: E402
 from ikp_cute.spec import EventRegistry  # noqa: E402
+
+# Instructions the compiler moved across a timer read (checked by hand in `nvdisasm -c -g`; recompiling
+# after any edit of this file shifts the lines: rebuild the cubins and re-check these):
+# moved: kernel_cutlass_roles_kernel_tensorptrf32gmemo20481___tensorptri64_gmem_align16_o_10251_ikp_cursor_0 0x0820 - `x`'s address (LDC.64) hoisted into the mma_half loop's preheader, before BEGIN mma (sm_90a and sm_100a)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS = ["load", "mma", "mma_half", "epilogue", "branch"]
