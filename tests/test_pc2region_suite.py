@@ -172,6 +172,7 @@ def test_suite_foreign_markers_are_named():
     text = "\n".join(m.problems)
     assert "IKET style" in text and "tag 0x5" in text and "shared memory" in text
     assert "64-bit %globaltimer timestamp without a tag" in text
+    assert "next to a word with no known tag bits" in text  # a (timer, payload) pair
     assert not m.markers
 
 

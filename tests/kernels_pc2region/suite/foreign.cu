@@ -1,5 +1,6 @@
 // Class 7/8: a kernel without markers next to a kernel with foreign markers: a 32-bit shared-memory
-// store of timer|tag (IKET style) and a 64-bit store of a bare %globaltimer (no tag).
+// store of timer|tag (IKET style), a 64-bit store of a bare %globaltimer (no tag) and a 64-bit
+// (timer, payload) pair with no tag bits.
 // names: (none: the foreign kernel has no v1 records)
 extern "C" __global__ void plain_kernel(float* out, const float* in) {
   out[threadIdx.x] = in[threadIdx.x] * 2.0f;  // @ -
@@ -13,6 +14,9 @@ extern "C" __global__ void foreign_kernel(float* out, const float* in, unsigned*
   unsigned long long g;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
   tsbuf[blockIdx.x] = g;
+  unsigned lo;
+  asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(lo));
+  tsbuf[64 + blockIdx.x] = (static_cast<unsigned long long>(__float_as_uint(v)) << 32) | lo;  // (timer, payload)
   __syncthreads();
   tbuf[threadIdx.x] = ring[(threadIdx.x + 1) % 64];
   out[threadIdx.x] = v;  // @ -
