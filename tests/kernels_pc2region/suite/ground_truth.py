@@ -58,7 +58,7 @@ def event_names(cu_path: str) -> dict[int, str]:
 def judge(region_map, cu_path: str, function) -> list[dict]:
     """One row per judged instruction: pc, line, expected paths, the map's path, verdict.
     `function`: the kernel's parsed listing (host_decode.hardware.sass.Function), for file + line."""
-    from host_decode.hardware.region_map import AMBIGUOUS, OUTSIDE
+    from host_decode.hardware.pc2region import AMBIGUOUS, OUTSIDE
 
     ann = annotations(cu_path)
     base = os.path.basename(cu_path)
