@@ -684,3 +684,33 @@ def test_wgmma_pipeline_example(tmp_path):
 def test_mma_accumulator_width(opcode, regs):
     """Too wide would hide tags kept in registers after the accumulators; too narrow would miss clobbers."""
     assert sass.mma_dest_registers(opcode) == regs
+
+
+def test_correlated_branches_on_one_predicate_stay_balanced():
+    """`if blocked: begin(w)` ... `if blocked: end(w)`: two branches on one predicate (not rewritten in
+    between) go the same way, so what follows the END is outside w on every path (FA4's waits recorded
+    only when they block). The code between the two branches is in w on one path only: <ambiguous>,
+    with a reason. Rewriting the predicate in between forgets the assumption."""
+    def kernel(between):
+        return LANE + [
+            "ISETP.NE.AND P0, PT, R0, RZ, PT",
+            "@P0 BRA `(.L_x_1)",
+            *_mark(["IADD3 R2, R7, 0x10, RZ"]),  # BEGIN 4
+            "VIADD R30, R30, 0x1",  # the record cursor advances: a user branch, not a capacity guard
+            ".L_x_1:",
+            *between,
+            "@P0 BRA `(.L_x_2)",
+            *_mark(["IADD3 R2, R7, 0x11, RZ"]),  # END 4
+            "VIADD R30, R30, 0x1",
+            ".L_x_2:",
+            "FADD R20, R20, R30",
+            "EXIT",
+        ]
+
+    m = _map(kernel(["FMUL R21, R21, R21"]))
+    path = {op: m.paths[r] for op, r in zip(m.opcode, m.region)}
+    assert path["FADD"] == OUTSIDE and path["FMUL"] == AMBIGUOUS
+    assert "meet at pc" in m.reasons[int(m.pc[m.opcode.index("FMUL")])]
+    m = _map(kernel(["ISETP.NE.AND P0, PT, R21, RZ, PT"]))  # P0 rewritten: the second branch is free
+    path = {op: m.paths[r] for op, r in zip(m.opcode, m.region)}
+    assert path["FADD"] == AMBIGUOUS

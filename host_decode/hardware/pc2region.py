@@ -301,21 +301,28 @@ def _apply(stack: tuple, marker: Marker | None) -> tuple:
 
 
 def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[list[set], list[str]]:
-    """Fixed point of region stacks over (instruction, region stack, call stack) states.
-    Returns per-instruction sets of region stacks (as seen by that instruction) and problems."""
+    """Fixed point of region stacks over (instruction, region stack, call stack, assumptions) states.
+    Returns per-instruction sets of region stacks (as seen by that instruction) and problems.
+
+    Assumptions make branches around markers path-sensitive: `if blocked: begin(w)` ... `if blocked:
+    end(w)` compiles to two branches on one predicate (`@P0 BRA` twice, P0 not rewritten between); the
+    state remembers which way the first went, so the second follows the same way (an FA4 wait recorded
+    only when it blocks). An assumption is forgotten at any instruction that names its predicate
+    (test_correlated_branches_on_one_predicate_stay_balanced)."""
     ins = prog.instructions
     at_timer = {m.timer_index: m for m in markers}
+    relevant = _branches_around_markers(prog, at_timer)
     seen_stacks: list[set] = [set() for _ in ins]
     visited: set = set()
     stacks_at: dict[tuple[int, tuple], set[tuple]] = {}
     problems: set[str] = set()
-    todo = [(entry, (), ())]
+    todo = [(entry, (), (), frozenset())]
     while todo:
-        i, rstack, cstack = todo.pop()
+        i, rstack, cstack, assume = todo.pop()
         while True:  # walk straight-line code without touching the worklist
-            if (i, rstack, cstack) in visited:
+            if (i, rstack, cstack, assume) in visited:
                 break
-            visited.add((i, rstack, cstack))
+            visited.add((i, rstack, cstack, assume))
             x = ins[i]
             here = stacks_at.setdefault((i, cstack), set())
             here.add(rstack)
@@ -334,12 +341,29 @@ def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[lis
             if len(after) > MAX_REGION_DEPTH:
                 problems.add(f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH}: not followed further")
                 break
-            nxt = _successors(prog, i, after, cstack, problems, at_timer)
+            if assume and x.base not in ("BRA", "JMP"):
+                assume = frozenset(a for a in assume if not sass.mentions_pred(x, a[0]))
+            nxt = _successors(prog, i, after, cstack, problems, at_timer, assume, i in relevant)
             if not nxt:
                 break
-            (i, rstack, cstack), rest = nxt[0], nxt[1:]
+            (i, rstack, cstack, assume), rest = nxt[0], nxt[1:]
             todo.extend(rest)
     return seen_stacks, sorted(problems)
+
+
+def _branches_around_markers(prog: Program, at_timer: dict[int, Marker]) -> set[int]:
+    """Guarded branches (not capacity guards) with a marker between them and their target: the ones
+    whose direction decides a region boundary, so worth remembering."""
+    timers = sorted(at_timer)
+    out = set()
+    for b, x in enumerate(prog.instructions):
+        if x.base != "BRA" or not x.predicated or x.never or b in prog.skips:
+            continue
+        for t in prog.succ[b]:
+            lo, hi = min(b, t), max(b, t)
+            if any(lo < k < hi for k in timers):
+                out.add(b)
+    return out
 
 
 def _grows_around_a_loop(stack: tuple, seen_here: set[tuple]) -> bool:
@@ -353,31 +377,48 @@ def _grows_around_a_loop(stack: tuple, seen_here: set[tuple]) -> bool:
 
 
 def _successors(
-    prog: Program, i: int, rstack: tuple, cstack: tuple, problems: set, skip_effects: dict[int, Marker]
+    prog: Program,
+    i: int,
+    rstack: tuple,
+    cstack: tuple,
+    problems: set,
+    skip_effects: dict[int, Marker],
+    assume: frozenset = frozenset(),
+    remember: bool = False,
 ) -> list[tuple]:
     x = prog.instructions[i]
     if x.base == "RET" and not x.never:
         out = []
         if cstack:
-            out.append((cstack[-1], rstack, cstack[:-1]))
+            out.append((cstack[-1], rstack, cstack[:-1], assume))
         if sass.conditional(x) and i + 1 < len(prog.instructions):
-            out.append((i + 1, rstack, cstack))
+            out.append((i + 1, rstack, cstack, assume))
         return out
     if i in prog.callees and not x.never:
         if len(cstack) >= MAX_CALL_DEPTH:
             problems.add(f"pc {x.pc:#x}: call depth above {MAX_CALL_DEPTH} (recursion), not followed")
             return []
-        out = [(entry, rstack, cstack + (i + 1,)) for entry in prog.callees[i]]
+        out = [(entry, rstack, cstack + (i + 1,), frozenset()) for entry in prog.callees[i]]
         if sass.conditional(x):
-            out.append((i + 1, rstack, cstack))
+            out.append((i + 1, rstack, cstack, frozenset()))
+        return out
+    if remember:  # @P0 BRA t: the jump means P0 holds (guard "P0") or not (guard "!P0")
+        pred, taken_value = x.guard.lstrip("!"), not x.guard.startswith("!")
+        known = dict(assume).get(pred)
+        out = []
+        for s in prog.succ[i]:
+            jump = s != i + 1 or prog.succ[i] == [i + 1]
+            value = taken_value if jump else not taken_value
+            if known is None or known == value:
+                out.append((s, rstack, cstack, assume | {(pred, value)}))
         return out
     out = []
     for s in prog.succ[i]:
         guarded = prog.skips.get(i)
         if guarded is not None and s == guarded[2] and sass.conditional(x):
-            out.append((s, _apply_range(rstack, guarded[:2], skip_effects), cstack))
+            out.append((s, _apply_range(rstack, guarded[:2], skip_effects), cstack, assume))
         else:
-            out.append((s, rstack, cstack))
+            out.append((s, rstack, cstack, assume))
     return out
 
 
