@@ -10,12 +10,6 @@ import os
 import numpy as np
 import pytest
 
-from host_decode.hardware import join
-
-from host_decode.hardware import pc2region
-
-from host_decode.hardware import sass
-from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import (
     INSTANT_DTYPE,
@@ -26,6 +20,8 @@ from host_decode.core.model import (
     Names,
     Trace,
 )
+from host_decode.hardware import join, pc2region, sass
+from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "pc")
@@ -260,9 +256,9 @@ def test_real_cubin_maps_the_same_here(source):
 
 
 def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
+    from host_decode.cli import main
     from host_decode.core import wire
     from host_decode.core.capture import save_capture
-    from host_decode.cli import main
 
     out_map = tmp_path / "map.json"
     assert main(["pc2region", CUBIN, "-o", str(out_map)]) == 0  # no names: event_<id>

@@ -17,10 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from host_decode.hardware import pc2region
-
-from host_decode.hardware import sass
 from host_decode.core.errors import DecodeError
+from host_decode.hardware import pc2region, sass
 from host_decode.hardware.pc2region import AMBIGUOUS, OUTSIDE, UNREACHABLE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -470,7 +468,9 @@ def test_begin_without_end_in_a_loop_is_detected_and_deep_nesting_is_not():
     assert m.reasons and all(m.paths[r] != AMBIGUOUS or int(pc) in m.reasons for pc, r in zip(m.pc, m.region))
     # 100 nested regions (deeper than the old limit of 64), straight-line: every level is exact
     depth = 100
-    begins = [x for e in range(1, depth + 1) for x in _mark([f"IADD3 R2, R7, {e << 2:#x}, RZ"]) + ["FADD R20, R20, R20"]]
+    begins = [
+        x for e in range(1, depth + 1) for x in _mark([f"IADD3 R2, R7, {e << 2:#x}, RZ"]) + ["FADD R20, R20, R20"]
+    ]
     ends = [x for e in range(depth, 0, -1) for x in _mark([f"IADD3 R2, R7, {(e << 2) | 1:#x}, RZ"])]
     m = _map(LANE + begins + ends + ["EXIT"])
     assert not m.problems

@@ -82,12 +82,17 @@ def test_line_fallback_refuses_a_line_shared_by_different_events():
     def mark(tag_setup):
         return ["S2UR UR6, SR_GLOBALTIMERLO", "NOP", *tag_setup, "MOV R3, UR6", "STG.E.64 desc[UR4][R4.64], R2"]
 
-    unknown = ["LDG.E R9, desc[UR4][R4.64]", "LOP3.LUT R2, R9, 0xffc, RZ, 0xc0, !PT", "LOP3.LUT R2, R2, 0x1, R7, 0xfe, !PT"]
+    unknown = [
+        "LDG.E R9, desc[UR4][R4.64]",
+        "LOP3.LUT R2, R9, 0xffc, RZ, 0xc0, !PT",  # id bits unknown
+        "LOP3.LUT R2, R2, 0x1, R7, 0xfe, !PT",  # END | lane
+    ]
     helper_line = ['//## File "ikp.cuh", line 118']
     lines = lane + helper_line + mark(["IADD3 R2, R7, 0x8, RZ"]) + helper_line + mark(["IADD3 R2, R7, 0xd, RZ"])
     lines += helper_line + mark(unknown) + ["EXIT"]
     listing = "//--------------------- .text.k --------------------------\nk:\n" + "".join(
-        line + "\n" if line.startswith("//##") else f"        /*{16 * k:04x}*/ {line} ;\n" for k, line in enumerate(lines)
+        line + "\n" if line.startswith("//##") else f"        /*{16 * k:04x}*/ {line} ;\n"
+        for k, line in enumerate(lines)
     )
     m = pc2region.build_map(b"", listing=listing)
     assert [mk["how"] for mk in m.markers] == ["dataflow", "dataflow", "unresolved"]
@@ -146,7 +151,8 @@ def test_suite_group_counts(kernel):
 
 
 def test_suite_kernel_without_markers(tmp_path, capsys):
-    """Class 7: --kernel finds a kernel without markers, whose map says so; the CLI exits 1."""
+    """Class 7: --kernel finds a kernel without markers, whose map says so; the CLI refuses it (exit 2,
+    the reason on stderr, nothing written)."""
     from host_decode.cli import main
 
     cubin = os.path.join(SUITE, "foreign.sm_90a.cubin")
@@ -154,7 +160,7 @@ def test_suite_kernel_without_markers(tmp_path, capsys):
     assert m.kernel == "plain_kernel" and not m.markers
     assert any("has no ikp v1 markers" in p for p in m.problems)
     out = tmp_path / "map.json"
-    assert main(["pc2region", cubin, "--kernel", "plain_kernel", "-o", str(out)]) == 1
+    assert main(["pc2region", cubin, "--kernel", "plain_kernel", "-o", str(out)]) == 2
     assert "has no ikp v1 markers" in capsys.readouterr().err and not out.exists()
 
 

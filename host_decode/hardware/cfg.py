@@ -6,7 +6,8 @@ direct call; every subroutine of the section for an indirect ``CALL.REL.NOINC R6
 ``problems``: test_suite_indirect_call); a jump table's BRX goes to its ``BRANCH_TARGETS`` only
 (test_suite_jump_table)
 (test_subroutines_after_exit_follow_their_call_site); a conditional forward branch over a closed range of
-code is a "skip" whose edge carries the range's marker effects (test_guard_branch_over_a_lone_marker_does_not_split_the_region).
+code is a "skip" whose edge carries the range's marker effects
+(test_guard_branch_over_a_lone_marker_does_not_split_the_region).
 """
 
 from __future__ import annotations
@@ -79,7 +80,11 @@ def build_program(fn: Function) -> Program:
                     callees[i] = subroutines
                 problems.append(
                     f"pc {x.pc:#x}: indirect call through {x.operands[0]}: the callee is unknown; "
-                    + (f"assumed to be one of the section's subroutines {names}" if names else "no subroutine in the section, treated as a no-op")
+                    + (
+                        f"assumed to be one of the section's subroutines {names}"
+                        if names
+                        else "no subroutine in the section, treated as a no-op"
+                    )
                 )
             elif callee:
                 callees[i] = callee[:1]
@@ -125,7 +130,8 @@ def find_skips(prog: Program, record_stores: set[int]) -> dict[int, tuple[int, i
         written: set[str] = set()
         for k in range(b + 1, end):
             y = ins[k]
-            if y.base in ("EXIT", "RET", "BRX", "JMX", "KILL") or any(not (b < s < end or s == t) for s in prog.succ[k]):
+            leaves = any(not (b < s < end or s == t) for s in prog.succ[k])
+            if y.base in ("EXIT", "RET", "BRX", "JMX", "KILL") or leaves:
                 closed = False
                 break
             if k > b + 1 and any(not (b <= p < end) for p in prog.pred[k] if p not in prog.callees or p < b):

@@ -492,7 +492,8 @@ def build_map(
     `problems` say that it has no markers)."""
     text = listing if listing is not None else sass.disassemble(cubin, nvdisasm, source=source)
     functions = sass.parse_listing(text)
-    fn = sass.select_function(functions if kernel is not None else _kernels_with_markers_first(functions), kernel, source)
+    candidates = functions if kernel is not None else _kernels_with_markers_first(functions)
+    fn = sass.select_function(candidates, kernel, source)
     return map_function(fn, sass.cubin_sha256(cubin) if cubin else None, names, marker_table)
 
 
@@ -526,7 +527,8 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     for m in markers:
         if not m.resolved:
             why = (
-                f"; the markers on its source line write {m.line_conflict} different event ids, so the line cannot decide"
+                f"; the markers on its source line write {m.line_conflict} different event ids, "
+                "so the line cannot decide"
                 if m.line_conflict
                 else ""
             )

@@ -35,7 +35,12 @@ def run(args) -> int:
         names = _names(args.names) if args.names else None
         table = _marker_table(args.marker_table) if args.marker_table else None
         _, m = read_cubin_map(
-            args.cubin, kernel=args.kernel, names=names, marker_table=table, nvdisasm=args.nvdisasm, source=str(args.cubin)
+            args.cubin,
+            kernel=args.kernel,
+            names=names,
+            marker_table=table,
+            nvdisasm=args.nvdisasm,
+            source=str(args.cubin),
         )
         if not m.markers:  # nothing to map: say so instead of a table of zeros (and write nothing)
             from host_decode.core.errors import DecodeError

@@ -23,7 +23,7 @@ from ikp_cute.spec import EventRegistry  # noqa: E402
 
 # Instructions the compiler moved across a timer read (checked by hand in `nvdisasm -c -g`; recompiling
 # after any edit of this file shifts the lines: rebuild the cubins and re-check these):
-# moved: kernel_cutlass_roles_kernel_tensorptrf32gmemo20481___tensorptri64_gmem_align16_o_10251_ikp_cursor_0 0x0820 - `x`'s address (LDC.64) hoisted into the mma_half loop's preheader, before BEGIN mma (sm_90a and sm_100a)
+# moved: kernel_cutlass_roles_kernel_* 0x0860 - `x`'s address (LDC.64) hoisted before BEGIN mma (sm_90a, sm_100a)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVENTS = ["load", "mma", "mma_half", "epilogue", "branch"]
@@ -35,7 +35,7 @@ def roles_kernel(x: cute.Tensor, iters: Int32, flag: Int32, prof_buf, spec: cutl
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4)
+    prof = Profiler.create(spec, prof_buf, group=warp // 4)
     acc = x[bidx * 256 + tidx]
     if warp < 4:
         for i in cutlass.range(iters):
@@ -69,7 +69,7 @@ def three_groups_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4)
+    prof = Profiler.create(spec, prof_buf, group=warp // 4)
     acc = x[bidx * 384 + tidx]
     for i in cutlass.range(iters):
         with profile_region(prof, "mma"):
@@ -90,7 +90,8 @@ def build(arch: str) -> None:
         ("roles", launch_roles, 2, (Int32(3), Int32(1))),
         ("three_groups", launch_three_groups, 3, (Int32(3),)),
     ):
-        spec = ProfileSpec(num_groups=groups, num_blocks=4, write_stride=16, records_per_lane=64, events=EventRegistry(EVENTS))
+        events = EventRegistry(EVENTS)
+        spec = ProfileSpec(num_groups=groups, num_blocks=4, write_stride=16, records_per_lane=64, events=events)
         compiled = cute.compile(
             launcher,
             make_fake_compact_tensor(Float32, (2048,)),
