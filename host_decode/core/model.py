@@ -169,6 +169,7 @@ LOSS_BUCKETS = (
     "unmatched_end",
     "after_finalize",
     "malformed",
+    "impossible_span",  # both records of a pair whose END is before its BEGIN (corrupted timer bits)
 )
 
 
@@ -193,7 +194,8 @@ class LossReport:
         """Records that did not become part of a span, instant or finalize, plus device drops."""
         t = self.totals
         return (
-            t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + self.dropped_on_device
+            t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + t["impossible_span"]
+            + self.dropped_on_device
         )
 
     def to_json(self) -> dict:
