@@ -279,7 +279,7 @@ def test_bad_write_stride_is_a_decode_error(tmp_path, stride):
 
     side = path.with_suffix(".json")
     meta = json.loads(side.read_text())
-    meta["write_stride"] = "4" if stride is None else (stride if not isinstance(stride, float) or stride == stride else "NaN")
+    meta["write_stride"] = "4" if stride is None else ("NaN" if isinstance(stride, float) and np.isnan(stride) else stride)
     side.write_text(json.dumps(meta))
     with pytest.raises(DecodeError, match="write_stride must be an integer"):
         load_capture(path)
