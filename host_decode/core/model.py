@@ -154,10 +154,19 @@ class Trace:
         return self.spans["end_ns"] - self.spans["start_ns"]
 
     def sm_of_lane(self, lane: np.ndarray) -> np.ndarray:
-        """SM id per lane (-1 unknown), vectorized."""
-        sm = np.full(self.num_lanes, -1, np.int64)
-        sm[self.lanes["lane"]] = self.lanes["sm"]
-        return sm[lane]
+        """SM id per lane id (-1 unknown, also for a lane the lane table does not hold), vectorized. The one
+        SM-of-lane lookup of the writers (tests/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
+        lane = np.asarray(lane, np.int64)
+        sm = np.full(lane.shape, -1, np.int64)
+        known = self.lanes["lane"].astype(np.int64)
+        if known.size and lane.size:
+            o = None if known.size < 2 or (known[1:] > known[:-1]).all() else np.argsort(known, kind="stable")
+            sorted_known = known if o is None else known[o]
+            at = np.minimum(np.searchsorted(sorted_known, lane), known.size - 1)
+            hit = sorted_known[at] == lane
+            sm_col = self.lanes["sm"] if o is None else self.lanes["sm"][o]
+            sm[hit] = sm_col[at[hit]]
+        return sm
 
 
 LOSS_BUCKETS = (
