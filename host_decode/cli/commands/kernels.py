@@ -254,9 +254,9 @@ def _merge(args) -> int:
     if not args.output:
         raise ValueError("--merge needs -o FILE for the merged trace")
     try:
-        from host_decode.analysis.align import merge_with_torch_trace
+        from host_decode.reports.merged import merge_with_torch_trace
     except ImportError as err:
-        raise ValueError(f"--merge needs host_decode.analysis.align.merge_with_torch_trace, not available ({err})") from None
+        raise ValueError(f"--merge needs host_decode.reports.merged.merge_with_torch_trace, not available ({err})") from None
     from host_decode.core.decoder import load_capture
 
     merge_with_torch_trace(args.trace, load_capture(args.merge), args.output, occurrence=args.occurrence)

@@ -45,7 +45,7 @@ def run(args) -> int:
     parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
     offsets = _offsets(args.clock_offset)
     if args.torch:
-        from host_decode.analysis.align import merge_with_torch_trace
+        from host_decode.reports.merged import merge_with_torch_trace
 
         trace = parts[0].trace if len(parts) == 1 else multi.concat(parts, mode="timeline", clock_offsets_ns=offsets)
         result = merge_with_torch_trace(args.torch, trace, args.output, args.kernel, args.occurrence,
@@ -58,8 +58,10 @@ def run(args) -> int:
                   f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
                   f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}")
     else:
-        summary = multi.write_chrome(parts, args.output, mode=args.mode, clock_offsets_ns=offsets,
-                                     max_lanes_per_part=args.max_lanes, progress=args.progress)
+        from host_decode.reports.merged import write_session
+
+        summary = write_session(parts, args.output, mode=args.mode, clock_offsets_ns=offsets,
+                                max_lanes_per_part=args.max_lanes, progress=args.progress)
         if not args.json:
             left = sum(p["lanes_left_out"] for p in summary["parts"])
             print(f"merged {len(parts)} {args.by}(s) ({args.mode}) into {args.output}"
