@@ -28,7 +28,7 @@ import numpy as np
 
 from host_decode.core.model import Trace
 
-CHUNK_SPANS = 1 << 18  # spans ordered and encoded at a time (whole lanes): temporaries stay small
+CHUNK_SPANS = 1 << 17  # spans ordered and encoded at a time (whole lanes): temporaries stay small
 TRACK_BITS = 20  # LaneTable.tracks packs (lane, sub-track) as lane << TRACK_BITS | sub
 
 
@@ -84,7 +84,8 @@ class SpanColumns:
     dur: np.ndarray  # te - tb
     tbits: int  # bits of the largest time (spans and instants)
     key_bits: int  # bits of (lane << tbits) | time over spans and instants
-    lk: np.ndarray | None  # (lane << tbits) | tb, the sort key, when key_bits <= 63
+    lk: np.ndarray | None  # ((lane - lane0) << tbits) | tb, the sort key, when key_bits <= 63
+    lane0: int = 0  # the lowest lane of the run
 
 
 def span_columns(spans: np.ndarray, instants: np.ndarray, origin: int) -> SpanColumns:
@@ -98,18 +99,22 @@ def span_columns(spans: np.ndarray, instants: np.ndarray, origin: int) -> SpanCo
             check_spans(spans, lane, event, tb, te)  # raises, naming the first such span
         check_span_ids(lane, event)
     check_instants(instants)
-    times, lanes = [0], [0]
+    times, lanes, lows = [0], [0], []
     if spans.size:
         times.append(int(te.max()))
         lanes.append(int(lane.max()))
+        lows.append(int(lane[0]) if nondecreasing(lane) else int(lane.min()))
     if instants.size:
         times.append(int(instants["ts_ns"].max()) - origin)
         lanes.append(int(instants["lane"].max()))
+        lows.append(int(instants["lane"].min()))
+    lane0 = min(lows) if lows else 0  # keys hold lane - lane0: a run of lanes needs few bits
     tbits = max(times).bit_length()
     lk = None
-    key_bits = max(lanes).bit_length() + tbits
+    key_bits = (max(lanes) - lane0).bit_length() + tbits
     if key_bits <= 63:
-        lk = lane << tbits
+        lk = lane - lane0
+        lk <<= tbits
         lk |= tb
         in_order = nondecreasing(lk)
     else:
@@ -119,7 +124,7 @@ def span_columns(spans: np.ndarray, instants: np.ndarray, origin: int) -> SpanCo
         # stable: spans that begin together keep their (program) order
         spans, lane, event, tb, te, dur = spans[perm], lane[perm], event[perm], tb[perm], te[perm], dur[perm]
         lk = lk[perm] if lk is not None else None
-    return SpanColumns(spans, lane, event, tb, te, dur, tbits, key_bits, lk)
+    return SpanColumns(spans, lane, event, tb, te, dur, tbits, key_bits, lk, lane0)
 
 
 @dataclasses.dataclass
@@ -195,7 +200,7 @@ def _order_packed(cols: SpanColumns, ends: np.ndarray | None, ilane: np.ndarray,
         end_rows = rows_e[::-1][o]
         ke[:] = ke[::-1][o]
     if m:
-        ki[:] = ((ilane << cols.tbits) | ti) << shift
+        ki[:] = (((ilane - cols.lane0) << cols.tbits) | ti) << shift
         ki |= KIND_INSTANT << rbits
         if rbits:
             ki |= np.arange(m)

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import dataclasses
 import gzip as gzip_module
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import BinaryIO, Iterator, Sequence
@@ -185,13 +187,36 @@ def _check_extras(trace: Trace, series: tuple, flows: np.ndarray, flow_kinds: tu
 
 
 def _write_chunks(f: BinaryIO, chunks) -> float:
-    """Write every chunk; returns the seconds spent in the file writes themselves."""
-    spent = 0.0
-    for c in chunks:
-        t = time.perf_counter()
-        f.write(c if isinstance(c, bytes) else memoryview(np.ascontiguousarray(c)).cast("B"))
-        spent += time.perf_counter() - t
-    return spent
+    """Write every chunk, the file writes on a thread of their own so that they overlap the encoding of
+    the next chunk (a write releases the GIL); returns the seconds spent in the writes themselves. At
+    most two encoded chunks wait, so memory stays bounded; an error of the writes is raised here."""
+    pending: queue.Queue = queue.Queue(maxsize=2)
+    spent, failed = [0.0], []
+
+    def drain() -> None:
+        while (c := pending.get()) is not None:
+            if failed:
+                continue  # keep taking chunks so that the producer never blocks
+            t = time.perf_counter()
+            try:
+                f.write(c if isinstance(c, bytes) else memoryview(np.ascontiguousarray(c)).cast("B"))
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the caller's thread
+                failed.append(e)
+            spent[0] += time.perf_counter() - t
+
+    writer = threading.Thread(target=drain, name="perfetto-writes", daemon=True)
+    writer.start()
+    try:
+        for c in chunks:
+            if failed:
+                break
+            pending.put(c)
+    finally:
+        pending.put(None)
+        writer.join()
+    if failed:
+        raise failed[0]
+    return spent[0]
 
 
 # --- the stream ------------------------------------------------------------------------------------
