@@ -94,3 +94,14 @@ def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.nda
         return lut[key], gmin + k // width, emin + k % width
     keys, ids = np.unique((group << 32) | (event + (1 << 31)), return_inverse=True)
     return ids.reshape(-1), keys >> 32, (keys & 0xFFFF_FFFF) - (1 << 31)
+
+
+def summary_rows(summary: np.ndarray, names) -> list[dict]:
+    """Rows with names, for printing and JSON."""
+    rows = []
+    for r in summary:
+        row = {k: r[k].item() for k in SUMMARY_DTYPE.names}
+        row["region"] = names.event(r["event"])
+        row["group_name"] = names.group(r["group"]) if r["group"] >= 0 else "*"
+        rows.append(row)
+    return rows

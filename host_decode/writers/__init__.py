@@ -46,8 +46,9 @@ def write_trace(
     .gz. args: per-slice args (block, group, SM, lane, event; off by default: they are on the tracks).
     counters: CounterSeries for counter tracks (a bool is the older spelling of lane_counters); flows:
     FLOW_DTYPE dependency arrows named by flow_kinds (both Perfetto only: Chrome JSON ignores them).
-    lane_counters: the lanes-inside-region counters (None: Perfetto writes them for small traces,
-    Chrome JSON always). Returns the writer's statistics (perfetto.WriteStats or a dict for JSON)."""
+    lane_counters: the lanes-inside-region counters (None: only for traces of at most
+    order.LANE_COUNTERS_AUTO regions: they add about two samples per region).
+    Returns the writer's statistics (perfetto.WriteStats or a dict for JSON)."""
     fmt, gz = trace_format(path)
     use_gzip = gz if gzip is None else bool(gzip)
     if fmt == "perfetto":
@@ -59,5 +60,4 @@ def write_trace(
 
     if isinstance(counters, (bool, np.bool_)):
         lane_counters = bool(counters) if lane_counters is None else lane_counters
-    return write_chrome_json(trace, path, gzip=use_gzip, args=args, counters=lane_counters is not False,
-                             progress=progress)
+    return write_chrome_json(trace, path, gzip=use_gzip, args=args, counters=lane_counters, progress=progress)

@@ -31,7 +31,7 @@ import numpy as np
 from host_decode.core.model import Trace
 from host_decode.writers import order as od
 
-CHUNK = 200_000  # events formatted per list
+CHUNK = 50_000  # events formatted per list: a list of strings costs ~130 B an event
 
 
 def _us(ns: list[int]) -> list[str]:
@@ -123,8 +123,10 @@ def chrome_events(
                f'{{"ph":"M","name":"process_sort_index","pid":{cpid},"tid":0,"args":{{"sort_index":-1}}}}']
         ev, t, value = od.lanes_inside(spans)
         cname = {e: json.dumps(f"lanes in {trace.names.event(e)}") for e in np.unique(ev).tolist()}
-        yield [f'{{"name":{cname[e]},"ph":"C","ts":{ts},"pid":{cpid},"tid":0,"args":{{"lanes":{v}}}}}'
-               for e, ts, v in zip(ev.tolist(), _us((t - origin).tolist()), value.tolist())]
+        for lo in range(0, ev.size, CHUNK):
+            rows = slice(lo, lo + CHUNK)
+            yield [f'{{"name":{cname[e]},"ph":"C","ts":{ts},"pid":{cpid},"tid":0,"args":{{"lanes":{v}}}}}'
+                   for e, ts, v in zip(ev[rows].tolist(), _us((t[rows] - origin).tolist()), value[rows].tolist())]
 
 
 def _earliest(trace: Trace) -> int:
@@ -225,11 +227,14 @@ def _dumps_events(events: Sequence[dict]) -> list[str]:
 
 
 def write_chrome_json(
-    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool = True,
+    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool | None = None,
     progress: bool = False,
 ) -> dict:
-    """Write `trace` as Chrome JSON (lanes by block). gzip=None: gzip iff the path ends in .gz."""
+    """Write `trace` as Chrome JSON (lanes by block). gzip=None: gzip iff the path ends in .gz.
+    counters: the lanes-inside counters; None = as the Perfetto writer decides (small traces only)."""
     t0 = time.perf_counter()
+    if counters is None:
+        counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
     events = write_document(path, chrome_events(trace, args=args, counters=counters), gzip=gzip)
     secs = time.perf_counter() - t0
     if progress:

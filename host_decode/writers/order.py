@@ -29,6 +29,7 @@ import numpy as np
 from host_decode.core.model import Trace
 
 CHUNK_SPANS = 1 << 17  # spans ordered and encoded at a time (whole lanes): temporaries stay small
+LANE_COUNTERS_AUTO = 1 << 16  # writers' default: lanes-inside counters (~2 samples a region) up to this many regions
 TRACK_BITS = 20  # LaneTable.tracks packs (lane, sub-track) as lane << TRACK_BITS | sub
 
 

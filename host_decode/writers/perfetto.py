@@ -22,7 +22,7 @@ sub-tracks, keeping nothing but the rare sub-track moves).
 Size: per-lane constants (block, group, SM, lane) are on the track descriptors once; per-slice debug
 annotations only with ``args=True`` (``ikp decode --slice-args``). The lanes-inside counters add about
 two samples per region, so by default (``lane_counters=None``) they are written only for traces of at
-most LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without them).
+most order.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without them).
 
 Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
 with the official protos and replays what trace processor does):
@@ -64,7 +64,6 @@ FIELD_FLOW_IDS, FIELD_TERMINATING_FLOW_IDS, FIELD_DOUBLE_COUNTER_VALUE = 47, 48,
 
 ARG_NAMES = ("block", "group", "sm", "lane", "event")  # debug-annotation names, iid = index + 1
 FLOW_IID_BASE = 1 << 11  # interned names of flow kinds: above every event iid (event id + 1 <= 1024)
-LANE_COUNTERS_AUTO = 1 << 16  # lane_counters=None: lanes-inside counters for traces of at most this many regions
 
 _CHUNK_ROWS = 1 << 15  # records built and placed this many at a time: their temporaries stay in cache
 
@@ -107,7 +106,7 @@ def write_perfetto(
     args: per-slice debug annotations (block, group, sm, lane, event). counters: CounterSeries to write as
     counter tracks (a bool is the older spelling of lane_counters). flows: FLOW_DTYPE rows, written as
     flow arrows named by flow_kinds[kind]. lane_counters: the lanes-inside counter per region id; None =
-    on for traces of at most LANE_COUNTERS_AUTO regions."""
+    on for traces of at most order.LANE_COUNTERS_AUTO regions."""
     t0 = time.perf_counter()
     path = Path(path)
     use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
@@ -152,7 +151,7 @@ def encode_perfetto(
     flows = np.zeros(0, FLOW_DTYPE) if flows is None else np.asarray(flows)
     _check_extras(trace, series, flows, flow_kinds)
     if lane_counters is None:
-        lane_counters = trace.spans.size <= LANE_COUNTERS_AUTO
+        lane_counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
             "flows": int(flows.size), "phases": {}}
     return _encode(trace, info, args, bool(lane_counters), series, flows, tuple(flow_kinds), progress), info
