@@ -190,14 +190,40 @@ GAP_DTYPE = np.dtype(
 )
 
 
+CHUNK_SPANS = 1 << 18  # spans analysed at a time (runs of whole blocks): bounded temporaries, cache-sized
+
+
+def _block_runs(trace: Trace, chunk_spans: int | None = None):
+    """Yield (spans, timed lanes) per run of whole blocks, in lane order: the analyses per lane and per
+    block are done run by run, so their temporaries stay bounded by a run (every timed lane is in
+    exactly one run, also one without spans). Guarded by tests/test_analysis.py::test_runs_change_nothing."""
+    sp = trace.spans
+    lanes = _timed_lanes(trace)
+    lane_col = sp["lane"]
+    perm = None if lane_col.size < 2 or (lane_col[1:] >= lane_col[:-1]).all() else np.argsort(lane_col, kind="stable")
+    ordered = lane_col if perm is None else lane_col[perm]
+    g = max(int(trace.num_groups), 1)
+    at = np.arange(chunk_spans or CHUNK_SPANS, ordered.size, chunk_spans or CHUNK_SPANS)
+    cuts = np.unique((ordered[at].astype(np.int64) // g) * g)  # first lane of a block
+    span_cuts = np.concatenate([[0], np.searchsorted(ordered, cuts), [ordered.size]])
+    lane_cuts = np.concatenate([[0], np.searchsorted(lanes["lane"], cuts), [lanes.size]])
+    for k in range(span_cuts.size - 1):
+        a, b = int(span_cuts[k]), int(span_cuts[k + 1])
+        yield (sp[a:b] if perm is None else sp[perm[a:b]]), lanes[lane_cuts[k] : lane_cuts[k + 1]]
+
+
 def lane_gaps(trace: Trace) -> np.ndarray:
     """All gaps of all lanes (GAP_DTYPE), sorted by (lane, start_ns). See the module docstring."""
-    lanes = _timed_lanes(trace)
-    sp = trace.spans
+    parts = [_gaps(lanes, sp) for sp, lanes in _block_runs(trace)]
+    return np.concatenate(parts) if parts else np.zeros(0, GAP_DTYPE)
+
+
+def _gaps(lanes: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """The gaps of `lanes` (timed lanes, sorted), given all their spans."""
     # spans clipped to their lane window (a span cannot legally leave it; clip anyway so numbers add up)
     row = np.searchsorted(lanes["lane"], sp["lane"])
     row = np.minimum(row, max(lanes.size - 1, 0))
-    known = (lanes.size > 0) & (lanes["lane"][row] == sp["lane"]) if sp.size else np.zeros(0, bool)
+    known = (lanes["lane"][row] == sp["lane"]) if sp.size and lanes.size else np.zeros(sp.size, bool)
     sp, row = sp[known], row[known]
     s, e = _clip(sp["start_ns"], sp["end_ns"], lanes["first_ns"][row], lanes["last_ns"][row])
     u = _union_sorted(sp["lane"], s, e)
@@ -250,8 +276,25 @@ def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
 
 def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
     """Per lane (LANE_BUBBLE_DTYPE): window, busy, bubble = window - busy, gap count, largest gap."""
-    lanes = _timed_lanes(trace)
-    gaps = lane_gaps(trace) if gaps is None else gaps
+    if gaps is None:
+        return bubbles_and_largest_gaps(trace, 0)[0]
+    return _bubbles(_timed_lanes(trace), gaps)
+
+
+def bubbles_and_largest_gaps(trace: Trace, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """lane_bubbles and largest_gaps(lane_gaps(trace), k), run by run: the gaps of all lanes (about one
+    per region) are never held at once."""
+    bubbles, top = [], []
+    for sp, lanes in _block_runs(trace):
+        gaps = _gaps(lanes, sp)
+        bubbles.append(_bubbles(lanes, gaps))
+        top.append(largest_gaps(gaps, k))
+    if not bubbles:
+        return np.zeros(0, LANE_BUBBLE_DTYPE), np.zeros(0, GAP_DTYPE)
+    return np.concatenate(bubbles), largest_gaps(np.concatenate(top), k)
+
+
+def _bubbles(lanes: np.ndarray, gaps: np.ndarray) -> np.ndarray:
     out = np.zeros(lanes.size, LANE_BUBBLE_DTYPE)
     for f in ("lane", "block", "group", "sm"):
         out[f] = lanes[f]
@@ -271,13 +314,15 @@ def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
 
 
 def largest_gaps(gaps: np.ndarray, k: int = 10) -> np.ndarray:
-    """The k longest gaps, longest first (ties: earlier first)."""
+    """The k longest gaps, longest first; ties by start, then lane (a strict order: the k are the same
+    whether taken from all gaps or from the k of each run)."""
     if gaps.size == 0 or k <= 0:
         return gaps[:0]
-    if gaps.size > k:  # only the k longest need sorting (ties at the cut: any of them may be kept)
-        gaps = gaps[np.argpartition(-gaps["dur_ns"], k - 1)[:k]]
-    order = np.lexsort((gaps["start_ns"], -gaps["dur_ns"]))
-    return gaps[order]
+    if gaps.size > k:  # only the longest need sorting: every gap as long as the k-th longest
+        cut = np.partition(gaps["dur_ns"], gaps.size - k)[gaps.size - k]
+        gaps = gaps[gaps["dur_ns"] >= cut]
+    order = np.lexsort((gaps["lane"], gaps["start_ns"], -gaps["dur_ns"]))
+    return gaps[order[:k]]
 
 
 # --- overlap between groups ---------------------------------------------------------------------------
@@ -303,10 +348,12 @@ def group_overlap(trace: Trace, pairs: list[tuple[int, int]] | None = None) -> n
     groups = np.unique(sp["group"])
     if pairs is None:
         pairs = [(int(a), int(b)) for i, a in enumerate(groups) for b in groups[i + 1 :]]
-    rows = []
-    for a, b in pairs:  # few pairs: a Python loop over groups, never over spans
-        rows.append(_overlap_pair(sp, a, b))
-    return np.concatenate(rows) if rows else np.zeros(0, OVERLAP_DTYPE)
+    rows: list = [[] for _ in pairs]
+    for chunk, _ in _block_runs(trace):  # runs of whole blocks: a block's rows come from one run
+        for i, (a, b) in enumerate(pairs):  # few pairs: a Python loop over groups, never over spans
+            rows[i].append(_overlap_pair(chunk, a, b))
+    flat = [r for per_pair in rows for r in per_pair]
+    return np.concatenate(flat) if flat else np.zeros(0, OVERLAP_DTYPE)
 
 
 def _overlap_pair(sp: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -584,8 +631,7 @@ def launch_summary(trace: Trace) -> dict:
 
 def analyze(trace: Trace, top_gaps: int = 10) -> dict:
     """All analyses as plain Python data (JSON-ready)."""
-    gaps = lane_gaps(trace)
-    bubbles = lane_bubbles(trace, gaps)
+    bubbles, top = bubbles_and_largest_gaps(trace, top_gaps)
     launch = launch_summary(trace)
     crit = critical_lanes(trace)
     names = trace.names
@@ -599,7 +645,7 @@ def analyze(trace: Trace, top_gaps: int = 10) -> dict:
             "bubble_frac_p50": _percentile_of_sorted(bubbles["bubble_frac"], 50),
             "bubble_frac_max": float(bubbles["bubble_frac"].max()) if bubbles.size else 0.0,
             "per_group": _bubbles_per_group(bubbles, names),
-            "largest_gaps": [_gap_json(g, names, trace.start_ns) for g in largest_gaps(gaps, top_gaps)],
+            "largest_gaps": [_gap_json(g, names, trace.start_ns) for g in top],
         },
         "overlap": [
             dict(r, group_a=names.group(r["group_a"]), group_b=names.group(r["group_b"]))
