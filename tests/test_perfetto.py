@@ -184,7 +184,8 @@ def replay(data: bytes) -> dict:
         if te.type == pb.TrackEvent.TYPE_COUNTER:
             if not desc.HasField("counter"):
                 raise TraceError(f"packet {i}: counter value on non-counter track {desc.name}")
-            counters.setdefault(te.track_uuid, []).append((ts, te.counter_value))
+            value = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
+            counters.setdefault(te.track_uuid, []).append((ts, value))
             continue
         if desc.HasField("counter"):
             raise TraceError(f"packet {i}: slice event on counter track {desc.name}")
@@ -192,7 +193,8 @@ def replay(data: bytes) -> dict:
         args = {arg_names[a.name_iid]: a.int_value for a in te.debug_annotations}
         if te.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
             s = {"track": te.track_uuid, "name": names[te.name_iid], "ts": ts, "dur": None, "depth": len(stack),
-                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT}
+                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
+                 "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)}
             slices.append(s)
             if s["instant"]:
                 s["dur"] = 0
