@@ -11,6 +11,10 @@ def add_arguments(p) -> None:
     p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
     p.add_argument("--report-json", help="write the loss report as JSON")
     p.add_argument("--write-stride", type=int, help="lane layout stride (default: sidecar, else inferred)")
+    p.add_argument("--slice-args", action="store_true",
+                   help="per-slice args in the trace (block, group, SM, lane, event; they are on the tracks already)")
+    p.add_argument("--lane-counters", choices=("auto", "on", "off"), default="auto",
+                   help="'lanes in <region>' counter tracks (auto: for traces of at most 65,536 regions)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
 
 
@@ -34,7 +38,8 @@ def run(args) -> int:
     if args.output:
         from host_decode.writers import write_trace
 
-        write_trace(trace, args.output)
+        write_trace(trace, args.output, args=args.slice_args,
+                    lane_counters={"auto": None, "on": True, "off": False}[args.lane_counters])
         if not args.quiet:
             print(f"wrote {args.output}")
     return 0
