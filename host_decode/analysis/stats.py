@@ -1,8 +1,9 @@
 """Statistics core on the span table: per (group, event) count, total, mean, min, max, p50/p90/p95/p99, cv.
 
-Vectorized: rows are grouped by a radix sort of dense (group, event) ids, sums by np.add.reduceat, and
-percentiles read from each group's order statistics (np.partition, linear interpolation, numpy's default
-method): linear time in the number of regions (10 M records: tens of ms, not seconds).
+Linear time in the number of regions: rows get a dense (group, event) id from a lookup table, each
+pair's durations are picked by a mask (or grouped by a radix sort when pairs are many), and percentiles
+are read from the pair's order statistics after one np.partition (linear interpolation, numpy's
+default method).
 """
 
 from __future__ import annotations
@@ -33,49 +34,57 @@ PERCENTILES = (50, 90, 95, 99)
 def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     """One row per (group, event) (or per event with group=-1 when by_group is False)."""
     spans = trace.spans
-    dur = (spans["end_ns"] - spans["start_ns"]).astype(np.int64)
-    group = spans["group"].astype(np.int64) if by_group else np.full(dur.size, -1, np.int64)
-    return summarize(group, spans["event"].astype(np.int64), dur)
+    dur = spans["end_ns"] - spans["start_ns"]
+    group = spans["group"] if by_group else np.full(dur.size, -1, np.int32)
+    return summarize(group, spans["event"], dur)
+
+
+FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
 
 
 def summarize(group: np.ndarray, event: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """One SUMMARY_DTYPE row per (group, event), sorted by (group, event). Percentiles interpolate
-    linearly between order statistics (numpy's default method); each group's order statistics come from
-    one np.partition of its durations (linear time: no sort of the whole table); mean = exact integer
-    total / count. Guarded by tests/test_stats.py (against np.percentile per group)."""
+    linearly between order statistics (numpy's default method), read after one np.partition of the
+    pair's durations (linear time: no sort of the table); mean = exact integer total / count.
+    Temporaries: a dense pair id per row and one pair's durations at a time (few pairs), or the
+    durations grouped by a radix sort (many). Guarded by tests/test_stats.py (against np.percentile)."""
     if dur.size == 0:
         return np.zeros(0, SUMMARY_DTYPE)
-    ids, key_group, key_event = _dense_ids(np.asarray(group, np.int64), np.asarray(event, np.int64))
+    ids, key_group, key_event = _dense_ids(np.asarray(group), np.asarray(event))
     nkeys = key_group.size
+    out = np.zeros(nkeys, SUMMARY_DTYPE)
+    out["group"], out["event"] = key_group, key_event
+    dur = np.asarray(dur, np.int64)
+    if nkeys <= FEW_KEYS:
+        for k in range(nkeys):
+            _fill_row(out, k, dur[ids == k] if nkeys > 1 else dur.copy())
+        return out
     count = np.bincount(ids, minlength=nkeys)
     first = np.concatenate([[0], np.cumsum(count)[:-1]])
-    order = np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")  # radix: O(n)
-    d = np.asarray(dur, np.int64)[order]
-    del order
-    out = np.zeros(nkeys, SUMMARY_DTYPE)
-    out["group"], out["event"], out["count"] = key_group, key_event, count
-    total = np.add.reduceat(d, first)
-    out["total_ns"] = total
-    mean = total / count
-    out["mean_ns"] = mean
-    df = d.astype(np.float64)
-    df -= np.repeat(mean, count)
-    df *= df
-    var = np.add.reduceat(df, first) / count
-    del df
-    out["cv"] = np.divide(np.sqrt(var), mean, out=np.zeros_like(mean), where=mean > 0)
-    for k in range(nkeys):  # per (group, event): few
-        run = d[first[k] : first[k] + count[k]]
-        n = int(count[k])
-        pos = [(n - 1) * (p / 100.0) for p in PERCENTILES]
-        kth = sorted({0, n - 1} | {int(np.floor(x)) for x in pos} | {min(int(np.floor(x)) + 1, n - 1) for x in pos})
-        run.partition(kth)  # in place: d is ours
-        out["min_ns"][k], out["max_ns"][k] = run[0], run[n - 1]
-        for p, x in zip(PERCENTILES, pos):
-            lo = int(np.floor(x))
-            hi = min(lo + 1, n - 1)
-            out[f"p{p}_ns"][k] = float(run[lo]) + (float(run[hi]) - float(run[lo])) * (x - lo)
+    d = dur[np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")]  # radix: O(n)
+    for k in range(nkeys):
+        _fill_row(out, k, d[first[k] : first[k] + count[k]])
     return out
+
+
+def _fill_row(out: np.ndarray, k: int, d: np.ndarray) -> None:
+    """Row k from the durations of its (group, event) (reordered in place by the partition)."""
+    n = d.size
+    total = int(d.sum())
+    mean = total / n
+    x = (d - int(mean)).astype(np.float64)  # shifted by about the mean: no cancellation in the variance
+    var = max(float(np.dot(x, x)) / n - (float(x.sum()) / n) ** 2, 0.0)
+    pos = [(n - 1) * (p / 100.0) for p in PERCENTILES]
+    kth = sorted({0, n - 1} | {int(np.floor(q)) for q in pos} | {min(int(np.floor(q)) + 1, n - 1) for q in pos})
+    d.partition(kth)
+    row = out[k : k + 1]
+    row["count"], row["total_ns"], row["mean_ns"] = n, total, mean
+    row["cv"] = np.sqrt(var) / mean if mean > 0 else 0.0
+    row["min_ns"], row["max_ns"] = d[0], d[n - 1]
+    for p, q in zip(PERCENTILES, pos):
+        lo = int(np.floor(q))
+        hi = min(lo + 1, n - 1)
+        row[f"p{p}_ns"] = float(d[lo]) + (float(d[hi]) - float(d[lo])) * (q - lo)
 
 
 def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -83,16 +92,20 @@ def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.nda
     order: a lookup table when the pairs span a modest range (the usual case), else np.unique."""
     gmin, gmax, emin, emax = int(group.min()), int(group.max()), int(event.min()), int(event.max())
     width = emax - emin + 1
-    if (gmax - gmin + 1) * width <= 4 * group.size + (1 << 16):
-        key = group - gmin
+    span = (gmax - gmin + 1) * width
+    if span <= 4 * group.size + (1 << 16):
+        dtype = np.int32 if span < 1 << 31 else np.int64
+        key = group.astype(dtype)
+        key -= gmin
         key *= width
         key += event
         key -= emin
         present = np.bincount(key) > 0
-        lut = np.cumsum(present) - 1
+        lut = (np.cumsum(present) - 1).astype(dtype)
         k = np.flatnonzero(present)
         return lut[key], gmin + k // width, emin + k % width
-    keys, ids = np.unique((group << 32) | (event + (1 << 31)), return_inverse=True)
+    g64, e64 = group.astype(np.int64), event.astype(np.int64)
+    keys, ids = np.unique((g64 << 32) | (e64 + (1 << 31)), return_inverse=True)
     return ids.reshape(-1), keys >> 32, (keys & 0xFFFF_FFFF) - (1 << 31)
 
 
