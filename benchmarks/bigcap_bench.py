@@ -97,8 +97,9 @@ def bench(records: int, workdir: Path, env: dict, warpscope: bool = True) -> dic
     wall, rss, out = run_rss([py, "-c", DECODER_ALONE, str(path)], env)
     secs, spans = out.split()
     res.update(decode_call=float(secs), decode_proc=wall, decode_rss=rss, spans=int(spans))
-    for name, extra in (("pftrace", ["-o", str(workdir / "t.pftrace"), "-q"]), ("json", ["-o", str(workdir / "t.json"), "-q"]),
-                        ("stats", [])):  # stats: the loss report and the region summary, printed
+    outputs = (("pftrace", ["-o", str(workdir / "t.pftrace"), "-q"]), ("json", ["-o", str(workdir / "t.json"), "-q"]),
+               ("stats", []))  # stats: the loss report and the region summary, printed
+    for name, extra in outputs:
         wall, rss, _ = run_rss(ikp + ["decode", str(path)] + extra, env)
         res[name] = (wall, rss)
     res["pftrace_bytes"] = (workdir / "t.pftrace").stat().st_size
@@ -116,20 +117,21 @@ def bench(records: int, workdir: Path, env: dict, warpscope: bool = True) -> dic
 
 def table(rows: list[dict]) -> str:
     lines = [
-        f"{'records':>8} {'spans':>10} {'raw MiB':>8} | {'decode()':>8} {'dec proc':>8} | {'->pftrace':>9} {'x dec()':>7} "
-        f"{'x dproc':>7} {'warp/ikp':>8} {'B/region':>8} | {'RSS/raw: dec':>12} {'pftrace':>7} {'json':>5} {'stats':>5} "
-        f"{'report':>6} | {'report s':>8} {'json s':>7} {'stats s':>7}"
+        f"{'records':>8} {'spans':>10} {'raw MiB':>8} | {'decode()':>8} {'dec proc':>8} | {'->pftrace':>9} "
+        f"{'x dec()':>7} {'x dproc':>7} {'warp/ikp':>8} {'B/region':>8} | {'RSS/raw: dec':>12} {'pftrace':>7} "
+        f"{'json':>5} {'stats':>5} {'report':>6} | {'report s':>8} {'json s':>7} {'stats s':>7}"
     ]
     for r in rows:
         raw = r["raw"]
         pf_wall, pf_rss = r["pftrace"]
         warp = r.get("warpscope")
         lines.append(
-            f"{r['records'] / 1e6:>7.0f}M {r['spans']:>10,} {raw / 2**20:>8.1f} | {r['decode_call']:>7.2f}s {r['decode_proc']:>7.2f}s | "
-            f"{pf_wall:>8.2f}s {pf_wall / r['decode_call']:>6.2f}x {pf_wall / r['decode_proc']:>6.2f}x "
-            f"{(warp[0] / pf_wall if warp else float('nan')):>7.1f}x {r['pftrace_bytes'] / r['spans']:>8.1f} | "
-            f"{r['decode_rss'] / raw:>12.2f} {pf_rss / raw:>7.2f} {r['json'][1] / raw:>5.2f} {r['stats'][1] / raw:>5.2f} "
-            f"{r['report'][1] / raw:>6.2f} | {r['report'][0]:>7.2f}s {r['json'][0]:>6.2f}s {r['stats'][0]:>6.2f}s"
+            f"{r['records'] / 1e6:>7.0f}M {r['spans']:>10,} {raw / 2**20:>8.1f} | {r['decode_call']:>7.2f}s "
+            f"{r['decode_proc']:>7.2f}s | {pf_wall:>8.2f}s {pf_wall / r['decode_call']:>6.2f}x "
+            f"{pf_wall / r['decode_proc']:>6.2f}x {(warp[0] / pf_wall if warp else float('nan')):>7.1f}x "
+            f"{r['pftrace_bytes'] / r['spans']:>8.1f} | {r['decode_rss'] / raw:>12.2f} {pf_rss / raw:>7.2f} "
+            f"{r['json'][1] / raw:>5.2f} {r['stats'][1] / raw:>5.2f} {r['report'][1] / raw:>6.2f} | "
+            f"{r['report'][0]:>7.2f}s {r['json'][0]:>6.2f}s {r['stats'][0]:>6.2f}s"
         )
         if warp:
             lines.append(f"{'':>8} warpscope loop: {warp[0]:.2f} s ({r['records'] / warp[0] / 1e6:.2f} M records/s), "

@@ -25,11 +25,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace  # noqa: E402
 from host_decode.writers import order as od  # noqa: E402
 from host_decode.writers import perfetto as pf  # noqa: E402
-from host_decode.writers.tracks import SEQUENCE_ID, build_track_tree  # noqa: E402
 from host_decode.writers.chrome_json import write_chrome_json  # noqa: E402
-from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace  # noqa: E402
+from host_decode.writers.tracks import SEQUENCE_ID, build_track_tree  # noqa: E402
 
 STEP = 32  # ns
 CONSUMER = [  # (event, start, end) in timer steps, begin order; depth computed below

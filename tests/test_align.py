@@ -7,11 +7,11 @@ import json
 import pytest
 
 from host_decode.analysis import align
-from host_decode.reports import merged as merged_traces
+from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans
 from host_decode.cli import main
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names
-from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans
+from host_decode.reports import merged as merged_traces
 
 BASE = 1_790_857_026_000_000_000
 
@@ -121,7 +121,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
 
 def test_cli_merge_with_torch(tmp_path):
     from host_decode.core.capture import save_capture
-    from tests.buffers import B, E, F, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000
     bb = BufferBuilder(num_blocks=1, num_groups=1, records_per_lane=8)

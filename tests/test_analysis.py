@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from host_decode.analysis import regions as an
-from host_decode.core.model import Names
 from host_decode.analysis.sessions import trace_from_spans
+from host_decode.core.model import Names
 
 EV1, EV2, EV3, EV4 = 1, 2, 3, 4
 

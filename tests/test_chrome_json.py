@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from host_decode.core.model import Names
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
-from host_decode.writers.chrome_json import write_chrome_json
-from host_decode.core.model import Names
 from host_decode.writers import trace_format, write_trace
+from host_decode.writers.chrome_json import write_chrome_json
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
 
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from host_decode.core import wire
-from host_decode.core.decoder import decode, infer_write_stride, load_capture
 from host_decode.core.capture import save_capture
+from host_decode.core.decoder import decode, infer_write_stride, load_capture
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
-from tests.buffers import B, E, F, I, BufferBuilder
+from tests.buffers import B, BufferBuilder, E, F, I
 
 
 def spans_of(trace):

@@ -32,8 +32,10 @@ def _flows():
 
 def test_flows_and_counter_series_parse(tmp_path):
     trace = _trace()
-    series = (CounterSeries("stages full", "stages", np.array([ORIGIN, ORIGIN + 10, ORIGIN + 62]), np.array([0.0, 1.0, 0.5])),
-              CounterSeries("block 1 bytes", "B", np.array([ORIGIN + 8, ORIGIN + 11]), np.array([1024.0, 0.0]), block=1))
+    t = np.array([ORIGIN, ORIGIN + 10, ORIGIN + 62])
+    series = (CounterSeries("stages full", "stages", t, np.array([0.0, 1.0, 0.5])),
+              CounterSeries("block 1 bytes", "B", np.array([ORIGIN + 8, ORIGIN + 11]), np.array([1024.0, 0.0]),
+                            block=1))
     path = tmp_path / "f.pftrace"
     stats = write_trace(trace, path, counters=series, flows=_flows(), flow_kinds=KINDS)
     assert stats.flows == 3

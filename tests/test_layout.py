@@ -33,15 +33,9 @@ KNOWN = {
     "lines: host_decode/hardware/pc2region.py":
         "pc2r, issue 19: SASS operand semantics to sass.py, the map type to its own module",
     "lines: host_decode/torch_traces/trace.py": "cli, issue 15: loader + cache / analyses / names",
-    "lines: host_decode/writers/perfetto.py": "bigcap, issue 16: track tree / ordering / protobuf encoding",
-    "import: host_decode.analysis.sessions -> host_decode.writers.perfetto":
-        "bigcap, issue 16: one Chrome JSON writer and one event order, used by sessions from writers/",
     "import: host_decode.hardware.join -> host_decode.reports.text": "pc2r, issue 19: join.py's upstream import",
     "private: host_decode.cli.commands.diff -> host_decode.cli.commands.stats._jsonable":
         "cli, issue 15: one JSON-safe converter",
-    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._check_input": "bigcap, issue 16",
-    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._lane_sm":
-        "bigcap, issue 16: one SM-of-lane lookup",
     "command: host_decode.cli.commands.diff -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",
     "command: host_decode.cli.commands.merge -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",
     "command: host_decode.cli.commands.plot -> host_decode.cli.commands.stats": "cli, issue 15: cli/common.py",

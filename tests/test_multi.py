@@ -5,12 +5,12 @@ import json
 import pytest
 
 from host_decode.analysis import sessions as multi
+from host_decode.analysis.diff import launch_durations
+from host_decode.cli import main
+from host_decode.core.model import Names
 from host_decode.reports import merged
 from host_decode.writers.chrome_json import chrome_events
-from host_decode.cli import main
-from host_decode.analysis.diff import launch_durations
-from host_decode.core.model import Names
-from tests.buffers import B, E, F, BufferBuilder
+from tests.buffers import B, BufferBuilder, E, F
 
 
 def _launch(t0, length=100, blocks=2, absolute=True, **meta):

@@ -15,11 +15,11 @@ import random
 import numpy as np
 import pytest
 
+from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
 from host_decode.writers import protobuf
 from tests.stream_oracle import KIND_BEGIN, KIND_INSTANT, merged_stream
-from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
@@ -501,7 +501,7 @@ def test_padded_varints_parse():
 
 def _decoded_trace():
     from host_decode.core.decoder import decode
-    from tests.buffers import B, E, F, I, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E, F, I
 
     b = BufferBuilder(2, 2, 12)
     # lane 0: mainloop > (tma crosses mma); lane 1: re-entrant mma; lane 2: back-to-back at equal times
@@ -525,9 +525,9 @@ def test_decoded_buffer_end_to_end(tmp_path):
 
 
 def test_cli_decode_writes_pftrace(tmp_path):
-    from host_decode.core.capture import save_capture
     from host_decode.cli import main
-    from tests.buffers import B, E, BufferBuilder
+    from host_decode.core.capture import save_capture
+    from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 1, 4)
     b.put(0, 10, 2, B).put(0, 30, 2, E)

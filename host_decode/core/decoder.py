@@ -109,8 +109,8 @@ def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
     proposed = _valid(_stride_from(body, nz, num_lanes), num_lanes, body.size)
     if proposed is not None and _malformed(body, check, proposed, num_lanes) == 0:
         return proposed
-    candidates = [c for c in (proposed, _valid(_stride_from(body, np.flatnonzero(body), num_lanes), num_lanes, body.size),
-                              num_lanes) if c is not None]
+    full = _valid(_stride_from(body, np.flatnonzero(body), num_lanes), num_lanes, body.size)
+    candidates = [c for c in (proposed, full, num_lanes) if c is not None]
     bad = [_malformed(body, check, c, num_lanes) for c in candidates]
     return candidates[int(np.argmin(bad))]  # the first of the best: the sampled gcd, the full gcd, num_lanes
 

@@ -67,9 +67,11 @@ def merge_with_torch_trace(
     ours = []
     for (t0, t1), _ in zip(al.launch_extents(capture_trace), chosen):
         ts = (t0 + result.offset_ns - base) / 1000.0
-        ours.append(f'{{"ph":"X","pid":{json.dumps(pid)},"tid":{summary_tid},"ts":{ts:.3f},"dur":{(t1 - t0) / 1000.0:.3f},'
+        ours.append(f'{{"ph":"X","pid":{json.dumps(pid)},"tid":{summary_tid},"ts":{ts:.3f},'
+                    f'"dur":{(t1 - t0) / 1000.0:.3f},'
                     f'"name":{json.dumps("ikp: " + result.kernel_name[:80])},"cat":"ikp","args":{info}}}')
-    ours.append(f'{{"ph":"M","pid":{json.dumps(pid)},"tid":{summary_tid},"name":"thread_name","args":{{"name":"ikp regions"}}}}')
+    ours.append(f'{{"ph":"M","pid":{json.dumps(pid)},"tid":{summary_tid},"name":"thread_name",'
+                f'"args":{{"name":"ikp regions"}}}}')
 
     def events():
         yield from regions

@@ -157,13 +157,15 @@ def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, ns
     return meta
 
 
-def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, pid_json: str, tid_base: int) -> list[str]:
+def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, pid_json: str,
+                     tid_base: int) -> list[str]:
     """One thread per (lane, sub-track) of one process, named "block 3 consumer (overlap 1)"."""
     at = od.index_of(table.lanes, track_lane)
     meta = []
     for i, (b, g, k) in enumerate(zip(table.block[at].tolist(), table.group[at].tolist(), track_sub.tolist())):
         label = json.dumps(f"block {b} {trace.names.group(g)}" + (f" (overlap {k})" if k else ""))
-        meta.append(f'{{"ph":"M","name":"thread_name","pid":{pid_json},"tid":{tid_base + i},"args":{{"name":{label}}}}}')
+        meta.append(f'{{"ph":"M","name":"thread_name","pid":{pid_json},"tid":{tid_base + i},'
+                    f'"args":{{"name":{label}}}}}')
         meta.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid_json},"tid":{tid_base + i},'
                     f'"args":{{"sort_index":{tid_base + i}}}}}')
     return meta
@@ -183,7 +185,8 @@ def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     last = lanes[max_lanes - 1]
     kept = trace.spans["lane"] <= last
     left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()))
-    return dataclasses.replace(trace, spans=trace.spans[kept], instants=trace.instants[trace.instants["lane"] <= last]), left
+    instants = trace.instants[trace.instants["lane"] <= last]
+    return dataclasses.replace(trace, spans=trace.spans[kept], instants=instants), left
 
 
 # --- documents -------------------------------------------------------------------------------------

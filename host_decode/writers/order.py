@@ -119,7 +119,8 @@ def span_columns(spans: np.ndarray, instants: np.ndarray, origin: int) -> SpanCo
         lk |= tb
         in_order = nondecreasing(lk)
     else:
-        in_order = lane.size < 2 or bool(((lane[1:] > lane[:-1]) | ((lane[1:] == lane[:-1]) & (tb[1:] >= tb[:-1]))).all())
+        same = lane[1:] == lane[:-1]
+        in_order = lane.size < 2 or bool(((lane[1:] > lane[:-1]) | (same & (tb[1:] >= tb[:-1]))).all())
     if not in_order:
         perm = np.argsort(lk, kind="stable") if lk is not None else np.lexsort((tb, lane))
         # stable: spans that begin together keep their (program) order

@@ -299,7 +299,8 @@ def _with_lanes(trace: Trace, table: od.LaneTable, flows: np.ndarray) -> od.Lane
     g = trace.num_groups
     return dataclasses.replace(
         table, lanes=lanes[o], block=np.concatenate([table.block, extra // g])[o],
-        group=np.concatenate([table.group, extra % g])[o], nsub=np.concatenate([table.nsub, np.ones(extra.size, np.int64)])[o])
+        group=np.concatenate([table.group, extra % g])[o],
+        nsub=np.concatenate([table.nsub, np.ones(extra.size, np.int64)])[o])
 
 
 def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, args: bool) -> _Widths:
@@ -311,8 +312,9 @@ def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, arg
     if inst.size:
         top.append(int(inst["ts_ns"].max()) - origin)
     lane_top = tree.first_uuid + table.nsub - 1 if tree.lanes.size else np.ones(1, np.int64)
-    w = _Widths(ts=one(max(top)), uuid=uwidth(lane_top), span_name=uwidth(np.array([int(spans["event"].max()) + 1])) if spans.size else 1,
-                inst_name=uwidth(np.array([int(inst["event"].max()) + 1])) if inst.size else 1, span_args=[], inst_args=[])
+    w = _Widths(ts=one(max(top)), uuid=uwidth(lane_top),
+                span_name=one(int(spans["event"].max()) + 1) if spans.size else 1,
+                inst_name=one(int(inst["event"].max()) + 1) if inst.size else 1, span_args=[], inst_args=[])
     if args:
         sm_span = trace.sm_of_lane(table.span_lanes)
         inst_lanes = od.present(inst["lane"].astype(np.int64))
@@ -423,7 +425,8 @@ def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Width
     return out
 
 
-def _event_layout(type_: int, ts: np.ndarray, uuid: np.ndarray, tw: int, uw: int, named: Layout | None = None) -> Layout:
+def _event_layout(type_: int, ts: np.ndarray, uuid: np.ndarray, tw: int, uw: int,
+                  named: Layout | None = None) -> Layout:
     te = Layout().varint(9, type_, 1).varint(11, uuid, uw)
     body = Layout().varint(8, ts, tw).varint(10, SEQUENCE_ID, 1)
     if named is None:

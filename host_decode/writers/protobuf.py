@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 class Layout:
     """A fixed-width protobuf record: constant bytes and padded-varint columns, filled a whole column
     at a time (constants from one template row)."""
