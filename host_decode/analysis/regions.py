@@ -350,16 +350,24 @@ def group_overlap(trace: Trace, pairs: list[tuple[int, int]] | None = None) -> n
         pairs = [(int(a), int(b)) for i, a in enumerate(groups) for b in groups[i + 1 :]]
     rows: list = [[] for _ in pairs]
     for chunk, _ in _block_runs(trace):  # runs of whole blocks: a block's rows come from one run
+        unions: dict = {}  # group -> its per-block union in this run, shared by the pairs
         for i, (a, b) in enumerate(pairs):  # few pairs: a Python loop over groups, never over spans
-            rows[i].append(_overlap_pair(chunk, a, b))
+            rows[i].append(_overlap_pair(chunk, a, b, unions))
     flat = [r for per_pair in rows for r in per_pair]
     return np.concatenate(flat) if flat else np.zeros(0, OVERLAP_DTYPE)
 
 
-def _overlap_pair(sp: np.ndarray, a: int, b: int) -> np.ndarray:
-    ma, mb = sp["group"] == a, sp["group"] == b
-    ka, loa, hia, _ = union_intervals(sp["block"][ma], sp["start_ns"][ma], sp["end_ns"][ma])
-    kb, lob, hib, _ = union_intervals(sp["block"][mb], sp["start_ns"][mb], sp["end_ns"][mb])
+def _block_union(sp: np.ndarray, group: int, unions: dict):
+    if group not in unions:
+        m = sp["group"] == group
+        unions[group] = union_intervals(sp["block"][m], sp["start_ns"][m], sp["end_ns"][m])[:3]
+    return unions[group]
+
+
+def _overlap_pair(sp: np.ndarray, a: int, b: int, unions: dict | None = None) -> np.ndarray:
+    unions = {} if unions is None else unions
+    ka, loa, hia = _block_union(sp, a, unions)
+    kb, lob, hib = _block_union(sp, b, unions)
     blocks = np.union1d(ka, kb)
     out = np.zeros(blocks.size, OVERLAP_DTYPE)
     out["block"], out["group_a"], out["group_b"] = blocks, a, b
