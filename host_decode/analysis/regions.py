@@ -219,7 +219,16 @@ def lane_gaps(trace: Trace) -> np.ndarray:
 
 
 def _gaps(lanes: np.ndarray, sp: np.ndarray) -> np.ndarray:
-    """The gaps of `lanes` (timed lanes, sorted), given all their spans."""
+    """The gaps of `lanes` (timed lanes, sorted), given all their spans (GAP_DTYPE, by lane then time)."""
+    cols = _gap_columns(lanes, sp)
+    # per lane the parts are already in time order (lead-in < between < tail): a stable sort by lane
+    # merges the four sorted runs
+    return _gap_rows(lanes, *(c[np.argsort(cols[0], kind="stable")] for c in cols))
+
+
+def _gap_columns(lanes: np.ndarray, sp: np.ndarray) -> tuple:
+    """The gaps of `lanes` as columns (lane row, start, end, prev_event, next_event): lead-ins, gaps
+    between unions, tails and whole empty windows, each part in (lane, time) order; empty gaps left out."""
     # spans clipped to their lane window (a span cannot legally leave it; clip anyway so numbers add up)
     row = np.searchsorted(lanes["lane"], sp["lane"])
     row = np.minimum(row, max(lanes.size - 1, 0))
@@ -245,20 +254,18 @@ def _gaps(lanes: np.ndarray, sp: np.ndarray) -> np.ndarray:
     seg_first_of_lane = np.r_[True, ukey[1:] != ukey[:-1]] if ukey.size else np.zeros(0, bool)
     seg_last_of_lane = np.r_[ukey[1:] != ukey[:-1], True] if ukey.size else np.zeros(0, bool)
 
-    lead = _gap_rows(lanes, lane_rows[seg_first_of_lane], lanes["first_ns"][lane_rows[seg_first_of_lane]],
-                     ulo[seg_first_of_lane], -1, seg_first_event[seg_first_of_lane])
-    mid_mask = ~seg_last_of_lane
-    mid = _gap_rows(lanes, lane_rows[mid_mask], uhi[mid_mask], np.roll(ulo, -1)[mid_mask],
-                    seg_last_event[mid_mask], np.roll(seg_first_event, -1)[mid_mask])
-    tail = _gap_rows(lanes, lane_rows[seg_last_of_lane], uhi[seg_last_of_lane],
-                     lanes["last_ns"][lane_rows[seg_last_of_lane]], seg_last_event[seg_last_of_lane], -1)
-    empty_rows = np.flatnonzero(~has_seg)
-    whole = _gap_rows(lanes, empty_rows, lanes["first_ns"][empty_rows], lanes["last_ns"][empty_rows], -1, -1)
-    gaps = np.concatenate([lead, mid, tail, whole])
-    gaps = gaps[gaps["dur_ns"] > 0]
-    # per lane the parts are already in time order (lead-in < between < tail): a stable sort by lane
-    # merges the four sorted runs
-    return gaps[np.argsort(gaps["lane"], kind="stable")]
+    first, last, mid = lane_rows[seg_first_of_lane], lane_rows[seg_last_of_lane], ~seg_last_of_lane
+    empty = np.flatnonzero(~has_seg)
+    none = lambda k: np.full(k, -1, np.int64)  # noqa: E731
+    row = np.concatenate([first, lane_rows[mid], last, empty])
+    start = np.concatenate([lanes["first_ns"][first], uhi[mid], uhi[seg_last_of_lane], lanes["first_ns"][empty]])
+    end = np.concatenate([ulo[seg_first_of_lane], np.roll(ulo, -1)[mid], lanes["last_ns"][last],
+                          lanes["last_ns"][empty]])
+    prev = np.concatenate([none(first.size), seg_last_event[mid], seg_last_event[seg_last_of_lane], none(empty.size)])
+    nxt = np.concatenate([seg_first_event[seg_first_of_lane], np.roll(seg_first_event, -1)[mid], none(last.size),
+                          none(empty.size)])
+    keep = end > start
+    return row[keep], start[keep], end[keep], prev[keep], nxt[keep]
 
 
 def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
@@ -282,13 +289,33 @@ def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
 
 
 def bubbles_and_largest_gaps(trace: Trace, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """lane_bubbles and largest_gaps(lane_gaps(trace), k), run by run: the gaps of all lanes (about one
-    per region) are never held at once."""
+    """lane_bubbles and largest_gaps(lane_gaps(trace), k), run by run from gap columns: the gaps of all
+    lanes (about one per region) are never held at once, and only the k longest become rows."""
     bubbles, top = [], []
     for sp, lanes in _block_runs(trace):
-        gaps = _gaps(lanes, sp)
-        bubbles.append(_bubbles(lanes, gaps))
-        top.append(largest_gaps(gaps, k))
+        row, start, end, prev, nxt = _gap_columns(lanes, sp)
+        dur = end - start
+        out = np.zeros(lanes.size, LANE_BUBBLE_DTYPE)
+        for f in ("lane", "block", "group", "sm"):
+            out[f] = lanes[f]
+        out["window_ns"] = lanes["last_ns"] - lanes["first_ns"]
+        out["bubble_ns"] = np.bincount(row, weights=dur, minlength=lanes.size).astype(np.int64)  # exact below 2**53
+        out["busy_ns"] = out["window_ns"] - out["bubble_ns"]
+        out["gaps"] = np.bincount(row, minlength=lanes.size)
+        if row.size:
+            o = np.argsort(row, kind="stable")
+            starts = np.flatnonzero(np.r_[True, row[o][1:] != row[o][:-1]])
+            out["largest_gap_ns"][row[o][starts]] = np.maximum.reduceat(dur[o], starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["bubble_frac"] = np.where(out["window_ns"] > 0, out["bubble_ns"] / np.maximum(out["window_ns"], 1), 0.0)
+        bubbles.append(out)
+        if k <= 0:
+            pick = np.zeros(0, np.int64)
+        elif dur.size > k:  # every gap as long as the k-th longest (ties are ordered by largest_gaps)
+            pick = np.flatnonzero(dur >= np.partition(dur, dur.size - k)[dur.size - k])
+        else:
+            pick = np.arange(dur.size)
+        top.append(largest_gaps(_gap_rows(lanes, row[pick], start[pick], end[pick], prev[pick], nxt[pick]), k))
     if not bubbles:
         return np.zeros(0, LANE_BUBBLE_DTYPE), np.zeros(0, GAP_DTYPE)
     return np.concatenate(bubbles), largest_gaps(np.concatenate(top), k)
@@ -539,7 +566,7 @@ def critical_lanes(trace: Trace) -> np.ndarray:
     out["slack_ns"] = np.where(same_block, crit["last_ns"] - sl["last_ns"][np.maximum(runner, 0)], 0)
     # last region of each critical lane
     sp = trace.spans
-    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]
+    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]  # the critical lanes' spans (one lane a block)
     out["last_event"] = -1
     out["last_event_end_ns"] = -1
     if cs.size:
@@ -560,7 +587,8 @@ def critical_lanes(trace: Trace) -> np.ndarray:
 
 def _lane_mask(trace: Trace, lanes: np.ndarray) -> np.ndarray:
     """Boolean table over lane ids (index with a lane column instead of np.isin)."""
-    size = max(trace.num_lanes, int(trace.lanes["lane"].max(initial=-1)) + 1, int(trace.spans["lane"].max(initial=-1)) + 1)
+    size = max(trace.num_lanes, int(trace.lanes["lane"].max(initial=-1)) + 1,
+               int(trace.spans["lane"].max(initial=-1)) + 1)
     mask = np.zeros(size, bool)
     mask[lanes] = True
     return mask
@@ -577,16 +605,26 @@ def critical_regions(trace: Trace, crit: np.ndarray | None = None) -> np.ndarray
     count in full for each level, so shares may add up to more than 1."""
     crit = critical_lanes(trace) if crit is None else crit
     mask = _lane_mask(trace, crit["lane"])
-    sp = trace.spans[mask[trace.spans["lane"]]]
+    sp = trace.spans
+    sel = mask[sp["lane"]]  # columns of the critical lanes' spans, no copy of whole rows
     lanes = trace.lanes[mask[trace.lanes["lane"]]]
     window = int((lanes["last_ns"] - lanes["first_ns"]).sum())
-    code = sp["group"].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"].astype(np.int64)
-    keys, inv = np.unique(code, return_inverse=True)
+    code = sp["group"][sel].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"][sel]
+    dur = sp["end_ns"][sel] - sp["start_ns"][sel]
+    if code.size and int(code.max()) <= 4 * code.size + (1 << 16):  # dense codes: counts by bincount
+        spans_of = np.bincount(code)
+        keys = np.flatnonzero(spans_of)
+        total_of = np.bincount(code, weights=dur)[keys]
+        spans_of = spans_of[keys]
+    else:
+        keys, inv = np.unique(code, return_inverse=True)
+        spans_of = np.bincount(inv, minlength=len(keys))
+        total_of = np.bincount(inv, weights=dur, minlength=len(keys))
     out = np.zeros(len(keys), CRITICAL_REGION_DTYPE)
     if len(keys):
         out["group"], out["event"] = np.divmod(keys, MAX_EVENT_ID + 1)
-        out["spans"] = np.bincount(inv, minlength=len(keys))
-        out["total_ns"] = np.bincount(inv, weights=(sp["end_ns"] - sp["start_ns"]), minlength=len(keys)).astype(np.int64)
+        out["spans"] = spans_of
+        out["total_ns"] = total_of.astype(np.int64)  # float sums are exact below 2**53 ns
         out["share"] = out["total_ns"] / window if window else 0.0
     return out[np.argsort(-out["total_ns"], kind="stable")]
 
