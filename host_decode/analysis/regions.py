@@ -226,14 +226,30 @@ def _gaps(lanes: np.ndarray, sp: np.ndarray) -> np.ndarray:
     return _gap_rows(lanes, *(c[np.argsort(cols[0], kind="stable")] for c in cols))
 
 
+def _rows_of(lane_ids: np.ndarray, lane_col: np.ndarray) -> np.ndarray:
+    """Row of each lane_col value in the sorted lane_ids, -1 where absent (a lookup table over the ids'
+    range when it is modest: runs hold nearby lanes)."""
+    if lane_col.size == 0 or lane_ids.size == 0:
+        return np.full(lane_col.size, -1, np.int64)
+    lo, hi = int(lane_ids[0]), int(lane_ids[-1])
+    if hi - lo <= 4 * lane_col.size + (1 << 16):
+        lut = np.full(hi - lo + 1, -1, np.int64)
+        lut[lane_ids - lo] = np.arange(lane_ids.size)
+        rel = lane_col.astype(np.int64) - lo
+        inside = (rel >= 0) & (rel <= hi - lo)
+        return np.where(inside, lut[np.clip(rel, 0, hi - lo)], -1)
+    row = np.minimum(np.searchsorted(lane_ids, lane_col), lane_ids.size - 1)
+    return np.where(lane_ids[row] == lane_col, row, -1)
+
+
 def _gap_columns(lanes: np.ndarray, sp: np.ndarray) -> tuple:
     """The gaps of `lanes` as columns (lane row, start, end, prev_event, next_event): lead-ins, gaps
     between unions, tails and whole empty windows, each part in (lane, time) order; empty gaps left out."""
     # spans clipped to their lane window (a span cannot legally leave it; clip anyway so numbers add up)
-    row = np.searchsorted(lanes["lane"], sp["lane"])
-    row = np.minimum(row, max(lanes.size - 1, 0))
-    known = (lanes["lane"][row] == sp["lane"]) if sp.size and lanes.size else np.zeros(sp.size, bool)
-    sp, row = sp[known], row[known]
+    row = _rows_of(lanes["lane"], sp["lane"])
+    known = row >= 0
+    if not known.all():
+        sp, row = sp[known], row[known]
     s, e = _clip(sp["start_ns"], sp["end_ns"], lanes["first_ns"][row], lanes["last_ns"][row])
     u = _union_sorted(sp["lane"], s, e)
     ukey, ulo, uhi = u.key, u.lo, u.hi
@@ -372,7 +388,8 @@ def group_overlap(trace: Trace, pairs: list[tuple[int, int]] | None = None) -> n
     """Per block and group pair (OVERLAP_DTYPE). `pairs` default: every (a, b) with a < b among the
     groups that have spans. Blocks where neither group has spans are left out."""
     sp = trace.spans
-    groups = np.unique(sp["group"])
+    group = sp["group"]
+    groups = np.flatnonzero(np.bincount(group)) if group.size and int(group.min()) >= 0 else np.unique(group)
     if pairs is None:
         pairs = [(int(a), int(b)) for i, a in enumerate(groups) for b in groups[i + 1 :]]
     rows: list = [[] for _ in pairs]
