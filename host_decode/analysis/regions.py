@@ -408,11 +408,25 @@ def _block_union(sp: np.ndarray, group: int, unions: dict):
     return unions[group]
 
 
+def _union_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted distinct ids of a and b (each sorted): a presence table over their range (a run's blocks
+    are nearby), else np.union1d."""
+    if a.size == 0 or b.size == 0:
+        return np.union1d(a, b)
+    lo, hi = min(int(a[0]), int(b[0])), max(int(a[-1]), int(b[-1]))
+    if hi - lo > 4 * (a.size + b.size) + (1 << 16):
+        return np.union1d(a, b)
+    present = np.zeros(hi - lo + 1, bool)
+    present[a - lo] = True
+    present[b - lo] = True
+    return np.flatnonzero(present) + lo
+
+
 def _overlap_pair(sp: np.ndarray, a: int, b: int, unions: dict | None = None) -> np.ndarray:
     unions = {} if unions is None else unions
     ka, loa, hia = _block_union(sp, a, unions)
     kb, lob, hib = _block_union(sp, b, unions)
-    blocks = np.union1d(ka, kb)
+    blocks = _union_ids(ka, kb)
     out = np.zeros(blocks.size, OVERLAP_DTYPE)
     out["block"], out["group_a"], out["group_b"] = blocks, a, b
     np.add.at(out["a_ns"], np.searchsorted(blocks, ka), hia - loa)
