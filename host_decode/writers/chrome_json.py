@@ -19,6 +19,7 @@ tests/test_multi.py and tests/test_align.py check sessions and merged traces.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip as gzip_module
 import json
 import sys
@@ -174,8 +175,6 @@ def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, p
 def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     """The trace restricted to its first max_lanes lanes with regions (by lane id), and what was left out:
     {"lanes_left_out", "spans_left_out"}."""
-    import dataclasses
-
     left = {"lanes_left_out": 0, "spans_left_out": 0}
     if max_lanes is None:
         return trace, left

@@ -155,8 +155,8 @@ class EventOrder:
 
 
 def event_order(cols: SpanColumns, instants: np.ndarray, origin: int) -> EventOrder:
-    """The order of merged_stream: per lane by time; at equal time ENDs (inner first), instants, then
-    BEGINs (outer first, i.e. by row)."""
+    """The one order: per lane by time; at equal time ENDs (inner first), instants, then BEGINs (outer
+    first, i.e. by row)."""
     n, m = cols.lane.size, instants.size
     ilane = instants["lane"].astype(np.int64)
     ti = instants["ts_ns"] - origin

@@ -162,8 +162,7 @@ def perfetto_bytes(trace: Trace, **options) -> bytes:
     return b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks)
 
 
-def trace_origin(trace: Trace) -> int:
-    return od.trace_origin(trace)
+trace_origin = od.trace_origin  # the ns written as t = 0 (the launch's first record, or an earlier event)
 
 
 def _check_extras(trace: Trace, series: tuple, flows: np.ndarray, flow_kinds: tuple) -> None:
