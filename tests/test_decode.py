@@ -344,3 +344,39 @@ def test_lane_with_no_timed_record_has_no_time():
     t = decode(b.buf)
     assert t.lanes["first_ns"].tolist() == [-1, t.spans["start_ns"][0]]
     assert t.start_ns == int(t.spans["start_ns"][0])
+
+
+def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
+    # load_capture reads a 1-D int64/uint64 .npy into memory only its decode sees, and decode hands
+    # finished pages back to the kernel (madvise): the trace is the same as from np.load's array
+    from host_decode.core import decoder
+
+    rng = np.random.default_rng(5)
+    b = BufferBuilder(5000, 4, 6)  # 20,000 lanes: rows of 160 KB, many pages each
+    for lane in rng.choice(20_000, 3000, replace=False).tolist():
+        t = int(rng.integers(0, 2**32))
+        b.put(lane, t, 1, B).put(lane, t + 100, 2, B).put(lane, t + 150, 2, E).put(lane, t + 400, 1, E)
+        b.put(lane, t + 500, int(rng.integers(0, 64)), F)
+    path = save_capture(tmp_path / "big.npy", b.buf)
+    owned = decoder._read_owned(path)
+    assert isinstance(decoder.mapping_of(owned), decoder._NpyMap) and (owned == b.buf).all()
+    released = []
+    real = decoder._NpyMap.madvise
+    monkeypatch.setattr(decoder._NpyMap, "madvise", lambda self, *a: released.append(a) or real(self, *a), raising=False)
+    monkeypatch.setattr(decoder, "CHUNK_SLOTS", 1 << 12)
+    got = load_capture(path)
+    want = decode(np.load(path))
+    assert released and got.spans.size == 6000
+    assert got.spans.tobytes() == want.spans.tobytes() and got.lanes.tobytes() == want.lanes.tobytes()
+    assert got.loss.totals == want.loss.totals
+    # a caller's array is never released, and what np.load must judge is read by np.load
+    buf = np.load(path)
+    decode(buf)
+    assert (buf == b.buf).all() and decoder.mapping_of(buf) is None
+    np.save(tmp_path / "be.npy", b.buf.astype(">u8"))
+    assert decoder._read_owned(tmp_path / "be.npy") is None
+    with pytest.raises(DecodeError, match="wrong dtype >u8"):
+        load_capture(tmp_path / "be.npy")
+    np.save(tmp_path / "2d.npy", b.buf[:12].reshape(3, 4))
+    with pytest.raises(DecodeError, match="one-dimensional"):
+        load_capture(tmp_path / "2d.npy")

@@ -34,34 +34,35 @@ PERCENTILES = (50, 90, 95, 99)
 def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     """One row per (group, event) (or per event with group=-1 when by_group is False)."""
     spans = trace.spans
-    dur = spans["end_ns"] - spans["start_ns"]
-    group = spans["group"] if by_group else np.full(dur.size, -1, np.int32)
-    return summarize(group, spans["event"], dur)
+    group = spans["group"] if by_group else np.full(spans.size, -1, np.int32)
+    return summarize(group, spans["event"], lambda m: spans["end_ns"][m] - spans["start_ns"][m])
 
 
 FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
 
 
-def summarize(group: np.ndarray, event: np.ndarray, dur: np.ndarray) -> np.ndarray:
+def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
     """One SUMMARY_DTYPE row per (group, event), sorted by (group, event). Percentiles interpolate
     linearly between order statistics (numpy's default method), read after one np.partition of the
     pair's durations (linear time: no sort of the table); mean = exact integer total / count.
-    Temporaries: a dense pair id per row and one pair's durations at a time (few pairs), or the
-    durations grouped by a radix sort (many). Guarded by tests/test_stats.py (against np.percentile)."""
-    if dur.size == 0:
+    `dur`: the durations, or a function of a row mask giving those rows' durations (so that a whole
+    duration column is never needed when pairs are few). Temporaries: a small dense pair id per row and
+    one pair's durations at a time (few pairs), or the durations grouped by a radix sort (many).
+    Guarded by tests/test_stats.py (against np.percentile per group)."""
+    if np.size(group) == 0:
         return np.zeros(0, SUMMARY_DTYPE)
     ids, key_group, key_event = _dense_ids(np.asarray(group), np.asarray(event))
     nkeys = key_group.size
     out = np.zeros(nkeys, SUMMARY_DTYPE)
     out["group"], out["event"] = key_group, key_event
-    dur = np.asarray(dur, np.int64)
+    pick = dur if callable(dur) else (lambda m, d=np.asarray(dur, np.int64): d[m])
     if nkeys <= FEW_KEYS:
         for k in range(nkeys):
-            _fill_row(out, k, dur[ids == k] if nkeys > 1 else dur.copy())
+            _fill_row(out, k, np.asarray(pick(ids == k), np.int64))
         return out
     count = np.bincount(ids, minlength=nkeys)
     first = np.concatenate([[0], np.cumsum(count)[:-1]])
-    d = dur[np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")]  # radix: O(n)
+    d = np.asarray(pick(np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")), np.int64)
     for k in range(nkeys):
         _fill_row(out, k, d[first[k] : first[k] + count[k]])
     return out
@@ -94,15 +95,15 @@ def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.nda
     width = emax - emin + 1
     span = (gmax - gmin + 1) * width
     if span <= 4 * group.size + (1 << 16):
-        dtype = np.int32 if span < 1 << 31 else np.int64
-        key = group.astype(dtype)
-        key -= gmin
-        key *= width
-        key += event
-        key -= emin
+        dtype = np.uint16 if span <= 1 << 16 else np.int32 if span < 1 << 31 else np.int64
+        key = group.astype(dtype) if gmin >= 0 else (group - gmin).astype(dtype)
+        if gmin > 0:
+            key -= dtype(gmin)
+        key *= dtype(width)
+        key += event.astype(dtype) - dtype(emin) if emin >= 0 else (event - emin).astype(dtype)
         present = np.bincount(key) > 0
-        lut = (np.cumsum(present) - 1).astype(dtype)
         k = np.flatnonzero(present)
+        lut = (np.cumsum(present) - 1).astype(np.uint8 if k.size <= 1 << 8 else np.int32)  # small ids: small rows
         return lut[key], gmin + k // width, emin + k % width
     g64, e64 = group.astype(np.int64), event.astype(np.int64)
     keys, ids = np.unique((g64 << 32) | (e64 + (1 << 31)), return_inverse=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import sys
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,7 @@ def decode(
     timeline = _Timeline()
     parts, at = [], 0
     step = _chunk_lanes(body.size, write_stride)
+    release = _PageRelease(buf, write_stride)
     for c0 in range(0, write_stride, step):
         part = _decode_columns(body, c0, min(c0 + step, write_stride), write_stride, num_lanes, dense, timeline,
                                in_time_order)
@@ -199,6 +201,7 @@ def decode(
         part["span_range"] = (at, at + m)
         at += m
         parts.append(part)
+        release(min(c0 + step, write_stride))
     spans = spans[:at] if at * 4 >= spans.size * 3 else spans[:at].copy()
     return _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, source)
 
@@ -746,6 +749,68 @@ def read_sidecar(path: str | Path) -> dict:
     return obj
 
 
+class _NpyMap(mmap.mmap):
+    """Anonymous memory holding a buffer read from a .npy file, owned by one decode: pages it has finished
+    with are handed back to the kernel (they then read as zero), so the buffer and the span table are
+    never both whole in memory."""
+
+
+def _read_owned(path: Path) -> np.ndarray | None:
+    """A 1-D little-endian int64/uint64 .npy read into a _NpyMap (for load_capture: nothing else sees the
+    array); None for anything else (np.load then reads it, or names what is wrong with it)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read_header:
+                return None
+            shape, fortran, dtype = read_header[version](f)
+            if len(shape) != 1 or fortran or dtype.str not in ("<i8", "<u8") or shape[0] == 0:
+                return None
+            if f.tell() + 8 * shape[0] > Path(path).stat().st_size:
+                return None  # truncated: np.load says so
+            mm = _NpyMap(-1, 8 * shape[0])
+            if f.readinto(mm) != 8 * shape[0]:
+                return None
+    except (ValueError, OSError, EOFError):
+        return None
+    return np.frombuffer(mm, dtype=dtype, count=shape[0])
+
+
+def mapping_of(buf: np.ndarray) -> _NpyMap | None:
+    """The _NpyMap under an array (through views and the memoryview np.frombuffer keeps), or None."""
+    base = buf
+    while base is not None and not isinstance(base, _NpyMap):
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return base
+
+
+class _PageRelease:
+    """Hands the pages of an owned buffer (_NpyMap) back to the kernel once every chunk that reads them is
+    decoded: chunks go column by column, so after columns [0, c1) of every row are done, the whole pages
+    inside each row's prefix are. Peak memory is then about the span table, not buffer + span table
+    (tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one). A buffer of anyone else is
+    never touched."""
+
+    def __init__(self, buf: np.ndarray, stride: int) -> None:
+        self.map = mapping_of(buf) if hasattr(mmap, "MADV_DONTNEED") else None
+        self.stride, self.done, self.rows = stride, 0, (buf.size - 1) // stride + 1
+        self.step = max(1, (16 * mmap.PAGESIZE) // 8)  # release when rows advanced by >= 16 pages
+
+    def __call__(self, c1: int) -> None:
+        if self.map is None or (c1 - self.done < self.step and c1 < self.stride):
+            return
+        page, base = mmap.PAGESIZE, 8  # body slot 0 is buffer slot 1
+        rows = np.arange(self.rows, dtype=np.int64) * (8 * self.stride) + base
+        lo = -(-(rows + 8 * self.done) // page) * page  # whole pages inside [done, c1) of each row
+        hi = (rows + 8 * c1) // page * page
+        hi = np.minimum(hi, len(self.map) // page * page)
+        for a, b in zip(lo.tolist(), hi.tolist()):
+            if b > a:
+                self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
+        self.done = c1
+
+
 def load_buffer(path: str | Path) -> np.ndarray:
     """Read a raw v1 buffer saved with numpy (.npy; never unpickled)."""
     path = Path(path)
@@ -767,4 +832,7 @@ def load_capture(path: str | Path, names: Names | dict | None = None, write_stri
     if names is None:
         names = Names.from_json(side)
     meta = {k: v for k, v in side.items() if k not in ("events", "groups")}
-    return decode(load_buffer(path), names=names, write_stride=write_stride, meta=meta, source=str(path))
+    buf = _read_owned(path)  # the decode below is the only reader: it frees pages as it goes
+    if buf is None:
+        buf = load_buffer(path)
+    return decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))
