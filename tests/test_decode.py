@@ -226,7 +226,8 @@ def test_long_region_with_nothing_inside_decodes_forward(tmp_path):
     b.put(0, 1000, 1, B).put(0, 1000 + 3_000_000_000, 1, E).put(0, 1000 + 3_000_000_100, 0, F)
     b.put(1, 1000, 2, B).put(1, 2000, 2, E).put(1, 2000 + 2**31 + 5, 2, B).put(1, 2100 + 2**31 + 5, 2, E)
     t = decode(b.buf)
-    assert spans_of(t) == [(0, 1, 0, 3_000_000_000, 0), (1, 2, 0, 1000, 0), (1, 2, 1000 + 2**31 + 5, 1100 + 2**31 + 5, 0)]
+    late = 1000 + 2**31 + 5
+    assert spans_of(t) == [(0, 1, 0, 3_000_000_000, 0), (1, 2, 0, 1000, 0), (1, 2, late, late + 100, 0)]
     assert t.loss.totals["impossible_span"] == 0
     path = save_capture(tmp_path / "long.npy", b.buf)
     from host_decode.cli import main
@@ -255,7 +256,8 @@ def test_impossible_span_is_set_aside_and_the_rest_written(tmp_path):
     b.put(0, 1000, 1, B).put(0, 100, 2, B).put(0, 200, 2, E).put(0, 300, 1, E).put(0, 400, 0, F)
     b.put(1, 100, 3, B).put(1, 150, 3, E)
     t = decode(b.buf, meta={"mode": "static"})
-    assert [(int(r["lane"]), int(r["event"]), int(r["end_ns"] - r["start_ns"])) for r in t.spans] == [(0, 2, 100), (1, 3, 50)]
+    kept = [(int(r["lane"]), int(r["event"]), int(r["end_ns"] - r["start_ns"])) for r in t.spans]
+    assert kept == [(0, 2, 100), (1, 3, 50)]
     assert t.loss.totals["impossible_span"] == 2 and t.loss.totals["paired_begin"] == 2
     assert sum(t.loss.totals.values()) == t.loss.nonzero_slots == 7
     per = {int(r["lane"]): int(r["impossible_span"]) for r in t.loss.per_lane}
@@ -279,7 +281,8 @@ def test_bad_write_stride_is_a_decode_error(tmp_path, stride):
 
     side = path.with_suffix(".json")
     meta = json.loads(side.read_text())
-    meta["write_stride"] = "4" if stride is None else ("NaN" if isinstance(stride, float) and np.isnan(stride) else stride)
+    nan = isinstance(stride, float) and np.isnan(stride)
+    meta["write_stride"] = "4" if stride is None else ("NaN" if nan else stride)
     side.write_text(json.dumps(meta))
     with pytest.raises(DecodeError, match="write_stride must be an integer"):
         load_capture(path)
@@ -305,7 +308,8 @@ def test_inferred_stride_is_checked():
     lane = np.arange(num_lanes, dtype=np.uint64)
 
     def put(lanes, k, timer, event, etype):
-        buf[wire.slot_index(lanes, k, num_lanes)] = wire.pack_record(np.uint64(timer), wire.make_tag(lanes, np.uint64(event), np.uint64(etype)))
+        tag = wire.make_tag(lanes, np.uint64(event), np.uint64(etype))
+        buf[wire.slot_index(lanes, k, num_lanes)] = wire.pack_record(np.uint64(timer), tag)
 
     put(lane[:65_536], 0, 100, 3, F)
     rest = lane[65_536:]
@@ -362,7 +366,8 @@ def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
     assert isinstance(decoder.mapping_of(owned), decoder._NpyMap) and (owned == b.buf).all()
     released = []
     real = decoder._NpyMap.madvise
-    monkeypatch.setattr(decoder._NpyMap, "madvise", lambda self, *a: released.append(a) or real(self, *a), raising=False)
+    spy = lambda self, *a: released.append(a) or real(self, *a)  # noqa: E731
+    monkeypatch.setattr(decoder._NpyMap, "madvise", spy, raising=False)
     monkeypatch.setattr(decoder, "CHUNK_SLOTS", 1 << 12)
     got = load_capture(path)
     want = decode(np.load(path))

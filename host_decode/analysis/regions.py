@@ -126,10 +126,23 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
         return out
     k = np.concatenate([np.repeat(key_a, 2), np.repeat(key_b, 2)])
     t = np.concatenate([np.stack([lo_a, hi_a], 1).ravel(), np.stack([lo_b, hi_b], 1).ravel()])
-    step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
-    side_a = np.r_[np.ones(2 * lo_a.size, bool), np.zeros(2 * lo_b.size, bool)]
-    order = np.argsort(_lift(k, t), kind="stable")
-    k, t, step, side_a = k[order], t[order], step[order], side_a[order]
+    lifted = _lift(k, t)
+    na = 2 * lo_a.size
+    if int(lifted.max()) < 1 << 60:  # (key, time, side, start) packed: one value sort, no argsort + gathers
+        v = lifted << 2
+        v[:na] |= 2  # side A
+        v[0::2] |= 1  # every interval's lo (events alternate lo, hi on both sides)
+        v.sort()
+        side_a, start = (v & 2).astype(bool), (v & 1).astype(bool)
+        lifted = v >> 2
+        t_min, span = int(t.min()), int((t - t.min()).max()) + 1
+        k, t = lifted // span + int(k.min()), lifted % span + t_min
+        step = np.where(start, 1, -1)
+    else:
+        step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
+        side_a = np.r_[np.ones(na, bool), np.zeros(2 * lo_b.size, bool)]
+        order = np.argsort(lifted, kind="stable")
+        k, t, step, side_a = k[order], t[order], step[order], side_a[order]
     a_on = np.cumsum(np.where(side_a, step, 0))
     b_on = np.cumsum(np.where(side_a, 0, step))
     both = (a_on[:-1] > 0) & (b_on[:-1] > 0) & (k[1:] == k[:-1])
