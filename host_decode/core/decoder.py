@@ -23,6 +23,12 @@ How it works (no Python loop per record; per chunk of lanes only):
 Speed: chunks of CHUNK_SLOTS slots keep the scratch arrays in the L2 cache; a chunk whose every slot
 holds a record skips compaction; span rows are written as packed words (_fill_spans).
 
+Memory: the span table is sized by an upper bound but only written rows are touched; a buffer that
+load_capture read for this decode alone (_NpyMap) gives its pages back as the column chunks pass them
+(_PageRelease), so buffer and span table are never both whole (benchmarks/bigcap_bench.py). Input
+checks happen before anything is sized by them (write_stride: an integer within [num_lanes, buffer
+length]; the inferred stride is checked on records spread over the buffer).
+
 Invariant (LossReport checks it; tests/test_decode.py fuzzes it): every non-zero slot after the header
 is in exactly one loss bucket.
 """
