@@ -205,7 +205,7 @@ def test_cli_pc2region_and_join(tmp_path, capsys):
                 str(out_map),
                 "--ncu",
                 os.path.join(FIX, "markers_synthetic_ncu.csv"),
-                "--json",
+                "-o",
                 str(out_json),
             ]
         )

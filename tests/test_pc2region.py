@@ -540,7 +540,7 @@ def _compile_ikp_cute(mode, tmp_path):
         from cutlass.cute.runtime import make_fake_compact_tensor
 
         from ikp_cute import ProfileSpec, fake_buffer
-        from tests.kernels import structured
+        from ikp_cute.testing.kernels import structured
     except ImportError as e:  # the device API is developed alongside; skip rather than fail on its absence
         pytest.skip(f"ikp_cute device API not importable: {e}")
     spec = ProfileSpec(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)

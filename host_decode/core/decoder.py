@@ -85,7 +85,8 @@ def as_uint64(buffer: Any, source: str | None = None) -> np.ndarray:
 def _check_header(buf: np.ndarray, source: str | None) -> tuple[int, int]:
     header = int(buf[0])
     if header == 0:
-        raise DecodeError("missing header: slot 0 is zero (the header is (num_groups << 32) | num_blocks)", slot=0, source=source)
+        raise DecodeError("missing header: slot 0 is zero (the header is (num_groups << 32) | num_blocks)", slot=0,
+                          source=source)
     num_blocks, num_groups = wire.unpack_header(header)
     if num_blocks == 0 or num_groups == 0 or num_blocks * num_groups > wire.MAX_LANES:
         raise DecodeError(
@@ -380,10 +381,12 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     out["sm"], out["fin_rel"], out["has_fin"] = sm, fin_rel, out["finalize"] > 0
     out["dropped"] = np.zeros(nloc, np.int64)
     if dropped.size:
-        out["dropped"] = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc).astype(np.int64)
+        counts = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc)
+        out["dropped"] = counts.astype(np.int64)
 
     # pairing
-    begins, begin_event, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, np.concatenate((inst, fin)))
+    not_be = np.concatenate((inst, fin))
+    begins, begin_event, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, not_be)
     impossible = rel[ends] < rel[begins]  # an END before its BEGIN: corrupted records (bit flips)
     out["impossible_span"] = np.zeros(nloc, np.int64)
     if impossible.any():
@@ -409,7 +412,8 @@ class _Timeline:
         self.ref: int | None = None
         self.absolute = False
 
-    def origins(self, first_raw: np.ndarray, anchor_ns: np.ndarray, anchored: np.ndarray, lane_loc: np.ndarray) -> np.ndarray:
+    def origins(self, first_raw: np.ndarray, anchor_ns: np.ndarray, anchored: np.ndarray,
+                lane_loc: np.ndarray) -> np.ndarray:
         a = np.flatnonzero(anchored)
         if a.size and not self.absolute:
             self.ref, self.absolute = int(anchor_ns[a[0]]), True
@@ -679,7 +683,8 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
     for bucket, c in counts.items():
         per_lane[bucket] = c[touched]
     totals = {bucket: int(c.sum()) for bucket, c in counts.items()}
-    reasons = {k: v for k, v in (("lane_out_of_range", malformed_range), ("slot_of_another_lane", malformed_column)) if v}
+    reasons = {k: v for k, v in (("lane_out_of_range", malformed_range), ("slot_of_another_lane", malformed_column))
+               if v}
     bad_slots = cat("first_bad_slot")
     if bad_slots.size:
         meta.setdefault("first_malformed_slot", int(bad_slots.min()))
@@ -752,7 +757,15 @@ def read_sidecar(path: str | Path) -> dict:
         raise DecodeError(f"sidecar is not valid JSON: {e}", source=str(side)) from None
     if not isinstance(obj, dict):
         raise DecodeError("sidecar must be a JSON object", source=str(side))
+    if obj.get("format", FORMAT_NAME) != FORMAT_NAME or not SIDECAR_KEYS.intersection(obj):
+        what = "a Chrome trace" if "traceEvents" in obj else f"keys {sorted(obj)[:6]}"
+        raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT_NAME!r} with "
+                          "events/groups): rename it, or pass names with --names", source=str(side))
     return obj
+
+
+FORMAT_NAME = "ikp-v1"  # host_decode.core.capture.FORMAT
+SIDECAR_KEYS = frozenset({"format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups"})
 
 
 class _NpyMap(mmap.mmap):
@@ -778,7 +791,7 @@ def _read_owned(path: Path) -> np.ndarray | None:
             mm = _NpyMap(-1, 8 * shape[0])
             if f.readinto(mm) != 8 * shape[0]:
                 return None
-    except (ValueError, OSError, EOFError):
+    except Exception:  # noqa: BLE001 -- anything odd about the file: load_buffer judges it and names it
         return None
     return np.frombuffer(mm, dtype=dtype, count=shape[0])
 
@@ -822,10 +835,13 @@ def load_buffer(path: str | Path) -> np.ndarray:
     path = Path(path)
     try:
         arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
-    except (ValueError, EOFError, OSError) as e:
-        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file): {e}", source=str(path)) from None
+    except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError, SyntaxError, TokenError...
+        # numpy's own text may advise allow_pickle=True: never pass that on (loading a pickle runs code)
+        reason = "" if "pickle" in str(e) else f": {e}"
+        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file){reason}",
+                          source=str(path)) from None
     if isinstance(arr, np.lib.npyio.NpzFile):
         raise DecodeError("expected a .npy array, got a .npz archive", source=str(path))
     return arr

@@ -212,7 +212,9 @@ class LossReport:
         out.update(self.totals)
         out["dropped_on_device"] = self.dropped_on_device
         out["malformed_reasons"] = dict(self.malformed_reasons)
-        lanes = self.per_lane[np.any([self.per_lane[b] for b in LOSS_BUCKETS[4:]], axis=0)] if self.per_lane.size else self.per_lane
+        lanes = self.per_lane
+        if lanes.size:
+            lanes = lanes[np.any([lanes[b] for b in LOSS_BUCKETS[4:]], axis=0)]
         out["lanes_with_losses"] = [{k: int(row[k]) for k in self.per_lane.dtype.names} for row in lanes[:1000]]
         return out
 

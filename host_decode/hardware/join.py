@@ -335,18 +335,19 @@ def render_table(result: JoinResult, inclusive: bool = False, console=None) -> N
     has_inst = "inst_executed" in result.totals
     has_pred = "thread_inst_executed" in result.totals and "pred_on_thread_inst_executed" in result.totals
     has_samples = result.totals.get("samples", 0) > 0
-    table.add_column("region", no_wrap=True)
+    narrow = console.width < 100  # 80-column terminal: the numbers stay, long text folds
+    table.add_column("region", min_width=12, overflow="fold")
     if has_inst:
-        table.add_column("instructions", justify="right")
-        table.add_column("%", justify="right")
+        table.add_column("instructions", justify="right", no_wrap=True)
+        table.add_column("%", justify="right", no_wrap=True)
     if has_pred:
-        table.add_column("pred-on", justify="right")
+        table.add_column("pred-on", justify="right", no_wrap=True)
     if has_samples:
-        table.add_column("samples", justify="right")
-        table.add_column("%", justify="right")
-        table.add_column("top stalls (of the region's samples)", no_wrap=True)
+        table.add_column("samples", justify="right", no_wrap=True)
+        table.add_column("%", justify="right", no_wrap=True)
+        table.add_column("top stalls (of the region's samples)", overflow="fold", ratio=1 if narrow else None)
     if not inclusive:
-        table.add_column("markers' own share", justify="right", no_wrap=True)
+        table.add_column("markers' own share", justify="right", overflow="fold")
     for row in rows:
         if not inclusive and row["path"].startswith("<") and not row.get("samples") and not row.get("inst_executed"):
             continue

@@ -14,6 +14,7 @@ from typing import Sequence
 from host_decode.analysis import align as al
 from host_decode.analysis import sessions
 from host_decode.core.model import Trace
+from host_decode.torch_traces.loader import read_chrome
 from host_decode.writers import chrome_json
 
 TID_BASE = 1_000_000  # tids of region tracks in a profiler trace: far above Kineto's stream ids
@@ -54,7 +55,7 @@ def merge_with_torch_trace(
     capture's regions, one track per (block, group) in the kernel slice's process, shifted by the
     solved offset so they lie inside the slice; a summary slice 'ikp: <kernel>' per launch carries the
     alignment in its args, and the document gets a top-level 'ikp_alignment'. Returns the Alignment."""
-    doc = al.load_chrome(torch_trace_path)
+    doc = read_chrome(torch_trace_path)
     result, chosen = al.align(capture_trace, doc, kernel_name, occurrence, placement, launch_latency_ns,
                               source=str(torch_trace_path))
     pid = chosen[0].get("pid", 0)
