@@ -39,10 +39,12 @@ def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed
     rows = buf[1:].reshape(rpl, lanes)
     for l0 in range(0, lanes, 4096):
         l1 = min(lanes, l0 + 4096)
-        t = (1 << 40) + rng.integers(0, lane_spread_ns, l1 - l0)[None, :] + np.cumsum(rng.integers(1, 400, (rpl, l1 - l0)), axis=0)
+        steps = np.cumsum(rng.integers(1, 400, (rpl, l1 - l0)), axis=0)
+        t = (1 << 40) + rng.integers(0, lane_spread_ns, l1 - l0)[None, :] + steps
         t[1] = t[0] >> 32  # ANCHOR_HI's field is the high half of the anchor read
         lane = np.broadcast_to(np.arange(l0, l1), t.shape)
-        rows[:, l0:l1] = wire.pack_records(t, lane, np.broadcast_to(ev[:, None], t.shape), np.broadcast_to(ty[:, None], t.shape))
+        event, etype = np.broadcast_to(ev[:, None], t.shape), np.broadcast_to(ty[:, None], t.shape)
+        rows[:, l0:l1] = wire.pack_records(t, lane, event, etype)
     return buf
 
 

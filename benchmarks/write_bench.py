@@ -196,7 +196,8 @@ def main() -> int:
     m = sub_trace.spans.size
     runs = [per_object_writer(sub_trace, str(out / "baseline.pftrace")) for _ in range(min(2, a.repeat))]
     base_wall, base_cpu = min(r[0] for r in runs), min(r[1] for r in runs)
-    mine_wall, mine_cpu, _ = best_of(a.repeat, lambda: pf.write_perfetto(sub_trace, out / "sub.pftrace", args=False, counters=False))
+    mine_wall, mine_cpu, _ = best_of(
+        a.repeat, lambda: pf.write_perfetto(sub_trace, out / "sub.pftrace", args=False, counters=False))
     print(f"\nsame {m:,} spans (no args, no counters), M slices/s wall (CPU):")
     print(f"  per-object protobuf writer  {m / base_wall / 1e6:6.3f} ({m / base_cpu / 1e6:6.3f})  "
           f"{os.path.getsize(out / 'baseline.pftrace') / m:.1f} B/slice")
@@ -211,7 +212,8 @@ def main() -> int:
     print(f"\nchrome JSON writer (args + counters): {n / jwall / 1e6:.2f} M slices/s wall ({n / jcpu / 1e6:.2f} CPU), "
           f"{jb / n:.1f} bytes/slice")
     goal_ok = rows[0][2] >= 3e6 and rows[0][3] <= 40
-    print(f"\nGOAL (>= 3 M slices/s and <= 40 B/slice, no args, no counters, CPU time): {'met' if goal_ok else 'NOT met'}")
+    verdict = "met" if goal_ok else "NOT met"
+    print(f"\nGOAL (>= 3 M slices/s and <= 40 B/slice, no args, no counters, CPU time): {verdict}")
     if a.out is None:
         for f in out.iterdir():
             f.unlink()
