@@ -54,7 +54,7 @@ def test_graph_replays_are_distinct_launches_in_time():
 def test_ikp_stats_reads_the_serving_session_with_nothing_lost(capsys):
     from host_decode.cli import main
 
-    assert main(["stats", str(SERVING / "captures"), "--json"]) == 0
+    assert main(["stats", str(SERVING / "captures"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["launches"] == 20 and out["records_lost"] == 0
     result = json.loads((SERVING / "result.json").read_text())

@@ -229,7 +229,7 @@ def test_launches_decode_each_slot_and_stats_reads_the_session(tmp_path, capsys)
     assert side["launch_index"] == 1 and side["ring"]["slots"] == 4 and side["ring"]["launches_seen"] == 8
     for t in session.ring.decode():
         assert t.loss.lost == 0 and len(t.spans) == 8
-    assert main(["stats", str(tmp_path / "cap"), "--json"]) == 0
+    assert main(["stats", str(tmp_path / "cap"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["launches"] == 3 and out["records_lost"] == 0
     assert sum(row["count"] for row in out["regions"]) == 24  # 3 launches x 8 lanes, one span each
