@@ -247,8 +247,13 @@ def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
         print(f"{name}: {e}\n{name}: joining anyway (force=True) to show what the data holds")
         result = join.join(m, table, force=True)
     print(f"\n===== {name}: {data} =====")
-    join.render_table(result)
-    join.render_table(result, inclusive=True)
+    for inclusive in (False, True):  # hardware/ returns the table as data (join.table); printed plainly here
+        jt = join.table(result, inclusive=inclusive)
+        print(jt.title)
+        print(" | ".join(h for h, _ in jt.columns))
+        for row in jt.rows:
+            print(" | ".join(row))
+        print(jt.footer)
     conserved = {c: (float(result.columns[c].sum()), float(v)) for c, v in result.totals.items()}
     bad = {c: v for c, v in conserved.items() if abs(v[0] - v[1]) > 1e-6 * max(1.0, abs(v[1]))}
     print(f"conservation (per-region sums == input totals): {'ok' if not bad else bad}")

@@ -83,6 +83,7 @@ def test_tables_readable_at_80_columns(tmp_path):
     # stdout is a pipe here, so the console is 160 wide; the narrow layout is what a terminal of 80 gets
     from rich.console import Console
 
+    from host_decode.cli.commands import join as join_command
     from host_decode.cli.commands import stats
     from host_decode.core.decoder import load_capture
     from host_decode.hardware import join
@@ -94,9 +95,11 @@ def test_tables_readable_at_80_columns(tmp_path):
     for show in (
         lambda c: (print_loss(trace, c), print_summary(trace, c)),
         lambda c: stats.print_report(stats.collect(trace), c),
-        lambda c: join.render_table(
-            join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv"))),
-            console=c,
+        lambda c: join_command.print_table(
+            join.table(
+                join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv")))
+            ),
+            c,
         ),
     ):
         con = Console(width=80, record=True, file=open(os.devnull, "w"))

@@ -30,9 +30,6 @@ COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
 KNOWN = {
-    "lines: host_decode/hardware/pc2region.py":
-        "pc2r, issue 19: SASS operand semantics to sass.py, the map type to its own module",
-    "import: host_decode.hardware.join -> host_decode.reports.text": "pc2r, issue 19: join.py's upstream import",
 }
 
 

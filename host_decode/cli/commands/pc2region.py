@@ -34,7 +34,18 @@ def run(args) -> int:
         tmp = out.add(args.output) if args.output else None
         names = _names(args.names) if args.names else None
         table = _marker_table(args.marker_table) if args.marker_table else None
-        _, m = read_cubin_map(args.cubin, kernel=args.kernel, names=names, marker_table=table, nvdisasm=args.nvdisasm)
+        _, m = read_cubin_map(
+            args.cubin,
+            kernel=args.kernel,
+            names=names,
+            marker_table=table,
+            nvdisasm=args.nvdisasm,
+            source=str(args.cubin),
+        )
+        if not m.markers:  # nothing to map: say so instead of a table of zeros (and write nothing)
+            from host_decode.core.errors import DecodeError
+
+            raise DecodeError(m.problems[-1], source=str(args.cubin))
         if tmp:
             m.save(tmp)
     if args.format == "json":
