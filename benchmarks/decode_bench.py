@@ -19,9 +19,12 @@ from host_decode.core import wire
 from host_decode.core.decoder import decode
 
 
-def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed: int = 0) -> np.ndarray:
+def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed: int = 0,
+                lane_spread_ns: int = 2**32) -> np.ndarray:
     """A full buffer: per lane two anchors, then (outer B, inner B, inner E, outer E) per iteration and a
-    finalize; filled a few thousand lanes at a time so that 100 M records fit in memory."""
+    finalize; filled a few thousand lanes at a time so that 100 M records fit in memory. Lanes start at
+    random times within lane_spread_ns (the default, a whole timer period, makes every lane's timeline
+    cross the 2**32 wrap somewhere)."""
     rpl = 2 * regions_per_lane + 3
     lanes = max(groups, (records // rpl) // groups * groups)
     rng = np.random.default_rng(seed)
@@ -36,10 +39,12 @@ def make_buffer(records: int, groups: int = 4, regions_per_lane: int = 256, seed
     rows = buf[1:].reshape(rpl, lanes)
     for l0 in range(0, lanes, 4096):
         l1 = min(lanes, l0 + 4096)
-        t = (1 << 40) + rng.integers(0, 2**32, l1 - l0)[None, :] + np.cumsum(rng.integers(1, 400, (rpl, l1 - l0)), axis=0)
+        steps = np.cumsum(rng.integers(1, 400, (rpl, l1 - l0)), axis=0)
+        t = (1 << 40) + rng.integers(0, lane_spread_ns, l1 - l0)[None, :] + steps
         t[1] = t[0] >> 32  # ANCHOR_HI's field is the high half of the anchor read
         lane = np.broadcast_to(np.arange(l0, l1), t.shape)
-        rows[:, l0:l1] = wire.pack_records(t, lane, np.broadcast_to(ev[:, None], t.shape), np.broadcast_to(ty[:, None], t.shape))
+        event, etype = np.broadcast_to(ev[:, None], t.shape), np.broadcast_to(ty[:, None], t.shape)
+        rows[:, l0:l1] = wire.pack_records(t, lane, event, etype)
     return buf
 
 

@@ -308,7 +308,7 @@ def main() -> int:
 
     from host_decode.analysis import sessions as multi
 
-    from host_decode.reports import plots
+    from host_decode.reports import merged, plots
     from host_decode.cli.commands.stats import collect
 
     if not torch.cuda.is_available():
@@ -342,10 +342,10 @@ def main() -> int:
 
     parts = multi.load_parts(paths, progress=False)
     session = multi.concat(parts)
-    a0 = align.merge_with_torch_trace(out / "torch_trace.json.gz", parts[0].trace, out / "merged_launch0.json.gz",
+    a0 = merged.merge_with_torch_trace(out / "torch_trace.json.gz", parts[0].trace, out / "merged_launch0.json.gz",
                                       kernel_name=KERNEL, occurrence=0)
     results["auto_match_launch0"] = _auto_match(align, parts[0].trace, out / "torch_trace.json.gz")
-    aS = align.merge_with_torch_trace(out / "torch_trace.json.gz", session, out / "merged_session.json.gz",
+    aS = merged.merge_with_torch_trace(out / "torch_trace.json.gz", session, out / "merged_session.json.gz",
                                       kernel_name=KERNEL, occurrence=0)
     per_launch = []
     doc = align.load_chrome(out / "torch_trace.json.gz")
@@ -358,7 +358,7 @@ def main() -> int:
     results["align_per_launch"] = per_launch
     results["host_clock_vs_globaltimer_gpu0"] = host_bracket_offset(lib, torch, 0)
 
-    multi.write_chrome(parts, out / "session.json")
+    merged.write_session(parts, out / "session.json")
     stats = collect(session)
     (out / "stats.json").write_text(json.dumps(stats, indent=1))
     plots.plot_all(session, out / "plots")
@@ -385,7 +385,7 @@ def main() -> int:
             rank_paths.append(save(b, out / "ranks" / f"rank_{dev}.npy", torch, dev, blocks, args.iters, rank=dev,
                                    host_ns=h, launch_index=0))
         rparts = multi.load_parts(rank_paths, by="rank", progress=False)
-        results["ranks_merge"] = multi.write_chrome(rparts, out / "ranks_merged.json")
+        results["ranks_merge"] = merged.write_session(rparts, out / "ranks_merged.json")
 
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print_table(results)

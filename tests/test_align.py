@@ -4,14 +4,14 @@ like Kineto's (baseTimeNanoseconds + ts in us; kernel slices with cat 'kernel').
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 from host_decode.analysis import align
+from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans
 from host_decode.cli import main
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names
-from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans
+from host_decode.reports import merged as merged_traces
 
 BASE = 1_790_857_026_000_000_000
 
@@ -59,7 +59,7 @@ def test_merge_places_regions_inside_the_kernel_slice(tmp_path):
     with gzip.open(path, "wt") as f:
         json.dump(doc, f)
     out = tmp_path / "merged.json"
-    res = align.merge_with_torch_trace(path, device_trace(t0), out)
+    res = merged_traces.merge_with_torch_trace(path, device_trace(t0), out)
     # slice [t0+skew-800, +10000], regions [t0, t0+9000]: feasible [skew-800, skew+200], mid skew-300
     assert res.occurrences == [0]  # matched by absolute time (closest slice)
     assert (res.feasible_lo_ns, res.feasible_hi_ns, res.offset_ns) == (skew - 800, skew + 200, skew - 300)
@@ -121,7 +121,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
 
 def test_cli_merge_with_torch(tmp_path):
     from host_decode.core.capture import save_capture
-    from tests.buffers import B, E, F, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000
     bb = BufferBuilder(num_blocks=1, num_groups=1, records_per_lane=8)

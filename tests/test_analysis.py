@@ -1,12 +1,14 @@
 """host_decode.analysis.regions against hand-computed values on small traces, and against a brute-force
 per-nanosecond model on random ones."""
 
+import json
+
 import numpy as np
 import pytest
 
 from host_decode.analysis import regions as an
-from host_decode.core.model import Names
 from host_decode.analysis.sessions import trace_from_spans
+from host_decode.core.model import Names
 
 EV1, EV2, EV3, EV4 = 1, 2, 3, 4
 
@@ -175,3 +177,29 @@ def test_session_launch_numbers_are_per_launch_medians():
     assert [d["tail_ns"] for d in s["per_launch"]] == [50, 150]
     assert s["tail_ns"] == 100 and s["launches"] == 2
     assert s["launch_ns"] == pytest.approx((200 + 400) / 2)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_runs_change_nothing(monkeypatch, seed):
+    # the analyses go run by run (whole blocks); runs of a few spans give the same tables as one run,
+    # also for a span table not in lane order
+    rng = np.random.default_rng(seed)
+    rows = []
+    for lane in range(24):
+        if lane % 7 == 3:
+            continue  # lanes without spans
+        t = int(rng.integers(0, 500))
+        for _ in range(int(rng.integers(1, 9))):
+            d = int(rng.integers(1, 80))
+            rows.append((lane // 3, lane % 3, int(rng.integers(0, 3)), t, t + d))
+            t += d + int(rng.integers(-20, 60))  # overlaps and gaps
+    trace = trace_from_spans(rows, num_groups=3)
+    if seed == 2:
+        trace.spans = trace.spans[rng.permutation(trace.spans.size)]
+    whole = (an.lane_gaps(trace), an.group_overlap(trace), an.analyze(trace))
+    monkeypatch.setattr(an, "CHUNK_SPANS", 5)
+    assert len(list(an._block_runs(trace))) > 3
+    runs = (an.lane_gaps(trace), an.group_overlap(trace), an.analyze(trace))
+    assert whole[0].tobytes() == runs[0].tobytes()
+    assert np.array_equal(whole[1], runs[1], equal_nan=False) or whole[1].tobytes() == runs[1].tobytes()
+    assert json.dumps(whole[2], sort_keys=True, default=str) == json.dumps(runs[2], sort_keys=True, default=str)

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from host_decode.writers import perfetto as pf
-from host_decode.writers.chrome_json import write_chrome_json
 from host_decode.core.model import Names
+from host_decode.writers import order as od
+from host_decode.writers import perfetto as pf
 from host_decode.writers import trace_format, write_trace
+from host_decode.writers.chrome_json import write_chrome_json
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
 
 
@@ -48,7 +49,7 @@ def test_spans_instants_metadata(tmp_path):
     lanes = {0: [("B", 0, 0), ("B", 1, 1001), ("E", 1, 2003), ("I", 7, 2500), ("E", 0, 3000)],
              3: [("B", 0, 5), ("E", 0, 15)]}
     trace = make_trace(lanes, sm={0: 4, 3: 9}, names=Names(events={0: "main\"loop", 1: "mma", 7: "mark"}, groups={1: "consumer"}))
-    stats = write_chrome_json(trace, tmp_path / "t.json")
+    stats = write_chrome_json(trace, tmp_path / "t.json", args=True)
     events = load(tmp_path / "t.json")
     assert stats["events"] == len(events)
     x = sorted((e["pid"], e["tid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
@@ -90,7 +91,7 @@ def test_random_traces(tmp_path, seed):
                       (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
     got = sorted((e["pid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
     assert got == want
-    ev, t, v = pf.lanes_inside(sp)
+    ev, t, v = od.lanes_inside(sp)
     c = sorted((e["name"], ns(e["ts"]), e["args"]["lanes"]) for e in events if e["ph"] == "C")
     assert c == sorted((f"lanes in {trace.names.event(a)}", b - origin, d) for a, b, d in zip(ev.tolist(), t.tolist(), v.tolist()))
 

@@ -170,7 +170,7 @@ def _half_then_enospc(path, text):
 
 @pytest.mark.parametrize("case", ["decode-json", "decode-pftrace", "spans-csv", "stats", "merge", "plot", "report"])
 def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data, tmp_path, monkeypatch, capsys, case):
-    import host_decode.analysis.sessions as sessions
+    import host_decode.reports.merged as merged
     import host_decode.cli.commands.decode as decode_cmd
     import host_decode.reports.html as html
     import host_decode.reports.plots as plots
@@ -203,7 +203,7 @@ def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data,
     elif case == "merge":
         out = out_dir / "m.json"
         argv = ["merge", l0, l1, "-o", str(out), "-f"]
-        monkeypatch.setattr(sessions, "write_chrome", lambda parts, path, **k: _half_then_enospc(path, "[" * 99))
+        monkeypatch.setattr(merged, "write_session", lambda parts, path, **k: _half_then_enospc(path, "[" * 99))
     elif case == "report":
         out = out_dir / "r.html"
         argv = ["report", cap, "-o", str(out), "-f"]

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from host_decode.core import wire
-from host_decode.core.decoder import decode, infer_write_stride, load_capture
 from host_decode.core.capture import save_capture
+from host_decode.core.decoder import decode, infer_write_stride, load_capture
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
-from tests.buffers import B, E, F, I, BufferBuilder
+from tests.buffers import B, BufferBuilder, E, F, I
 
 
 def spans_of(trace):
@@ -30,7 +30,7 @@ def test_nested_overlap_and_every_bucket():
     t = decode(b.buf)
     assert spans_of(t) == [(0, 1, 50, 70, 0), (0, 2, 60, 80, 1), (1, 1, 50, 70, 0), (1, 1, 55, 60, 1)]
     assert t.loss.totals == dict(paired_begin=4, paired_end=4, instant=1, finalize=2, unmatched_begin=2,
-                                 unmatched_end=1, after_finalize=1, malformed=0)
+                                 unmatched_end=1, after_finalize=1, malformed=0, impossible_span=0)
     assert t.loss.nonzero_slots == 15
     assert t.instants["event"].tolist() == [4] and t.instants["lane"].tolist() == [2]
     sm = dict(zip(t.lanes["lane"].tolist(), t.lanes["sm"].tolist()))
@@ -215,3 +215,173 @@ def test_many_chunks_decode_like_one(monkeypatch):
     parts = decode(b.buf)
     assert spans_of(whole) == spans_of(parts)
     assert whole.loss.totals == parts.loss.totals
+
+
+# --- big-capture correctness (issue 16) -------------------------------------------------------------
+
+
+def test_long_region_with_nothing_inside_decodes_forward(tmp_path):
+    # one writer per lane: time never goes back, so a 3 s step (> 2**31 ns) is 3 s forward, not back
+    b = BufferBuilder(1, 2, 6)
+    b.put(0, 1000, 1, B).put(0, 1000 + 3_000_000_000, 1, E).put(0, 1000 + 3_000_000_100, 0, F)
+    b.put(1, 1000, 2, B).put(1, 2000, 2, E).put(1, 2000 + 2**31 + 5, 2, B).put(1, 2100 + 2**31 + 5, 2, E)
+    t = decode(b.buf)
+    late = 1000 + 2**31 + 5
+    assert spans_of(t) == [(0, 1, 0, 3_000_000_000, 0), (1, 2, 0, 1000, 0), (1, 2, late, late + 100, 0)]
+    assert t.loss.totals["impossible_span"] == 0
+    path = save_capture(tmp_path / "long.npy", b.buf)
+    from host_decode.cli import main
+
+    assert main(["decode", str(path), "-o", str(tmp_path / "long.pftrace"), "-q"]) == 0
+    assert (tmp_path / "long.pftrace").stat().st_size > 0
+
+
+def test_out_of_order_modes_keep_signed_steps():
+    # atomic mode: the outer region's END sits in the slot after its BEGIN (slots reserved at the begin),
+    # so the next slot (the inner region) is earlier in time: a step back, read as signed
+    b = BufferBuilder(1, 1, 8)
+    b.put(0, 100, 1, B).put(0, 500, 1, E).put(0, 200, 2, B).put(0, 300, 2, E)
+    t = decode(b.buf, meta={"mode": "atomic"})
+    assert spans_of(t) == [(0, 1, 0, 400, 0), (0, 2, 100, 200, 0)]
+    # a region's own BEGIN -> adjacent END step stays unsigned even there
+    b = BufferBuilder(1, 1, 8)
+    b.put(0, 100, 1, B).put(0, 100 + 3_000_000_000, 1, E)
+    assert spans_of(decode(b.buf, meta={"mode": "static"})) == [(0, 1, 0, 3_000_000_000, 0)]
+
+
+def test_impossible_span_is_set_aside_and_the_rest_written(tmp_path):
+    # static mode (slots chosen by the user, steps signed): a flipped timer bit makes the outer region's
+    # BEGIN later than its END; that pair goes to its own bucket, the inner region is kept
+    b = BufferBuilder(1, 2, 8)
+    b.put(0, 1000, 1, B).put(0, 100, 2, B).put(0, 200, 2, E).put(0, 300, 1, E).put(0, 400, 0, F)
+    b.put(1, 100, 3, B).put(1, 150, 3, E)
+    t = decode(b.buf, meta={"mode": "static"})
+    kept = [(int(r["lane"]), int(r["event"]), int(r["end_ns"] - r["start_ns"])) for r in t.spans]
+    assert kept == [(0, 2, 100), (1, 3, 50)]
+    assert t.loss.totals["impossible_span"] == 2 and t.loss.totals["paired_begin"] == 2
+    assert sum(t.loss.totals.values()) == t.loss.nonzero_slots == 7
+    per = {int(r["lane"]): int(r["impossible_span"]) for r in t.loss.per_lane}
+    assert per == {0: 2, 1: 0}
+    assert t.loss.lost == 2
+    path = save_capture(tmp_path / "flip.npy", b.buf, mode="static")
+    from host_decode.cli import main
+
+    assert main(["decode", str(path), "-o", str(tmp_path / "flip.pftrace"), "-q"]) == 0
+    assert (tmp_path / "flip.pftrace").stat().st_size > 0
+
+
+@pytest.mark.parametrize("stride", ["x", float("nan"), 3.7, "8", 8.0, True, None])
+def test_bad_write_stride_is_a_decode_error(tmp_path, stride):
+    b = BufferBuilder(2, 2, 3)
+    b.put(0, 10, 1, B).put(0, 20, 1, E)
+    with pytest.raises(DecodeError, match="write_stride must be an integer"):
+        decode(b.buf, write_stride=stride) if stride is not None else decode(b.buf, meta={"write_stride": "4"})
+    path = save_capture(tmp_path / "s.npy", b.buf)
+    import json
+
+    side = path.with_suffix(".json")
+    meta = json.loads(side.read_text())
+    nan = isinstance(stride, float) and np.isnan(stride)
+    meta["write_stride"] = "4" if stride is None else ("NaN" if nan else stride)
+    side.write_text(json.dumps(meta))
+    with pytest.raises(DecodeError, match="write_stride must be an integer"):
+        load_capture(path)
+
+
+def test_huge_write_stride_is_refused_before_allocating():
+    b = BufferBuilder(2, 2, 3)  # 13 slots
+    b.put(0, 10, 1, B).put(0, 20, 1, E)
+    with pytest.raises(DecodeError, match="exceeds the 12 slots after the header"):
+        decode(b.buf, write_stride=10**8)
+    with pytest.raises(DecodeError, match="sidecar's write_stride 13 exceeds"):
+        decode(b.buf, meta={"write_stride": 13})
+    assert decode(b.buf, write_stride=12).spans.size == 0  # a one-row layout: record k=1 is then malformed
+
+
+def test_inferred_stride_is_checked():
+    # the first 65,536 lanes hold only a finalize (row 0) and the other lanes fill rows 0..4 up to the
+    # end of the buffer: the sampled windows then see records of row 4 only and propose 4 * stride,
+    # which leaves most records malformed; the stride that leaves none is taken instead
+    num_lanes, rows = 70_000, 5
+    buf = np.zeros(1 + num_lanes * rows, np.uint64)
+    buf[0] = wire.pack_header(num_lanes, 1)
+    lane = np.arange(num_lanes, dtype=np.uint64)
+
+    def put(lanes, k, timer, event, etype):
+        tag = wire.make_tag(lanes, np.uint64(event), np.uint64(etype))
+        buf[wire.slot_index(lanes, k, num_lanes)] = wire.pack_record(np.uint64(timer), tag)
+
+    put(lane[:65_536], 0, 100, 3, F)
+    rest = lane[65_536:]
+    for k, (timer, etype) in enumerate([(100, B), (200, E), (300, B), (400, E), (500, F)]):
+        put(rest, k, timer, 1 if etype != F else 0, etype)
+    assert infer_write_stride(buf[1:], num_lanes) == num_lanes
+    t = decode(buf)
+    assert t.spans.size == 2 * rest.size and t.loss.totals["malformed"] == 0
+
+
+@pytest.mark.parametrize("untimed", ["dropped", "anchor_hi"])
+def test_untimed_first_record_takes_the_first_timed_time(untimed):
+    # lane 0 is the reference lane (the first with records) and opens with an untimed record: its
+    # timer field (a drop count, or a high half) is no time; the lane's first timed record is
+    b = BufferBuilder(2, 1, 6)
+    if untimed == "dropped":
+        b.put(0, 7, wire.DROPPED_EVENT_ID, I)
+    else:
+        b.put(0, 0x1234, wire.ANCHOR_HI_EVENT_ID, I)
+    b.put(0, 0xFFFF_FF00, 1, B).put(0, 0xFFFF_FF80, 1, E)
+    b.put(1, 0xFFFF_FF10, 1, B).put(1, 0xFFFF_FF90, 1, E)
+    t = decode(b.buf)
+    assert not t.absolute
+    start = dict(zip(t.spans["lane"].tolist(), t.spans["start_ns"].tolist()))
+    assert start[1] - start[0] == 16
+    assert (t.spans["end_ns"] - t.spans["start_ns"]).tolist() == [128, 128]
+    assert t.lanes["first_ns"].tolist() == [start[0], start[1]]
+    if untimed == "dropped":
+        assert t.lanes["dropped"].tolist() == [7, 0]
+
+
+def test_lane_with_no_timed_record_has_no_time():
+    b = BufferBuilder(2, 1, 4)
+    b.put(0, 0x55, wire.ANCHOR_HI_EVENT_ID, I)  # nothing else in lane 0
+    b.put(1, 1000, 1, B).put(1, 1100, 1, E)
+    t = decode(b.buf)
+    assert t.lanes["first_ns"].tolist() == [-1, t.spans["start_ns"][0]]
+    assert t.start_ns == int(t.spans["start_ns"][0])
+
+
+def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
+    # load_capture reads a 1-D int64/uint64 .npy into memory only its decode sees, and decode hands
+    # finished pages back to the kernel (madvise): the trace is the same as from np.load's array
+    from host_decode.core import decoder
+
+    rng = np.random.default_rng(5)
+    b = BufferBuilder(5000, 4, 6)  # 20,000 lanes: rows of 160 KB, many pages each
+    for lane in rng.choice(20_000, 3000, replace=False).tolist():
+        t = int(rng.integers(0, 2**32))
+        b.put(lane, t, 1, B).put(lane, t + 100, 2, B).put(lane, t + 150, 2, E).put(lane, t + 400, 1, E)
+        b.put(lane, t + 500, int(rng.integers(0, 64)), F)
+    path = save_capture(tmp_path / "big.npy", b.buf)
+    owned = decoder._read_owned(path)
+    assert isinstance(decoder.mapping_of(owned), decoder._NpyMap) and (owned == b.buf).all()
+    released = []
+    real = decoder._NpyMap.madvise
+    spy = lambda self, *a: released.append(a) or real(self, *a)  # noqa: E731
+    monkeypatch.setattr(decoder._NpyMap, "madvise", spy, raising=False)
+    monkeypatch.setattr(decoder, "CHUNK_SLOTS", 1 << 12)
+    got = load_capture(path)
+    want = decode(np.load(path))
+    assert released and got.spans.size == 6000
+    assert got.spans.tobytes() == want.spans.tobytes() and got.lanes.tobytes() == want.lanes.tobytes()
+    assert got.loss.totals == want.loss.totals
+    # a caller's array is never released, and what np.load must judge is read by np.load
+    buf = np.load(path)
+    decode(buf)
+    assert (buf == b.buf).all() and decoder.mapping_of(buf) is None
+    np.save(tmp_path / "be.npy", b.buf.astype(">u8"))
+    assert decoder._read_owned(tmp_path / "be.npy") is None
+    with pytest.raises(DecodeError, match="wrong dtype >u8"):
+        load_capture(tmp_path / "be.npy")
+    np.save(tmp_path / "2d.npy", b.buf[:12].reshape(3, 4))
+    with pytest.raises(DecodeError, match="one-dimensional"):
+        load_capture(tmp_path / "2d.npy")

@@ -30,12 +30,6 @@ COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
 KNOWN = {
-    "lines: host_decode/writers/perfetto.py": "bigcap, issue 16: track tree / ordering / protobuf encoding",
-    "import: host_decode.analysis.sessions -> host_decode.writers.perfetto":
-        "bigcap, issue 16: one Chrome JSON writer and one event order, used by sessions from writers/",
-    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._check_input": "bigcap, issue 16",
-    "private: host_decode.writers.chrome_json -> host_decode.writers.perfetto._lane_sm":
-        "bigcap, issue 16: one SM-of-lane lookup",
 }
 
 

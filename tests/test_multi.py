@@ -2,14 +2,15 @@
 
 import json
 
-import numpy as np
 import pytest
 
 from host_decode.analysis import sessions as multi
-from host_decode.cli import main
 from host_decode.analysis.diff import launch_durations
+from host_decode.cli import main
 from host_decode.core.model import Names
-from tests.buffers import B, E, F, BufferBuilder
+from host_decode.reports import merged
+from host_decode.writers.chrome_json import chrome_events
+from tests.buffers import B, BufferBuilder, E, F
 
 
 def _launch(t0, length=100, blocks=2, absolute=True, **meta):
@@ -55,7 +56,7 @@ def test_no_common_clock_places_launches_one_after_another():
 def test_write_chrome_one_process_per_part(tmp_path):
     parts = multi.parts_from_traces([_launch(5_000, rank=0), _launch(5_500, rank=1)], by="rank")
     out = tmp_path / "m.json"
-    summary = multi.write_chrome(parts, out, max_lanes_per_part=1)
+    summary = merged.write_session(parts, out, max_lanes_per_part=1)
     doc = json.loads(out.read_text())
     x = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert sorted({e["pid"] for e in x}) == [0, 1]
@@ -99,7 +100,8 @@ def test_chrome_overlapping_regions_get_their_own_thread():
     # lane 0: ev1 [0,100] with ev2 [10,20] nested (same thread) and ev3 [50,150] crossing ev1's end
     t = multi.trace_from_spans([(0, 0, 1, 0, 100), (0, 0, 2, 10, 20, 1), (0, 0, 3, 50, 150, 1)], num_groups=1,
                                names=Names({1: "a", 2: "b", 3: "c"}))
-    ev, counts = multi.chrome_events(t, pid=0, shift_ns=0, origin_ns=-1_500, tid_base=10)
+    counts: dict = {}
+    ev = [e for chunk in chrome_events(t, process=0, origin_ns=-1_500, tid_base=10, counts=counts) for e in chunk]
     x = [json.loads(e) for e in ev if '"ph":"X"' in e]
     tid = {e["name"]: e["tid"] for e in x}
     assert tid["a"] == tid["b"] == 10 and tid["c"] == 11 and counts["tracks"] == 2

@@ -15,8 +15,11 @@ import random
 import numpy as np
 import pytest
 
-from host_decode.writers import perfetto as pf
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+from host_decode.writers import order as od
+from host_decode.writers import perfetto as pf
+from host_decode.writers import protobuf
+from tests.stream_oracle import KIND_BEGIN, KIND_INSTANT, merged_stream
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 from google.protobuf.unknown_fields import UnknownFieldSet  # noqa: E402
@@ -181,7 +184,8 @@ def replay(data: bytes) -> dict:
         if te.type == pb.TrackEvent.TYPE_COUNTER:
             if not desc.HasField("counter"):
                 raise TraceError(f"packet {i}: counter value on non-counter track {desc.name}")
-            counters.setdefault(te.track_uuid, []).append((ts, te.counter_value))
+            value = te.double_counter_value if te.HasField("double_counter_value") else te.counter_value
+            counters.setdefault(te.track_uuid, []).append((ts, value))
             continue
         if desc.HasField("counter"):
             raise TraceError(f"packet {i}: slice event on counter track {desc.name}")
@@ -189,7 +193,8 @@ def replay(data: bytes) -> dict:
         args = {arg_names[a.name_iid]: a.int_value for a in te.debug_annotations}
         if te.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
             s = {"track": te.track_uuid, "name": names[te.name_iid], "ts": ts, "dur": None, "depth": len(stack),
-                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT}
+                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
+                 "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)}
             slices.append(s)
             if s["instant"]:
                 s["dur"] = 0
@@ -293,6 +298,7 @@ def tree_checks(result: dict, trace: Trace) -> None:
 
 def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", **kw) -> dict:
     path = tmp_path / name
+    kw.setdefault("args", True)
     stats = pf.write_perfetto(trace, path, **kw)
     data = path.read_bytes()
     assert stats.bytes == len(data)
@@ -416,7 +422,7 @@ def test_lanes_inside_counts_lanes_once():
     lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
              2: [("B", 0, 3), ("E", 0, 12)]}
     trace = make_trace(lanes)
-    ev, t, v = pf.lanes_inside(trace.spans)
+    ev, t, v = od.lanes_inside(trace.spans)
     assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
 
 
@@ -432,24 +438,24 @@ def _packets(data: bytes) -> list[bytes]:
 def _frame(packets: list[bytes]) -> bytes:
     out = bytearray()
     for p in packets:
-        out += pf._packet(p)
+        out += protobuf.packet(p)
     return bytes(out)
 
 
 def _valid_bytes() -> tuple[Trace, bytes]:
     lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 20)]}
     trace = make_trace(lanes)
-    return trace, pf.perfetto_bytes(trace)
+    return trace, pf.perfetto_bytes(trace, args=True)
 
 
 def test_validator_rejects_unknown_field():
     _, data = _valid_bytes()
     replay(data)
     with pytest.raises(TraceError, match="unknown fields"):
-        replay(data + pf._packet(pf._f_varint(10, pf.SEQUENCE_ID) + pf._f_varint(1999, 5)))
+        replay(data + protobuf.packet(protobuf.f_varint(10, pf.SEQUENCE_ID) + protobuf.f_varint(1999, 5)))
     # a known field with the wrong wire type is unknown to the parser too
     with pytest.raises(TraceError, match="unknown fields"):
-        replay(data + pf._packet(pf._f_varint(10, pf.SEQUENCE_ID) + pf._f_bytes(8, b"\x01")))
+        replay(data + protobuf.packet(protobuf.f_varint(10, pf.SEQUENCE_ID) + protobuf.f_bytes(8, b"\x01")))
 
 
 def test_validator_rejects_missing_interning():
@@ -483,7 +489,7 @@ def test_validator_rejects_slice_on_undefined_track():
 
 
 def test_padded_varints_parse():
-    layout = pf._Layout().varint(8, np.array([5, 300]), 4)
+    layout = protobuf.Layout().varint(8, np.array([5, 300]), 4)
     rows = layout.fill(2)
     for row, want in zip(rows, (5, 300)):
         p = pb.TracePacket.FromString(row.tobytes())
@@ -495,7 +501,7 @@ def test_padded_varints_parse():
 
 def _decoded_trace():
     from host_decode.core.decoder import decode
-    from tests.buffers import B, E, F, I, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E, F, I
 
     b = BufferBuilder(2, 2, 12)
     # lane 0: mainloop > (tma crosses mma); lane 1: re-entrant mma; lane 2: back-to-back at equal times
@@ -519,9 +525,9 @@ def test_decoded_buffer_end_to_end(tmp_path):
 
 
 def test_cli_decode_writes_pftrace(tmp_path):
-    from host_decode.core.capture import save_capture
     from host_decode.cli import main
-    from tests.buffers import B, E, BufferBuilder
+    from host_decode.core.capture import save_capture
+    from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 1, 4)
     b.put(0, 10, 2, B).put(0, 30, 2, E)
@@ -571,13 +577,13 @@ def test_file_order_is_merged_stream_order(seed, plain):
         trace.instants = trace.instants[:0]
     data = pf.perfetto_bytes(trace, args=False, counters=False)
     origin = pf.trace_origin(trace)
-    stream = pf.merged_stream(trace.spans, trace.instants, origin)
+    stream = merged_stream(trace.spans, trace.instants, origin)
     sp, ins = trace.spans, trace.instants
     want = []
     for kind, i in zip(stream.kind.tolist(), stream.index.tolist()):
-        if kind == pf.KIND_INSTANT:
+        if kind == KIND_INSTANT:
             want.append((pb.TrackEvent.TYPE_INSTANT, int(ins["ts_ns"][i]) - origin))
-        elif kind == pf.KIND_BEGIN:
+        elif kind == KIND_BEGIN:
             want.append((pb.TrackEvent.TYPE_SLICE_BEGIN, int(sp["start_ns"][i]) - origin))
         else:
             want.append((pb.TrackEvent.TYPE_SLICE_END, int(sp["end_ns"][i]) - origin))
@@ -613,12 +619,14 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
         trace.spans = trace.spans[trace.spans["end_ns"] > trace.spans["start_ns"]]
         trace.instants = trace.instants[:0]
     data = pf.perfetto_bytes(trace)
-    key_bits = pf._span_columns(trace.spans, trace.instants, pf.trace_origin(trace)).key_bits
-    monkeypatch.setattr(pf, "_KEY_BITS", key_bits + 2)  # (lane, time, kind) fits, the row field does not
+    key_bits = od.span_columns(trace.spans, trace.instants, pf.trace_origin(trace)).key_bits
+    monkeypatch.setattr(od, "KEY_BITS", key_bits + 2)  # (lane, time, kind) fits, the row field does not
     assert pf.perfetto_bytes(trace) == data
-    monkeypatch.setattr(pf, "_KEY_BITS", 0)
+    monkeypatch.setattr(od, "KEY_BITS", 0)
     assert pf.perfetto_bytes(trace) == data
     monkeypatch.setattr(pf, "_CHUNK_ROWS", 7)
+    assert pf.perfetto_bytes(trace) == data
+    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the same file, streamed
     assert pf.perfetto_bytes(trace) == data
 
 
@@ -639,7 +647,7 @@ def test_scatter_rows_places_records():
     for w in (3, 5, 7):
         idx = np.flatnonzero(widths == w)
         rows = rng.integers(1, 255, (idx.size, 8), dtype=np.uint8)
-        pf._scatter_rows(out, offsets[idx], rows, w)
+        protobuf.scatter_rows(out, offsets[idx], rows, w)
         for k, i in enumerate(idx):
             want[offsets[i] : offsets[i] + w] = rows[k, :w]
     assert (out == want).all()
@@ -650,7 +658,7 @@ def test_slice_costs_34_bytes_in_the_goal_layout():
     lanes = {lane: [("B", 0, 0), ("E", 0, 1 << 20)] for lane in range(200)}
     trace = make_trace(lanes)
     chunks, _ = pf.encode_perfetto(trace, args=False, counters=False)
-    assert chunks[-1].size == 34 * trace.spans.size
+    assert list(chunks)[-1].size == 34 * trace.spans.size
 
 
 def test_mixed_known_and_unknown_sm(tmp_path):

@@ -63,7 +63,8 @@ INSIGHT = ROOT / "examples" / "insight"
 
 
 def test_real_capture_aligns_inside_its_profiler_kernel_slice(tmp_path):
-    from host_decode.analysis.align import align, load_chrome, merge_with_torch_trace
+    from host_decode.analysis.align import align, load_chrome
+    from host_decode.reports.merged import merge_with_torch_trace
 
     trace = load_capture(INSIGHT / "launch_0.npy")
     doc = load_chrome(INSIGHT / "torch_trace.json.gz")

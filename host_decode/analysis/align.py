@@ -1,5 +1,6 @@
-"""Put an intra-kernel trace on the clock of a torch.profiler Chrome trace of the same run, and write one
-merged Chrome JSON trace in which the kernel's slice contains its regions.
+"""Put an intra-kernel trace on the clock of a torch.profiler Chrome trace of the same run (the merged
+Chrome JSON trace, in which the kernel's slice contains its regions, is written by
+host_decode.reports.merged.merge_with_torch_trace).
 
 Clocks (checked on a real trace, tests/fixtures/torch/cpu_steps.json.gz, torch 2.x / Kineto): an event's
 time is ``baseTimeNanoseconds + 1000 * ts`` ns since the Unix epoch (``ts`` in microseconds with 3
@@ -27,22 +28,17 @@ Guarded by tests/test_align.py.
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
-import os
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
-from host_decode.torch_traces.loader import read_chrome as load_chrome  # the one torch trace reader
+from host_decode.torch_traces.loader import read_chrome as load_chrome  # noqa: F401 -- the one torch trace reader
 from host_decode.torch_traces.loader import us_to_ns
 
 KERNEL_CATS = ("kernel",)
 AMBIGUITY_RATIO = 10  # auto-match by absolute time only if distance * this <= spacing of the slices
-TID_BASE = 1_000_000  # tids of region tracks: far above Kineto's stream ids
 
 
 @dataclasses.dataclass
@@ -68,13 +64,6 @@ class Alignment:
 # --- reading the profiler trace ------------------------------------------------------------------------
 
 
-def _dumps_events(events: list) -> str:
-    try:
-        import orjson
-
-        return ",\n".join(orjson.dumps(e).decode() for e in events)
-    except ImportError:
-        return ",\n".join(json.dumps(e) for e in events)
 
 
 def profiler_ns(doc: dict, ts_us: float) -> int:
@@ -226,59 +215,3 @@ def _pick_occurrences(doc, matches, extents, absolute, source, name) -> list[int
                           "too close to tell; pass occurrence", source=source)
     first = min(best, len(matches) - n)
     return list(range(first, first + n))
-
-
-# --- the merged trace ------------------------------------------------------------------------------------
-
-
-def merge_with_torch_trace(
-    torch_trace_path: str | os.PathLike,
-    capture_trace: Trace,
-    out_path: str | os.PathLike,
-    kernel_name: str | None = None,
-    occurrence: int | Sequence[int] | None = None,
-    *,
-    placement: str = "mid",
-    launch_latency_ns: int | None = None,
-    max_lanes: int | None = 4096,
-) -> Alignment:
-    """Write `out_path` (Chrome JSON; .gz compresses): every event of the profiler trace plus the
-    capture's regions, one track per (block, group) in the kernel slice's process, shifted by the
-    solved offset so they lie inside the slice; a summary slice 'ikp: <kernel>' per launch carries the
-    alignment in its args, and the document gets a top-level 'ikp_alignment'. Returns the Alignment."""
-    from host_decode.analysis.sessions import chrome_events
-
-    doc = load_chrome(torch_trace_path)
-    result, chosen = align(capture_trace, doc, kernel_name, occurrence, placement, launch_latency_ns,
-                           source=str(torch_trace_path))
-    pid = chosen[0].get("pid", 0)
-    base = int(doc.get("baseTimeNanoseconds", 0))
-    ours, counts = chrome_events(capture_trace, pid=pid, shift_ns=result.offset_ns, origin_ns=base,
-                                 tid_base=TID_BASE, max_lanes=max_lanes)
-    summary_tid = TID_BASE - 1
-    info = json.dumps({k: v for k, v in result.to_json().items() if k not in ("lead_ns", "tail_ns")})
-    for (t0, t1), ev in zip(launch_extents(capture_trace), chosen):
-        ts = (t0 + result.offset_ns - base) / 1000.0
-        ours.append(f'{{"ph":"X","pid":{json.dumps(pid)},"tid":{summary_tid},"ts":{ts:.3f},"dur":{(t1 - t0) / 1000.0:.3f},'
-                    f'"name":{json.dumps("ikp: " + result.kernel_name[:80])},"cat":"ikp","args":{info}}}')
-    ours.append(f'{{"ph":"M","pid":{json.dumps(pid)},"tid":{summary_tid},"name":"thread_name","args":{{"name":"ikp regions"}}}}')
-    head = {k: v for k, v in doc.items() if k != "traceEvents"}
-    head["ikp_alignment"] = dict(result.to_json(), **counts)
-    _write_doc(out_path, head, doc["traceEvents"], ours)
-    return result
-
-
-def _write_doc(out_path, head: dict, events: list, extra: list[str]) -> None:
-    body = json.dumps(head)[:-1]  # reopen the object to append traceEvents
-    sep = ", " if head else ""
-    chunks = [body, sep, '"traceEvents": [\n', _dumps_events(events)]
-    if events and extra:
-        chunks.append(",\n")
-    chunks.append(",\n".join(extra))
-    chunks.append("\n]}\n")
-    text = "".join(chunks)
-    if str(out_path).endswith(".gz"):
-        with gzip.open(out_path, "wt") as f:
-            f.write(text)
-    else:
-        Path(out_path).write_text(text)

@@ -126,10 +126,23 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
         return out
     k = np.concatenate([np.repeat(key_a, 2), np.repeat(key_b, 2)])
     t = np.concatenate([np.stack([lo_a, hi_a], 1).ravel(), np.stack([lo_b, hi_b], 1).ravel()])
-    step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
-    side_a = np.r_[np.ones(2 * lo_a.size, bool), np.zeros(2 * lo_b.size, bool)]
-    order = np.argsort(_lift(k, t), kind="stable")
-    k, t, step, side_a = k[order], t[order], step[order], side_a[order]
+    lifted = _lift(k, t)
+    na = 2 * lo_a.size
+    if int(lifted.max()) < 1 << 60:  # (key, time, side, start) packed: one value sort, no argsort + gathers
+        v = lifted << 2
+        v[:na] |= 2  # side A
+        v[0::2] |= 1  # every interval's lo (events alternate lo, hi on both sides)
+        v.sort()
+        side_a, start = (v & 2).astype(bool), (v & 1).astype(bool)
+        lifted = v >> 2
+        t_min, span = int(t.min()), int((t - t.min()).max()) + 1
+        k, t = lifted // span + int(k.min()), lifted % span + t_min
+        step = np.where(start, 1, -1)
+    else:
+        step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
+        side_a = np.r_[np.ones(na, bool), np.zeros(2 * lo_b.size, bool)]
+        order = np.argsort(lifted, kind="stable")
+        k, t, step, side_a = k[order], t[order], step[order], side_a[order]
     a_on = np.cumsum(np.where(side_a, step, 0))
     b_on = np.cumsum(np.where(side_a, 0, step))
     both = (a_on[:-1] > 0) & (b_on[:-1] > 0) & (k[1:] == k[:-1])
@@ -190,15 +203,66 @@ GAP_DTYPE = np.dtype(
 )
 
 
+CHUNK_SPANS = 1 << 18  # spans analysed at a time (runs of whole blocks): bounded temporaries, cache-sized
+
+
+def _block_runs(trace: Trace, chunk_spans: int | None = None):
+    """Yield (spans, timed lanes) per run of whole blocks, in lane order: the analyses per lane and per
+    block are done run by run, so their temporaries stay bounded by a run (every timed lane is in
+    exactly one run, also one without spans). Guarded by tests/test_analysis.py::test_runs_change_nothing."""
+    sp = trace.spans
+    lanes = _timed_lanes(trace)
+    lane_col = sp["lane"]
+    perm = None if lane_col.size < 2 or (lane_col[1:] >= lane_col[:-1]).all() else np.argsort(lane_col, kind="stable")
+    ordered = lane_col if perm is None else lane_col[perm]
+    g = max(int(trace.num_groups), 1)
+    at = np.arange(chunk_spans or CHUNK_SPANS, ordered.size, chunk_spans or CHUNK_SPANS)
+    cuts = np.unique((ordered[at].astype(np.int64) // g) * g)  # first lane of a block
+    span_cuts = np.concatenate([[0], np.searchsorted(ordered, cuts), [ordered.size]])
+    lane_cuts = np.concatenate([[0], np.searchsorted(lanes["lane"], cuts), [lanes.size]])
+    for k in range(span_cuts.size - 1):
+        a, b = int(span_cuts[k]), int(span_cuts[k + 1])
+        yield (sp[a:b] if perm is None else sp[perm[a:b]]), lanes[lane_cuts[k] : lane_cuts[k + 1]]
+
+
 def lane_gaps(trace: Trace) -> np.ndarray:
     """All gaps of all lanes (GAP_DTYPE), sorted by (lane, start_ns). See the module docstring."""
-    lanes = _timed_lanes(trace)
-    sp = trace.spans
+    parts = [_gaps(lanes, sp) for sp, lanes in _block_runs(trace)]
+    return np.concatenate(parts) if parts else np.zeros(0, GAP_DTYPE)
+
+
+def _gaps(lanes: np.ndarray, sp: np.ndarray) -> np.ndarray:
+    """The gaps of `lanes` (timed lanes, sorted), given all their spans (GAP_DTYPE, by lane then time)."""
+    cols = _gap_columns(lanes, sp)
+    # per lane the parts are already in time order (lead-in < between < tail): a stable sort by lane
+    # merges the four sorted runs
+    return _gap_rows(lanes, *(c[np.argsort(cols[0], kind="stable")] for c in cols))
+
+
+def _rows_of(lane_ids: np.ndarray, lane_col: np.ndarray) -> np.ndarray:
+    """Row of each lane_col value in the sorted lane_ids, -1 where absent (a lookup table over the ids'
+    range when it is modest: runs hold nearby lanes)."""
+    if lane_col.size == 0 or lane_ids.size == 0:
+        return np.full(lane_col.size, -1, np.int64)
+    lo, hi = int(lane_ids[0]), int(lane_ids[-1])
+    if hi - lo <= 4 * lane_col.size + (1 << 16):
+        lut = np.full(hi - lo + 1, -1, np.int64)
+        lut[lane_ids - lo] = np.arange(lane_ids.size)
+        rel = lane_col.astype(np.int64) - lo
+        inside = (rel >= 0) & (rel <= hi - lo)
+        return np.where(inside, lut[np.clip(rel, 0, hi - lo)], -1)
+    row = np.minimum(np.searchsorted(lane_ids, lane_col), lane_ids.size - 1)
+    return np.where(lane_ids[row] == lane_col, row, -1)
+
+
+def _gap_columns(lanes: np.ndarray, sp: np.ndarray) -> tuple:
+    """The gaps of `lanes` as columns (lane row, start, end, prev_event, next_event): lead-ins, gaps
+    between unions, tails and whole empty windows, each part in (lane, time) order; empty gaps left out."""
     # spans clipped to their lane window (a span cannot legally leave it; clip anyway so numbers add up)
-    row = np.searchsorted(lanes["lane"], sp["lane"])
-    row = np.minimum(row, max(lanes.size - 1, 0))
-    known = (lanes.size > 0) & (lanes["lane"][row] == sp["lane"]) if sp.size else np.zeros(0, bool)
-    sp, row = sp[known], row[known]
+    row = _rows_of(lanes["lane"], sp["lane"])
+    known = row >= 0
+    if not known.all():
+        sp, row = sp[known], row[known]
     s, e = _clip(sp["start_ns"], sp["end_ns"], lanes["first_ns"][row], lanes["last_ns"][row])
     u = _union_sorted(sp["lane"], s, e)
     ukey, ulo, uhi = u.key, u.lo, u.hi
@@ -219,20 +283,18 @@ def lane_gaps(trace: Trace) -> np.ndarray:
     seg_first_of_lane = np.r_[True, ukey[1:] != ukey[:-1]] if ukey.size else np.zeros(0, bool)
     seg_last_of_lane = np.r_[ukey[1:] != ukey[:-1], True] if ukey.size else np.zeros(0, bool)
 
-    lead = _gap_rows(lanes, lane_rows[seg_first_of_lane], lanes["first_ns"][lane_rows[seg_first_of_lane]],
-                     ulo[seg_first_of_lane], -1, seg_first_event[seg_first_of_lane])
-    mid_mask = ~seg_last_of_lane
-    mid = _gap_rows(lanes, lane_rows[mid_mask], uhi[mid_mask], np.roll(ulo, -1)[mid_mask],
-                    seg_last_event[mid_mask], np.roll(seg_first_event, -1)[mid_mask])
-    tail = _gap_rows(lanes, lane_rows[seg_last_of_lane], uhi[seg_last_of_lane],
-                     lanes["last_ns"][lane_rows[seg_last_of_lane]], seg_last_event[seg_last_of_lane], -1)
-    empty_rows = np.flatnonzero(~has_seg)
-    whole = _gap_rows(lanes, empty_rows, lanes["first_ns"][empty_rows], lanes["last_ns"][empty_rows], -1, -1)
-    gaps = np.concatenate([lead, mid, tail, whole])
-    gaps = gaps[gaps["dur_ns"] > 0]
-    # per lane the parts are already in time order (lead-in < between < tail): a stable sort by lane
-    # merges the four sorted runs
-    return gaps[np.argsort(gaps["lane"], kind="stable")]
+    first, last, mid = lane_rows[seg_first_of_lane], lane_rows[seg_last_of_lane], ~seg_last_of_lane
+    empty = np.flatnonzero(~has_seg)
+    none = lambda k: np.full(k, -1, np.int64)  # noqa: E731
+    row = np.concatenate([first, lane_rows[mid], last, empty])
+    start = np.concatenate([lanes["first_ns"][first], uhi[mid], uhi[seg_last_of_lane], lanes["first_ns"][empty]])
+    end = np.concatenate([ulo[seg_first_of_lane], np.roll(ulo, -1)[mid], lanes["last_ns"][last],
+                          lanes["last_ns"][empty]])
+    prev = np.concatenate([none(first.size), seg_last_event[mid], seg_last_event[seg_last_of_lane], none(empty.size)])
+    nxt = np.concatenate([seg_first_event[seg_first_of_lane], np.roll(seg_first_event, -1)[mid], none(last.size),
+                          none(empty.size)])
+    keep = end > start
+    return row[keep], start[keep], end[keep], prev[keep], nxt[keep]
 
 
 def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
@@ -250,8 +312,45 @@ def _gap_rows(lanes, rows, start, end, prev_event, next_event) -> np.ndarray:
 
 def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
     """Per lane (LANE_BUBBLE_DTYPE): window, busy, bubble = window - busy, gap count, largest gap."""
-    lanes = _timed_lanes(trace)
-    gaps = lane_gaps(trace) if gaps is None else gaps
+    if gaps is None:
+        return bubbles_and_largest_gaps(trace, 0)[0]
+    return _bubbles(_timed_lanes(trace), gaps)
+
+
+def bubbles_and_largest_gaps(trace: Trace, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """lane_bubbles and largest_gaps(lane_gaps(trace), k), run by run from gap columns: the gaps of all
+    lanes (about one per region) are never held at once, and only the k longest become rows."""
+    bubbles, top = [], []
+    for sp, lanes in _block_runs(trace):
+        row, start, end, prev, nxt = _gap_columns(lanes, sp)
+        dur = end - start
+        out = np.zeros(lanes.size, LANE_BUBBLE_DTYPE)
+        for f in ("lane", "block", "group", "sm"):
+            out[f] = lanes[f]
+        out["window_ns"] = lanes["last_ns"] - lanes["first_ns"]
+        out["bubble_ns"] = np.bincount(row, weights=dur, minlength=lanes.size).astype(np.int64)  # exact below 2**53
+        out["busy_ns"] = out["window_ns"] - out["bubble_ns"]
+        out["gaps"] = np.bincount(row, minlength=lanes.size)
+        if row.size:
+            o = np.argsort(row, kind="stable")
+            starts = np.flatnonzero(np.r_[True, row[o][1:] != row[o][:-1]])
+            out["largest_gap_ns"][row[o][starts]] = np.maximum.reduceat(dur[o], starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["bubble_frac"] = np.where(out["window_ns"] > 0, out["bubble_ns"] / np.maximum(out["window_ns"], 1), 0.0)
+        bubbles.append(out)
+        if k <= 0:
+            pick = np.zeros(0, np.int64)
+        elif dur.size > k:  # every gap as long as the k-th longest (ties are ordered by largest_gaps)
+            pick = np.flatnonzero(dur >= np.partition(dur, dur.size - k)[dur.size - k])
+        else:
+            pick = np.arange(dur.size)
+        top.append(largest_gaps(_gap_rows(lanes, row[pick], start[pick], end[pick], prev[pick], nxt[pick]), k))
+    if not bubbles:
+        return np.zeros(0, LANE_BUBBLE_DTYPE), np.zeros(0, GAP_DTYPE)
+    return np.concatenate(bubbles), largest_gaps(np.concatenate(top), k)
+
+
+def _bubbles(lanes: np.ndarray, gaps: np.ndarray) -> np.ndarray:
     out = np.zeros(lanes.size, LANE_BUBBLE_DTYPE)
     for f in ("lane", "block", "group", "sm"):
         out[f] = lanes[f]
@@ -271,13 +370,15 @@ def lane_bubbles(trace: Trace, gaps: np.ndarray | None = None) -> np.ndarray:
 
 
 def largest_gaps(gaps: np.ndarray, k: int = 10) -> np.ndarray:
-    """The k longest gaps, longest first (ties: earlier first)."""
+    """The k longest gaps, longest first; ties by start, then lane (a strict order: the k are the same
+    whether taken from all gaps or from the k of each run)."""
     if gaps.size == 0 or k <= 0:
         return gaps[:0]
-    if gaps.size > k:  # only the k longest need sorting (ties at the cut: any of them may be kept)
-        gaps = gaps[np.argpartition(-gaps["dur_ns"], k - 1)[:k]]
-    order = np.lexsort((gaps["start_ns"], -gaps["dur_ns"]))
-    return gaps[order]
+    if gaps.size > k:  # only the longest need sorting: every gap as long as the k-th longest
+        cut = np.partition(gaps["dur_ns"], gaps.size - k)[gaps.size - k]
+        gaps = gaps[gaps["dur_ns"] >= cut]
+    order = np.lexsort((gaps["lane"], gaps["start_ns"], -gaps["dur_ns"]))
+    return gaps[order[:k]]
 
 
 # --- overlap between groups ---------------------------------------------------------------------------
@@ -300,20 +401,45 @@ def group_overlap(trace: Trace, pairs: list[tuple[int, int]] | None = None) -> n
     """Per block and group pair (OVERLAP_DTYPE). `pairs` default: every (a, b) with a < b among the
     groups that have spans. Blocks where neither group has spans are left out."""
     sp = trace.spans
-    groups = np.unique(sp["group"])
+    group = sp["group"]
+    groups = np.flatnonzero(np.bincount(group)) if group.size and int(group.min()) >= 0 else np.unique(group)
     if pairs is None:
         pairs = [(int(a), int(b)) for i, a in enumerate(groups) for b in groups[i + 1 :]]
-    rows = []
-    for a, b in pairs:  # few pairs: a Python loop over groups, never over spans
-        rows.append(_overlap_pair(sp, a, b))
-    return np.concatenate(rows) if rows else np.zeros(0, OVERLAP_DTYPE)
+    rows: list = [[] for _ in pairs]
+    for chunk, _ in _block_runs(trace):  # runs of whole blocks: a block's rows come from one run
+        unions: dict = {}  # group -> its per-block union in this run, shared by the pairs
+        for i, (a, b) in enumerate(pairs):  # few pairs: a Python loop over groups, never over spans
+            rows[i].append(_overlap_pair(chunk, a, b, unions))
+    flat = [r for per_pair in rows for r in per_pair]
+    return np.concatenate(flat) if flat else np.zeros(0, OVERLAP_DTYPE)
 
 
-def _overlap_pair(sp: np.ndarray, a: int, b: int) -> np.ndarray:
-    ma, mb = sp["group"] == a, sp["group"] == b
-    ka, loa, hia, _ = union_intervals(sp["block"][ma], sp["start_ns"][ma], sp["end_ns"][ma])
-    kb, lob, hib, _ = union_intervals(sp["block"][mb], sp["start_ns"][mb], sp["end_ns"][mb])
-    blocks = np.union1d(ka, kb)
+def _block_union(sp: np.ndarray, group: int, unions: dict):
+    if group not in unions:
+        m = sp["group"] == group
+        unions[group] = union_intervals(sp["block"][m], sp["start_ns"][m], sp["end_ns"][m])[:3]
+    return unions[group]
+
+
+def _union_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted distinct ids of a and b (each sorted): a presence table over their range (a run's blocks
+    are nearby), else np.union1d."""
+    if a.size == 0 or b.size == 0:
+        return np.union1d(a, b)
+    lo, hi = min(int(a[0]), int(b[0])), max(int(a[-1]), int(b[-1]))
+    if hi - lo > 4 * (a.size + b.size) + (1 << 16):
+        return np.union1d(a, b)
+    present = np.zeros(hi - lo + 1, bool)
+    present[a - lo] = True
+    present[b - lo] = True
+    return np.flatnonzero(present) + lo
+
+
+def _overlap_pair(sp: np.ndarray, a: int, b: int, unions: dict | None = None) -> np.ndarray:
+    unions = {} if unions is None else unions
+    ka, loa, hia = _block_union(sp, a, unions)
+    kb, lob, hib = _block_union(sp, b, unions)
+    blocks = _union_ids(ka, kb)
     out = np.zeros(blocks.size, OVERLAP_DTYPE)
     out["block"], out["group_a"], out["group_b"] = blocks, a, b
     np.add.at(out["a_ns"], np.searchsorted(blocks, ka), hia - loa)
@@ -484,7 +610,7 @@ def critical_lanes(trace: Trace) -> np.ndarray:
     out["slack_ns"] = np.where(same_block, crit["last_ns"] - sl["last_ns"][np.maximum(runner, 0)], 0)
     # last region of each critical lane
     sp = trace.spans
-    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]
+    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]  # the critical lanes' spans (one lane a block)
     out["last_event"] = -1
     out["last_event_end_ns"] = -1
     if cs.size:
@@ -505,7 +631,8 @@ def critical_lanes(trace: Trace) -> np.ndarray:
 
 def _lane_mask(trace: Trace, lanes: np.ndarray) -> np.ndarray:
     """Boolean table over lane ids (index with a lane column instead of np.isin)."""
-    size = max(trace.num_lanes, int(trace.lanes["lane"].max(initial=-1)) + 1, int(trace.spans["lane"].max(initial=-1)) + 1)
+    size = max(trace.num_lanes, int(trace.lanes["lane"].max(initial=-1)) + 1,
+               int(trace.spans["lane"].max(initial=-1)) + 1)
     mask = np.zeros(size, bool)
     mask[lanes] = True
     return mask
@@ -522,16 +649,26 @@ def critical_regions(trace: Trace, crit: np.ndarray | None = None) -> np.ndarray
     count in full for each level, so shares may add up to more than 1."""
     crit = critical_lanes(trace) if crit is None else crit
     mask = _lane_mask(trace, crit["lane"])
-    sp = trace.spans[mask[trace.spans["lane"]]]
+    sp = trace.spans
+    sel = mask[sp["lane"]]  # columns of the critical lanes' spans, no copy of whole rows
     lanes = trace.lanes[mask[trace.lanes["lane"]]]
     window = int((lanes["last_ns"] - lanes["first_ns"]).sum())
-    code = sp["group"].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"].astype(np.int64)
-    keys, inv = np.unique(code, return_inverse=True)
+    code = sp["group"][sel].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"][sel]
+    dur = sp["end_ns"][sel] - sp["start_ns"][sel]
+    if code.size and int(code.max()) <= 4 * code.size + (1 << 16):  # dense codes: counts by bincount
+        spans_of = np.bincount(code)
+        keys = np.flatnonzero(spans_of)
+        total_of = np.bincount(code, weights=dur)[keys]
+        spans_of = spans_of[keys]
+    else:
+        keys, inv = np.unique(code, return_inverse=True)
+        spans_of = np.bincount(inv, minlength=len(keys))
+        total_of = np.bincount(inv, weights=dur, minlength=len(keys))
     out = np.zeros(len(keys), CRITICAL_REGION_DTYPE)
     if len(keys):
         out["group"], out["event"] = np.divmod(keys, MAX_EVENT_ID + 1)
-        out["spans"] = np.bincount(inv, minlength=len(keys))
-        out["total_ns"] = np.bincount(inv, weights=(sp["end_ns"] - sp["start_ns"]), minlength=len(keys)).astype(np.int64)
+        out["spans"] = spans_of
+        out["total_ns"] = total_of.astype(np.int64)  # float sums are exact below 2**53 ns
         out["share"] = out["total_ns"] / window if window else 0.0
     return out[np.argsort(-out["total_ns"], kind="stable")]
 
@@ -584,8 +721,7 @@ def launch_summary(trace: Trace) -> dict:
 
 def analyze(trace: Trace, top_gaps: int = 10) -> dict:
     """All analyses as plain Python data (JSON-ready)."""
-    gaps = lane_gaps(trace)
-    bubbles = lane_bubbles(trace, gaps)
+    bubbles, top = bubbles_and_largest_gaps(trace, top_gaps)
     launch = launch_summary(trace)
     crit = critical_lanes(trace)
     names = trace.names
@@ -599,7 +735,7 @@ def analyze(trace: Trace, top_gaps: int = 10) -> dict:
             "bubble_frac_p50": _percentile_of_sorted(bubbles["bubble_frac"], 50),
             "bubble_frac_max": float(bubbles["bubble_frac"].max()) if bubbles.size else 0.0,
             "per_group": _bubbles_per_group(bubbles, names),
-            "largest_gaps": [_gap_json(g, names, trace.start_ns) for g in largest_gaps(gaps, top_gaps)],
+            "largest_gaps": [_gap_json(g, names, trace.start_ns) for g in top],
         },
         "overlap": [
             dict(r, group_a=names.group(r["group_a"]), group_b=names.group(r["group_b"]))

@@ -7,7 +7,8 @@ timestamps. Parts combine two ways:
   (``block + block_offset`` of the part, so every (part, block) is its own block) and
   ``meta["parts"]`` listing each part's label, launch index, rank, block range and time shift. Statistics
   over all launches (``ikp stats``, ``ikp diff``) run on it unchanged.
-* :func:`write_chrome` -> one Chrome JSON trace with one process (track group) per part, on either
+* :func:`shifts` -> where each part goes on one timeline, for one Chrome JSON trace with one process
+  (track group) per part (written by host_decode.reports.merged.write_session), on either
 
   - ``"timeline"``: a shared timeline. Absolute ``%globaltimer`` times are used as they are when every
     part is absolute (one GPU: one clock; several GPUs: each GPU's globaltimer, which agree to within what
@@ -18,14 +19,13 @@ timestamps. Parts combine two ways:
   - ``"stacked"``: every part rebased to its own start, so launches lie on top of each other for
     comparison.
 
-Times in the Chrome file are microseconds (3 decimals) relative to the earliest part start (``origin_ns``
+Times in that Chrome file are microseconds (3 decimals) relative to the earliest part start (``origin_ns``
 in the file's metadata), so absolute values keep ns precision.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -282,101 +282,6 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         absolute=mode == "timeline" and all(p.trace.absolute for p in parts),
         meta=meta,
     )
-
-
-# --- Chrome JSON, one process per part -------------------------------------------------------------
-
-
-def chrome_events(
-    trace: Trace,
-    *,
-    pid,
-    shift_ns: int,
-    origin_ns: int,
-    tid_base: int = 0,
-    max_lanes: int | None = None,
-) -> tuple[list[str], dict]:
-    """Chrome 'X' events (as JSON strings) for a trace's spans plus thread-name metadata: one thread per
-    lane, and per lane one more thread for each set of regions that overlap without nesting (JSON
-    viewers nest slices of one thread by time, so those need their own row; the sub-track choice is the
-    Perfetto writer's, host_decode.writers.perfetto.assign_subtracks). ts/dur in us relative to origin_ns after
-    adding shift_ns, written from integer ns (no float rounding). tids are tid_base + a dense index.
-    Returns (event strings, counts {written, lanes, lanes_left_out, spans_left_out})."""
-    from host_decode.writers import perfetto as pf
-
-    sp = trace.spans
-    lanes = np.unique(sp["lane"])
-    left_lanes = dropped_spans = 0
-    if max_lanes is not None and lanes.size > max_lanes:
-        keep = lanes[:max_lanes]
-        left_lanes = int(lanes.size - max_lanes)
-        kept = np.isin(sp["lane"], keep)
-        dropped_spans = int((~kept).sum())
-        sp, lanes = sp[kept], keep
-    counts = {"written": int(sp.size), "lanes": int(lanes.size), "lanes_left_out": left_lanes, "spans_left_out": dropped_spans}
-    if sp.size == 0:
-        return [], counts
-    stream = pf.merged_stream(sp, np.zeros(0, INSTANT_DTYPE), int(sp["start_ns"].min()))
-    sub = pf.assign_subtracks(sp, stream)
-    track, tid_of = np.unique(sp["lane"].astype(np.int64) * (1 << 20) + sub, return_inverse=True)
-    tid = tid_base + np.asarray(tid_of).reshape(-1)
-    # at equal start, longer (enclosing) spans first so viewers nest them correctly
-    order = np.lexsort((-(sp["end_ns"] - sp["start_ns"]), sp["start_ns"], tid))
-    sp, tid = sp[order], tid[order]
-    rel = sp["start_ns"].astype(np.int64) + int(shift_ns) - int(origin_ns)
-    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
-    names = trace.names
-    ev_names = {int(e): json.dumps(names.event(e)) for e in np.unique(sp["event"])}
-    pid_s = json.dumps(pid)
-    if rel.min() < 0:
-        raise ValueError("chrome_events: origin_ns is after the first span; ts would be negative")
-    rq, rr = np.divmod(rel, 1000)
-    dq, dr = np.divmod(dur, 1000)
-    ev_col = sp["event"].tolist()
-    out = [
-        f'{{"ph":"X","pid":{pid_s},"tid":{t},"ts":{a}.{b_:03d},"dur":{c}.{d:03d},"name":{ev_names[e]},'
-        f'"cat":"ikp","args":{{"block":{blk},"depth":{dp}}}}}'
-        for t, a, b_, c, d, e, blk, dp in zip(tid.tolist(), rq.tolist(), rr.tolist(), dq.tolist(), dr.tolist(), ev_col,
-                                              sp["block"].tolist(), sp["depth"].tolist())
-    ]
-    for i, key in enumerate(track.tolist()):  # per track (lanes x overlap rows): metadata only
-        ln, k = divmod(key, 1 << 20)
-        b, g = ln // trace.num_groups, ln % trace.num_groups
-        label = f"block {b} {names.group(g)}" + (f" (overlap {k})" if k else "")
-        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_name","args":{{"name":{json.dumps(label)}}}}}')
-        out.append(f'{{"ph":"M","pid":{pid_s},"tid":{tid_base + i},"name":"thread_sort_index","args":{{"sort_index":{tid_base + i}}}}}')
-    counts["tracks"] = int(track.size)
-    return out, counts
-
-
-def write_chrome(
-    parts: Sequence[Part],
-    out_path: str | os.PathLike,
-    mode: str = "timeline",
-    clock_offsets_ns: dict | None = None,
-    max_lanes_per_part: int | None = None,
-    progress: bool | None = None,
-) -> dict:
-    """One Chrome JSON trace, one process per part (pid = part index, named by its label). Returns a
-    summary (origin_ns, per part shift and counts of what was written / left out)."""
-    if not parts:
-        raise ValueError("write_chrome needs at least one part")
-    shift = shifts(parts, mode, clock_offsets_ns)
-    origin = int(min(p.trace.start_ns + dt for p, dt in zip(parts, shift)))
-    lines: list[str] = []
-    summary = {"origin_ns": origin, "mode": mode, "parts": []}
-    for i, (p, dt) in _progress(list(enumerate(zip(parts, shift))), "write", progress):
-        ev, counts = chrome_events(p.trace, pid=i, shift_ns=int(dt), origin_ns=origin, max_lanes=max_lanes_per_part)
-        lines.extend(ev)
-        lines.append(f'{{"ph":"M","pid":{i},"name":"process_name","args":{{"name":{json.dumps(p.label)}}}}}')
-        lines.append(f'{{"ph":"M","pid":{i},"name":"process_sort_index","args":{{"sort_index":{i}}}}}')
-        summary["parts"].append({"label": p.label, "shift_ns": int(dt), **counts})
-    meta = json.dumps({"origin_ns": origin, "mode": mode, "generator": "ikp_cute"})
-    with open(out_path, "w") as f:
-        f.write('{"otherData":' + meta + ',"traceEvents":[\n')
-        f.write(",\n".join(lines))
-        f.write("\n]}\n")
-    return summary
 
 
 def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None) -> Trace:

@@ -1,8 +1,9 @@
 """Statistics core on the span table: per (group, event) count, total, mean, min, max, p50/p90/p95/p99, cv.
 
-Vectorized: one stable sort by (group, event, duration), group bounds from the sorted keys, sums by
-np.add.reduceat and percentiles read by index from each sorted run (linear interpolation, numpy's
-default method), so the cost does not grow with the number of regions.
+Linear time in the number of regions: rows get a dense (group, event) id from a lookup table, each
+pair's durations are picked by a mask (or grouped by a radix sort when pairs are many), and percentiles
+are read from the pair's order statistics after one np.partition (linear interpolation, numpy's
+default method).
 """
 
 from __future__ import annotations
@@ -33,36 +34,80 @@ PERCENTILES = (50, 90, 95, 99)
 def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     """One row per (group, event) (or per event with group=-1 when by_group is False)."""
     spans = trace.spans
-    dur = (spans["end_ns"] - spans["start_ns"]).astype(np.int64)
-    group = spans["group"].astype(np.int64) if by_group else np.full(dur.size, -1, np.int64)
-    return summarize(group, spans["event"].astype(np.int64), dur)
+    group = spans["group"] if by_group else np.full(spans.size, -1, np.int32)
+    return summarize(group, spans["event"], lambda m: spans["end_ns"][m] - spans["start_ns"][m])
 
 
-def summarize(group: np.ndarray, event: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    if dur.size == 0:
+FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
+
+
+def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
+    """One SUMMARY_DTYPE row per (group, event), sorted by (group, event). Percentiles interpolate
+    linearly between order statistics (numpy's default method), read after one np.partition of the
+    pair's durations (linear time: no sort of the table); mean = exact integer total / count.
+    `dur`: the durations, or a function of a row mask giving those rows' durations (so that a whole
+    duration column is never needed when pairs are few). Temporaries: a small dense pair id per row and
+    one pair's durations at a time (few pairs), or the durations grouped by a radix sort (many).
+    Guarded by tests/test_stats.py (against np.percentile per group)."""
+    if np.size(group) == 0:
         return np.zeros(0, SUMMARY_DTYPE)
-    order = np.lexsort((dur, event, group))
-    g, e, d = group[order], event[order], dur[order]
-    first = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (e[1:] != e[:-1])])
-    count = np.diff(np.r_[first, d.size])
-    last = first + count - 1
-    out = np.zeros(first.size, SUMMARY_DTYPE)
-    out["group"], out["event"], out["count"] = g[first], e[first], count
-    df = d.astype(np.float64)
-    out["total_ns"] = np.add.reduceat(d, first)
-    mean = np.add.reduceat(df, first) / count
-    out["mean_ns"] = mean
-    out["min_ns"], out["max_ns"] = d[first], d[last]
-    centered = df - np.repeat(mean, count)
-    var = np.add.reduceat(centered * centered, first) / count
-    out["cv"] = np.divide(np.sqrt(var), mean, out=np.zeros_like(mean), where=mean > 0)
-    for p in PERCENTILES:
-        pos = first + (count - 1) * (p / 100.0)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, last)
-        frac = pos - lo
-        out[f"p{p}_ns"] = df[lo] + (df[hi] - df[lo]) * frac
+    ids, key_group, key_event = _dense_ids(np.asarray(group), np.asarray(event))
+    nkeys = key_group.size
+    out = np.zeros(nkeys, SUMMARY_DTYPE)
+    out["group"], out["event"] = key_group, key_event
+    pick = dur if callable(dur) else (lambda m, d=np.asarray(dur, np.int64): d[m])
+    if nkeys <= FEW_KEYS:
+        for k in range(nkeys):
+            _fill_row(out, k, np.asarray(pick(ids == k), np.int64))
+        return out
+    count = np.bincount(ids, minlength=nkeys)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])
+    d = np.asarray(pick(np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")), np.int64)
+    for k in range(nkeys):
+        _fill_row(out, k, d[first[k] : first[k] + count[k]])
     return out
+
+
+def _fill_row(out: np.ndarray, k: int, d: np.ndarray) -> None:
+    """Row k from the durations of its (group, event) (reordered in place by the partition)."""
+    n = d.size
+    total = int(d.sum())
+    mean = total / n
+    x = (d - int(mean)).astype(np.float64)  # shifted by about the mean: no cancellation in the variance
+    var = max(float(np.dot(x, x)) / n - (float(x.sum()) / n) ** 2, 0.0)
+    pos = [(n - 1) * (p / 100.0) for p in PERCENTILES]
+    kth = sorted({0, n - 1} | {int(np.floor(q)) for q in pos} | {min(int(np.floor(q)) + 1, n - 1) for q in pos})
+    d.partition(kth)
+    row = out[k : k + 1]
+    row["count"], row["total_ns"], row["mean_ns"] = n, total, mean
+    row["cv"] = np.sqrt(var) / mean if mean > 0 else 0.0
+    row["min_ns"], row["max_ns"] = d[0], d[n - 1]
+    for p, q in zip(PERCENTILES, pos):
+        lo = int(np.floor(q))
+        hi = min(lo + 1, n - 1)
+        row[f"p{p}_ns"] = float(d[lo]) + (float(d[hi]) - float(d[lo])) * (q - lo)
+
+
+def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dense id per row, group and event of each id) of the (group, event) pairs, ids in (group, event)
+    order: a lookup table when the pairs span a modest range (the usual case), else np.unique."""
+    gmin, gmax, emin, emax = int(group.min()), int(group.max()), int(event.min()), int(event.max())
+    width = emax - emin + 1
+    span = (gmax - gmin + 1) * width
+    if span <= 4 * group.size + (1 << 16):
+        dtype = np.uint16 if span <= 1 << 16 else np.int32 if span < 1 << 31 else np.int64
+        key = group.astype(dtype) if gmin >= 0 else (group - gmin).astype(dtype)
+        if gmin > 0:
+            key -= dtype(gmin)
+        key *= dtype(width)
+        key += event.astype(dtype) - dtype(emin) if emin >= 0 else (event - emin).astype(dtype)
+        present = np.bincount(key) > 0
+        k = np.flatnonzero(present)
+        lut = (np.cumsum(present) - 1).astype(np.uint8 if k.size <= 1 << 8 else np.int32)  # small ids: small rows
+        return lut[key], gmin + k // width, emin + k % width
+    g64, e64 = group.astype(np.int64), event.astype(np.int64)
+    keys, ids = np.unique((g64 << 32) | (e64 + (1 << 31)), return_inverse=True)
+    return ids.reshape(-1), keys >> 32, (keys & 0xFFFF_FFFF) - (1 << 31)
 
 
 def summary_rows(summary: np.ndarray, names) -> list[dict]:

@@ -6,11 +6,15 @@ How it works (no Python loop per record; per chunk of lanes only):
    slot-ordered for free. A record whose tag names another lane than its column (or a lane past
    ``num_lanes``) is *malformed*.
 2. Per lane: records after the first FINALIZE are *after_finalize*; the 32-bit timer is unwrapped
-   with signed deltas between consecutive timed records (program order), so wraps inside a lane and
-   the small reorderings of atomic/static modes both come out right.
+   with the deltas between consecutive timed records (slot order). One writer per lane (cursor modes,
+   peers' buffers) writes in time order, so deltas are unsigned (a region longer than 2**31 ns with
+   nothing inside comes out right); the atomic and static modes (sidecar ``mode``) reserve slots out of
+   time order, so there they are signed, except from a region's BEGIN to its adjacent END.
 3. Pairing per (lane, event id) is a stack, done with a clamped prefix sum (an END at depth 0 is an
    *unmatched_end*) and a radix sort by nesting level: inside one (event, lane, level) run BEGIN and
-   END alternate, so each END pairs with the element before it. Left-over BEGINs are *unmatched_begin*.
+   END alternate, so each END pairs with the element before it. Left-over BEGINs are *unmatched_begin*;
+   a pair whose END is earlier than its BEGIN (corrupted timer bits) is an *impossible_span* (both
+   records), set aside so that everything else is still written.
 4. Lanes are put on one 64-bit timeline: from their ANCHOR_LO/ANCHOR_HI pair when present (absolute
    ``%globaltimer`` ns), otherwise by the signed 32-bit distance of each lane's first record to a
    reference lane (lanes of one launch start far less than 2**31 ns apart). Each lane's origin is
@@ -18,6 +22,12 @@ How it works (no Python loop per record; per chunk of lanes only):
 
 Speed: chunks of CHUNK_SLOTS slots keep the scratch arrays in the L2 cache; a chunk whose every slot
 holds a record skips compaction; span rows are written as packed words (_fill_spans).
+
+Memory: the span table is sized by an upper bound but only written rows are touched; a buffer that
+load_capture read for this decode alone (_NpyMap) gives its pages back as the column chunks pass them
+(_PageRelease), so buffer and span table are never both whole (benchmarks/bigcap_bench.py). Input
+checks happen before anything is sized by them (write_stride: an integer within [num_lanes, buffer
+length]; the inferred stride is checked on records spread over the buffer).
 
 Invariant (LossReport checks it; tests/test_decode.py fuzzes it): every non-zero slot after the header
 is in exactly one loss bucket.
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,6 +60,7 @@ CHUNK_SLOTS = 1 << 16  # slots decoded at a time: a chunk's scratch arrays stay 
 _ORIGIN_LIMIT = 1 << 62  # origins beyond this are added after decoding (keeps int64 sums exact)
 
 _BEGIN, _END, _INSTANT, _FINALIZE = (int(t) for t in wire.EventType)
+OUT_OF_ORDER_MODES = ("atomic", "static")  # sidecar modes whose slots are not in time order within a lane
 _BUCKET_INDEX = {name: i for i, name in enumerate(LOSS_BUCKETS)}
 
 
@@ -73,7 +85,8 @@ def as_uint64(buffer: Any, source: str | None = None) -> np.ndarray:
 def _check_header(buf: np.ndarray, source: str | None) -> tuple[int, int]:
     header = int(buf[0])
     if header == 0:
-        raise DecodeError("missing header: slot 0 is zero (the header is (num_groups << 32) | num_blocks)", slot=0, source=source)
+        raise DecodeError("missing header: slot 0 is zero (the header is (num_groups << 32) | num_blocks)", slot=0,
+                          source=source)
     num_blocks, num_groups = wire.unpack_header(header)
     if num_blocks == 0 or num_groups == 0 or num_blocks * num_groups > wire.MAX_LANES:
         raise DecodeError(
@@ -88,7 +101,11 @@ def _check_header(buf: np.ndarray, source: str | None) -> tuple[int, int]:
 def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
     """The lane layout's stride when no sidecar says it: the gcd of (slot offset - lane) over records
     whose lane is in range, if that is a valid stride (>= num_lanes); else num_lanes. Looks at samples
-    (the start, row 1 and the end) first: the malformed check validates every record anyway."""
+    (the start, row 1 and the end) first. The proposal is checked on records spread over the whole
+    buffer: unless it leaves none of them malformed, the candidate that leaves the fewest is taken (the
+    proposal, the gcd over every record, num_lanes, in that order on ties); a buffer whose sampled
+    records all sit in one row proposes a multiple of the stride, which would leave most records
+    malformed. Guarded by tests/test_decode.py::test_inferred_stride_is_checked."""
     sample = 1 << 16
     windows = []
     for a, b in sorted([(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]):
@@ -96,10 +113,30 @@ def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
         if b > a:
             windows.append((a, b))
     nz = np.concatenate([a + np.flatnonzero(body[a:b] != 0) for a, b in windows])
-    stride = _stride_from(body, nz, num_lanes)
-    if stride is None and nz.size < np.count_nonzero(body):
-        stride = _stride_from(body, np.flatnonzero(body), num_lanes)
-    return stride if stride is not None and stride >= num_lanes else num_lanes
+    check = _spread_sample(body)
+    proposed = _valid(_stride_from(body, nz, num_lanes), num_lanes, body.size)
+    if proposed is not None and _malformed(body, check, proposed, num_lanes) == 0:
+        return proposed
+    full = _valid(_stride_from(body, np.flatnonzero(body), num_lanes), num_lanes, body.size)
+    candidates = [c for c in (proposed, full, num_lanes) if c is not None]
+    bad = [_malformed(body, check, c, num_lanes) for c in candidates]
+    return candidates[int(np.argmin(bad))]  # the first of the best: the sampled gcd, the full gcd, num_lanes
+
+
+def _valid(stride: int | None, num_lanes: int, body_slots: int) -> int | None:
+    return stride if stride is not None and num_lanes <= stride <= body_slots else None
+
+
+def _spread_sample(body: np.ndarray, size: int = 1 << 18) -> np.ndarray:
+    """Indices of the non-zero slots among `size` evenly spaced ones (all slots of a small buffer)."""
+    step = max(1, body.size // size)
+    return step * np.flatnonzero(body[::step] != 0)
+
+
+def _malformed(body: np.ndarray, idx: np.ndarray, stride: int, num_lanes: int) -> int:
+    """How many of the records at body indices idx would be malformed under `stride`."""
+    lane = (body[idx] & np.uint64(0xFFFF_FFFF)).astype(np.int64) >> wire.LANE_SHIFT
+    return int(((lane >= num_lanes) | (idx % stride != lane)).sum())
 
 
 def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
@@ -143,14 +180,14 @@ def decode(
             source=source,
         )
     meta = dict(meta or {})
+    given = "write_stride" if write_stride is not None else "the sidecar's write_stride"
     if write_stride is None:
         write_stride = meta.get("write_stride")
     if write_stride is None:
         write_stride = infer_write_stride(body, num_lanes)
-    write_stride = int(write_stride)
-    if write_stride < num_lanes:
-        raise DecodeError(f"write_stride {write_stride} is smaller than num_lanes {num_lanes}", source=source)
+    write_stride = _check_stride(write_stride, given, num_lanes, body.size, source)
     meta["write_stride"] = write_stride
+    in_time_order = meta.get("mode") not in OUT_OF_ORDER_MODES
     if not isinstance(names, Names):
         names = Names.from_json(names or {})
 
@@ -163,14 +200,36 @@ def decode(
     timeline = _Timeline()
     parts, at = [], 0
     step = _chunk_lanes(body.size, write_stride)
+    release = _PageRelease(buf, write_stride)
     for c0 in range(0, write_stride, step):
-        part = _decode_columns(body, c0, min(c0 + step, write_stride), write_stride, num_lanes, dense, timeline)
+        part = _decode_columns(body, c0, min(c0 + step, write_stride), write_stride, num_lanes, dense, timeline,
+                               in_time_order)
         m = _fill_spans(spans[at:], part.pop("spans"), part, num_groups)
         part["span_range"] = (at, at + m)
         at += m
         parts.append(part)
+        release(min(c0 + step, write_stride))
     spans = spans[:at] if at * 4 >= spans.size * 3 else spans[:at].copy()
     return _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, source)
+
+
+def _check_stride(value: Any, what: str, num_lanes: int, body_slots: int, source: str | None) -> int:
+    """An integer stride (never a string, float or bool: "8", 8.0, NaN and True are refused) between
+    num_lanes and the buffer's length, checked before anything is sized by it (a stride far past the
+    buffer would otherwise cost memory in proportion to the stride).
+    Guarded by tests/test_decode.py::test_bad_write_stride_is_a_decode_error."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise DecodeError(f"{what} must be an integer, got {value!r} ({type(value).__name__})", source=source)
+    stride = int(value)
+    if stride < num_lanes:
+        raise DecodeError(f"{what} {stride} is smaller than num_lanes {num_lanes}", source=source)
+    if stride > body_slots:
+        raise DecodeError(
+            f"{what} {stride} exceeds the {body_slots} slots after the header: the buffer would not hold "
+            f"one record per lane (a v1 buffer has 1 + write_stride * records_per_lane slots)",
+            source=source,
+        )
+    return stride
 
 
 def _chunk_lanes(body_slots: int, write_stride: int) -> int:
@@ -178,8 +237,14 @@ def _chunk_lanes(body_slots: int, write_stride: int) -> int:
     return max(1, min(write_stride, CHUNK_SLOTS // rows))
 
 
-def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: int, dense: bool, timeline: _Timeline) -> dict:
+def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: int, dense: bool, timeline: _Timeline,
+                    in_time_order: bool = True) -> dict:
     """Decode the records of slot columns [c0, c1) (lanes c0..c1-1), lane-major in program order.
+
+    in_time_order: each lane's slots are in time order (one writer per lane: the cursor modes and the
+    peers' buffers), so steps between consecutive records are unsigned 32-bit (a region longer than
+    2**31 ns with nothing inside decodes right); False for modes that reserve slots ahead of time
+    (atomic, static), whose steps are signed except from a region's BEGIN to its adjacent END.
 
     Per-lane arrays are indexed by local lane (lane - c0); per-record index sets are kept sorted so
     per-lane counts are searchsorted differences, never a pass over all records. Times come out on the
@@ -257,15 +322,21 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     user = inst[(inst_ev < wire.DROPPED_EVENT_ID)]
     out["instant"] = per_lane(inst)
 
-    # ANCHOR_HI and DROPPED carry no time: they take their predecessor's
+    # ANCHOR_HI and DROPPED carry no time: they take the time of the nearest timed record of their lane
+    # (the one before, else the one after); a lane with no timed record at all has no time (`timed`)
     t = timer
     untimed = np.sort(np.concatenate((hi, dropped))) if dropped.size else hi  # disjoint: different ids
+    timed = np.ones(nloc, bool)
     if untimed.size:
         t = timer.copy()
-        t[untimed] = t[_timed_predecessor(untimed)]
+        source, lane_untimed = _timed_neighbour(untimed, loc, bounds, lane_loc, nloc)
+        t[untimed] = t[source]
+        timed[lane_untimed] = False
     first_raw = _scatter(nloc, lane_loc, t[starts].astype(np.int64), fill=-1)
+    first_raw[~timed] = -1
     out["first_raw"] = first_raw
     out["has"] = has if not after.size else out["records"] > out["after_finalize"]
+    out["timed"] = out["has"] & timed
 
     # anchors: absolute ns of the ANCHOR_LO read of each anchored lane
     lo_first, hi_first = _first_of_lane(loc, lo, nloc), _first_of_lane(loc, hi, nloc)
@@ -281,7 +352,13 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     d = np.empty(n, np.int64)
     if n:
         d[0] = 0
-        d[1:] = np.subtract(t[1:], t[:-1]).view(np.int32)  # uint32 difference wraps; int32 view = signed step
+        step = np.subtract(t[1:], t[:-1])  # uint32 difference: the step modulo 2**32
+        if in_time_order:  # one writer, slots in program order: time never goes back, steps are unsigned
+            d[1:] = step
+        else:  # slots reserved out of time order: signed steps, except a region's own begin -> end
+            d[1:] = step.view(np.int32)
+            own = np.flatnonzero((etype[1:] == _END) & (etype[:-1] == _BEGIN) & (event[1:] == event[:-1]))
+            d[own + 1] = step[own]
         d[starts] = 0
         lane_end = np.add.reduceat(d, starts)
         origin = applied[lane_loc]
@@ -304,10 +381,18 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     out["sm"], out["fin_rel"], out["has_fin"] = sm, fin_rel, out["finalize"] > 0
     out["dropped"] = np.zeros(nloc, np.int64)
     if dropped.size:
-        out["dropped"] = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc).astype(np.int64)
+        counts = np.bincount(loc[dropped], weights=timer[dropped].astype(np.float64), minlength=nloc)
+        out["dropped"] = counts.astype(np.int64)
 
     # pairing
-    begins, begin_event, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, np.concatenate((inst, fin)))
+    not_be = np.concatenate((inst, fin))
+    begins, begin_event, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, not_be)
+    impossible = rel[ends] < rel[begins]  # an END before its BEGIN: corrupted records (bit flips)
+    out["impossible_span"] = np.zeros(nloc, np.int64)
+    if impossible.any():
+        out["impossible_span"] = 2 * per_lane(begins[impossible])  # both records of the pair
+        keep = ~impossible
+        begins, begin_event, ends, depth = begins[keep], begin_event[keep], ends[keep], depth[keep]
     out["paired_begin"] = per_lane(begins)
     out["paired_end"] = out["paired_begin"]  # pairs never cross lanes
     out["unmatched_begin"] = per_lane(unmatched_begin)
@@ -327,15 +412,16 @@ class _Timeline:
         self.ref: int | None = None
         self.absolute = False
 
-    def origins(self, first_raw: np.ndarray, anchor_ns: np.ndarray, anchored: np.ndarray, lane_loc: np.ndarray) -> np.ndarray:
+    def origins(self, first_raw: np.ndarray, anchor_ns: np.ndarray, anchored: np.ndarray,
+                lane_loc: np.ndarray) -> np.ndarray:
         a = np.flatnonzero(anchored)
         if a.size and not self.absolute:
             self.ref, self.absolute = int(anchor_ns[a[0]]), True
-        elif self.ref is None and lane_loc.size:
-            self.ref = int(first_raw[lane_loc[0]])
+        elif self.ref is None and (first_raw >= 0).any():
+            self.ref = int(first_raw[np.flatnonzero(first_raw >= 0)[0]])
         if self.ref is None:
             return np.zeros(first_raw.size, np.int64)
-        origin = np.where(anchored, anchor_ns, _aligned(first_raw, self.ref))
+        origin = np.where(anchored, anchor_ns, _aligned(np.where(first_raw >= 0, first_raw, self.ref), self.ref))
         used = origin[lane_loc]
         if ((used >= _ORIGIN_LIMIT) | (used <= -_ORIGIN_LIMIT)).any():
             return np.zeros(first_raw.size, np.int64)  # far from zero: _assemble adds it
@@ -406,13 +492,28 @@ def _first_of_lane(loc: np.ndarray, idx: np.ndarray, nloc: int) -> np.ndarray:
     return first
 
 
-def _timed_predecessor(untimed: np.ndarray) -> np.ndarray:
-    """For sorted indices of untimed records, the nearest earlier index that is not untimed (0 at worst)."""
-    new_run = np.empty(untimed.size, bool)
-    new_run[0] = True
-    np.not_equal(untimed[1:], untimed[:-1] + 1, out=new_run[1:])
-    run_start = np.where(new_run, untimed, 0)
-    return np.maximum(np.maximum.accumulate(run_start) - 1, 0)
+def _timed_neighbour(untimed: np.ndarray, loc: np.ndarray, bounds: np.ndarray, lane_loc: np.ndarray, nloc: int):
+    """For sorted indices of untimed records: the index of the nearest timed record of the same lane,
+    the one before if any, else the one after (so a lane that opens with ANCHOR_HI or DROPPED takes its
+    first timed record's time, never its drop count or another lane's time); and the local lanes that
+    hold no timed record at all (their untimed records point at themselves).
+    Guarded by tests/test_decode.py::test_untimed_first_record_takes_the_first_timed_time."""
+    n = loc.size
+    is_timed = np.ones(n, bool)
+    is_timed[untimed] = False
+    timed_idx = np.flatnonzero(is_timed)
+    lane_start = np.zeros(nloc, np.int64)
+    lane_stop = np.zeros(nloc, np.int64)
+    lane_start[lane_loc], lane_stop[lane_loc] = bounds[:-1], bounds[1:]
+    lanes = loc[untimed]
+    k = np.searchsorted(timed_idx, untimed)  # timed_idx[k - 1] < u < timed_idx[k]
+    before = timed_idx[np.maximum(k - 1, 0)] if timed_idx.size else untimed
+    after = timed_idx[np.minimum(k, timed_idx.size - 1)] if timed_idx.size else untimed
+    has_before = (k > 0) & (before >= lane_start[lanes])
+    has_after = (k < timed_idx.size) & (after < lane_stop[lanes])
+    source = np.where(has_before, before, np.where(has_after, after, untimed))
+    none = ~(has_before | has_after)
+    return source, np.unique(lanes[none]).astype(np.int64)
 
 
 def _pair(etype, event, loc, bounds, not_be):
@@ -531,12 +632,13 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
 
     # one timeline: per-lane origin, absolute from anchors, else aligned to a reference lane
     first_raw, abs_base, anchored, has = cat("first_raw"), cat("abs_base"), cat("anchored"), cat("has")
+    timed = cat("timed")
     absolute = bool(anchored.any())
     if absolute:
         ref_abs = int(abs_base[np.flatnonzero(anchored)[0]])
     else:
-        ref_abs = int(first_raw[np.flatnonzero(has)[0]]) if has.any() else 0
-    base = np.where(anchored, abs_base, _aligned(first_raw, ref_abs))
+        ref_abs = int(first_raw[np.flatnonzero(timed)[0]]) if timed.any() else 0
+    base = np.where(anchored, abs_base, _aligned(np.where(timed, first_raw, ref_abs & 0xFFFF_FFFF), ref_abs))
     if not absolute and has.any() and base[has].min() < 0:
         base += 1 << 32  # stay non-negative; still equal to the device timer modulo 2**32
     missing = np.where(has, base - cat("applied"), 0)  # final origin minus the one the chunk applied
@@ -562,8 +664,9 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
     lanes["group"] = lane_ids % num_groups
     lanes["sm"] = cat("sm")[lane_ids]
     b = missing[lane_ids]
-    lanes["first_ns"] = b + cat("rel_min")[lane_ids]
-    lanes["last_ns"] = b + cat("rel_max")[lane_ids]
+    lane_timed = timed[lane_ids]
+    lanes["first_ns"] = np.where(lane_timed, b + cat("rel_min")[lane_ids], -1)  # -1: no timed record
+    lanes["last_ns"] = np.where(lane_timed, b + cat("rel_max")[lane_ids], -1)
     has_fin = cat("has_fin")[lane_ids]
     lanes["finalize_ns"] = np.where(has_fin, b + cat("fin_rel")[lane_ids], -1)
     lanes["records"] = records[lane_ids]
@@ -580,7 +683,8 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
     for bucket, c in counts.items():
         per_lane[bucket] = c[touched]
     totals = {bucket: int(c.sum()) for bucket, c in counts.items()}
-    reasons = {k: v for k, v in (("lane_out_of_range", malformed_range), ("slot_of_another_lane", malformed_column)) if v}
+    reasons = {k: v for k, v in (("lane_out_of_range", malformed_range), ("slot_of_another_lane", malformed_column))
+               if v}
     bad_slots = cat("first_bad_slot")
     if bad_slots.size:
         meta.setdefault("first_malformed_slot", int(bad_slots.min()))
@@ -664,6 +768,68 @@ FORMAT_NAME = "ikp-v1"  # host_decode.core.capture.FORMAT
 SIDECAR_KEYS = frozenset({"format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups"})
 
 
+class _NpyMap(mmap.mmap):
+    """Anonymous memory holding a buffer read from a .npy file, owned by one decode: pages it has finished
+    with are handed back to the kernel (they then read as zero), so the buffer and the span table are
+    never both whole in memory."""
+
+
+def _read_owned(path: Path) -> np.ndarray | None:
+    """A 1-D little-endian int64/uint64 .npy read into a _NpyMap (for load_capture: nothing else sees the
+    array); None for anything else (np.load then reads it, or names what is wrong with it)."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read_header:
+                return None
+            shape, fortran, dtype = read_header[version](f)
+            if len(shape) != 1 or fortran or dtype.str not in ("<i8", "<u8") or shape[0] == 0:
+                return None
+            if f.tell() + 8 * shape[0] > Path(path).stat().st_size:
+                return None  # truncated: np.load says so
+            mm = _NpyMap(-1, 8 * shape[0])
+            if f.readinto(mm) != 8 * shape[0]:
+                return None
+    except Exception:  # noqa: BLE001 -- anything odd about the file: load_buffer judges it and names it
+        return None
+    return np.frombuffer(mm, dtype=dtype, count=shape[0])
+
+
+def mapping_of(buf: np.ndarray) -> _NpyMap | None:
+    """The _NpyMap under an array (through views and the memoryview np.frombuffer keeps), or None."""
+    base = buf
+    while base is not None and not isinstance(base, _NpyMap):
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return base
+
+
+class _PageRelease:
+    """Hands the pages of an owned buffer (_NpyMap) back to the kernel once every chunk that reads them is
+    decoded: chunks go column by column, so after columns [0, c1) of every row are done, the whole pages
+    inside each row's prefix are. Peak memory is then about the span table, not buffer + span table
+    (tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one). A buffer of anyone else is
+    never touched."""
+
+    def __init__(self, buf: np.ndarray, stride: int) -> None:
+        self.map = mapping_of(buf) if hasattr(mmap, "MADV_DONTNEED") else None
+        self.stride, self.done, self.rows = stride, 0, (buf.size - 1) // stride + 1
+        self.step = max(1, (16 * mmap.PAGESIZE) // 8)  # release when rows advanced by >= 16 pages
+
+    def __call__(self, c1: int) -> None:
+        if self.map is None or (c1 - self.done < self.step and c1 < self.stride):
+            return
+        page, base = mmap.PAGESIZE, 8  # body slot 0 is buffer slot 1
+        rows = np.arange(self.rows, dtype=np.int64) * (8 * self.stride) + base
+        lo = -(-(rows + 8 * self.done) // page) * page  # whole pages inside [done, c1) of each row
+        hi = (rows + 8 * c1) // page * page
+        hi = np.minimum(hi, len(self.map) // page * page)
+        for a, b in zip(lo.tolist(), hi.tolist()):
+            if b > a:
+                self.map.madvise(mmap.MADV_DONTNEED, a, b - a)
+        self.done = c1
+
+
 def load_buffer(path: str | Path) -> np.ndarray:
     """Read a raw v1 buffer saved with numpy (.npy; never unpickled)."""
     path = Path(path)
@@ -688,4 +854,7 @@ def load_capture(path: str | Path, names: Names | dict | None = None, write_stri
     if names is None:
         names = Names.from_json(side)
     meta = {k: v for k, v in side.items() if k not in ("events", "groups")}
-    return decode(load_buffer(path), names=names, write_stride=write_stride, meta=meta, source=str(path))
+    buf = _read_owned(path)  # the decode below is the only reader: it frees pages as it goes
+    if buf is None:
+        buf = load_buffer(path)
+    return decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))

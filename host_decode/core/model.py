@@ -154,10 +154,19 @@ class Trace:
         return self.spans["end_ns"] - self.spans["start_ns"]
 
     def sm_of_lane(self, lane: np.ndarray) -> np.ndarray:
-        """SM id per lane (-1 unknown), vectorized."""
-        sm = np.full(self.num_lanes, -1, np.int64)
-        sm[self.lanes["lane"]] = self.lanes["sm"]
-        return sm[lane]
+        """SM id per lane id (-1 unknown, also for a lane the lane table does not hold), vectorized. The one
+        SM-of-lane lookup of the writers (tests/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
+        lane = np.asarray(lane, np.int64)
+        sm = np.full(lane.shape, -1, np.int64)
+        known = self.lanes["lane"].astype(np.int64)
+        if known.size and lane.size:
+            o = None if known.size < 2 or (known[1:] > known[:-1]).all() else np.argsort(known, kind="stable")
+            sorted_known = known if o is None else known[o]
+            at = np.minimum(np.searchsorted(sorted_known, lane), known.size - 1)
+            hit = sorted_known[at] == lane
+            sm_col = self.lanes["sm"] if o is None else self.lanes["sm"][o]
+            sm[hit] = sm_col[at[hit]]
+        return sm
 
 
 LOSS_BUCKETS = (
@@ -169,6 +178,7 @@ LOSS_BUCKETS = (
     "unmatched_end",
     "after_finalize",
     "malformed",
+    "impossible_span",  # both records of a pair whose END is before its BEGIN (corrupted timer bits)
 )
 
 
@@ -193,7 +203,8 @@ class LossReport:
         """Records that did not become part of a span, instant or finalize, plus device drops."""
         t = self.totals
         return (
-            t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + self.dropped_on_device
+            t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + t["impossible_span"]
+            + self.dropped_on_device
         )
 
     def to_json(self) -> dict:
@@ -201,7 +212,9 @@ class LossReport:
         out.update(self.totals)
         out["dropped_on_device"] = self.dropped_on_device
         out["malformed_reasons"] = dict(self.malformed_reasons)
-        lanes = self.per_lane[np.any([self.per_lane[b] for b in LOSS_BUCKETS[4:]], axis=0)] if self.per_lane.size else self.per_lane
+        lanes = self.per_lane
+        if lanes.size:
+            lanes = lanes[np.any([lanes[b] for b in LOSS_BUCKETS[4:]], axis=0)]
         out["lanes_with_losses"] = [{k: int(row[k]) for k in self.per_lane.dtype.names} for row in lanes[:1000]]
         return out
 

@@ -1,29 +1,38 @@
-"""Chrome JSON trace ("traceEvents") for tools that read only JSON; Perfetto opens it too.
+"""Chrome JSON traces ("traceEvents"): the one JSON writer, for single captures, sessions of many
+launches / ranks, and captures merged into a torch.profiler trace. Perfetto opens them too.
 
-Layout: pid = block (process "block 37 (SM 12)", sorted by block), tid = warp group (thread named after
-the group, sorted by group). JSON has only these two levels, so there is no SM or launch level; regions
-of different ids that overlap without nesting get their own thread right after the group's
-("consumer (overlap 1)"), chosen exactly like the Perfetto writer's sibling tracks.
+Two placements of the lanes (JSON has only two levels, process and thread):
+* by block (``process=None``, a single capture): pid = block (process "block 37 (SM 12)", sorted by
+  block), tid = group (thread named after the group, sorted by group); the lanes-inside-region counters
+  as ``C`` events on one extra process;
+* in one process (``process=PID``: a part of a session, or the kernel's process of a profiler trace):
+  one thread per (lane, sub-track), tid = tid_base + a dense index, named "block 3 consumer".
 
-Regions are ``X`` events, instants ``i`` events (thread scope), the lanes-inside-region counters ``C``
-events on one extra process. ts/dur are microseconds rebased to the launch origin, written from integer
-ns as ``<us>.<3 digits>`` so no nanosecond is lost to float rounding. No ``displayTimeUnit``: older
-importers read it as the unit of the input. tests/test_chrome_json.py parses the output back.
+Regions of different ids that overlap without nesting get their own thread ("consumer (overlap 1)"),
+the sub-tracks of the one assignment (host_decode.writers.order). Regions are ``X`` events in the one
+event order's BEGIN order (parents before children at equal start), instants ``i`` events (thread
+scope). ts/dur are microseconds after the origin, written from integer ns as ``<us>.<3 digits>`` so no
+nanosecond is lost to float rounding. No ``displayTimeUnit``: older importers read it as the unit of
+the input. Streamed a run of whole lanes at a time. tests/test_chrome_json.py parses the output back;
+tests/test_multi.py and tests/test_align.py check sessions and merged traces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip as gzip_module
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from host_decode.writers import perfetto as pf
 from host_decode.core.model import Trace
+from host_decode.writers import order as od
 
-CHUNK = 200_000  # events formatted per write
+CHUNK = 50_000  # events formatted per list: a list of strings costs ~130 B an event
 
 
 def _us(ns: list[int]) -> list[str]:
@@ -37,97 +46,224 @@ def _names(table: dict, ids: np.ndarray) -> list[str]:
     return values[np.searchsorted(keys, ids)].tolist()
 
 
-def chrome_events(trace: Trace, *, args: bool = True, counters: bool = True):
-    """Yield the JSON text of each event (metadata first), in chunks of strings."""
-    spans, instants = trace.spans, trace.instants
-    pf._check_input(spans, instants)
-    origin = pf.trace_origin(trace)
-    stream = pf.merged_stream(spans, instants, origin)
-    sub = pf.assign_subtracks(spans, stream)
-    nsub = int(sub.max()) + 1 if sub.size else 1
-    ename = {e: json.dumps(trace.names.event(e)) for e in
-             np.unique(np.concatenate([spans["event"], instants["event"]]).astype(np.int64)).tolist()}
+def chrome_events(
+    trace: Trace,
+    *,
+    args: bool = False,
+    counters: bool = True,
+    process=None,
+    tid_base: int = 0,
+    origin_ns: int | None = None,
+    cat: str | None = None,
+    counts: dict | None = None,
+) -> Iterator[list[str]]:
+    """Yield the JSON text of each event (metadata first), in lists of strings.
 
-    # metadata: one process per block, one thread per (group, overlap row)
-    lanes_all = np.concatenate([spans["lane"], instants["lane"]]).astype(np.int64)
-    blocks_all = np.concatenate([spans["block"], instants["block"]]).astype(np.int64)
-    groups_all = np.concatenate([spans["group"], instants["group"]]).astype(np.int64)
-    tid_all = groups_all * nsub + np.concatenate([sub, np.zeros(instants.size, np.int64)])
-    lanes, first = np.unique(lanes_all, return_index=True)
-    sm = pf._lane_sm(trace, lanes)
+    process: None places lanes by block (see the module docstring); else every lane goes to this pid (a
+    JSON value), one thread per (lane, sub-track) from tid_base. origin_ns: the trace-time ns written as
+    ts 0 (default: the launch origin); an event before it is a ValueError. cat: a "cat" for the X events.
+    counters: the lanes-inside counters (by-block placement only). `counts`, if given, receives
+    {"written", "lanes", "tracks"}."""
+    spans, instants = trace.spans, trace.instants
+    origin = od.trace_origin(trace) if origin_ns is None else int(origin_ns)
+    if origin_ns is not None and _earliest(trace) < origin:
+        raise ValueError("chrome_events: origin_ns is after the first event; ts would be negative")
+    chunks = od.lane_chunks(spans, instants)
+    table = od.lane_table(chunks, origin)
+    nsub = int(table.nsub.max()) if table.nsub.size else 1
+    ename = {e: json.dumps(trace.names.event(e)) for e in
+             od.union(table.span_events, od.present(instants["event"].astype(np.int64))).tolist()}
+    track_lane, track_sub = table.tracks >> od.TRACK_BITS, table.tracks & ((1 << od.TRACK_BITS) - 1)
+    if counts is not None:
+        counts.update(written=int(spans.size), lanes=int(table.lanes.size), tracks=int(table.tracks.size))
+
+    by_block = process is None
+    if by_block:
+        yield _block_metadata(trace, table, track_lane, track_sub, nsub)
+        pid_json = None
+    else:
+        pid_json = json.dumps(process)
+        yield _thread_metadata(trace, table, track_lane, track_sub, pid_json, tid_base)
+    x_fmt = '{"name":%s,"ph":"X"' + (f',"cat":{json.dumps(cat)}' if cat else "") + ',"ts":%d.%03d,"dur":%d.%03d,'
+    x_fmt += '"pid":%d,"tid":%d' if by_block else '"pid":' + pid_json + ',"tid":%d'
+    x_fmt += ',"args":{"lane":%d,"event":%d,"sm":%d}}' if args else "}"
+
+    # X events in the BEGIN order of the one event order: rows in (lane, begin) order, chunk by chunk
+    for oc in od.ordered_chunks(chunks, origin, table.subs):
+        s = oc.cols.table
+        for lo in range(0, s.size, CHUNK):
+            rows = slice(lo, lo + CHUNK)
+            c = s[rows]
+            lane = oc.cols.lane[rows]
+            ts_q, ts_r = np.divmod(oc.cols.tb[rows], 1000)
+            dur_q, dur_r = np.divmod(oc.cols.dur[rows], 1000)
+            event = oc.cols.event[rows]
+            if by_block:
+                where = [c["block"].tolist(), (c["group"].astype(np.int64) * nsub + oc.sub[rows]).tolist()]
+            else:
+                where = [(tid_base + np.searchsorted(table.tracks, (lane << od.TRACK_BITS) | oc.sub[rows])).tolist()]
+            cols = [_names(ename, event), ts_q.tolist(), ts_r.tolist(), dur_q.tolist(), dur_r.tolist(), *where]
+            if args:
+                cols += [lane.tolist(), event.tolist(), trace.sm_of_lane(lane).tolist()]
+            yield list(map(x_fmt.__mod__, zip(*cols)))
+
+    for lo in range(0, instants.size, CHUNK):  # in table order
+        i = instants[lo : lo + CHUNK]
+        ts = _us((i["ts_ns"] - origin).tolist())
+        if by_block:
+            where = [f'"pid":{p},"tid":{g * nsub}' for p, g in zip(i["block"].tolist(), i["group"].tolist())]
+        else:
+            tid = tid_base + np.searchsorted(table.tracks, i["lane"].astype(np.int64) << od.TRACK_BITS)
+            where = [f'"pid":{pid_json},"tid":{t}' for t in tid.tolist()]
+        yield [f'{{"name":{ename[e]},"ph":"i","s":"t","ts":{t},{w}}}'
+               for e, t, w in zip(i["event"].tolist(), ts, where)]
+
+    if by_block and counters and spans.size:
+        cpid = int(table.block.max()) + 1
+        yield [f'{{"ph":"M","name":"process_name","pid":{cpid},"tid":0,"args":{{"name":"lanes inside regions"}}}}',
+               f'{{"ph":"M","name":"process_sort_index","pid":{cpid},"tid":0,"args":{{"sort_index":-1}}}}']
+        ev, t, value = od.lanes_inside(spans)
+        cname = {e: json.dumps(f"lanes in {trace.names.event(e)}") for e in np.unique(ev).tolist()}
+        for lo in range(0, ev.size, CHUNK):
+            rows = slice(lo, lo + CHUNK)
+            yield [f'{{"name":{cname[e]},"ph":"C","ts":{ts},"pid":{cpid},"tid":0,"args":{{"lanes":{v}}}}}'
+                   for e, ts, v in zip(ev[rows].tolist(), _us((t[rows] - origin).tolist()), value[rows].tolist())]
+
+
+def _earliest(trace: Trace) -> int:
+    lows = [int(trace.spans["start_ns"].min())] if trace.spans.size else []
+    if trace.instants.size:
+        lows.append(int(trace.instants["ts_ns"].min()))
+    return min(lows) if lows else 0
+
+
+def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, nsub: int) -> list[str]:
+    """One process per block (named with its SM), one thread per (group, overlap row)."""
     meta = []
-    blocks_seen: dict[int, int] = {}
-    for b, s in zip(blocks_all[first].tolist(), sm.tolist()):
-        blocks_seen[b] = max(blocks_seen.get(b, -1), s)
-    for b, s in sorted(blocks_seen.items()):
+    block_sm: dict[int, int] = {}
+    for b, s in zip(table.block.tolist(), trace.sm_of_lane(table.lanes).tolist()):
+        block_sm[b] = max(block_sm.get(b, -1), s)
+    for b, s in sorted(block_sm.items()):
         label = json.dumps(f"block {b}" + (f" (SM {s})" if s >= 0 else ""))
         meta.append(f'{{"ph":"M","name":"process_name","pid":{b},"tid":0,"args":{{"name":{label}}}}}')
         meta.append(f'{{"ph":"M","name":"process_sort_index","pid":{b},"tid":0,"args":{{"sort_index":{b}}}}}')
-    pairs = np.unique(np.stack([blocks_all, tid_all], 1), axis=0) if tid_all.size else np.zeros((0, 2), np.int64)
-    for b, tid in pairs.tolist():
-        g, k = divmod(tid, nsub)
+    at = od.index_of(table.lanes, track_lane)
+    tid = table.group[at] * nsub + track_sub
+    pairs = np.unique(np.stack([table.block[at], tid], 1), axis=0) if tid.size else np.zeros((0, 2), np.int64)
+    for b, t in pairs.tolist():
+        g, k = divmod(t, nsub)
         label = json.dumps(trace.names.group(g) + (f" (overlap {k})" if k else ""))
-        meta.append(f'{{"ph":"M","name":"thread_name","pid":{b},"tid":{tid},"args":{{"name":{label}}}}}')
-        meta.append(f'{{"ph":"M","name":"thread_sort_index","pid":{b},"tid":{tid},"args":{{"sort_index":{tid}}}}}')
-    yield meta
-
-    # X events in the writer's file order (parents before children at equal start)
-    is_b = stream.kind == pf.KIND_BEGIN
-    order = stream.index[is_b]
-    sm_span = pf._lane_sm(trace, lanes)[np.searchsorted(lanes, spans["lane"].astype(np.int64))] if spans.size else np.zeros(0, np.int64)
-    x_fmt = '{"name":%s,"ph":"X","ts":%d.%03d,"dur":%d.%03d,"pid":%d,"tid":%d'
-    x_fmt += ',"args":{"lane":%d,"event":%d,"sm":%d}}' if args else "}"
-    for lo in range(0, order.size, CHUNK):
-        rows = order[lo : lo + CHUNK]
-        s = spans[rows]
-        ts_q, ts_r = np.divmod(s["start_ns"] - origin, 1000)
-        dur_q, dur_r = np.divmod(s["end_ns"] - s["start_ns"], 1000)
-        event = s["event"].astype(np.int64)
-        cols = [_names(ename, event), ts_q.tolist(), ts_r.tolist(), dur_q.tolist(), dur_r.tolist(),
-                s["block"].tolist(), (s["group"].astype(np.int64) * nsub + sub[rows]).tolist()]
-        if args:
-            cols += [s["lane"].tolist(), event.tolist(), sm_span[rows].tolist()]
-        yield list(map(x_fmt.__mod__, zip(*cols)))
-
-    if instants.size:
-        i = instants
-        ts = _us((i["ts_ns"] - origin).tolist())
-        yield [f'{{"name":{ename[e]},"ph":"i","s":"t","ts":{t},"pid":{p},"tid":{g * nsub}}}'
-               for e, t, p, g in zip(i["event"].tolist(), ts, i["block"].tolist(), i["group"].tolist())]
-
-    if counters and spans.size:
-        cpid = int(blocks_all.max()) + 1
-        yield [f'{{"ph":"M","name":"process_name","pid":{cpid},"tid":0,"args":{{"name":"lanes inside regions"}}}}',
-               f'{{"ph":"M","name":"process_sort_index","pid":{cpid},"tid":0,"args":{{"sort_index":-1}}}}']
-        ev, t, value = pf.lanes_inside(spans)
-        cname = {e: json.dumps(f"lanes in {trace.names.event(e)}") for e in np.unique(ev).tolist()}
-        yield [f'{{"name":{cname[e]},"ph":"C","ts":{ts},"pid":{cpid},"tid":0,"args":{{"lanes":{v}}}}}'
-               for e, ts, v in zip(ev.tolist(), _us((t - origin).tolist()), value.tolist())]
+        meta.append(f'{{"ph":"M","name":"thread_name","pid":{b},"tid":{t},"args":{{"name":{label}}}}}')
+        meta.append(f'{{"ph":"M","name":"thread_sort_index","pid":{b},"tid":{t},"args":{{"sort_index":{t}}}}}')
+    return meta
 
 
-def write_chrome_json(
-    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = True, counters: bool = True,
-    progress: bool = False,
-) -> dict:
-    """Write `trace` as Chrome JSON. gzip=None: gzip iff the path ends in .gz. Returns counts."""
-    t0 = time.perf_counter()
+def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, pid_json: str,
+                     tid_base: int) -> list[str]:
+    """One thread per (lane, sub-track) of one process, named "block 3 consumer (overlap 1)"."""
+    at = od.index_of(table.lanes, track_lane)
+    meta = []
+    for i, (b, g, k) in enumerate(zip(table.block[at].tolist(), table.group[at].tolist(), track_sub.tolist())):
+        label = json.dumps(f"block {b} {trace.names.group(g)}" + (f" (overlap {k})" if k else ""))
+        meta.append(f'{{"ph":"M","name":"thread_name","pid":{pid_json},"tid":{tid_base + i},'
+                    f'"args":{{"name":{label}}}}}')
+        meta.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid_json},"tid":{tid_base + i},'
+                    f'"args":{{"sort_index":{tid_base + i}}}}}')
+    return meta
+
+
+def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
+    """The trace restricted to its first max_lanes lanes with regions (by lane id), and what was left out:
+    {"lanes_left_out", "spans_left_out"}."""
+    left = {"lanes_left_out": 0, "spans_left_out": 0}
+    if max_lanes is None:
+        return trace, left
+    lanes = od.present(trace.spans["lane"].astype(np.int64))
+    if lanes.size <= max_lanes:
+        return trace, left
+    last = lanes[max_lanes - 1]
+    kept = trace.spans["lane"] <= last
+    left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()))
+    instants = trace.instants[trace.instants["lane"] <= last]
+    return dataclasses.replace(trace, spans=trace.spans[kept], instants=instants), left
+
+
+# --- documents -------------------------------------------------------------------------------------
+
+
+def write_document(path: str | Path, events: Iterable[list[str]], *, head: dict | None = None,
+                   foreign: Sequence[dict] = (), gzip: bool | None = None) -> int:
+    """Write one Chrome JSON document: `head`'s keys, then "traceEvents" holding `foreign` (event objects
+    of another trace, e.g. a profiler's) and then `events` (lists of JSON texts). gzip=None: gzip iff the
+    path ends in .gz. Returns the number of events written."""
     path = Path(path)
     use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
     opener = (lambda p: gzip_module.open(p, "wt", compresslevel=6, encoding="utf-8")) if use_gzip else (
         lambda p: open(p, "w", encoding="utf-8"))
-    events = 0
+    written = 0
     with opener(path) as f:
-        f.write('{"traceEvents":[\n')
+        f.write("{" + (json.dumps(head)[1:-1] + "," if head else "") + '"traceEvents":[\n')
         sep = ""
-        for chunk in chrome_events(trace, args=args, counters=counters):
+        for lo in range(0, len(foreign), CHUNK):
+            chunk = _dumps_events(foreign[lo : lo + CHUNK])
+            f.write(sep + ",\n".join(chunk))
+            sep = ",\n"
+            written += len(chunk)
+        for chunk in events:
             if chunk:
                 f.write(sep + ",\n".join(chunk))
                 sep = ",\n"
-                events += len(chunk)
+                written += len(chunk)
         f.write("\n]}\n")
+    return written
+
+
+def _dumps_events(events: Sequence[dict]) -> list[str]:
+    """orjson when installed (several times faster on big profiler traces), else json."""
+    try:
+        import orjson
+
+        return [orjson.dumps(e).decode() for e in events]
+    except ImportError:
+        return [json.dumps(e) for e in events]
+
+
+def write_chrome_json(
+    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool | None = None,
+    progress: bool = False,
+) -> dict:
+    """Write `trace` as Chrome JSON (lanes by block). gzip=None: gzip iff the path ends in .gz.
+    counters: the lanes-inside counters; None = as the Perfetto writer decides (small traces only)."""
+    t0 = time.perf_counter()
+    if counters is None:
+        counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
+    events = write_document(path, chrome_events(trace, args=args, counters=counters), gzip=gzip)
     secs = time.perf_counter() - t0
     if progress:
-        import sys
-
         print(f"chrome json: {events:,} events in {secs * 1e3:.0f} ms -> {path}", file=sys.stderr)
-    return {"path": str(path), "events": events, "bytes": path.stat().st_size, "seconds": secs}
+    return {"path": str(path), "events": events, "bytes": Path(path).stat().st_size, "seconds": secs}
+
+
+def write_chrome_parts(parts: Sequence[tuple[Trace, str, int]], path: str | Path, *, other_data: dict | None = None,
+                       max_lanes_per_part: int | None = None, args: bool = False) -> dict:
+    """One Chrome JSON trace, one process per part (pid = part index, named by its label): parts are
+    (trace, label, shift_ns), the shift putting the part on the merged timeline; ts 0 is the earliest
+    shifted start (``otherData.origin_ns``, with other_data's keys). Returns {"origin_ns", "parts": [{label,
+    shift_ns, written, lanes, tracks, lanes_left_out, spans_left_out}]}."""
+    if not parts:
+        raise ValueError("write_chrome_parts needs at least one part")
+    origin = int(min(t.start_ns + int(dt) for t, _, dt in parts))
+    summary: dict = {"origin_ns": origin, "parts": []}
+
+    def events():
+        for i, (trace, label, dt) in enumerate(parts):
+            kept, left = keep_lanes(trace, max_lanes_per_part)
+            counts: dict = {}
+            yield from chrome_events(kept, args=args, process=i, origin_ns=origin - int(dt), cat="ikp", counts=counts)
+            yield [f'{{"ph":"M","pid":{i},"name":"process_name","args":{{"name":{json.dumps(label)}}}}}',
+                   f'{{"ph":"M","pid":{i},"name":"process_sort_index","args":{{"sort_index":{i}}}}}']
+            summary["parts"].append({"label": label, "shift_ns": int(dt), **counts, **left})
+
+    head = {"otherData": {"origin_ns": origin, **(other_data or {}), "generator": "ikp_cute"}}
+    write_document(path, events(), head=head)
+    return summary

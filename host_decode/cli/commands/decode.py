@@ -22,6 +22,10 @@ def add_arguments(p) -> None:
     p.add_argument("--loss-json", metavar="FILE", help="also write the loss report as JSON")
     p.add_argument("--names", help="JSON names file {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
     p.add_argument("--write-stride", type=int, help="lane layout stride (default: sidecar, else inferred)")
+    p.add_argument("--slice-args", action="store_true",
+                   help="per-slice args in the trace (block, group, SM, lane, event; they are on the tracks already)")
+    p.add_argument("--lane-counters", choices=("auto", "on", "off"), default="auto",
+                   help="'lanes in <region>' counter tracks (auto: for traces of at most 65,536 regions)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     add_force(p)
     add_progress(p)
@@ -55,7 +59,8 @@ def run(args) -> int:
         if trace_tmp:
             from host_decode.writers import write_trace
 
-            write_trace(trace, trace_tmp, progress=show_progress(args))
+            write_trace(trace, trace_tmp, args=args.slice_args, progress=show_progress(args),
+                        lane_counters={"auto": None, "on": True, "off": False}[args.lane_counters])
     if not args.quiet:
         for path in (args.output, args.spans_csv, args.loss_json):
             if path:

@@ -359,9 +359,9 @@ def _render_capture(console, Table, cap: dict) -> None:
 
 def _merge(args) -> int:
     """Same as `ikp merge CAPTURE --torch TRACE -o OUT`."""
-    from host_decode.analysis.align import merge_with_torch_trace
     from host_decode.cli.common import ensure_gzip, next_step, outputs
     from host_decode.core.decoder import load_capture
+    from host_decode.reports.merged import merge_with_torch_trace
 
     if not args.output:
         raise ValueError("--merge needs -o FILE for the merged trace")

@@ -77,7 +77,7 @@ def run(args) -> int:
         parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
         offsets = _offsets(args.clock_offset)
         if args.torch:
-            from host_decode.analysis.align import merge_with_torch_trace
+            from host_decode.reports.merged import merge_with_torch_trace
 
             trace = (
                 parts[0].trace if len(parts) == 1 else multi.concat(parts, mode="timeline", clock_offsets_ns=offsets)
@@ -95,7 +95,9 @@ def run(args) -> int:
                 )
             summary = result.to_json()
         else:
-            summary = multi.write_chrome(
+            from host_decode.reports.merged import write_session
+
+            summary = write_session(
                 parts,
                 tmp,
                 mode=args.mode,

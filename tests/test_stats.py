@@ -1,0 +1,32 @@
+"""analysis.stats.summarize against numpy computed per (group, event) by brute force."""
+
+import numpy as np
+import pytest
+
+from host_decode.analysis.stats import PERCENTILES, summarize
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_summary_matches_numpy_per_group(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    group = rng.integers(-1, 3, n) if seed % 2 else rng.integers(0, 200_000, n)  # sparse keys: np.unique path
+    event = rng.integers(0, 5, n)
+    dur = rng.integers(0, 10**9 if seed == 3 else 50, n)  # many ties when small
+    out = summarize(group, event, dur)
+    keys = sorted(set(zip(group.tolist(), event.tolist())))
+    assert [(int(r["group"]), int(r["event"])) for r in out] == keys
+    for r, (g, e) in zip(out, keys):
+        d = dur[(group == g) & (event == e)]
+        assert r["count"] == d.size and r["total_ns"] == d.sum()
+        assert r["min_ns"] == d.min() and r["max_ns"] == d.max()
+        assert r["mean_ns"] == pytest.approx(d.mean(), rel=1e-12)
+        assert r["cv"] == pytest.approx(d.std() / d.mean() if d.mean() > 0 else 0.0, rel=1e-9, abs=1e-12)
+        for p in PERCENTILES:
+            assert r[f"p{p}_ns"] == pytest.approx(np.percentile(d, p), rel=1e-12, abs=1e-9)
+
+
+def test_empty_and_single():
+    assert summarize(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
+    (r,) = summarize(np.array([2]), np.array([7]), np.array([40]))
+    assert (r["group"], r["event"], r["count"], r["p50_ns"], r["p99_ns"], r["cv"]) == (2, 7, 1, 40.0, 40.0, 0.0)
