@@ -1,0 +1,49 @@
+"""Traces written by other intra-kernel tracers, read into ikp's trace model so that every analysis
+(stats, diff, waits, report, view) works on them: NVIDIA IKET (its decoded JSON and its .pftrace) and
+Triton Proton's intra-kernel mode (its Chrome trace).
+
+Invariants a change could break (tests/test_interop.py guards each, on real files in examples/interop/):
+* Detection is by content, never by extension alone: :func:`detect` reads the first bytes.
+* Every foreign record is a span, an instant, or counted in the loss report's ``malformed`` bucket with a
+  reason; what the foreign format cannot tell (drops it does not count, clock facts) is stated in
+  ``trace.meta["source"]["cannot_tell"]``.
+* One Trace per kernel launch; lanes are (block, warp) with warp = the warp index in the block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from host_decode.core.errors import DecodeError
+from host_decode.core.model import Trace
+
+KINDS = ("iket-json", "iket-pftrace", "proton-chrome")
+
+
+def detect(path: str | Path) -> str | None:
+    """The foreign format of `path` from its content, or None when it is none of ours to read."""
+    from host_decode.interop import sniff
+
+    return sniff.detect(path)
+
+
+def read_foreign(path: str | Path) -> list[Trace]:
+    """Every launch in a foreign trace file, one Trace each; DecodeError naming the file otherwise."""
+    kind = detect(path)
+    if kind == "iket-json":
+        from host_decode.interop.iket import read_iket_json
+
+        return read_iket_json(path)
+    if kind == "iket-pftrace":
+        from host_decode.interop.iket import read_iket_pftrace
+
+        return read_iket_pftrace(path)
+    if kind == "proton-chrome":
+        from host_decode.interop.proton import read_proton_chrome
+
+        return read_proton_chrome(path)
+    raise DecodeError(
+        "not a trace ikp can read: expected an ikp capture (.npy), an IKET trace (.trace.json / .pftrace) "
+        "or a Proton intra-kernel Chrome trace (.chrome_trace)",
+        source=str(path),
+    )
