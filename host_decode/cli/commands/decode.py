@@ -32,8 +32,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, next_step, outputs, read_names, show_progress
-    from host_decode.core.decoder import load_capture
+    from host_decode.cli.common import Step, console, load_input, next_step, outputs, read_names, show_progress
 
     with outputs(args, args.buffer, args.names) as out:
         if args.output:
@@ -45,7 +44,7 @@ def run(args) -> int:
         loss_tmp = out.add(args.loss_json) if args.loss_json else None
         names = read_names(args.names) if args.names else None
         with Step(f"decoding {args.buffer}", args):
-            trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
+            trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
             from host_decode.reports.text import print_loss, print_summary
 
