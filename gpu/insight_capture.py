@@ -302,14 +302,10 @@ def main() -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from host_decode.analysis import align
-
-    from host_decode.analysis import diff
-
+    from host_decode.analysis import align, diff
     from host_decode.analysis import sessions as multi
-
-    from host_decode.reports import merged, plots
     from host_decode.cli.commands.stats import collect
+    from host_decode.reports import merged, plots
 
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)

@@ -15,6 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from host_decode.core.errors import DecodeError
 from host_decode.hardware.adapters import (
     STALL_REASONS,
     PcTable,
@@ -23,7 +24,6 @@ from host_decode.hardware.adapters import (
     ncu,
     nvbit,
 )
-from host_decode.core.errors import DecodeError
 
 FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pc")
 NCU_CSV = os.path.join(FIX, "markers_synthetic_ncu.csv")

@@ -170,9 +170,9 @@ def _half_then_enospc(path, text):
 
 @pytest.mark.parametrize("case", ["decode-json", "decode-pftrace", "spans-csv", "stats", "merge", "plot", "report"])
 def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data, tmp_path, monkeypatch, capsys, case):
-    import host_decode.reports.merged as merged
     import host_decode.cli.commands.decode as decode_cmd
     import host_decode.reports.html as html
+    import host_decode.reports.merged as merged
     import host_decode.reports.plots as plots
     import host_decode.writers as writers
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from host_decode.core import wire
 from host_decode.core.decoder import decode
 from host_decode.core.errors import DecodeError
-from tests.buffers import B, E, F, I, BufferBuilder
+from tests.buffers import B, BufferBuilder, E, F, I
 
 MASK = 0xFFFF_FFFF
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from host_decode.analysis import diff
+from host_decode.analysis.sessions import trace_from_spans
 from host_decode.cli import main
 from host_decode.core.model import Names
-from host_decode.analysis.sessions import trace_from_spans
 
 
 def test_welch_matches_reference_values():
@@ -80,7 +80,7 @@ def test_lane_unit_averages_per_lane():
 
 def _save(tmp_path, name, scale):
     from host_decode.core.capture import save_capture
-    from tests.buffers import BufferBuilder, B, E, F
+    from tests.buffers import B, BufferBuilder, E, F
 
     rng = np.random.default_rng(3)
     bb = BufferBuilder(num_blocks=8, num_groups=1, records_per_lane=130)

@@ -89,6 +89,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
+
     from host_decode.core.capture import save_capture
     from host_decode.core.decoder import decode
     from host_decode.core.model import Names

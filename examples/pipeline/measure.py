@@ -63,8 +63,8 @@ def _call(setup, fn):
 
 def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
     from host_decode.analysis.regions import analyze
-    from host_decode.writers.perfetto import write_perfetto
     from host_decode.analysis.stats import region_summary, summary_rows
+    from host_decode.writers.perfetto import write_perfetto
 
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = {
