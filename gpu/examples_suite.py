@@ -58,16 +58,23 @@ def table(rows: list[dict]) -> str:
         notes = r.get("note", "")
         if r.get("wait"):
             w = r["wait"]
-            notes = f"n_block p50 {w['n_block_ns_p50']:.0f} ns, waits {100 * w['wait_share_total']:.1f}% (p90 iter {100 * w['wait_share_p90']:.1f}%)"
+            notes = (
+                f"n_block p50 {w['n_block_ns_p50']:.0f} ns, waits {100 * w['wait_share_total']:.1f}% "
+                f"(p90 iter {100 * w['wait_share_p90']:.1f}%)"
+            )
         if r.get("producer") and not r.get("wait"):
             p = r["producer"]
-            notes = f"producer waits for free stages {100 * p['wait_empty_share']:.0f}%, K released every {p['k_release_interval_ns_p50']:.0f} ns"
+            notes = (
+                f"producer waits for free stages {100 * p['wait_empty_share']:.0f}%, "
+                f"K released every {p['k_release_interval_ns_p50']:.0f} ns"
+            )
         if "noise" in r:
             notes = f"FA4 vs FA4 {100 * r['noise']:+.2f}%; " + notes
         base = r.get("fa4_ms", r.get("base_ms", float("nan")))
         lines.append(
             f"{r['example']:<11}{variant:<22}{base:>9.4f}{r.get('ms', float('nan')):>9.4f}"
-            f"{100 * r.get('slowdown', float('nan')):>9.2f}%{r.get('rel_err', float('nan')):>10.2e}{r.get('lost', 0):>6}  {notes}"
+            f"{100 * r.get('slowdown', float('nan')):>9.2f}%{r.get('rel_err', float('nan')):>10.2e}"
+            f"{r.get('lost', 0):>6}  {notes}"
         )
     return "\n".join(lines)
 
@@ -92,8 +99,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=EXAMPLES, action="append")
     ap.add_argument("--launches", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="smaller problems (a smoke run)")
-    ap.add_argument("--timeout", type=float, default=300, help="seconds per example (a hung kernel stops only its example)")
-    ap.add_argument("--fa4-ablation", action="store_true", help="FA4: time partial instrumentations (where the cost is)")
+    ap.add_argument(
+        "--timeout", type=float, default=300, help="seconds per example (a hung kernel stops only its example)"
+    )
+    ap.add_argument(
+        "--fa4-ablation", action="store_true", help="FA4: time partial instrumentations (where the cost is)"
+    )
     ap.add_argument("--child", choices=EXAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=Path("/tmp/ikp_examples_suite"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -6,7 +6,7 @@ import numpy as np
 
 from host_decode.core import wire
 
-B, E, I, F = (int(t) for t in wire.EventType)
+B, E, INST, F = (int(t) for t in wire.EventType)
 
 
 class BufferBuilder:
@@ -29,6 +29,6 @@ class BufferBuilder:
         return self
 
     def anchor(self, lane: int, t64: int):
-        self.put(lane, t64 & 0xFFFF_FFFF, wire.ANCHOR_LO_EVENT_ID, I)
-        self.put(lane, t64 >> 32, wire.ANCHOR_HI_EVENT_ID, I)
+        self.put(lane, t64 & 0xFFFF_FFFF, wire.ANCHOR_LO_EVENT_ID, INST)
+        self.put(lane, t64 >> 32, wire.ANCHOR_HI_EVENT_ID, INST)
         return self

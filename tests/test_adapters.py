@@ -63,7 +63,10 @@ def test_ncu_synthetic_fixture():
     assert "l2_theoretical_sectors_global" in t.counters
 
 
-HEADER = '"Address","Source","Instructions Executed","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait","stall_long_sb (Not Issued)"\n'
+HEADER = (
+    '"Address","Source","Instructions Executed","Warp Stall Sampling (All Samples)","Instructions Executed",'
+    '"stall_wait","stall_long_sb (Not Issued)"\n'
+)
 
 
 def _csv(kernel: str, rows: list[str], base=0x7000) -> str:
@@ -277,7 +280,8 @@ FAKE_CUPTI_C = r"""
 #include <string.h>
 #define PACKED __attribute__((__packed__)) __attribute__((aligned(8)))
 typedef struct PACKED { uint32_t idx; uint32_t samples; } SR;
-typedef struct PACKED { size_t size; uint64_t crc; uint64_t pc; uint32_t fi; uint32_t pad; char* fn; size_t n; SR* sr; uint32_t corr; } PCD;
+typedef struct PACKED { size_t size; uint64_t crc; uint64_t pc; uint32_t fi; uint32_t pad; char* fn; size_t n;
+                        SR* sr; uint32_t corr; } PCD;
 typedef struct PACKED { size_t size; size_t collect; uint64_t total; uint64_t dropped; size_t npcs; size_t remaining;
                         uint64_t range; PCD* pcs; uint64_t nonusr; uint8_t full; } DATA;
 typedef struct { uint32_t type; int32_t status; uint64_t data[3]; } CFG;
@@ -321,8 +325,13 @@ int cuptiPCSamplingGetData(GETP* p) {
   return 0;
 }
 typedef struct { size_t size; size_t n; const void* cubin; uint64_t crc; } CRCP;
-int cuptiGetCubinCrc(CRCP* p) { if (p->size != 32 || p->n != 4 || memcmp(p->cubin, "\x7f" "ELF", 4)) return 91; p->crc = 99; return 0; }
-int cuptiPCSamplingDisable(CTXP* p) { put(configured, 0, 0x10, 12, 1, 10, 0); configured->npcs = 1; configured->total = 1; return 0; }
+int cuptiGetCubinCrc(CRCP* p) {
+  if (p->size != 32 || p->n != 4 || memcmp(p->cubin, "\x7f" "ELF", 4)) return 91;
+  p->crc = 99; return 0;
+}
+int cuptiPCSamplingDisable(CTXP* p) {
+  put(configured, 0, 0x10, 12, 1, 10, 0); configured->npcs = 1; configured->total = 1; return 0;
+}
 """
 
 

@@ -29,9 +29,19 @@ def profiler_doc(kernels, base=BASE):
 
 def device_trace(t0, absolute=True, meta=None):
     """Regions 1,000..9,000 ns after t0 on 2 blocks x 2 groups."""
-    rows = [(0, 0, 1, t0, t0 + 4_000), (0, 1, 2, t0 + 1_000, t0 + 9_000), (1, 0, 1, t0 + 500, t0 + 3_000), (1, 1, 2, t0 + 600, t0 + 8_000)]
-    return trace_from_spans(rows, num_groups=2, names=Names({1: "load", 2: "mma"}, {0: "producer", 1: "consumer"}),
-                            absolute=absolute, meta=dict(meta or {}, kernel="my_kernel"))
+    rows = [
+        (0, 0, 1, t0, t0 + 4_000),
+        (0, 1, 2, t0 + 1_000, t0 + 9_000),
+        (1, 0, 1, t0 + 500, t0 + 3_000),
+        (1, 1, 2, t0 + 600, t0 + 8_000),
+    ]
+    return trace_from_spans(
+        rows,
+        num_groups=2,
+        names=Names({1: "load", 2: "mma"}, {0: "producer", 1: "consumer"}),
+        absolute=absolute,
+        meta=dict(meta or {}, kernel="my_kernel"),
+    )
 
 
 def test_offset_from_both_ends_hand_computed():
@@ -53,8 +63,13 @@ def test_offset_from_both_ends_hand_computed():
 def test_merge_places_regions_inside_the_kernel_slice(tmp_path):
     t0 = BASE + 5_000_000_000  # absolute globaltimer ns
     skew = 2_345  # profiler clock ahead of globaltimer
-    doc = profiler_doc([("other_kernel", t0 - 50_000, 3_000), ("my_kernel", t0 + skew - 800, 10_000),
-                        ("my_kernel", t0 + 100_000, 10_000)])
+    doc = profiler_doc(
+        [
+            ("other_kernel", t0 - 50_000, 3_000),
+            ("my_kernel", t0 + skew - 800, 10_000),
+            ("my_kernel", t0 + 100_000, 10_000),
+        ]
+    )
     path = tmp_path / "torch.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(doc, f)
@@ -91,8 +106,13 @@ def test_session_matched_to_consecutive_slices_and_explicit_occurrence(tmp_path)
 
 
 def test_kernel_name_matching_and_errors():
-    doc = profiler_doc([("void ns::my_kernel<128>(float*)", BASE + 10, 5), ("void ns::my_kernel_v2(float*)", BASE + 20, 5),
-                        ("cutlass_gemm", BASE + 30, 5)])
+    doc = profiler_doc(
+        [
+            ("void ns::my_kernel<128>(float*)", BASE + 10, 5),
+            ("void ns::my_kernel_v2(float*)", BASE + 20, 5),
+            ("cutlass_gemm", BASE + 30, 5),
+        ]
+    )
     assert align.find_kernel(doc, "my_kernel<128>")[0] == "void ns::my_kernel<128>(float*)"
     with pytest.raises(DecodeError, match="2 different kernels"):
         align.find_kernel(doc, "my_kernel")
@@ -130,10 +150,20 @@ def test_cli_merge_with_torch(tmp_path):
     bb.put(0, lo + 200, 1, B).put(0, lo + 2_200, 1, E).put(0, lo + 2_500, 0, F)
     cap = save_capture(tmp_path / "k.npy", bb.buf, {"events": {"1": "mma"}}, kernel="my_kernel")
     (tmp_path / "t.json").write_text(json.dumps(profiler_doc([("my_kernel", t64 - 1_000, 4_000)])))
-    assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--format", "json"]) == 0
+    assert (
+        main(
+            ["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--format", "json"]
+        )
+        == 0
+    )
     merged = json.loads((tmp_path / "o.json").read_text())
     assert merged["ikp_alignment"]["slack_ns"] == 1_500 and merged["ikp_alignment"]["consistent"]
-    assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--kernel", "zzz"]) == 2
+    assert (
+        main(
+            ["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--kernel", "zzz"]
+        )
+        == 2
+    )
 
 
 def test_absolute_match_refuses_when_ambiguous():

@@ -26,7 +26,12 @@ def small_trace():
         (1, 0, EV1, 100, 130),
         (2, 0, EV1, 0, 200),
     ]
-    t = trace_from_spans(spans, num_groups=2, num_blocks=3, names=Names({1: "load", 2: "mma", 3: "epi", 4: "st"}, {0: "producer", 1: "consumer"}))
+    t = trace_from_spans(
+        spans,
+        num_groups=2,
+        num_blocks=3,
+        names=Names({1: "load", 2: "mma", 3: "epi", 4: "st"}, {0: "producer", 1: "consumer"}),
+    )
     # widen lane 0's window and add lane 3 (records but no region): what decode gives for anchors/finalize
     lanes = t.lanes
     lanes["first_ns"][lanes["lane"] == 0] = 5
@@ -51,7 +56,9 @@ def test_union_intervals_merges_overlaps_and_touching_per_key():
 def test_gaps_and_bubbles_hand_computed():
     t = small_trace()
     gaps = an.lane_gaps(t)
-    rows = [(int(g["lane"]), int(g["start_ns"]), int(g["end_ns"]), int(g["prev_event"]), int(g["next_event"])) for g in gaps]
+    rows = [
+        (int(g["lane"]), int(g["start_ns"]), int(g["end_ns"]), int(g["prev_event"]), int(g["next_event"])) for g in gaps
+    ]
     assert rows == [
         (0, 5, 10, -1, EV1),  # lead-in
         (0, 30, 40, EV2, EV1),  # mma ended last (at 30) before the gap
@@ -172,7 +179,9 @@ def test_session_launch_numbers_are_per_launch_medians():
 
     # launch A: block ends 100, 200 (tail 50: median 150); launch B: ends 100, 400 (tail 150: median 250)
     a = trace_from_spans([(0, 0, 1, 0, 100), (1, 0, 1, 0, 200)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True)
-    b = trace_from_spans([(0, 0, 1, 10_000, 10_100), (1, 0, 1, 10_000, 10_400)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True)
+    b = trace_from_spans(
+        [(0, 0, 1, 10_000, 10_100), (1, 0, 1, 10_000, 10_400)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True
+    )
     s = an.launch_summary(concat(parts_from_traces([a, b])))
     assert [d["tail_ns"] for d in s["per_launch"]] == [50, 150]
     assert s["tail_ns"] == 100 and s["launches"] == 2

@@ -35,7 +35,9 @@ def check_nesting_per_thread(events: list[dict]) -> None:
     by_thread: dict = {}
     for e in events:
         if e["ph"] == "X":
-            by_thread.setdefault((e["pid"], e["tid"]), []).append((ns(e["ts"]), -ns(e["dur"]), ns(e["ts"]) + ns(e["dur"])))
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(
+                (ns(e["ts"]), -ns(e["dur"]), ns(e["ts"]) + ns(e["dur"]))
+            )
     for key, xs in by_thread.items():
         stack: list[int] = []
         for start, _, end in sorted(xs):
@@ -46,14 +48,18 @@ def check_nesting_per_thread(events: list[dict]) -> None:
 
 
 def test_spans_instants_metadata(tmp_path):
-    lanes = {0: [("B", 0, 0), ("B", 1, 1001), ("E", 1, 2003), ("I", 7, 2500), ("E", 0, 3000)],
-             3: [("B", 0, 5), ("E", 0, 15)]}
-    trace = make_trace(lanes, sm={0: 4, 3: 9}, names=Names(events={0: "main\"loop", 1: "mma", 7: "mark"}, groups={1: "consumer"}))
+    lanes = {
+        0: [("B", 0, 0), ("B", 1, 1001), ("E", 1, 2003), ("I", 7, 2500), ("E", 0, 3000)],
+        3: [("B", 0, 5), ("E", 0, 15)],
+    }
+    trace = make_trace(
+        lanes, sm={0: 4, 3: 9}, names=Names(events={0: 'main"loop', 1: "mma", 7: "mark"}, groups={1: "consumer"})
+    )
     stats = write_chrome_json(trace, tmp_path / "t.json", args=True)
     events = load(tmp_path / "t.json")
     assert stats["events"] == len(events)
     x = sorted((e["pid"], e["tid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
-    assert x == [(0, 0, "main\"loop", 0, 3000), (0, 0, "mma", 1001, 1002), (1, 1, "main\"loop", 5, 10)]
+    assert x == [(0, 0, 'main"loop', 0, 3000), (0, 0, "mma", 1001, 1002), (1, 1, 'main"loop', 5, 10)]
     inst = [e for e in events if e["ph"] == "i"]
     assert len(inst) == 1 and inst[0]["name"] == "mark" and ns(inst[0]["ts"]) == 2500 and inst[0]["s"] == "t"
     meta = {(e["name"], e["pid"], e["tid"]): e["args"] for e in events if e["ph"] == "M"}
@@ -66,7 +72,7 @@ def test_spans_instants_metadata(tmp_path):
     x_args = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "mma"]
     assert x_args == [{"lane": 0, "event": 1, "sm": 4}]
     counters = [e for e in events if e["ph"] == "C"]
-    assert {e["name"] for e in counters} == {"lanes in main\"loop", "lanes in mma"}
+    assert {e["name"] for e in counters} == {'lanes in main"loop', "lanes in mma"}
 
 
 def test_timestamps_exact_for_absolute_times(tmp_path):
@@ -87,19 +93,31 @@ def test_random_traces(tmp_path, seed):
     check_nesting_per_thread(events)
     origin = pf.trace_origin(trace)
     sp = trace.spans
-    want = sorted(zip(sp["block"].tolist(), [trace.names.event(e) for e in sp["event"].tolist()],
-                      (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
+    want = sorted(
+        zip(
+            sp["block"].tolist(),
+            [trace.names.event(e) for e in sp["event"].tolist()],
+            (sp["start_ns"] - origin).tolist(),
+            (sp["end_ns"] - sp["start_ns"]).tolist(),
+        )
+    )
     got = sorted((e["pid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
     assert got == want
     ev, t, v = od.lanes_inside(sp)
     c = sorted((e["name"], ns(e["ts"]), e["args"]["lanes"]) for e in events if e["ph"] == "C")
-    assert c == sorted((f"lanes in {trace.names.event(a)}", b - origin, d) for a, b, d in zip(ev.tolist(), t.tolist(), v.tolist()))
+    assert c == sorted(
+        (f"lanes in {trace.names.event(a)}", b - origin, d) for a, b, d in zip(ev.tolist(), t.tolist(), v.tolist())
+    )
 
 
 def test_nesting_check_can_fail():
     with pytest.raises(AssertionError, match="crosses"):
-        check_nesting_per_thread([{"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.010},
-                                  {"ph": "X", "pid": 0, "tid": 0, "ts": 0.005, "dur": 0.010}])
+        check_nesting_per_thread(
+            [
+                {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.010},
+                {"ph": "X", "pid": 0, "tid": 0, "ts": 0.005, "dur": 0.010},
+            ]
+        )
 
 
 def test_overlap_gets_its_own_thread(tmp_path):
@@ -117,8 +135,16 @@ def test_overlap_gets_its_own_thread(tmp_path):
 # --- writers.write_trace ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,fmt,gz", [("a.pftrace", "perfetto", False), ("a.perfetto-trace.gz", "perfetto", True),
-                                         ("a.pb", "perfetto", False), ("A.JSON", "json", False), ("a.json.gz", "json", True)])
+@pytest.mark.parametrize(
+    "name,fmt,gz",
+    [
+        ("a.pftrace", "perfetto", False),
+        ("a.perfetto-trace.gz", "perfetto", True),
+        ("a.pb", "perfetto", False),
+        ("A.JSON", "json", False),
+        ("a.json.gz", "json", True),
+    ],
+)
 def test_trace_format(name, fmt, gz):
     assert trace_format(name) == (fmt, gz)
 

@@ -30,7 +30,10 @@ ARCH = "sm_90a"
 
 
 def find_nvcc() -> str | None:
-    for candidate in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+    for candidate in (
+        shutil.which("nvcc"),
+        os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
+    ):
         if candidate and os.path.isfile(candidate):
             return candidate
     return None
@@ -218,7 +221,10 @@ def constants_source(wrong: bool = False) -> str:
     if wrong:
         pairs["kLaneShift"] += 1
     lines = ['#include "ikp.cuh"']
-    lines += [f'static_assert((long long)(ikp::{name}) == {value}LL, "ikp::{name} != {value} (wire.py)");' for name, value in pairs.items()]
+    lines += [
+        f'static_assert((long long)(ikp::{name}) == {value}LL, "ikp::{name} != {value} (wire.py)");'
+        for name, value in pairs.items()
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -236,7 +242,9 @@ def test_include_dir_holds_the_headers():
 
 
 def test_python_m_ikp_cute_include_prints_the_dir():
-    res = subprocess.run([sys.executable, "-m", "ikp_cute", "--include"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "ikp_cute", "--include"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     assert (Path(res.stdout.strip()) / "ikp.cuh").is_file(), res.stdout
 
@@ -329,7 +337,12 @@ int main() {
     src = tmp_path / "host.cu"
     src.write_text(source)
     exe = tmp_path / "host"
-    res = subprocess.run([NVCC, "-std=c++17", f"-I{include_dir()}", "-o", str(exe), str(src)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [NVCC, "-std=c++17", f"-I{include_dir()}", "-o", str(exe), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -348,7 +361,19 @@ int main() {
 @needs_nvcc
 def test_example_compiles(tmp_path):
     lib = tmp_path / "libikp_example.so"
-    cmd = [NVCC, "-std=c++17", "-O3", f"-arch={ARCH}", "-shared", "-Xcompiler", "-fPIC", f"-I{include_dir()}", "-o", str(lib), str(EXAMPLE)]
+    cmd = [
+        NVCC,
+        "-std=c++17",
+        "-O3",
+        f"-arch={ARCH}",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        f"-I{include_dir()}",
+        "-o",
+        str(lib),
+        str(EXAMPLE),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
 
@@ -448,8 +473,13 @@ def nvrtc_compile(source: str, *options: str) -> tuple[bool, str, str]:
     import sys
 
     opts = [f"--gpu-architecture={ARCH}", "-std=c++17", f"-I{include_dir()}", *options]
-    proc = subprocess.run([sys.executable, "-c", NVRTC_CHILD], input=json.dumps({"source": source, "options": opts}),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", NVRTC_CHILD],
+        input=json.dumps({"source": source, "options": opts}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"NVRTC child failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -538,9 +568,17 @@ def test_reference_v1_decoder_agrees_on_a_plain_buffer(cross_check):
     assert cross_check.plain_v1_violations(buf, cross_check.WRITE_STRIDE, 32) == []
     ref = cross_check.v1_reference_decode(buf, cross_check.WRITE_STRIDE, 32)
     trace = decode(buf, write_stride=cross_check.WRITE_STRIDE)
-    assert ref["structure"] == cross_check.structure(trace) == cross_check.expected_structure("nested", 32, cross_check.ITERS)
-    ours = sorted(zip(trace.spans["lane"].tolist(), (trace.spans["start_ns"] & 0xFFFF_FFFF).tolist(), trace.durations().tolist()))
+    assert (
+        ref["structure"]
+        == cross_check.structure(trace)
+        == cross_check.expected_structure("nested", 32, cross_check.ITERS)
+    )
+    ours = sorted(
+        zip(trace.spans["lane"].tolist(), (trace.spans["start_ns"] & 0xFFFF_FFFF).tolist(), trace.durations().tolist())
+    )
     assert ours == sorted(ref["durations"])
     assert cross_check.check_trace(trace, "nested", 32, cross_check.ITERS, extensions=False) == []
     # the buffer with extensions is flagged as not plain
-    assert cross_check.plain_v1_violations(cross_check.simulate_buffer("nested", 32, cross_check.ITERS), cross_check.WRITE_STRIDE, 32)
+    assert cross_check.plain_v1_violations(
+        cross_check.simulate_buffer("nested", 32, cross_check.ITERS), cross_check.WRITE_STRIDE, 32
+    )

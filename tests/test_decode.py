@@ -8,7 +8,7 @@ from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode, infer_write_stride, load_capture
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
-from tests.buffers import B, BufferBuilder, E, F, I
+from tests.buffers import INST, B, BufferBuilder, E, F
 
 
 def spans_of(trace):
@@ -24,7 +24,7 @@ def test_nested_overlap_and_every_bucket():
     # lane 1: re-entrant A inside A, then one END too many
     b.put(1, 100, 1, B).put(1, 105, 1, B).put(1, 110, 1, E).put(1, 120, 1, E).put(1, 125, 1, E)
     # lane 2: an instant and an unmatched begin
-    b.put(2, 100, 4, I).put(2, 101, 3, B)
+    b.put(2, 100, 4, INST).put(2, 101, 3, B)
     # lane 3: begin, finalize, then an end after the finalize
     b.put(3, 50, 1, B).put(3, 60, 0, F).put(3, 70, 1, E)
     t = decode(b.buf)
@@ -87,7 +87,7 @@ def test_lane_without_anchor_joins_the_absolute_timeline():
 
 def test_dropped_records_are_counted():
     b = BufferBuilder(1, 1, 6)  # capacity 2 after anchors and trailer
-    b.anchor(0, 1 << 40).put(0, 5, 1, B).put(0, 9, 1, E).put(0, 17, wire.DROPPED_EVENT_ID, I).put(0, 20, 3, F)
+    b.anchor(0, 1 << 40).put(0, 5, 1, B).put(0, 9, 1, E).put(0, 17, wire.DROPPED_EVENT_ID, INST).put(0, 20, 3, F)
     t = decode(b.buf)
     assert t.loss.dropped_on_device == 17 and t.lanes["dropped"].tolist() == [17]
     assert t.loss.lost == 17 and t.lanes["sm"].tolist() == [3]
@@ -105,7 +105,9 @@ def test_3d_grid_lanes_flatten():
                     b.put(bl * ng + g, 100 + bl, g, B).put(bl * ng + g, 200 + bl, g, E)
     t = decode(b.buf)
     assert t.spans.size == nb * ng
-    assert sorted(zip(t.spans["block"].tolist(), t.spans["group"].tolist())) == [(bl, g) for bl in range(nb) for g in range(ng)]
+    assert sorted(zip(t.spans["block"].tolist(), t.spans["group"].tolist())) == [
+        (bl, g) for bl in range(nb) for g in range(ng)
+    ]
 
 
 def test_persistent_layout_with_larger_stride():
@@ -174,8 +176,13 @@ def test_int64_and_uint64_decode_alike():
 def test_capture_round_trip_and_bad_files(tmp_path):
     b = BufferBuilder(1, 2, 4)
     b.put(0, 1, 0, B).put(0, 9, 0, E).put(1, 2, 1, B).put(1, 4, 1, E)
-    path = save_capture(tmp_path / "cap.npy", b.buf, {"events": ["load", "mma"], "groups": ["producer", "consumer"]},
-                        kernel="k", write_stride=2)
+    path = save_capture(
+        tmp_path / "cap.npy",
+        b.buf,
+        {"events": ["load", "mma"], "groups": ["producer", "consumer"]},
+        kernel="k",
+        write_stride=2,
+    )
     t = load_capture(path)
     assert t.names.event(1) == "mma" and t.names.group(0) == "producer" and t.meta["kernel"] == "k"
     assert t.names.event(5) == "event_5"
@@ -326,9 +333,9 @@ def test_untimed_first_record_takes_the_first_timed_time(untimed):
     # timer field (a drop count, or a high half) is no time; the lane's first timed record is
     b = BufferBuilder(2, 1, 6)
     if untimed == "dropped":
-        b.put(0, 7, wire.DROPPED_EVENT_ID, I)
+        b.put(0, 7, wire.DROPPED_EVENT_ID, INST)
     else:
-        b.put(0, 0x1234, wire.ANCHOR_HI_EVENT_ID, I)
+        b.put(0, 0x1234, wire.ANCHOR_HI_EVENT_ID, INST)
     b.put(0, 0xFFFF_FF00, 1, B).put(0, 0xFFFF_FF80, 1, E)
     b.put(1, 0xFFFF_FF10, 1, B).put(1, 0xFFFF_FF90, 1, E)
     t = decode(b.buf)
@@ -343,7 +350,7 @@ def test_untimed_first_record_takes_the_first_timed_time(untimed):
 
 def test_lane_with_no_timed_record_has_no_time():
     b = BufferBuilder(2, 1, 4)
-    b.put(0, 0x55, wire.ANCHOR_HI_EVENT_ID, I)  # nothing else in lane 0
+    b.put(0, 0x55, wire.ANCHOR_HI_EVENT_ID, INST)  # nothing else in lane 0
     b.put(1, 1000, 1, B).put(1, 1100, 1, E)
     t = decode(b.buf)
     assert t.lanes["first_ns"].tolist() == [-1, t.spans["start_ns"][0]]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from host_decode.core import wire
 from host_decode.core.decoder import decode
 from host_decode.core.errors import DecodeError
-from tests.buffers import B, BufferBuilder, E, F, I
+from tests.buffers import INST, B, BufferBuilder, E, F
 
 MASK = 0xFFFF_FFFF
 
@@ -35,7 +35,7 @@ def programs(draw):
                 ev = open_.pop(draw(st.integers(0, len(open_) - 1)))  # any open id: overlap allowed
                 ops.append((dt, ev, E))
             elif choice == 8:
-                ops.append((dt, draw(st.integers(0, 3)), I))
+                ops.append((dt, draw(st.integers(0, 3)), INST))
             else:
                 ops.append((dt, draw(st.integers(0, 3)), draw(st.sampled_from([E, F]))))  # stray END / FINALIZE
         lanes[lane] = ops
@@ -74,7 +74,7 @@ def reference(lanes, abs_times):
                     buckets["paired"] += 2
                 else:
                     buckets["unmatched_end"] += 1
-            elif ty == I:
+            elif ty == INST:
                 buckets["instant"] += 1
             else:
                 buckets["finalize"] += 1
@@ -98,8 +98,14 @@ def test_valid_programs_decode_to_their_spans(prog):
         return
     t = decode(buf)
     origin = min(min(v) for v in abs_times.values() if v)
-    got = sorted(zip(t.spans["lane"].tolist(), t.spans["event"].tolist(),
-                     (t.spans["start_ns"] - t.start_ns + origin).tolist(), (t.spans["end_ns"] - t.start_ns + origin).tolist()))
+    got = sorted(
+        zip(
+            t.spans["lane"].tolist(),
+            t.spans["event"].tolist(),
+            (t.spans["start_ns"] - t.start_ns + origin).tolist(),
+            (t.spans["end_ns"] - t.start_ns + origin).tolist(),
+        )
+    )
     assert got == want_spans
     tot = t.loss.totals
     assert tot["paired_begin"] + tot["paired_end"] == want["paired"]

@@ -9,7 +9,7 @@ import pytest
 import host_decode.core.decoder as d
 from host_decode.core import wire
 from host_decode.core.decoder import decode
-from tests.buffers import B, BufferBuilder, E, F, I
+from tests.buffers import INST, B, BufferBuilder, E, F
 
 M = 0xFFFF_FFFF
 CHUNKS = [1 << 16, 1, 8]  # one chunk; a chunk per lane; a few lanes per chunk
@@ -45,11 +45,13 @@ def test_first_anchored_lane_in_a_later_chunk(chunk_slots):
     b = BufferBuilder(4, 1, 8)
     for lane in range(3):
         b.put(lane, (t0 + 10 * lane) & M, 1, B).put(lane, (t0 + 10 * lane + 80) & M, 1, E)
-        b.put(lane, (t0 + 10 * lane + 90) & M, 3, I)
+        b.put(lane, (t0 + 10 * lane + 90) & M, 3, INST)
     b.anchor(3, t0 + 1).put(3, (t0 + 2) & M, 2, B).put(3, (t0 + 3) & M, 2, E).put(3, (t0 + 4) & M, 7, F)
     t = decode(b.buf)
     assert t.absolute
-    assert spans_of(t) == [(lane, 1, t0 + 10 * lane, t0 + 10 * lane + 80, 0) for lane in range(3)] + [(3, 2, t0 + 2, t0 + 3, 0)]
+    assert spans_of(t) == [(lane, 1, t0 + 10 * lane, t0 + 10 * lane + 80, 0) for lane in range(3)] + [
+        (3, 2, t0 + 2, t0 + 3, 0)
+    ]
     assert t.instants["ts_ns"].tolist() == [t0 + 90, t0 + 100, t0 + 110]
     assert t.lanes["finalize_ns"].tolist() == [-1, -1, -1, t0 + 4]
     assert t.lanes["last_ns"].tolist() == [t0 + 90, t0 + 100, t0 + 110, t0 + 4]
@@ -84,10 +86,10 @@ def test_dense_and_sparse_chunks_decode_alike(chunk_slots):
     per_lane = {}
     for lane in range(nb * ng):
         ts = int(rng.integers(0, 2**32))
-        recs = [(ts, wire.ANCHOR_LO_EVENT_ID, I), (0, wire.ANCHOR_HI_EVENT_ID, I)]
+        recs = [(ts, wire.ANCHOR_LO_EVENT_ID, INST), (0, wire.ANCHOR_HI_EVENT_ID, INST)]
         for k in range(rpl - 3):  # nested regions of two ids, depth up to 2, wrapping the timer
             ts += int(rng.integers(1, 2**30))
-            recs.append((ts, [1, 2, 2, 1, 3, 3, 4][k], [B, B, E, E, B, E, I][k]))
+            recs.append((ts, [1, 2, 2, 1, 3, 3, 4][k], [B, B, E, E, B, E, INST][k]))
         recs.append((ts + 1, 9, F))
         per_lane[lane] = recs
     traces = []

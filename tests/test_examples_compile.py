@@ -171,7 +171,7 @@ def test_non_profiler_difference_catches_a_changed_kernel(pipeline_ptx):
     assert any("changed" in op for op in non_profiler_difference(plain, changed))
     # a kernel store that is not the profiler's is not excused by the store exemption
     ours = set(profiler_stores(instrumented))
-    kernel_store = next(l for l in _instructions(instrumented) if l.startswith("st.global") and l not in ours)
+    kernel_store = next(ins for ins in _instructions(instrumented) if ins.startswith("st.global") and ins not in ours)
     extra = instrumented.replace(kernel_store, kernel_store + ";\n\t" + kernel_store, 1)
     assert kernel_store.split()[0] in non_profiler_difference(plain, extra)
     assert "<no profiler stores found>" in non_profiler_difference(plain, plain)
@@ -340,11 +340,11 @@ def test_pipeline_capture_structure():
     lanes = np.arange(blocks * 3)
     producers, consumers = lanes[lanes % 3 == 0], lanes[lanes % 3 != 0]
     for event in ("wait_slot", "issue_tma"):
-        assert _per_lane_counts(trace, event) == {int(l): k_tiles for l in producers}
+        assert _per_lane_counts(trace, event) == {int(lane): k_tiles for lane in producers}
     for event in ("wait_data", "mma"):
-        assert _per_lane_counts(trace, event) == {int(l): k_tiles for l in consumers}
+        assert _per_lane_counts(trace, event) == {int(lane): k_tiles for lane in consumers}
     for event in ("tile", "epilogue"):
-        assert _per_lane_counts(trace, event) == {int(l): 1 for l in consumers}
+        assert _per_lane_counts(trace, event) == {int(lane): 1 for lane in consumers}
 
 
 def test_megakernel_capture_structure():
@@ -370,7 +370,7 @@ def test_fa4_capture_structure():
     lanes = np.arange(trace.num_blocks * 3)
     consumers = lanes[lanes % 3 != 0]
     for event in ("consumer", "wait_Q", "mainloop", "epilogue"):
-        assert _per_lane_counts(trace, event) == {int(l): 1 for l in consumers}
+        assert _per_lane_counts(trace, event) == {int(lane): 1 for lane in consumers}
     # intra-warpgroup overlap: the first n-block is a "first half", the rest are full iterations
     n_iter = _per_lane_counts(trace, "n_block")
     waits_k = _per_lane_counts(trace, "wait_K")
@@ -384,7 +384,7 @@ def test_fa4_capture_structure():
     # K waits are recorded only when the try-wait poll saw the stage not ready: at most one per n-block
     # (first half included), and never outside an iteration's lane
     assert sum(waits_k.values()) <= total_iters + len(consumers)
-    assert set(waits_k) <= {int(l) for l in consumers}
+    assert set(waits_k) <= {int(lane) for lane in consumers}
 
 
 # --- the FA4 runner's trace analysis (numpy only) --------------------------------------------------------

@@ -50,7 +50,9 @@ def test_iket_json_real_launch():
     assert len(t.lanes) == BLOCKS * WARPS and (t.lanes["sm"] >= 0).all()
     names = [t.names.event(e) for e in t.spans["event"]]
     assert {n: names.count(n) for n in set(names)} == {n: BLOCKS * WARPS * TILES for n in ("tile", "load", "math")}
-    assert len(t.instants) == BLOCKS * WARPS * TILES and set(t.names.event(e) for e in t.instants["event"]) == {"tile_done"}
+    assert len(t.instants) == BLOCKS * WARPS * TILES and set(t.names.event(e) for e in t.instants["event"]) == {
+        "tile_done"
+    }
     depth = dict(zip(names, t.spans["depth"].tolist()))
     assert depth == {"tile": 0, "load": 1, "math": 1}  # push/pop nesting recovered, math (range_start) inside tile
     assert (t.spans["end_ns"] >= t.spans["start_ns"]).all()

@@ -22,7 +22,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
 MAX_LINES = 900
-LAYERS = {"core": 0, "interop": 1, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "reports": 2, "cli": 3}
+LAYERS = {
+    "core": 0,
+    "interop": 1,
+    "writers": 1,
+    "analysis": 1,
+    "hardware": 1,
+    "torch_traces": 1,
+    "reports": 2,
+    "cli": 3,
+}
 # (from stage, to stage) of one rank that may import each other on purpose, one direction each:
 # clock alignment (analysis/align.py) reads torch traces through the one torch reader (torch_traces/loader.py)
 # sessions (analysis/sessions.py) load other tracers' traces through host_decode/interop
@@ -30,8 +39,7 @@ SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces"), ("analysis"
 COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
-KNOWN = {
-}
+KNOWN = {}
 
 
 def find_modules(root: Path) -> dict[str, Path]:
@@ -209,7 +217,12 @@ def test_the_project_stands_alone():
     hits = []
     for path in ROOT.rglob("*"):
         rel = path.relative_to(ROOT)
-        if skip & set(rel.parts) or any(part.endswith(".egg-info") for part in rel.parts) or not path.is_file() or path.suffix in (".npy", ".npz", ".png", ".gz", ".cubin"):
+        if (
+            skip & set(rel.parts)
+            or any(part.endswith(".egg-info") for part in rel.parts)
+            or not path.is_file()
+            or path.suffix in (".npy", ".npz", ".png", ".gz", ".cubin")
+        ):
             continue
         try:
             text = path.read_text(encoding="utf-8")

@@ -109,7 +109,9 @@ class TraceError(AssertionError):
 
 def unknown_fields(msg, path: str = "") -> list[str]:
     """Every unknown field in msg and its sub-messages (the importer would silently drop them)."""
-    found = [f"{path or msg.DESCRIPTOR.name}: field {f.field_number} wire type {f.wire_type}" for f in UnknownFieldSet(msg)]
+    found = [
+        f"{path or msg.DESCRIPTOR.name}: field {f.field_number} wire type {f.wire_type}" for f in UnknownFieldSet(msg)
+    ]
     for fd, value in msg.ListFields():
         if fd.message_type is None:
             continue
@@ -192,9 +194,18 @@ def replay(data: bytes) -> dict:
         stack = stacks.setdefault(te.track_uuid, [])
         args = {arg_names[a.name_iid]: a.int_value for a in te.debug_annotations}
         if te.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
-            s = {"track": te.track_uuid, "name": names[te.name_iid], "ts": ts, "dur": None, "depth": len(stack),
-                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
-                 "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)}
+            s = {
+                "track": te.track_uuid,
+                "name": names[te.name_iid],
+                "ts": ts,
+                "dur": None,
+                "depth": len(stack),
+                "parent": stack[-1] if stack else None,
+                "args": args,
+                "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
+                "flow_ids": list(te.flow_ids),
+                "terminating_flow_ids": list(te.terminating_flow_ids),
+            }
             slices.append(s)
             if s["instant"]:
                 s["dur"] = 0
@@ -236,12 +247,24 @@ def check_against_trace(trace: Trace, result: dict, *, args: bool) -> None:
             assert s["args"]["block"] * trace.num_groups + s["args"]["group"] == row[0]
     origin = pf.trace_origin(trace)
     sp = trace.spans
-    want_spans = sorted(zip(sp["lane"].tolist(), [trace.names.event(e) for e in sp["event"].tolist()],
-                            (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
+    want_spans = sorted(
+        zip(
+            sp["lane"].tolist(),
+            [trace.names.event(e) for e in sp["event"].tolist()],
+            (sp["start_ns"] - origin).tolist(),
+            (sp["end_ns"] - sp["start_ns"]).tolist(),
+        )
+    )
     assert sorted(got_spans) == want_spans
     ins = trace.instants
-    want_inst = sorted(zip(ins["lane"].tolist(), [trace.names.event(e) for e in ins["event"].tolist()],
-                           (ins["ts_ns"] - origin).tolist(), [0] * ins.size))
+    want_inst = sorted(
+        zip(
+            ins["lane"].tolist(),
+            [trace.names.event(e) for e in ins["event"].tolist()],
+            (ins["ts_ns"] - origin).tolist(),
+            [0] * ins.size,
+        )
+    )
     assert sorted(got_inst) == want_inst
 
 
@@ -276,7 +299,9 @@ def check_strict_nesting_matches_depth(trace: Trace, result: dict) -> None:
     origin = pf.trace_origin(trace)
     depth = {}
     for r in trace.spans:
-        depth.setdefault((int(r["lane"]), int(r["start_ns"] - origin), int(r["end_ns"] - r["start_ns"])), []).append(int(r["depth"]))
+        depth.setdefault((int(r["lane"]), int(r["start_ns"] - origin), int(r["end_ns"] - r["start_ns"])), []).append(
+            int(r["depth"])
+        )
     for s in result["slices"]:
         if not s["instant"]:
             assert s["depth"] in depth[(lane_of[s["track"]], s["ts"], s["dur"])]
@@ -309,10 +334,16 @@ def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", **kw) -> dict:
 
 
 def test_nested_and_reentrant_one_track(tmp_path):
-    lanes = {0: [("B", 0, 0), ("B", 1, 10), ("B", 1, 20), ("E", 1, 30), ("E", 1, 40), ("I", 5, 45), ("E", 0, 50)],
-             3: [("B", 0, 5), ("E", 0, 15)]}
-    trace = make_trace(lanes, sm={0: 4, 3: 9}, names=Names(events={0: "mainloop", 1: "mma"}, groups={0: "producer", 1: "consumer"}),
-                       meta={"kernel": "gemm", "device": "H100"})
+    lanes = {
+        0: [("B", 0, 0), ("B", 1, 10), ("B", 1, 20), ("E", 1, 30), ("E", 1, 40), ("I", 5, 45), ("E", 0, 50)],
+        3: [("B", 0, 5), ("E", 0, 15)],
+    }
+    trace = make_trace(
+        lanes,
+        sm={0: 4, 3: 9},
+        names=Names(events={0: "mainloop", 1: "mma"}, groups={0: "producer", 1: "consumer"}),
+        meta={"kernel": "gemm", "device": "H100"},
+    )
     res = write_and_replay(trace, tmp_path)
     check_against_trace(trace, res, args=True)
     check_strict_nesting_matches_depth(trace, res)
@@ -321,8 +352,17 @@ def test_nested_and_reentrant_one_track(tmp_path):
     group_tracks = [d for d in res["tracks"].values() if d.sibling_merge_key]
     assert len(group_tracks) == 2  # no overlap: one track per lane
     names = {d.name for d in res["tracks"].values()}
-    assert {"gemm on H100", "SM 4", "SM 9", "block 0 (SM 4)", "block 1 (SM 9)", "producer", "consumer",
-            "lanes in mainloop", "lanes in mma"} <= names
+    assert {
+        "gemm on H100",
+        "SM 4",
+        "SM 9",
+        "block 0 (SM 4)",
+        "block 1 (SM 9)",
+        "producer",
+        "consumer",
+        "lanes in mainloop",
+        "lanes in mma",
+    } <= names
     mma = [s for s in res["slices"] if s["name"] == "mma"]
     assert sorted((s["depth"], s["dur"]) for s in mma) == [(1, 30), (2, 10)]
     inst = [s for s in res["slices"] if s["instant"]]
@@ -332,7 +372,18 @@ def test_nested_and_reentrant_one_track(tmp_path):
 def test_overlap_goes_to_sibling_track(tmp_path):
     # tma (8) and mma (1) cross inside mainloop (0): tma (the larger id) moves to a sibling track with
     # the same merge key
-    lanes = {1: [("B", 0, 0), ("B", 8, 10), ("B", 1, 20), ("E", 8, 30), ("B", 8, 35), ("E", 1, 40), ("E", 8, 45), ("E", 0, 60)]}
+    lanes = {
+        1: [
+            ("B", 0, 0),
+            ("B", 8, 10),
+            ("B", 1, 20),
+            ("E", 8, 30),
+            ("B", 8, 35),
+            ("E", 1, 40),
+            ("E", 8, 45),
+            ("E", 0, 60),
+        ]
+    }
     trace = make_trace(lanes, names=Names(events={0: "mainloop", 1: "mma", 8: "tma"}, groups={1: "consumer"}))
     res = write_and_replay(trace, tmp_path)
     check_against_trace(trace, res, args=True)
@@ -354,16 +405,36 @@ def test_overlap_goes_to_sibling_track(tmp_path):
 def test_equal_timestamps_end_before_begin(tmp_path):
     # back-to-back regions at equal timestamps, a zero-length region between them, and nested
     # regions ending together: none may nest into its neighbour
-    lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 10), ("B", 0, 10), ("B", 1, 10), ("B", 2, 15),
-                 ("E", 2, 20), ("E", 1, 20), ("E", 0, 20), ("B", 0, 20), ("E", 0, 30)]}
+    lanes = {
+        0: [
+            ("B", 0, 0),
+            ("E", 0, 10),
+            ("B", 1, 10),
+            ("E", 1, 10),
+            ("B", 0, 10),
+            ("B", 1, 10),
+            ("B", 2, 15),
+            ("E", 2, 20),
+            ("E", 1, 20),
+            ("E", 0, 20),
+            ("B", 0, 20),
+            ("E", 0, 30),
+        ]
+    }
     trace = make_trace(lanes)
     res = write_and_replay(trace, tmp_path, args=False)
     check_against_trace(trace, res, args=False)
     check_strict_nesting_matches_depth(trace, res)
     check_counters(trace, res)
     got = sorted((s["name"], s["ts"], s["dur"], s["depth"]) for s in res["slices"])
-    assert got == [("event_0", 0, 10, 0), ("event_0", 10, 10, 0), ("event_0", 20, 10, 0), ("event_1", 10, 0, 0),
-                   ("event_1", 10, 10, 1), ("event_2", 15, 5, 2)]
+    assert got == [
+        ("event_0", 0, 10, 0),
+        ("event_0", 10, 10, 0),
+        ("event_0", 20, 10, 0),
+        ("event_1", 10, 0, 0),
+        ("event_1", 10, 10, 1),
+        ("event_2", 15, 5, 2),
+    ]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -390,7 +461,9 @@ def test_interning_defined_before_use(tmp_path):
     res = write_and_replay(trace, tmp_path)
     first = res["packets"][0]
     assert first.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    assert {n.iid - 1 for n in first.interned_data.event_names} == set(trace.spans["event"].tolist()) | set(trace.instants["event"].tolist())
+    assert {n.iid - 1 for n in first.interned_data.event_names} == set(trace.spans["event"].tolist()) | set(
+        trace.instants["event"].tolist()
+    )
     assert [n.name for n in first.interned_data.debug_annotation_names] == list(pf.ARG_NAMES)
 
 
@@ -419,8 +492,11 @@ def test_rejects_span_ending_before_it_begins(tmp_path):
 
 
 def test_lanes_inside_counts_lanes_once():
-    lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
-             2: [("B", 0, 3), ("E", 0, 12)]}
+    lanes = {
+        0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)],
+        1: [("B", 0, 10), ("E", 0, 20)],
+        2: [("B", 0, 3), ("E", 0, 12)],
+    }
     trace = make_trace(lanes)
     ev, t, v = od.lanes_inside(trace.spans)
     assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
@@ -469,8 +545,16 @@ def test_validator_rejects_begin_before_end_at_equal_time():
     trace, data = _valid_bytes()
     packets = _packets(data)
     parsed = [pb.TracePacket.FromString(p) for p in packets]
-    ends = [i for i, p in enumerate(parsed) if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_END and p.timestamp == 10]
-    begins = [i for i, p in enumerate(parsed) if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN and p.timestamp == 10]
+    ends = [
+        i
+        for i, p in enumerate(parsed)
+        if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_END and p.timestamp == 10
+    ]
+    begins = [
+        i
+        for i, p in enumerate(parsed)
+        if p.HasField("track_event") and p.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN and p.timestamp == 10
+    ]
     i, j = ends[0], begins[0]
     assert i < j
     packets[i], packets[j] = packets[j], packets[i]
@@ -483,7 +567,11 @@ def test_validator_rejects_slice_on_undefined_track():
     _, data = _valid_bytes()
     packets = _packets(data)
     parsed = [pb.TracePacket.FromString(p) for p in packets]
-    keep = [p for p, q in zip(packets, parsed) if not (q.HasField("track_descriptor") and q.track_descriptor.sibling_merge_key)]
+    keep = [
+        p
+        for p, q in zip(packets, parsed)
+        if not (q.HasField("track_descriptor") and q.track_descriptor.sibling_merge_key)
+    ]
     with pytest.raises(TraceError, match="undefined track"):
         replay(_frame(keep))
 
@@ -501,14 +589,20 @@ def test_padded_varints_parse():
 
 def _decoded_trace():
     from host_decode.core.decoder import decode
-    from tests.buffers import B, BufferBuilder, E, F, I
+    from tests.buffers import INST, B, BufferBuilder, E, F
 
     b = BufferBuilder(2, 2, 12)
     # lane 0: mainloop > (tma crosses mma); lane 1: re-entrant mma; lane 2: back-to-back at equal times
-    b.put(0, 100, 0, B).put(0, 110, 8, B).put(0, 120, 1, B).put(0, 130, 8, E).put(0, 140, 1, E).put(0, 150, 0, E).put(0, 160, 3, F)
-    b.put(1, 100, 1, B).put(1, 105, 1, B).put(1, 110, 1, E).put(1, 120, 1, E).put(1, 121, 4, I).put(1, 130, 3, F)
-    b.put(2, 90, 0, B).put(2, 100, 0, E).put(2, 100, 0, B).put(2, 100, 1, B).put(2, 100, 1, E).put(2, 140, 0, E).put(2, 150, 5, F)
-    return decode(b.buf, names=Names(events={0: "mainloop", 1: "mma", 8: "tma", 4: "mark"}, groups={0: "producer", 1: "consumer"}))
+    b.put(0, 100, 0, B).put(0, 110, 8, B).put(0, 120, 1, B).put(0, 130, 8, E).put(0, 140, 1, E).put(0, 150, 0, E).put(
+        0, 160, 3, F
+    )
+    b.put(1, 100, 1, B).put(1, 105, 1, B).put(1, 110, 1, E).put(1, 120, 1, E).put(1, 121, 4, INST).put(1, 130, 3, F)
+    b.put(2, 90, 0, B).put(2, 100, 0, E).put(2, 100, 0, B).put(2, 100, 1, B).put(2, 100, 1, E).put(2, 140, 0, E).put(
+        2, 150, 5, F
+    )
+    return decode(
+        b.buf, names=Names(events={0: "mainloop", 1: "mma", 8: "tma", 4: "mark"}, groups={0: "producer", 1: "consumer"})
+    )
 
 
 def test_decoded_buffer_end_to_end(tmp_path):
@@ -562,8 +656,11 @@ def _file_events(data: bytes) -> list[tuple[int, int, int]]:
     """(type, timestamp, track) of every slice/instant event, in file order."""
     t = pb.Trace()
     t.ParseFromString(data)
-    return [(p.track_event.type, p.timestamp, p.track_event.track_uuid) for p in t.packet
-            if p.HasField("track_event") and p.track_event.type != pb.TrackEvent.TYPE_COUNTER]
+    return [
+        (p.track_event.type, p.timestamp, p.track_event.track_uuid)
+        for p in t.packet
+        if p.HasField("track_event") and p.track_event.type != pb.TrackEvent.TYPE_COUNTER
+    ]
 
 
 @pytest.mark.parametrize("seed,plain", [(s, p) for s in range(4) for p in (False, True)])
@@ -630,8 +727,13 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     assert pf.perfetto_bytes(trace) == data
 
 
-@pytest.mark.parametrize("lanes", [{0: [("I", 1, 0), ("I", 2, 5)], 3: [("I", 1, 7)]},  # instants only
-                                   {0: [("B", 1, 5), ("E", 1, 5)], 1: [("B", 2, 0), ("E", 2, 0)]}])  # zero-length only
+@pytest.mark.parametrize(
+    "lanes",
+    [
+        {0: [("I", 1, 0), ("I", 2, 5)], 3: [("I", 1, 7)]},  # instants only
+        {0: [("B", 1, 5), ("E", 1, 5)], 1: [("B", 2, 0), ("E", 2, 0)]},
+    ],
+)  # zero-length only
 def test_degenerate_tables(tmp_path, lanes):
     trace = make_trace(lanes)
     res = write_and_replay(trace, tmp_path)
@@ -690,11 +792,15 @@ def test_session_gets_a_track_group_per_launch(tmp_path):
 
 def test_joined_hardware_data_describes_the_region_counter(tmp_path):
     trace = make_trace({0: [("B", 0, 0), ("E", 0, 10)], 1: [("B", 1, 2), ("E", 1, 9)]})
-    trace.meta["regions_hw"] = {"by_event": {"1": {"samples_share": 0.46, "inst_executed": 12.8e6,
-                                                   "stalls": {"long_scoreboard": 30.0, "wait": 10.0}}}}
+    trace.meta["regions_hw"] = {
+        "by_event": {
+            "1": {"samples_share": 0.46, "inst_executed": 12.8e6, "stalls": {"long_scoreboard": 30.0, "wait": 10.0}}
+        }
+    }
     res = write_and_replay(trace, tmp_path)
     desc = {d.name: d.description for d in res["tracks"].values() if d.name.startswith("lanes in")}
     name1 = f"lanes in {trace.names.event(1)}"
-    assert desc[name1] == (f"{trace.names.event(1)}: 46.0% of stall samples, long_scoreboard dominant (75%), "
-                           "12.80 M instructions executed")
+    assert desc[name1] == (
+        f"{trace.names.event(1)}: 46.0% of stall samples, long_scoreboard dominant (75%), 12.80 M instructions executed"
+    )
     assert desc[f"lanes in {trace.names.event(0)}"] == ""

@@ -34,7 +34,11 @@ def test_cuda_capture_matches_program(name, variant, extensions):
     rpl = trace.meta["records_per_lane"]
     problems = cc.check_trace(trace, variant, rpl, cc.ITERS, extensions=extensions)
     assert problems == []
-    assert sum(trace.loss.totals.values()) == trace.loss.nonzero_slots == np.count_nonzero(np.load(CAPTURES / f"{name}.npy")[1:])
+    assert (
+        sum(trace.loss.totals.values())
+        == trace.loss.nonzero_slots
+        == np.count_nonzero(np.load(CAPTURES / f"{name}.npy")[1:])
+    )
 
 
 def test_overflowing_capture_counts_drops_and_keeps_time_absolute():
@@ -96,8 +100,19 @@ def test_two_gpu_ranks_merge_with_measured_offset(tmp_path):
     from host_decode.cli import main
 
     out = tmp_path / "ranks.json"
-    rc = main(["merge", str(INSIGHT / "ranks" / "rank_0.npy"), str(INSIGHT / "ranks" / "rank_1.npy"), "--by", "rank",
-               "--clock-offset", "1=-225585", "-o", str(out)])
+    rc = main(
+        [
+            "merge",
+            str(INSIGHT / "ranks" / "rank_0.npy"),
+            str(INSIGHT / "ranks" / "rank_1.npy"),
+            "--by",
+            "rank",
+            "--clock-offset",
+            "1=-225585",
+            "-o",
+            str(out),
+        ]
+    )
     assert rc == 0 and out.stat().st_size > 0
 
 

@@ -10,8 +10,8 @@ def test_tag_fields_round_trip():
     ty = np.array([0, 3, 2], np.int64)
     timer = np.array([0, 0xFFFF_FFFF, 123456], np.int64)
     rec = wire.pack_records(timer, lane, ev, ty)
-    t, l, e, y = wire.unpack_records(rec)
-    assert (t == timer).all() and (l == lane).all() and (e == ev).all() and (y == ty).all()
+    t, lanes, e, y = wire.unpack_records(rec)
+    assert (t == timer).all() and (lanes == lane).all() and (e == ev).all() and (y == ty).all()
 
 
 def test_tag_matches_v1_definition():

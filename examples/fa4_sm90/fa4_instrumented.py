@@ -132,11 +132,15 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         self._on = chosen if profile_spec.enabled else set()
         if profile_spec.enabled:
             if profile_spec.baked_address is None:
-                raise ValueError("FA4's launch signature has no buffer argument: build the Session with bake_address=True")
+                raise ValueError(
+                    "FA4's launch signature has no buffer argument: build the Session with bake_address=True"
+                )
             if profile_spec.num_groups != len(GROUPS):
                 raise ValueError(f"spec has {profile_spec.num_groups} groups; FA4 sm90 needs {len(GROUPS)} {GROUPS}")
             if self.num_threads != 128 * len(GROUPS):
-                raise ValueError(f"num_threads={self.num_threads}: expected {128 * len(GROUPS)} (1 producer + 2 MMA warp groups)")
+                raise ValueError(
+                    f"num_threads={self.num_threads}: expected {128 * len(GROUPS)} (1 producer + 2 MMA warp groups)"
+                )
         self._prof = None  # the running role's Profiler, set while that role is traced
 
     # --- helpers (trace time only) --------------------------------------------------------------------
@@ -247,7 +251,10 @@ def patched_interface(spec: ProfileSpec, detail: str = "iter", **options):
 
     saved_cls = interface.FlashAttentionForwardSm90
     saved_cache = interface._flash_attn_fwd.compile_cache
-    key = (detail, tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (tuple, list, set)) else v) for k, v in options.items())))
+    key = (
+        detail,
+        tuple(sorted((k, tuple(sorted(v)) if isinstance(v, (tuple, list, set)) else v) for k, v in options.items())),
+    )
     cache = _caches.setdefault(spec, {}).setdefault(key, {})
     interface.FlashAttentionForwardSm90 = functools.partial(
         InstrumentedFlashAttentionForwardSm90, profile_spec=spec, detail=detail, **options

@@ -238,9 +238,15 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
         for row in rows:
             if row["mask"] == mask:
                 t = float(np.median(times[row["detail"]]))
-                row.update(fa4_ms=base_ms, ms=t, slowdown=t / base_ms - 1, tflops=flops / t / 1e9, noise=noise,
-                           fa4_ms_p10_p90=[float(np.percentile(times["fa4"], 10)), float(np.percentile(times["fa4"], 90))],
-                           launches=len(times[row["detail"]]))
+                row.update(
+                    fa4_ms=base_ms,
+                    ms=t,
+                    slowdown=t / base_ms - 1,
+                    tflops=flops / t / 1e9,
+                    noise=noise,
+                    fa4_ms_p10_p90=[float(np.percentile(times["fa4"], 10)), float(np.percentile(times["fa4"], 90))],
+                    launches=len(times[row["detail"]]),
+                )
         np.savez(out_dir / f"fa4_{mask}_times.npz", **times)
     (out_dir / "fa4_rows.json").write_text(json.dumps(rows, indent=1, default=float))
     return rows
@@ -262,7 +268,9 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
 }
 
 
-def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=False, launches=300, seed=0) -> list[dict]:
+def ablation(
+    out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=False, launches=300, seed=0
+) -> list[dict]:
     """Slowdown of partial instrumentations against FA4, all alternating in one run."""
     import fa4_instrumented as fi
     import torch
@@ -285,9 +293,20 @@ def ablation(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, causal=F
         variants[name] = launch
     times = time_alternating(variants, launches)
     base_ms = float(np.median(times["fa4"]))
-    rows = [dict(example="fa4", variant=f"ablation {n}", base_ms=base_ms, ms=float(np.median(t)),
-                 slowdown=float(np.median(t)) / base_ms - 1, rel_err=0.0, lost=0, note="non-causal" if not causal else "causal")
-            for n, t in times.items() if n != "fa4"]
+    rows = [
+        dict(
+            example="fa4",
+            variant=f"ablation {n}",
+            base_ms=base_ms,
+            ms=float(np.median(t)),
+            slowdown=float(np.median(t)) / base_ms - 1,
+            rel_err=0.0,
+            lost=0,
+            note="non-causal" if not causal else "causal",
+        )
+        for n, t in times.items()
+        if n != "fa4"
+    ]
     (out_dir / "fa4_ablation.json").write_text(json.dumps(rows, indent=1))
     return rows
 
@@ -307,8 +326,18 @@ def small_capture(dest: Path, detail="iter", batch=1, seqlen=1024, heads=4, dim=
         raise AssertionError(f"capture lost records: {trace.loss.to_json()}")
     from measure import save_capture_with_problem
 
-    return save_capture_with_problem(session, dest, batch=batch, seqlen=seqlen, heads=heads, dim=dim, causal=causal,
-                                     detail=detail, tile_m=128, tile_n=128)
+    return save_capture_with_problem(
+        session,
+        dest,
+        batch=batch,
+        seqlen=seqlen,
+        heads=heads,
+        dim=dim,
+        causal=causal,
+        detail=detail,
+        tile_m=128,
+        tile_n=128,
+    )
 
 
 def main(argv=None) -> int:
@@ -321,7 +350,12 @@ def main(argv=None) -> int:
     small_capture(args.out / "capture.npy")
     if not args.capture_only:
         for row in run(args.out, launches=args.launches):
-            print(json.dumps({k: row[k] for k in ("mask", "detail", "fa4_ms", "ms", "slowdown", "rel_err", "wait")}, default=float))
+            print(
+                json.dumps(
+                    {k: row[k] for k in ("mask", "detail", "fa4_ms", "ms", "slowdown", "rel_err", "wait")},
+                    default=float,
+                )
+            )
     return 0
 
 

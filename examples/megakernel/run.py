@@ -160,14 +160,26 @@ def run(out_dir: Path, *, launches=200, copies=1200, rows=512, gemm_tiles=16, se
         times = time_alternating({"plain": (prob.counter.zero_, plain), "instrumented": (prob.counter.zero_, instr)},
                                  launches)
         t0, t1 = (float(np.median(times[v])) for v in ("plain", "instrumented"))
-        rows_out.append(dict(
-            example="megakernel", variant=order, base_ms=t0, ms=t1, slowdown=t1 / t0 - 1, rel_err=err,
-            lost=int(trace.loss.lost), spans=int(trace.spans.size), numbers=numbers,
-            bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
-            note=(f"{numbers['ctas']} CTAs on {numbers['distinct_sms']} SMs, items/CTA {numbers['items_per_cta_min_max']}, "
-                  f"busy {100 * numbers['busy_share_mean']:.0f}%, fetch {100 * numbers['fetch_share_mean']:.1f}%, "
-                  f"finish spread {numbers['finish_spread_ns'] / 1e3:.1f} us"),
-        ))
+        rows_out.append(
+            dict(
+                example="megakernel",
+                variant=order,
+                base_ms=t0,
+                ms=t1,
+                slowdown=t1 / t0 - 1,
+                rel_err=err,
+                lost=int(trace.loss.lost),
+                spans=int(trace.spans.size),
+                numbers=numbers,
+                bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
+                note=(
+                    f"{numbers['ctas']} CTAs on {numbers['distinct_sms']} SMs, "
+                    f"items/CTA {numbers['items_per_cta_min_max']}, "
+                    f"busy {100 * numbers['busy_share_mean']:.0f}%, fetch {100 * numbers['fetch_share_mean']:.1f}%, "
+                    f"finish spread {numbers['finish_spread_ns'] / 1e3:.1f} us"
+                ),
+            )
+        )
     (out_dir / "megakernel_rows.json").write_text(json.dumps(rows_out, indent=1, default=float))
     return rows_out
 
@@ -189,8 +201,13 @@ def small_capture(dest: Path) -> Path:
     from measure import save_capture_with_problem
 
     kinds = prob.items[:, 0].cpu().numpy()
-    return save_capture_with_problem(session, dest, num_ctas=num_ctas, items=int(kinds.size),
-                                     items_by_kind={n: int((kinds == k).sum()) for k, n in enumerate(mk.KIND_NAMES)})
+    return save_capture_with_problem(
+        session,
+        dest,
+        num_ctas=num_ctas,
+        items=int(kinds.size),
+        items_by_kind={n: int((kinds == k).sum()) for k, n in enumerate(mk.KIND_NAMES)},
+    )
 
 
 def main(argv=None) -> int:

@@ -80,7 +80,9 @@ def pipeline_numbers(trace) -> dict:
     total = {trace.names.event(e): int(cons["total_ns"][cons["event"] == e].sum()) for e in np.unique(cons["event"])}
     tile = total.get("tile", 0)
     prod = rows[rows["group"] == 0]
-    prod_total = {trace.names.event(e): int(prod["total_ns"][prod["event"] == e].sum()) for e in np.unique(prod["event"])}
+    prod_total = {
+        trace.names.event(e): int(prod["total_ns"][prod["event"] == e].sum()) for e in np.unique(prod["event"])
+    }
     busy = sum(prod_total.values())
     out["consumer_share"] = {k: v / tile for k, v in total.items() if tile and k != "tile"}
     out["producer_wait_slot_share"] = prod_total.get("wait_slot", 0) / busy if busy else 0.0
@@ -114,12 +116,26 @@ def run(out_dir: Path, *, m=4096, n=4096, k=4096, launches=200, seed=0) -> list[
     t0, t1 = (float(np.median(times[v])) for v in ("plain", "instrumented"))
     ref_ms = _torch_ms(a, b)
     share = numbers["consumer_share"]
-    return [dict(example="pipeline", variant=f"{m}x{n}x{k}", base_ms=t0, ms=t1, slowdown=t1 / t0 - 1,
-                 rel_err=err, rel_err_plain=err0, lost=int(trace.loss.lost), spans=int(trace.spans.size),
-                 tflops=2 * m * n * k / t0 / 1e9, torch_ms=ref_ms, bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
-                 note=f"consumers: mma {100 * share.get('mma', 0):.0f}%, wait_data {100 * share.get('wait_data', 0):.0f}%, "
-                      f"epilogue {100 * share.get('epilogue', 0):.0f}%; producer wait_slot {100 * numbers['producer_wait_slot_share']:.0f}%; "
-                      f"torch {ref_ms:.3f} ms")]
+    return [
+        dict(
+            example="pipeline",
+            variant=f"{m}x{n}x{k}",
+            base_ms=t0,
+            ms=t1,
+            slowdown=t1 / t0 - 1,
+            rel_err=err,
+            rel_err_plain=err0,
+            lost=int(trace.loss.lost),
+            spans=int(trace.spans.size),
+            tflops=2 * m * n * k / t0 / 1e9,
+            torch_ms=ref_ms,
+            bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
+            note=f"consumers: mma {100 * share.get('mma', 0):.0f}%, wait_data {100 * share.get('wait_data', 0):.0f}%, "
+            f"epilogue {100 * share.get('epilogue', 0):.0f}%; "
+            f"producer wait_slot {100 * numbers['producer_wait_slot_share']:.0f}%; "
+            f"torch {ref_ms:.3f} ms",
+        )
+    ]
 
 
 def _torch_ms(a, b) -> float:

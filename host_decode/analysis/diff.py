@@ -42,7 +42,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 300):
         m2 = 2 * m
-        for num in (m * (b - m) * x / ((a + m2 - 1) * (a + m2)), -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1))):
+        for num in (
+            m * (b - m) * x / ((a + m2 - 1) * (a + m2)),
+            -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -98,7 +101,12 @@ def welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> dict:
     diff = mb - ma
     if se2 == 0.0:  # both constant: any difference is exact
         p = 1.0 if diff == 0 else 0.0
-        return {"t": math.copysign(math.inf, diff) if diff else 0.0, "df": float(na + nb - 2), "p": p, "ci": (diff, diff)}
+        return {
+            "t": math.copysign(math.inf, diff) if diff else 0.0,
+            "df": float(na + nb - 2),
+            "p": p,
+            "ci": (diff, diff),
+        }
     t = diff / math.sqrt(se2)
     df = se2 * se2 / ((va * va) / (na - 1) + (vb * vb) / (nb - 1)) if (va or vb) else float(na + nb - 2)
     half = t_quantile(0.5 + confidence / 2.0, df) * math.sqrt(se2)
@@ -148,9 +156,7 @@ def region_samples(trace: Trace, unit: str = "span") -> dict[tuple[str, str], np
     g, e, d = g[order], e[order], d[order]
     cut = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (e[1:] != e[:-1])])
     names = trace.names
-    return {
-        (names.group(g[i]), names.event(e[i])): chunk for i, chunk in zip(cut, np.split(d, cut[1:]))
-    }
+    return {(names.group(g[i]), names.event(e[i])): chunk for i, chunk in zip(cut, np.split(d, cut[1:]))}
 
 
 def compare(
@@ -173,7 +179,12 @@ def compare(
 
 
 def _compare_region(key, xa, xb, alpha, metric, min_delta_pct) -> dict:
-    row = {"group": key[0], "event": key[1], "n_a": 0 if xa is None else int(xa.size), "n_b": 0 if xb is None else int(xb.size)}
+    row = {
+        "group": key[0],
+        "event": key[1],
+        "n_a": 0 if xa is None else int(xa.size),
+        "n_b": 0 if xb is None else int(xb.size),
+    }
     if xa is None or xb is None:
         row["status"] = "only_b" if xa is None else "only_a"
         present = xb if xa is None else xa

@@ -71,10 +71,18 @@ def build_trace(t: ForeignTables, names: Names, absolute: bool, meta: dict) -> T
     inst_lane = t.instant_block * g + t.instant_group
     iorder = np.lexsort((t.instant_ts, inst_lane))
     instants = np.zeros(iorder.size, INSTANT_DTYPE)
-    instants["lane"], instants["block"], instants["group"] = inst_lane[iorder], t.instant_block[iorder], t.instant_group[iorder]
+    instants["lane"], instants["block"], instants["group"] = (
+        inst_lane[iorder],
+        t.instant_block[iorder],
+        t.instant_group[iorder],
+    )
     instants["event"], instants["ts_ns"] = t.instant_event[iorder], t.instant_ts[iorder]
 
-    lane_ids = np.unique(np.concatenate([spans["lane"], instants["lane"], np.fromiter(t.lane_window, np.int64, len(t.lane_window))]).astype(np.int64))
+    lane_ids = np.unique(
+        np.concatenate(
+            [spans["lane"], instants["lane"], np.fromiter(t.lane_window, np.int64, len(t.lane_window))]
+        ).astype(np.int64)
+    )
     lanes = np.zeros(lane_ids.size, LANE_DTYPE)
     lanes["lane"], lanes["block"], lanes["group"] = lane_ids, lane_ids // g, lane_ids % g
     lanes["sm"] = [t.lane_sm.get(int(x), -1) for x in lane_ids]
