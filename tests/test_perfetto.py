@@ -373,16 +373,8 @@ def test_overlap_goes_to_sibling_track(tmp_path):
     # tma (8) and mma (1) cross inside mainloop (0): tma (the larger id) moves to a sibling track with
     # the same merge key
     lanes = {
-        1: [
-            ("B", 0, 0),
-            ("B", 8, 10),
-            ("B", 1, 20),
-            ("E", 8, 30),
-            ("B", 8, 35),
-            ("E", 1, 40),
-            ("E", 8, 45),
-            ("E", 0, 60),
-        ]
+        1: [("B", 0, 0), ("B", 8, 10), ("B", 1, 20), ("E", 8, 30), ("B", 8, 35), ("E", 1, 40), ("E", 8, 45),
+            ("E", 0, 60)]
     }
     trace = make_trace(lanes, names=Names(events={0: "mainloop", 1: "mma", 8: "tma"}, groups={1: "consumer"}))
     res = write_and_replay(trace, tmp_path)
@@ -405,36 +397,16 @@ def test_overlap_goes_to_sibling_track(tmp_path):
 def test_equal_timestamps_end_before_begin(tmp_path):
     # back-to-back regions at equal timestamps, a zero-length region between them, and nested
     # regions ending together: none may nest into its neighbour
-    lanes = {
-        0: [
-            ("B", 0, 0),
-            ("E", 0, 10),
-            ("B", 1, 10),
-            ("E", 1, 10),
-            ("B", 0, 10),
-            ("B", 1, 10),
-            ("B", 2, 15),
-            ("E", 2, 20),
-            ("E", 1, 20),
-            ("E", 0, 20),
-            ("B", 0, 20),
-            ("E", 0, 30),
-        ]
-    }
+    lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 10), ("B", 0, 10), ("B", 1, 10), ("B", 2, 15),
+                 ("E", 2, 20), ("E", 1, 20), ("E", 0, 20), ("B", 0, 20), ("E", 0, 30)]}
     trace = make_trace(lanes)
     res = write_and_replay(trace, tmp_path, args=False)
     check_against_trace(trace, res, args=False)
     check_strict_nesting_matches_depth(trace, res)
     check_counters(trace, res)
     got = sorted((s["name"], s["ts"], s["dur"], s["depth"]) for s in res["slices"])
-    assert got == [
-        ("event_0", 0, 10, 0),
-        ("event_0", 10, 10, 0),
-        ("event_0", 20, 10, 0),
-        ("event_1", 10, 0, 0),
-        ("event_1", 10, 10, 1),
-        ("event_2", 15, 5, 2),
-    ]
+    assert got == [("event_0", 0, 10, 0), ("event_0", 10, 10, 0), ("event_0", 20, 10, 0), ("event_1", 10, 0, 0),
+                   ("event_1", 10, 10, 1), ("event_2", 15, 5, 2)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -461,8 +433,8 @@ def test_interning_defined_before_use(tmp_path):
     res = write_and_replay(trace, tmp_path)
     first = res["packets"][0]
     assert first.sequence_flags == pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    assert {n.iid - 1 for n in first.interned_data.event_names} == set(trace.spans["event"].tolist()) | set(
-        trace.instants["event"].tolist()
+    assert {n.iid - 1 for n in first.interned_data.event_names} == (
+        set(trace.spans["event"].tolist()) | set(trace.instants["event"].tolist())
     )
     assert [n.name for n in first.interned_data.debug_annotation_names] == list(pf.ARG_NAMES)
 
@@ -593,13 +565,11 @@ def _decoded_trace():
 
     b = BufferBuilder(2, 2, 12)
     # lane 0: mainloop > (tma crosses mma); lane 1: re-entrant mma; lane 2: back-to-back at equal times
-    b.put(0, 100, 0, B).put(0, 110, 8, B).put(0, 120, 1, B).put(0, 130, 8, E).put(0, 140, 1, E).put(0, 150, 0, E).put(
-        0, 160, 3, F
-    )
+    (b.put(0, 100, 0, B).put(0, 110, 8, B).put(0, 120, 1, B).put(0, 130, 8, E).put(0, 140, 1, E).put(0, 150, 0, E)
+     .put(0, 160, 3, F))
     b.put(1, 100, 1, B).put(1, 105, 1, B).put(1, 110, 1, E).put(1, 120, 1, E).put(1, 121, 4, INST).put(1, 130, 3, F)
-    b.put(2, 90, 0, B).put(2, 100, 0, E).put(2, 100, 0, B).put(2, 100, 1, B).put(2, 100, 1, E).put(2, 140, 0, E).put(
-        2, 150, 5, F
-    )
+    (b.put(2, 90, 0, B).put(2, 100, 0, E).put(2, 100, 0, B).put(2, 100, 1, B).put(2, 100, 1, E).put(2, 140, 0, E)
+     .put(2, 150, 5, F))
     return decode(
         b.buf, names=Names(events={0: "mainloop", 1: "mma", 8: "tma", 4: "mark"}, groups={0: "producer", 1: "consumer"})
     )
@@ -731,9 +701,9 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     "lanes",
     [
         {0: [("I", 1, 0), ("I", 2, 5)], 3: [("I", 1, 7)]},  # instants only
-        {0: [("B", 1, 5), ("E", 1, 5)], 1: [("B", 2, 0), ("E", 2, 0)]},
+        {0: [("B", 1, 5), ("E", 1, 5)], 1: [("B", 2, 0), ("E", 2, 0)]},  # zero-length only
     ],
-)  # zero-length only
+)
 def test_degenerate_tables(tmp_path, lanes):
     trace = make_trace(lanes)
     res = write_and_replay(trace, tmp_path)
