@@ -151,13 +151,8 @@ def v1_reference_decode(buf: np.ndarray, write_stride: int, records_per_lane: in
             raise ValueError(f"lane {lane}: {unmatched_begin} unmatched begins, {unmatched_end} unmatched ends")
         rows += [(lane, event, depth) for event, depth, _, _ in spans] + [(lane, event, -1) for event in instants]
         durations += [(lane, records[b][2], (records[e][2] - records[b][2]) % (1 << 32)) for _, _, b, e in spans]
-    return {
-        "structure": canonical(rows),
-        "durations": durations,
-        "finalizes": finalizes,
-        "num_blocks": num_blocks,
-        "num_groups": num_groups,
-    }
+    return {"structure": canonical(rows), "durations": durations, "finalizes": finalizes,
+            "num_blocks": num_blocks, "num_groups": num_groups}
 
 
 def plain_v1_violations(buf: np.ndarray, write_stride: int, records_per_lane: int) -> list[str]:
@@ -176,16 +171,8 @@ def plain_v1_violations(buf: np.ndarray, write_stride: int, records_per_lane: in
 # --- a simulated device (CPU tests of this script's logic) -----------------------------------------
 
 
-def simulate_buffer(
-    variant: str,
-    records_per_lane: int,
-    iters: int,
-    grid=GRID,
-    write_stride=WRITE_STRIDE,
-    extensions: bool = True,
-    t0: int = (1 << 32) - 5_000,
-    sm_count: int = 132,
-) -> np.ndarray:
+def simulate_buffer(variant: str, records_per_lane: int, iters: int, grid=GRID, write_stride=WRITE_STRIDE,
+                    extensions: bool = True, t0: int = (1 << 32) - 5_000, sm_count: int = 132) -> np.ndarray:
     """What ikp.cuh writes for the example program (times 32 ns apart, starting near a 32-bit wrap)."""
     num_blocks = grid[0] * grid[1] * grid[2]
     buf = np.zeros(wire.buffer_slots(write_stride, records_per_lane), np.uint64)
@@ -218,9 +205,8 @@ def simulate_buffer(
 # --- checks on a decoded trace ---------------------------------------------------------------------
 
 
-def check_trace(
-    trace, variant: str, records_per_lane: int, iters: int, *, sm_count: int | None = None, extensions: bool = True
-) -> list[str]:
+def check_trace(trace, variant: str, records_per_lane: int, iters: int, *, sm_count: int | None = None,
+                extensions: bool = True) -> list[str]:
     """-> list of mismatches (empty = exact)."""
     want = expected(variant, records_per_lane, iters, extensions=extensions)
     problems = []
@@ -274,9 +260,8 @@ def timing_problems(trace) -> list[str]:
         problems.append(f"{backwards} spans end before they start")
     last_at_depth: dict[tuple[int, int], tuple[int, int]] = {}
     outside = 0
-    for lane, depth, start, end in zip(
-        spans["lane"].tolist(), spans["depth"].tolist(), spans["start_ns"].tolist(), spans["end_ns"].tolist()
-    ):
+    for lane, depth, start, end in zip(spans["lane"].tolist(), spans["depth"].tolist(), spans["start_ns"].tolist(),
+                                       spans["end_ns"].tolist()):
         last_at_depth[(lane, depth)] = (start, end)
         parent = last_at_depth.get((lane, depth - 1)) if depth > 0 else None
         if depth > 0 and not (parent and parent[0] <= start and end <= parent[1]):
@@ -323,17 +308,9 @@ def main() -> int:
         except ImportError:
             np.save(os.path.join(out, f"cuda_{tag}.npy"), buf)
             return
-        save_capture(
-            os.path.join(out, f"cuda_{tag}.npy"),
-            buf,
-            names,
-            write_stride=WRITE_STRIDE,
-            records_per_lane=records_per_lane,
-            kernel=f"ikp_example {variant}",
-            device=props.name,
-            sm_count=props.multi_processor_count,
-            source="cuda_include/ikp.cuh",
-        )
+        save_capture(os.path.join(out, f"cuda_{tag}.npy"), buf, names, write_stride=WRITE_STRIDE,
+                     records_per_lane=records_per_lane, kernel=f"ikp_example {variant}", device=props.name,
+                     sm_count=props.multi_processor_count, source="cuda_include/ikp.cuh")
 
     def record(tag: str, problems: list[str], detail: str) -> None:
         nonlocal failures
@@ -344,27 +321,18 @@ def main() -> int:
 
     # (a) the program, decoded by ours, exactly as modelled; with and without overflow
     structures = {}
-    for tag, variant, rpl in (
-        ("nested", "nested", ample),
-        ("nested_overflow", "nested", tight),
-        ("flat_cursor", "flat_cursor", ample),
-        ("flat_static", "flat_static", ample),
-        ("flat_atomic", "flat_atomic", ample),
-        ("flat_atomic_overflow", "flat_atomic", tight),
-        ("flat_static_overflow", "flat_static", tight),
-    ):
+    for tag, variant, rpl in (("nested", "nested", ample), ("nested_overflow", "nested", tight),
+                              ("flat_cursor", "flat_cursor", ample), ("flat_static", "flat_static", ample),
+                              ("flat_atomic", "flat_atomic", ample), ("flat_atomic_overflow", "flat_atomic", tight),
+                              ("flat_static_overflow", "flat_static", tight)):
         buf_t, out_t = example.launch(dll, variant, GRID, WRITE_STRIDE, rpl, ITERS)
         buf = buf_t.cpu().numpy()
         trace = decode(buf, names=names, write_stride=WRITE_STRIDE)
         problems = check_trace(trace, variant, rpl, ITERS, sm_count=props.multi_processor_count)
         structures[tag] = structure(trace)
         capture(tag, buf, rpl, variant)
-        record(
-            tag,
-            problems,
-            f"{trace.spans.size} spans, {trace.instants.size} instants, "
-            f"dropped {trace.loss.dropped_on_device}, on {len(set(trace.lanes['sm'].tolist()))} SMs",
-        )
+        record(tag, problems, f"{trace.spans.size} spans, {trace.instants.size} instants, "
+                              f"dropped {trace.loss.dropped_on_device}, on {len(set(trace.lanes['sm'].tolist()))} SMs")
         if tag == "nested":
             nested_out = out_t.cpu().numpy()
 
@@ -391,13 +359,8 @@ def main() -> int:
             problems.append("reference decoder's structure differs from the program")
         if ref["structure"] != structure(trace):
             problems.append("reference decoder and host_decode disagree on the structure")
-        ours = sorted(
-            zip(
-                trace.spans["lane"].tolist(),
-                (trace.spans["start_ns"] & 0xFFFF_FFFF).tolist(),
-                trace.durations().tolist(),
-            )
-        )
+        ours = sorted(zip(trace.spans["lane"].tolist(), (trace.spans["start_ns"] & 0xFFFF_FFFF).tolist(),
+                          trace.durations().tolist()))
         if ours != sorted(ref["durations"]):
             problems.append("durations differ between the reference decoder and host_decode")
     record(

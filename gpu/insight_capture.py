@@ -174,19 +174,8 @@ def build(torch) -> ctypes.CDLL:
     arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")
     d = Path(tempfile.mkdtemp(prefix="ikp_insight_"))
     (d / "insight.cu").write_text(SOURCE)
-    cmd = [
-        find_nvcc(),
-        "-O3",
-        "-std=c++17",
-        f"-arch={arch}",
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
-        f"-I{include_dir()}",
-        "-o",
-        str(d / "libinsight.so"),
-        str(d / "insight.cu"),
-    ]
+    cmd = [find_nvcc(), "-O3", "-std=c++17", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC", f"-I{include_dir()}",
+           "-o", str(d / "libinsight.so"), str(d / "insight.cu")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
         raise SystemExit(f"nvcc failed: {' '.join(cmd)}\n{res.stderr}")
@@ -233,17 +222,10 @@ def save(buf, path, torch, device, blocks, iters, **meta):
 
     ws, rpl = layout(blocks, iters)
     props = torch.cuda.get_device_properties(device)
-    return save_capture(
-        path,
-        buf.cpu().numpy(),
-        {"events": {str(k): v for k, v in EVENTS.items()}, "groups": {str(k): v for k, v in GROUPS.items()}},
-        write_stride=ws,
-        records_per_lane=rpl,
-        kernel=KERNEL,
-        device=props.name,
-        sm_count=props.multi_processor_count,
-        **meta,
-    )
+    return save_capture(path, buf.cpu().numpy(), {"events": {str(k): v for k, v in EVENTS.items()},
+                                                  "groups": {str(k): v for k, v in GROUPS.items()}},
+                        write_stride=ws, records_per_lane=rpl, kernel=KERNEL, device=props.name,
+                        sm_count=props.multi_processor_count, **meta)
 
 
 def _auto_match(align, trace, path) -> dict:
@@ -277,13 +259,9 @@ def host_bracket_offset(lib, torch, device: int, repeats: int = 200) -> dict:
     best = int(np.argmin(width))
     offsets = r[:, 0] - (r[:, 1] + r[:, 2]) // 2
     narrow = width <= np.percentile(width, 10)
-    return {
-        "device": device,
-        "offset_ns": int(offsets[best]),
-        "half_width_ns": int(width[best] // 2),
-        "offset_p50_narrowest10pct_ns": float(np.median(offsets[narrow])),
-        "offset_spread_narrowest10pct_ns": float(offsets[narrow].max() - offsets[narrow].min()),
-    }
+    return {"device": device, "offset_ns": int(offsets[best]), "half_width_ns": int(width[best] // 2),
+            "offset_p50_narrowest10pct_ns": float(np.median(offsets[narrow])),
+            "offset_spread_narrowest10pct_ns": float(offsets[narrow].max() - offsets[narrow].min())}
 
 
 def peer_pingpong(lib, torch, rounds: int = 200) -> dict:
@@ -310,14 +288,10 @@ def peer_pingpong(lib, torch, rounds: int = 200) -> dict:
     rtt = r[:, 2] - r[:, 0]
     offset = r[:, 1] - (r[:, 0] + r[:, 2]) // 2  # GPU 1 clock - GPU 0 clock
     fast = rtt <= np.percentile(rtt, 25)
-    return {
-        "rounds": int(ok.sum()),
-        "rtt_ns_min": int(rtt.min()),
-        "rtt_ns_p50": float(np.median(rtt)),
-        "offset_1_minus_0_ns": float(np.median(offset[fast])),
-        "offset_spread_ns": float(offset[fast].max() - offset[fast].min()),
-        "uncertainty_ns": float(rtt[fast].max() / 2),
-    }
+    return {"rounds": int(ok.sum()), "rtt_ns_min": int(rtt.min()), "rtt_ns_p50": float(np.median(rtt)),
+            "offset_1_minus_0_ns": float(np.median(offset[fast])),
+            "offset_spread_ns": float(offset[fast].max() - offset[fast].min()),
+            "uncertainty_ns": float(rtt[fast].max() / 2)}
 
 
 # --- main ------------------------------------------------------------------------------------------------
@@ -346,12 +320,8 @@ def main() -> int:
     lib = build(torch)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     blocks = args.blocks or 2 * sms
-    results: dict = {
-        "torch": torch.__version__,
-        "device": torch.cuda.get_device_name(0),
-        "blocks": blocks,
-        "launches": args.launches,
-    }
+    results: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "blocks": blocks,
+                     "launches": args.launches}
 
     for _ in range(3):  # warm up outside the profiler (module load, first-launch costs)
         launch_insight(lib, torch, 0, blocks, args.iters)
@@ -375,27 +345,17 @@ def main() -> int:
 
     parts = multi.load_parts(paths, progress=False)
     session = multi.concat(parts)
-    a0 = merged.merge_with_torch_trace(
-        out / "torch_trace.json.gz", parts[0].trace, out / "merged_launch0.json.gz", kernel_name=KERNEL, occurrence=0
-    )
+    a0 = merged.merge_with_torch_trace(out / "torch_trace.json.gz", parts[0].trace, out / "merged_launch0.json.gz",
+                                      kernel_name=KERNEL, occurrence=0)
     results["auto_match_launch0"] = _auto_match(align, parts[0].trace, out / "torch_trace.json.gz")
-    aS = merged.merge_with_torch_trace(
-        out / "torch_trace.json.gz", session, out / "merged_session.json.gz", kernel_name=KERNEL, occurrence=0
-    )
+    aS = merged.merge_with_torch_trace(out / "torch_trace.json.gz", session, out / "merged_session.json.gz",
+                                      kernel_name=KERNEL, occurrence=0)
     per_launch = []
     doc = align.load_chrome(out / "torch_trace.json.gz")
     for i, p in enumerate(parts):  # each launch on its own (slice i: only our launches were profiled)
         r, _ = align.align(p.trace, doc, KERNEL, occurrence=i)
-        per_launch.append(
-            {
-                "launch": p.launch_index,
-                "slice": r.occurrences[0],
-                "raw_offset_ns": r.raw_offset_ns,
-                "offset_ns": r.offset_ns,
-                "slack_ns": r.slack_ns,
-                "accuracy_ns": r.accuracy_ns,
-            }
-        )
+        per_launch.append({"launch": p.launch_index, "slice": r.occurrences[0], "raw_offset_ns": r.raw_offset_ns,
+                           "offset_ns": r.offset_ns, "slack_ns": r.slack_ns, "accuracy_ns": r.accuracy_ns})
     results["align_launch0"] = a0.to_json()
     results["align_session"] = aS.to_json()
     results["align_per_launch"] = per_launch
@@ -427,19 +387,8 @@ def main() -> int:
         for dev in (0, 1):  # the same kernel on each GPU, launched back to back
             b, h = launch_insight(lib, torch, dev, blocks, args.iters)
             torch.cuda.synchronize(dev)
-            rank_paths.append(
-                save(
-                    b,
-                    out / "ranks" / f"rank_{dev}.npy",
-                    torch,
-                    dev,
-                    blocks,
-                    args.iters,
-                    rank=dev,
-                    host_ns=h,
-                    launch_index=0,
-                )
-            )
+            rank_paths.append(save(b, out / "ranks" / f"rank_{dev}.npy", torch, dev, blocks, args.iters, rank=dev,
+                                   host_ns=h, launch_index=0))
         rparts = multi.load_parts(rank_paths, by="rank", progress=False)
         results["ranks_merge"] = merged.write_session(rparts, out / "ranks_merged.json")
 
@@ -464,11 +413,9 @@ def print_table(r: dict) -> None:
         ("per-launch solved offsets (ns)", ", ".join(str(p["offset_ns"]) for p in r["align_per_launch"])),
         ("launch 0 matched by absolute time alone", json.dumps(r.get("auto_match_launch0"))),
         ("globaltimer - host time_ns (GPU 0)", f"{hb['offset_ns']} ns +- {hb['half_width_ns']} ns"),
-        (
-            "launch length / tail / imbalance(SM busy)",
-            f"{r['stats_launch'].get('launch_ns')} ns / {r['stats_launch'].get('tail_ns', 0):.0f} ns / "
-            f"{r['stats_launch'].get('imbalance_sm_busy', float('nan')):.3f}",
-        ),
+        ("launch length / tail / imbalance(SM busy)",
+         f"{r['stats_launch'].get('launch_ns')} ns / {r['stats_launch'].get('tail_ns', 0):.0f} ns / "
+         f"{r['stats_launch'].get('imbalance_sm_busy', float('nan')):.3f}"),
     ]
     if "bracket_offset_1_minus_0_ns" in r:
         rows.append(
@@ -478,14 +425,9 @@ def print_table(r: dict) -> None:
             )
         )
         pp = r["peer_pingpong"]
-        rows.append(
-            (
-                "GPU1 - GPU0 globaltimer (peer ping-pong)",
-                pp.get("skipped")
-                or f"{pp['offset_1_minus_0_ns']:.0f} ns +- {pp['uncertainty_ns']:.0f} ns "
-                f"(rtt min {pp['rtt_ns_min']} ns, {pp['rounds']} rounds)",
-            )
-        )
+        rows.append(("GPU1 - GPU0 globaltimer (peer ping-pong)",
+                     pp.get("skipped") or f"{pp['offset_1_minus_0_ns']:.0f} ns +- {pp['uncertainty_ns']:.0f} ns "
+                                          f"(rtt min {pp['rtt_ns_min']} ns, {pp['rounds']} rounds)"))
     w = max(len(k) for k, _ in rows)
     print("\n== ikp insight on a GPU ==")
     for k, v in rows:

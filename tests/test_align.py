@@ -63,13 +63,8 @@ def test_offset_from_both_ends_hand_computed():
 def test_merge_places_regions_inside_the_kernel_slice(tmp_path):
     t0 = BASE + 5_000_000_000  # absolute globaltimer ns
     skew = 2_345  # profiler clock ahead of globaltimer
-    doc = profiler_doc(
-        [
-            ("other_kernel", t0 - 50_000, 3_000),
-            ("my_kernel", t0 + skew - 800, 10_000),
-            ("my_kernel", t0 + 100_000, 10_000),
-        ]
-    )
+    doc = profiler_doc([("other_kernel", t0 - 50_000, 3_000), ("my_kernel", t0 + skew - 800, 10_000),
+                        ("my_kernel", t0 + 100_000, 10_000)])
     path = tmp_path / "torch.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump(doc, f)

@@ -93,14 +93,8 @@ def test_random_traces(tmp_path, seed):
     check_nesting_per_thread(events)
     origin = pf.trace_origin(trace)
     sp = trace.spans
-    want = sorted(
-        zip(
-            sp["block"].tolist(),
-            [trace.names.event(e) for e in sp["event"].tolist()],
-            (sp["start_ns"] - origin).tolist(),
-            (sp["end_ns"] - sp["start_ns"]).tolist(),
-        )
-    )
+    want = sorted(zip(sp["block"].tolist(), [trace.names.event(e) for e in sp["event"].tolist()],
+                      (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
     got = sorted((e["pid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
     assert got == want
     ev, t, v = od.lanes_inside(sp)
@@ -112,12 +106,8 @@ def test_random_traces(tmp_path, seed):
 
 def test_nesting_check_can_fail():
     with pytest.raises(AssertionError, match="crosses"):
-        check_nesting_per_thread(
-            [
-                {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.010},
-                {"ph": "X", "pid": 0, "tid": 0, "ts": 0.005, "dur": 0.010},
-            ]
-        )
+        check_nesting_per_thread([{"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.010},
+                                  {"ph": "X", "pid": 0, "tid": 0, "ts": 0.005, "dur": 0.010}])
 
 
 def test_overlap_gets_its_own_thread(tmp_path):

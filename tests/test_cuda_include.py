@@ -473,13 +473,8 @@ def nvrtc_compile(source: str, *options: str) -> tuple[bool, str, str]:
     import sys
 
     opts = [f"--gpu-architecture={ARCH}", "-std=c++17", f"-I{include_dir()}", *options]
-    proc = subprocess.run(
-        [sys.executable, "-c", NVRTC_CHILD],
-        input=json.dumps({"source": source, "options": opts}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = subprocess.run([sys.executable, "-c", NVRTC_CHILD], input=json.dumps({"source": source, "options": opts}),
+                          capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"NVRTC child failed: {proc.stderr[-2000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -176,13 +176,8 @@ def test_int64_and_uint64_decode_alike():
 def test_capture_round_trip_and_bad_files(tmp_path):
     b = BufferBuilder(1, 2, 4)
     b.put(0, 1, 0, B).put(0, 9, 0, E).put(1, 2, 1, B).put(1, 4, 1, E)
-    path = save_capture(
-        tmp_path / "cap.npy",
-        b.buf,
-        {"events": ["load", "mma"], "groups": ["producer", "consumer"]},
-        kernel="k",
-        write_stride=2,
-    )
+    path = save_capture(tmp_path / "cap.npy", b.buf, {"events": ["load", "mma"], "groups": ["producer", "consumer"]},
+                        kernel="k", write_stride=2)
     t = load_capture(path)
     assert t.names.event(1) == "mma" and t.names.group(0) == "producer" and t.meta["kernel"] == "k"
     assert t.names.event(5) == "event_5"

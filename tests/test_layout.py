@@ -39,7 +39,8 @@ SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces"), ("analysis"
 COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
-KNOWN = {}
+KNOWN = {
+}
 
 
 def find_modules(root: Path) -> dict[str, Path]:

@@ -194,18 +194,9 @@ def replay(data: bytes) -> dict:
         stack = stacks.setdefault(te.track_uuid, [])
         args = {arg_names[a.name_iid]: a.int_value for a in te.debug_annotations}
         if te.type in (pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_INSTANT):
-            s = {
-                "track": te.track_uuid,
-                "name": names[te.name_iid],
-                "ts": ts,
-                "dur": None,
-                "depth": len(stack),
-                "parent": stack[-1] if stack else None,
-                "args": args,
-                "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
-                "flow_ids": list(te.flow_ids),
-                "terminating_flow_ids": list(te.terminating_flow_ids),
-            }
+            s = {"track": te.track_uuid, "name": names[te.name_iid], "ts": ts, "dur": None, "depth": len(stack),
+                 "parent": stack[-1] if stack else None, "args": args, "instant": te.type == pb.TrackEvent.TYPE_INSTANT,
+                 "flow_ids": list(te.flow_ids), "terminating_flow_ids": list(te.terminating_flow_ids)}
             slices.append(s)
             if s["instant"]:
                 s["dur"] = 0
@@ -247,24 +238,12 @@ def check_against_trace(trace: Trace, result: dict, *, args: bool) -> None:
             assert s["args"]["block"] * trace.num_groups + s["args"]["group"] == row[0]
     origin = pf.trace_origin(trace)
     sp = trace.spans
-    want_spans = sorted(
-        zip(
-            sp["lane"].tolist(),
-            [trace.names.event(e) for e in sp["event"].tolist()],
-            (sp["start_ns"] - origin).tolist(),
-            (sp["end_ns"] - sp["start_ns"]).tolist(),
-        )
-    )
+    want_spans = sorted(zip(sp["lane"].tolist(), [trace.names.event(e) for e in sp["event"].tolist()],
+                            (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
     assert sorted(got_spans) == want_spans
     ins = trace.instants
-    want_inst = sorted(
-        zip(
-            ins["lane"].tolist(),
-            [trace.names.event(e) for e in ins["event"].tolist()],
-            (ins["ts_ns"] - origin).tolist(),
-            [0] * ins.size,
-        )
-    )
+    want_inst = sorted(zip(ins["lane"].tolist(), [trace.names.event(e) for e in ins["event"].tolist()],
+                           (ins["ts_ns"] - origin).tolist(), [0] * ins.size))
     assert sorted(got_inst) == want_inst
 
 
@@ -352,17 +331,8 @@ def test_nested_and_reentrant_one_track(tmp_path):
     group_tracks = [d for d in res["tracks"].values() if d.sibling_merge_key]
     assert len(group_tracks) == 2  # no overlap: one track per lane
     names = {d.name for d in res["tracks"].values()}
-    assert {
-        "gemm on H100",
-        "SM 4",
-        "SM 9",
-        "block 0 (SM 4)",
-        "block 1 (SM 9)",
-        "producer",
-        "consumer",
-        "lanes in mainloop",
-        "lanes in mma",
-    } <= names
+    assert {"gemm on H100", "SM 4", "SM 9", "block 0 (SM 4)", "block 1 (SM 9)", "producer", "consumer",
+            "lanes in mainloop", "lanes in mma"} <= names
     mma = [s for s in res["slices"] if s["name"] == "mma"]
     assert sorted((s["depth"], s["dur"]) for s in mma) == [(1, 30), (2, 10)]
     inst = [s for s in res["slices"] if s["instant"]]
@@ -464,11 +434,8 @@ def test_rejects_span_ending_before_it_begins(tmp_path):
 
 
 def test_lanes_inside_counts_lanes_once():
-    lanes = {
-        0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)],
-        1: [("B", 0, 10), ("E", 0, 20)],
-        2: [("B", 0, 3), ("E", 0, 12)],
-    }
+    lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
+             2: [("B", 0, 3), ("E", 0, 12)]}
     trace = make_trace(lanes)
     ev, t, v = od.lanes_inside(trace.spans)
     assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
@@ -626,11 +593,8 @@ def _file_events(data: bytes) -> list[tuple[int, int, int]]:
     """(type, timestamp, track) of every slice/instant event, in file order."""
     t = pb.Trace()
     t.ParseFromString(data)
-    return [
-        (p.track_event.type, p.timestamp, p.track_event.track_uuid)
-        for p in t.packet
-        if p.HasField("track_event") and p.track_event.type != pb.TrackEvent.TYPE_COUNTER
-    ]
+    return [(p.track_event.type, p.timestamp, p.track_event.track_uuid) for p in t.packet
+            if p.HasField("track_event") and p.track_event.type != pb.TrackEvent.TYPE_COUNTER]
 
 
 @pytest.mark.parametrize("seed,plain", [(s, p) for s in range(4) for p in (False, True)])
@@ -762,11 +726,8 @@ def test_session_gets_a_track_group_per_launch(tmp_path):
 
 def test_joined_hardware_data_describes_the_region_counter(tmp_path):
     trace = make_trace({0: [("B", 0, 0), ("E", 0, 10)], 1: [("B", 1, 2), ("E", 1, 9)]})
-    trace.meta["regions_hw"] = {
-        "by_event": {
-            "1": {"samples_share": 0.46, "inst_executed": 12.8e6, "stalls": {"long_scoreboard": 30.0, "wait": 10.0}}
-        }
-    }
+    trace.meta["regions_hw"] = {"by_event": {"1": {"samples_share": 0.46, "inst_executed": 12.8e6,
+                                                   "stalls": {"long_scoreboard": 30.0, "wait": 10.0}}}}
     res = write_and_replay(trace, tmp_path)
     desc = {d.name: d.description for d in res["tracks"].values() if d.name.startswith("lanes in")}
     name1 = f"lanes in {trace.names.event(1)}"

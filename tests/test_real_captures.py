@@ -100,19 +100,8 @@ def test_two_gpu_ranks_merge_with_measured_offset(tmp_path):
     from host_decode.cli import main
 
     out = tmp_path / "ranks.json"
-    rc = main(
-        [
-            "merge",
-            str(INSIGHT / "ranks" / "rank_0.npy"),
-            str(INSIGHT / "ranks" / "rank_1.npy"),
-            "--by",
-            "rank",
-            "--clock-offset",
-            "1=-225585",
-            "-o",
-            str(out),
-        ]
-    )
+    rc = main(["merge", str(INSIGHT / "ranks" / "rank_0.npy"), str(INSIGHT / "ranks" / "rank_1.npy"), "--by", "rank",
+               "--clock-offset", "1=-225585", "-o", str(out)])
     assert rc == 0 and out.stat().st_size > 0
 
 

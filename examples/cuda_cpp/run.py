@@ -50,37 +50,16 @@ def build_library(build_dir: str | None = None) -> ctypes.CDLL:
     build_dir = Path(build_dir or tempfile.mkdtemp(prefix="ikp_example_"))
     build_dir.mkdir(parents=True, exist_ok=True)
     lib = build_dir / "libikp_example.so"
-    cmd = [
-        find_nvcc(),
-        "-O3",
-        "-std=c++17",
-        f"-arch={device_arch()}",
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
-        f"-I{include_dir()}",
-        "-o",
-        str(lib),
-        str(HERE / "ikp_example.cu"),
-    ]
+    cmd = [find_nvcc(), "-O3", "-std=c++17", f"-arch={device_arch()}", "-shared", "-Xcompiler", "-fPIC",
+           f"-I{include_dir()}", "-o", str(lib), str(HERE / "ikp_example.cu")]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"nvcc failed ({' '.join(cmd)}):\n{res.stderr}")
     dll = ctypes.CDLL(str(lib))
     dll.ikp_example_launch.restype = ctypes.c_int
-    dll.ikp_example_launch.argtypes = [
-        ctypes.c_int,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_void_p,
-    ]
+    dll.ikp_example_launch.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                       ctypes.c_void_p]
     dll.ikp_example_error_string.restype = ctypes.c_char_p
     dll.ikp_example_error_string.argtypes = [ctypes.c_int]
     return dll
@@ -98,17 +77,8 @@ def launch(dll, variant: str, grid=(3, 2, 2), write_stride=32, records_per_lane=
     counters = torch.zeros(write_stride, dtype=torch.int32, device="cuda")
     out = torch.zeros(num_blocks * dll.ikp_example_threads_per_block(), dtype=torch.float32, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
-    err = dll.ikp_example_launch(
-        VARIANTS[variant],
-        buf.data_ptr(),
-        counters.data_ptr(),
-        out.data_ptr(),
-        *grid,
-        write_stride,
-        records_per_lane,
-        iters,
-        stream,
-    )
+    err = dll.ikp_example_launch(VARIANTS[variant], buf.data_ptr(), counters.data_ptr(), out.data_ptr(), *grid,
+                                 write_stride, records_per_lane, iters, stream)
     if err != 0:
         raise RuntimeError(f"launch of {variant} failed: {dll.ikp_example_error_string(err).decode()}")
     torch.cuda.synchronize()
@@ -144,19 +114,15 @@ def main() -> int:
         sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
     )
     durations = trace.durations()
-    print(
-        f"{trace.num_blocks} blocks x {trace.num_groups} groups, {trace.spans.size} spans, "
-        f"{trace.instants.size} instants, lost {trace.loss.lost}, absolute time: {trace.absolute}"
-    )
+    print(f"{trace.num_blocks} blocks x {trace.num_groups} groups, {trace.spans.size} spans, "
+          f"{trace.instants.size} instants, lost {trace.loss.lost}, absolute time: {trace.absolute}")
     print(f"{'group':<10} {'event':<8} {'count':>6} {'mean ns':>9} {'max ns':>8}")
     for group in sorted(GROUPS):
         for event in sorted(EVENTS):
             sel = (trace.spans["group"] == group) & (trace.spans["event"] == event)
             if sel.any():
-                print(
-                    f"{GROUPS[group]:<10} {EVENTS[event]:<8} {int(sel.sum()):>6} {durations[sel].mean():>9.0f} "
-                    f"{durations[sel].max():>8}"
-                )
+                print(f"{GROUPS[group]:<10} {EVENTS[event]:<8} {int(sel.sum()):>6} {durations[sel].mean():>9.0f} "
+                      f"{durations[sel].max():>8}")
     print(f"capture: {path}  (ikp decode {path})")
     return 0
 

@@ -326,18 +326,8 @@ def small_capture(dest: Path, detail="iter", batch=1, seqlen=1024, heads=4, dim=
         raise AssertionError(f"capture lost records: {trace.loss.to_json()}")
     from measure import save_capture_with_problem
 
-    return save_capture_with_problem(
-        session,
-        dest,
-        batch=batch,
-        seqlen=seqlen,
-        heads=heads,
-        dim=dim,
-        causal=causal,
-        detail=detail,
-        tile_m=128,
-        tile_n=128,
-    )
+    return save_capture_with_problem(session, dest, batch=batch, seqlen=seqlen, heads=heads, dim=dim, causal=causal,
+                                     detail=detail, tile_m=128, tile_n=128)
 
 
 def main(argv=None) -> int:

@@ -201,13 +201,8 @@ def small_capture(dest: Path) -> Path:
     from measure import save_capture_with_problem
 
     kinds = prob.items[:, 0].cpu().numpy()
-    return save_capture_with_problem(
-        session,
-        dest,
-        num_ctas=num_ctas,
-        items=int(kinds.size),
-        items_by_kind={n: int((kinds == k).sum()) for k, n in enumerate(mk.KIND_NAMES)},
-    )
+    return save_capture_with_problem(session, dest, num_ctas=num_ctas, items=int(kinds.size),
+                                     items_by_kind={n: int((kinds == k).sum()) for k, n in enumerate(mk.KIND_NAMES)})
 
 
 def main(argv=None) -> int:

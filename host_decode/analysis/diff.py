@@ -156,7 +156,9 @@ def region_samples(trace: Trace, unit: str = "span") -> dict[tuple[str, str], np
     g, e, d = g[order], e[order], d[order]
     cut = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (e[1:] != e[:-1])])
     names = trace.names
-    return {(names.group(g[i]), names.event(e[i])): chunk for i, chunk in zip(cut, np.split(d, cut[1:]))}
+    return {
+        (names.group(g[i]), names.event(e[i])): chunk for i, chunk in zip(cut, np.split(d, cut[1:]))
+    }
 
 
 def compare(

@@ -61,22 +61,11 @@ def read_proton_chrome(path: str | Path) -> list[Trace]:
             continue
         # integer cycles: Proton prints ts/dur with 3 decimals of a microsecond at 1 GHz
         start = int(round(float(ts) * 1000.0))
-        k["rows"].append(
-            (
-                int(pid.group("cta")),
-                int(tid.group("warp")),
-                str(ev.get("name", "")),
-                start,
-                start + int(round(float(dur) * 1000.0)),
-                i,
-                int(pid.group("sm")),
-            )
-        )
+        k["rows"].append((int(pid.group("cta")), int(tid.group("warp")), str(ev.get("name", "")), start,
+                          start + int(round(float(dur) * 1000.0)), i, int(pid.group("sm"))))
     if not per_kernel:
-        raise DecodeError(
-            "no Proton intra-kernel events (pid '<kernel> Core<sm> CTA<n>', tid 'warp <w> (line <l>)')",
-            source=str(path),
-        )
+        raise DecodeError("no Proton intra-kernel events (pid '<kernel> Core<sm> CTA<n>', tid 'warp <w> (line <l>)')",
+                          source=str(path))
     return [_kernel_trace(kernel, k, path, skipped) for kernel, k in sorted(per_kernel.items())]
 
 
@@ -92,16 +81,10 @@ def _kernel_trace(kernel: str, k: dict, path, skipped: int) -> Trace:
     tables = ForeignTables(
         num_blocks=num_blocks,
         num_groups=num_groups,
-        span_block=col(0),
-        span_group=col(1),
+        span_block=col(0), span_group=col(1),
         span_event=np.asarray([names[r[2]] for r in rows], np.int64),
-        span_start=col(3),
-        span_end=col(4),
-        span_order=col(5),
-        instant_block=empty,
-        instant_group=empty,
-        instant_event=empty,
-        instant_ts=empty,
+        span_start=col(3), span_end=col(4), span_order=col(5),
+        instant_block=empty, instant_group=empty, instant_event=empty, instant_ts=empty,
         lane_sm={r[0] * num_groups + r[1]: r[6] for r in rows},
         lane_window={},
         malformed=k["malformed"],
@@ -117,9 +100,5 @@ def _kernel_trace(kernel: str, k: dict, path, skipped: int) -> Trace:
             "lanes": "(block, warp): every warp is a lane; block = Proton's CTA index",
         },
     }
-    return build_trace(
-        tables,
-        Names(events={v: n for n, v in names.items()}, groups={w: f"warp {w}" for w in range(num_groups)}),
-        absolute=False,
-        meta=meta,
-    )
+    return build_trace(tables, Names(events={v: n for n, v in names.items()},
+                                     groups={w: f"warp {w}" for w in range(num_groups)}), absolute=False, meta=meta)
