@@ -125,16 +125,9 @@ def test_overlap_gets_its_own_thread(tmp_path):
 # --- writers.write_trace ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name,fmt,gz",
-    [
-        ("a.pftrace", "perfetto", False),
-        ("a.perfetto-trace.gz", "perfetto", True),
-        ("a.pb", "perfetto", False),
-        ("A.JSON", "json", False),
-        ("a.json.gz", "json", True),
-    ],
-)
+@pytest.mark.parametrize("name,fmt,gz", [("a.pftrace", "perfetto", False), ("a.perfetto-trace.gz", "perfetto", True),
+                                         ("a.pb", "perfetto", False), ("A.JSON", "json", False),
+                                         ("a.json.gz", "json", True)])
 def test_trace_format(name, fmt, gz):
     assert trace_format(name) == (fmt, gz)
 

@@ -361,19 +361,8 @@ int main() {
 @needs_nvcc
 def test_example_compiles(tmp_path):
     lib = tmp_path / "libikp_example.so"
-    cmd = [
-        NVCC,
-        "-std=c++17",
-        "-O3",
-        f"-arch={ARCH}",
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
-        f"-I{include_dir()}",
-        "-o",
-        str(lib),
-        str(EXAMPLE),
-    ]
+    cmd = [NVCC, "-std=c++17", "-O3", f"-arch={ARCH}", "-shared", "-Xcompiler", "-fPIC", f"-I{include_dir()}",
+           "-o", str(lib), str(EXAMPLE)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
 

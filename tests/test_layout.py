@@ -22,16 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
 MAX_LINES = 900
-LAYERS = {
-    "core": 0,
-    "interop": 1,
-    "writers": 1,
-    "analysis": 1,
-    "hardware": 1,
-    "torch_traces": 1,
-    "reports": 2,
-    "cli": 3,
-}
+LAYERS = {"core": 0, "interop": 1, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "reports": 2,
+          "cli": 3}
 # (from stage, to stage) of one rank that may import each other on purpose, one direction each:
 # clock alignment (analysis/align.py) reads torch traces through the one torch reader (torch_traces/loader.py)
 # sessions (analysis/sessions.py) load other tracers' traces through host_decode/interop

@@ -294,16 +294,9 @@ def ablation(
     times = time_alternating(variants, launches)
     base_ms = float(np.median(times["fa4"]))
     rows = [
-        dict(
-            example="fa4",
-            variant=f"ablation {n}",
-            base_ms=base_ms,
-            ms=float(np.median(t)),
-            slowdown=float(np.median(t)) / base_ms - 1,
-            rel_err=0.0,
-            lost=0,
-            note="non-causal" if not causal else "causal",
-        )
+        dict(example="fa4", variant=f"ablation {n}", base_ms=base_ms, ms=float(np.median(t)),
+             slowdown=float(np.median(t)) / base_ms - 1, rel_err=0.0, lost=0,
+             note="non-causal" if not causal else "causal")
         for n, t in times.items()
         if n != "fa4"
     ]

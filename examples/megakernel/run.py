@@ -162,15 +162,8 @@ def run(out_dir: Path, *, launches=200, copies=1200, rows=512, gemm_tiles=16, se
         t0, t1 = (float(np.median(times[v])) for v in ("plain", "instrumented"))
         rows_out.append(
             dict(
-                example="megakernel",
-                variant=order,
-                base_ms=t0,
-                ms=t1,
-                slowdown=t1 / t0 - 1,
-                rel_err=err,
-                lost=int(trace.loss.lost),
-                spans=int(trace.spans.size),
-                numbers=numbers,
+                example="megakernel", variant=order, base_ms=t0, ms=t1, slowdown=t1 / t0 - 1, rel_err=err,
+                lost=int(trace.loss.lost), spans=int(trace.spans.size), numbers=numbers,
                 bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
                 note=(
                     f"{numbers['ctas']} CTAs on {numbers['distinct_sms']} SMs, "

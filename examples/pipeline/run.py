@@ -118,18 +118,9 @@ def run(out_dir: Path, *, m=4096, n=4096, k=4096, launches=200, seed=0) -> list[
     share = numbers["consumer_share"]
     return [
         dict(
-            example="pipeline",
-            variant=f"{m}x{n}x{k}",
-            base_ms=t0,
-            ms=t1,
-            slowdown=t1 / t0 - 1,
-            rel_err=err,
-            rel_err_plain=err0,
-            lost=int(trace.loss.lost),
-            spans=int(trace.spans.size),
-            tflops=2 * m * n * k / t0 / 1e9,
-            torch_ms=ref_ms,
-            bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
+            example="pipeline", variant=f"{m}x{n}x{k}", base_ms=t0, ms=t1, slowdown=t1 / t0 - 1,
+            rel_err=err, rel_err_plain=err0, lost=int(trace.loss.lost), spans=int(trace.spans.size),
+            tflops=2 * m * n * k / t0 / 1e9, torch_ms=ref_ms, bubble_frac=stats["analysis"]["bubbles"]["bubble_frac"],
             note=f"consumers: mma {100 * share.get('mma', 0):.0f}%, wait_data {100 * share.get('wait_data', 0):.0f}%, "
             f"epilogue {100 * share.get('epilogue', 0):.0f}%; "
             f"producer wait_slot {100 * numbers['producer_wait_slot_share']:.0f}%; "
