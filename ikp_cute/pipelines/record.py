@@ -193,7 +193,8 @@ class KernelState:
             + _STATE_ADDRESS.format(base="$0")
             + f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        inline_ptx.asm(None, [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)], asm, "r,r,l,l,r")
+        operands = [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)]
+        inline_ptx.asm(None, operands, asm, "r,r,l,l,r")
 
 
 def event_bits(base: int, stage, event_type: int):
