@@ -1,0 +1,614 @@
+"""Pipelines: who waited on whom. Matches every traced pipeline wait to the signal that released it.
+
+Input: a decoded Trace whose sidecar (``trace.meta``) carries the keys of /work/coord's pipeline
+contract (docs/pipelines.md repeats it): ``pipelines`` (name, num_stages, ``ids`` = first event id of
+each traced op: acquire / wait regions, commit / release instants) and optionally ``barriers``
+(``base_sync`` regions ``bar_sync[i]``, ``base_arrive`` instants ``bar_arrive[i]``, ``names``). Only
+this metadata is used to find pipelines, ops and stages; event names are never parsed.
+
+Matching (a *channel* is one pipeline or one named barrier id; a *unit* is the set of blocks that share
+the channel's barriers):
+* consumer wait, k-th on (unit, pipeline, stage) by its lane  <-  the k-th commit of that stage: with
+  several committing lanes in the unit, the latest of their k-th commits (the arrival that completed
+  the phase). Kind "commit->wait".
+* producer acquire, k-th on (unit, pipeline, stage)  <-  the latest (k-1)-th release of that stage over
+  the consumer lanes of the unit. The first acquire of each stage passes through (status first_use:
+  empty barriers start free). Kind "release->acquire".
+* named barrier sync, k-th on (block, barrier id)  <-  the participant whose k-th operation on that id
+  (bar_arrive instant, or bar_sync begin) came last; when that is the waiting lane itself, status
+  "self" (it arrived last: it waited on nobody). Kinds "bar_arrive->bar_sync" / "bar_sync->bar_sync".
+  Assumes every lane that touches a barrier id takes part in each of its phases once.
+* Level "waits" (no commit / release instants traced: the op's id is absent from ``ids``): the match is
+  *inferred* from program order, status "inferred": the producer's k-th acquire of the stage ended
+  before its k-th commit, so it bounds the release of the consumer's k-th wait from below
+  ("acquire->wait (inferred)"); each consumer's (k-1)-th wait ended before its (k-1)-th release
+  ("wait->acquire (inferred)"). The flow starts at that bound, the waited-on role is exact.
+* Units, multi-CTA clusters: a pipeline whose metadata says ``"cluster": n`` or ``[x, y, z]`` with more
+  than one CTA (and no ``"scope": "cta"``) is cluster-scoped: its signalling lanes are those of every
+  block of the cluster (TMA multicast fills, and consumer releases free, the stage in every CTA).
+  Blocks map to clusters through the sidecar's ``grid`` ([gx, gy, gz], block = x + y*gx + z*gx*gy)
+  when given, else as consecutive runs of n blocks. Every other pipeline and every named barrier is
+  block-local. Guarded by test_pipelines.py::test_two_cta_cluster.
+* Times are the decoder's (32-bit wraps already unwrapped: test_pipelines.py::test_wrap).
+
+Nothing is dropped silently: each wait that ended (a region with both ends; a wait cut by overflow is
+the decoder's unmatched_begin) gets one status: matched, inferred, self, first_use, or one reason why it
+could not be matched: producer_dropped / consumer_dropped / participant_dropped (a signalling lane of the
+unit overflowed: its records are a program-order prefix, so the k-th signal may be among those lost),
+lane_missing (a signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
+signalling lanes are complete and present, yet fewer signals than waits), no_signal_recorded (nothing
+signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other
+side). Guarded by test_pipelines.py::test_consumer_overflow_and_missing_lane.
+
+Counters ("<P> stages full", per block): +1 when a stage's k-th commit phase completed, -1 when its k-th
+release phase completed (both must be recorded: level "signals"); the value is the number of stages
+handed to the consumers and not yet given back, 0..num_stages. Per block, because a stage count is a
+fact of one CTA's barriers (a launch-level sum over 132 CTAs reads as nothing in particular); a
+cluster-scoped pipeline's phases are the cluster's, repeated on each of its blocks.
+
+Statistics (waits_summary): a wait *blocked* when it lasted longer than the timer step (derived from
+the data: the gcd of the recorded times, if between 2 and 4096 ns; else wire.TIMER_STEP_NS), else it
+*passed through*. Per channel x op x role (role = the waiting lane's group name): count, blocked,
+passed, total / p50 / p99 / max ns, share of the role's time blocked (total wait ns over the sum of the
+role's lanes' first-to-last record spans), and whom the blocked waits waited on (signalling role ->
+count).
+
+Critical path of a block: start at the block's lane whose last record is latest, at that time t. On
+lane L at t, take the latest wait of L that blocked, ended at or before t, and was not used before;
+the time from its end to t is L's *work*. If that wait was matched (or inferred) to a signal on
+another lane M at time s, the time from min(s, wait end) to the wait end is *waiting on* M through
+the channel, and the walk continues on M at min(s, wait end). An unmatched or self-released blocked
+wait is waiting on nobody known: the walk continues on L at the wait's start. Without a further
+blocked wait, the time from L's first record to t is L's work and the walk ends. The segments tile
+the path from its start to the block's end exactly; each wait is used at most once, so the walk ends.
+Summary over blocks: each (work, role) and (waiter, channel, signaller) segment's share of the summed
+path time. Guarded by test_pipelines.py::test_critical_path_by_hand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from host_decode.core import wire
+from host_decode.core.model import FLOW_DTYPE, CounterSeries, Trace
+
+PIPELINE_OPS = ("acquire", "wait", "commit", "release")
+WAIT_OPS = ("acquire", "wait", "bar_sync")  # regions: the op column of the waits table indexes this
+FLOW_KINDS = (
+    "commit->wait",
+    "release->acquire",
+    "acquire->wait (inferred)",
+    "wait->acquire (inferred)",
+    "bar_arrive->bar_sync",
+    "bar_sync->bar_sync",
+)
+MATCHED_STATUSES = ("matched", "inferred", "self", "first_use")
+UNMATCHED_REASONS = (
+    "producer_dropped",
+    "consumer_dropped",
+    "participant_dropped",
+    "lane_missing",
+    "occurrence_beyond_signal",
+    "no_signal_recorded",
+)
+STATUSES = MATCHED_STATUSES + UNMATCHED_REASONS
+NUM_NAMED_BARRIERS = 16  # hardware named barriers per CTA (bar.sync ids 0..15)
+
+WAIT_DTYPE = np.dtype(
+    [
+        ("lane", np.int64),
+        ("block", np.int64),
+        ("group", np.int64),
+        ("channel", np.int32),  # index into PipelineAnalysis.channels
+        ("op", np.int8),  # index into WAIT_OPS
+        ("stage", np.int32),  # barrier id for bar_sync
+        ("occurrence", np.int64),  # k: this lane's k-th wait of (channel, op, stage), from 0
+        ("start_ns", np.int64),
+        ("end_ns", np.int64),
+        ("status", np.int8),  # index into STATUSES
+        ("src_lane", np.int64),  # the releasing signal's lane, -1 when none
+        ("src_ns", np.int64),  # its time, -1 when none
+        ("kind", np.int8),  # index into FLOW_KINDS, -1 when none
+    ]
+)
+
+_ACQ, _WAIT, _SYNC = range(3)
+_S = {name: i for i, name in enumerate(STATUSES)}
+_K = {name: i for i, name in enumerate(FLOW_KINDS)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Channel:
+    """One traced pipeline or one named barrier id, with the event ids of its ops."""
+
+    name: str
+    kind: str  # "pipeline" | "barrier"
+    num_stages: int  # 1 for a barrier
+    ids: dict  # op -> first event id (stage s is id + s); barrier: "bar_sync" / "bar_arrive" -> id
+    cluster_shape: tuple = (1, 1, 1)  # CTAs sharing the barriers; (1, 1, 1): block-local
+    cls: str = ""
+    site: str = ""
+    barrier_id: int = -1  # named barrier id (bar.sync id) of a barrier channel
+
+    @property
+    def cluster_size(self) -> int:
+        return math.prod(self.cluster_shape)
+
+
+def channels_of(meta: dict) -> list[Channel]:
+    """The pipelines and named barriers a sidecar declares; ValueError naming the entry if malformed."""
+    out: list[Channel] = []
+    pipelines = meta.get("pipelines") or []
+    if not isinstance(pipelines, list):
+        raise ValueError(f"sidecar 'pipelines' must be a list, got {type(pipelines).__name__}")
+    for i, p in enumerate(pipelines):
+        where = f"sidecar pipelines[{i}]"
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise ValueError(f"{where}: want an object with a 'name' string, got {p!r:.120}")
+        n, ids = p.get("num_stages"), p.get("ids")
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"{where} ({p['name']}): num_stages must be an integer >= 1, got {n!r}")
+        if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS):
+            raise ValueError(f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS} to event ids, got {ids!r}")
+        for op, base in ids.items():
+            if not isinstance(base, int) or base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
+                raise ValueError(f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids in 0..{wire.MAX_USER_EVENT_ID}")
+        shape = _cluster_shape(p.get("cluster"), where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
+        out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", ""))))
+    bars = meta.get("barriers")
+    if bars:
+        if not isinstance(bars, dict) or not isinstance(bars.get("base_sync"), int):
+            raise ValueError(f"sidecar 'barriers' must be an object with an integer base_sync, got {bars!r:.120}")
+        names = {int(k): str(v) for k, v in (bars.get("names") or {}).items()}
+        for b in range(NUM_NAMED_BARRIERS):
+            ids = {"bar_sync": bars["base_sync"] + b}
+            if isinstance(bars.get("base_arrive"), int):
+                ids["bar_arrive"] = bars["base_arrive"] + b
+            label = f"bar_sync[{b}]" + (f" {names[b]}" if b in names else "")
+            out.append(Channel(label, "barrier", 1, ids, (1, 1, 1), barrier_id=b))
+    return out
+
+
+def _cluster_shape(value: Any, where: str) -> tuple:
+    if value is None:
+        return (1, 1, 1)
+    if isinstance(value, int) and value >= 1:
+        return (value, 1, 1)
+    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3 and all(isinstance(v, int) and v >= 1 for v in value):
+        return tuple(value) + (1,) * (3 - len(value))
+    raise ValueError(f"{where}: cluster must be a positive integer or [x, y, z], got {value!r}")
+
+
+def has_pipelines(trace: Trace) -> bool:
+    meta = trace.meta or {}
+    return bool(meta.get("pipelines") or meta.get("barriers"))
+
+
+@dataclasses.dataclass
+class PipelineAnalysis:
+    channels: list[Channel]
+    waits: np.ndarray  # WAIT_DTYPE, one row per wait region that ended
+    counters: list[CounterSeries]
+    timer_step_ns: int
+    timer_step_source: str  # "data" | "default"
+    flow_kinds: tuple = FLOW_KINDS
+
+    def flows(self, blocked_only: bool = False) -> np.ndarray:
+        """FLOW_DTYPE rows: releasing signal -> end of the wait it released (other lanes only)."""
+        w = self.waits
+        keep = (w["src_lane"] >= 0) & (w["src_lane"] != w["lane"])
+        if blocked_only:
+            keep &= (w["end_ns"] - w["start_ns"]) > self.timer_step_ns
+        w = w[keep]
+        out = np.zeros(w.size, FLOW_DTYPE)
+        out["src_lane"], out["src_ns"], out["dst_lane"], out["dst_ns"] = w["src_lane"], w["src_ns"], w["lane"], w["end_ns"]
+        out["kind"] = w["kind"]
+        return out
+
+    def status_counts(self) -> dict[str, int]:
+        counts = np.bincount(self.waits["status"], minlength=len(STATUSES))
+        return {name: int(c) for name, c in zip(STATUSES, counts)}
+
+    def unmatched(self) -> dict[str, int]:
+        return {k: v for k, v in self.status_counts().items() if k in UNMATCHED_REASONS and v}
+
+
+# ================================================================================================
+# matching
+# ================================================================================================
+
+
+def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
+    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier."""
+    channels = channels_of(trace.meta or {})
+    if not channels:
+        raise ValueError("the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)")
+    lut = _event_lookup(channels)
+    spans, inst = trace.spans, trace.instants
+    s_ch, s_op, s_st = (a[spans["event"].astype(np.int64)] for a in lut)
+    i_ch, i_op, i_st = (a[inst["event"].astype(np.int64)] for a in lut)
+    lane_present = np.zeros(trace.num_lanes, bool)
+    lane_present[trace.lanes["lane"]] = True
+    lane_dropped = np.zeros(trace.num_lanes, bool)
+    lane_dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
+    ctx = _Ctx(trace, lane_present, lane_dropped)
+
+    parts, counters = [], []
+    for c, ch in enumerate(channels):
+        unit = _units(ch, trace)
+        if ch.kind == "barrier":
+            parts.append(_match_barrier(ctx, c, ch.barrier_id, unit, spans[s_ch == c], inst[i_ch == c], s_op[s_ch == c], i_op[i_ch == c]))
+            continue
+        sp, so, ss = spans[s_ch == c], s_op[s_ch == c], s_st[s_ch == c]
+        it, io, ist = inst[i_ch == c], i_op[i_ch == c], i_st[i_ch == c]
+        acq = _Records.of_spans(sp[so == _OP["acquire"]], ss[so == _OP["acquire"]], unit, ch.num_stages, "end_ns")
+        wai = _Records.of_spans(sp[so == _OP["wait"]], ss[so == _OP["wait"]], unit, ch.num_stages, "end_ns")
+        com = _Records.of_instants(it[io == _OP["commit"]], ist[io == _OP["commit"]], unit, ch.num_stages)
+        rel = _Records.of_instants(it[io == _OP["release"]], ist[io == _OP["release"]], unit, ch.num_stages)
+        if "commit" in ch.ids:  # consumer waits <- commits, else <- producer acquires (inferred)
+            sig, kind, status = com, "commit->wait", "matched"
+        else:
+            sig, kind, status = (acq if "acquire" in ch.ids else None), "acquire->wait (inferred)", "inferred"
+        parts.append(ctx.match(wai, c, _WAIT, sig, 0, unit, kind, status, "producer_dropped"))
+        if "release" in ch.ids:  # producer acquires <- releases, else <- consumer waits (inferred)
+            sig, kind, status = rel, "release->acquire", "matched"
+        else:
+            sig, kind, status = (wai if "wait" in ch.ids else None), "wait->acquire (inferred)", "inferred"
+        parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped"))
+        if "commit" in ch.ids and "release" in ch.ids:
+            counters.extend(_stage_counters(ch, com, rel, unit, trace.num_blocks))
+    waits = np.concatenate(parts) if parts else np.zeros(0, WAIT_DTYPE)
+    waits = waits[np.lexsort((waits["start_ns"], waits["lane"]))]
+    step, source = timer_step(trace)
+    return PipelineAnalysis(channels, waits, counters, step, source)
+
+
+_OP = {op: i for i, op in enumerate(PIPELINE_OPS + ("bar_sync", "bar_arrive"))}
+
+
+def _event_lookup(channels: list[Channel]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """event id -> (channel, op, stage) arrays over all 1024 ids (-1: not a pipeline event)."""
+    ch_of, op_of, st_of = (np.full(wire.MAX_EVENT_ID + 1, -1, np.int64) for _ in range(3))
+    for c, ch in enumerate(channels):
+        for op, base in ch.ids.items():
+            for s in range(ch.num_stages):
+                e = base + s
+                if ch_of[e] >= 0 and ch.kind == "pipeline":
+                    other = channels[ch_of[e]]
+                    raise ValueError(f"sidecar: event id {e} is both {other.name}.{PIPELINE_OPS[op_of[e]] if op_of[e] < 4 else 'barrier'} "
+                                     f"and {ch.name}.{op}[{s}]")
+                if ch_of[e] < 0:  # a pipeline's id wins over a barrier id that happens to coincide
+                    ch_of[e], op_of[e], st_of[e] = c, _OP[op], s
+    return ch_of, op_of, st_of
+
+
+def _units(ch: Channel, trace: Trace) -> np.ndarray:
+    """Unit id of every block for this channel: the block itself, or its cluster."""
+    blocks = np.arange(trace.num_blocks, dtype=np.int64)
+    if ch.cluster_size == 1:
+        return blocks
+    cx, cy, cz = ch.cluster_shape
+    grid = (trace.meta or {}).get("grid")
+    if isinstance(grid, (list, tuple)) and len(grid) == 3 and math.prod(grid) == trace.num_blocks:
+        gx, gy, _ = (int(g) for g in grid)
+        x, y, z = blocks % gx, (blocks // gx) % gy, blocks // (gx * gy)
+        return (x // cx) + (y // cy) * -(-gx // cx) + (z // cz) * (-(-gx // cx)) * (-(-gy // cy))
+    return blocks // ch.cluster_size
+
+
+@dataclasses.dataclass
+class _Records:
+    """One op's records of one channel: lane, unit, stage, time, k (this lane's k-th on that stage)."""
+
+    lane: np.ndarray
+    unit: np.ndarray
+    stage: np.ndarray
+    t: np.ndarray  # signal time (instant ts, or the span end/start named at construction)
+    k: np.ndarray
+    rows: np.ndarray | None = None  # the spans, for waits
+    num_stages: int = 1
+
+    @classmethod
+    def of_spans(cls, spans, stage, unit_of_block, num_stages, time_field):
+        lane, st = spans["lane"].astype(np.int64), stage
+        return cls(lane, unit_of_block[spans["block"]], st, spans[time_field].astype(np.int64),
+                   _occurrence(lane, st, spans["start_ns"]), spans, num_stages)
+
+    @classmethod
+    def of_instants(cls, inst, stage, unit_of_block, num_stages):
+        lane = inst["lane"].astype(np.int64)
+        return cls(lane, unit_of_block[inst["block"]], stage, inst["ts_ns"].astype(np.int64),
+                   _occurrence(lane, stage, inst["ts_ns"]), None, num_stages)
+
+
+def _occurrence(lane: np.ndarray, key: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """k of each record among its lane's records with the same key, in time (= program) order."""
+    if lane.size == 0:
+        return np.zeros(0, np.int64)
+    order = np.lexsort((t, key, lane))
+    lo, ko = lane[order], key[order]
+    first = np.r_[True, (lo[1:] != lo[:-1]) | (ko[1:] != ko[:-1])]
+    start = np.maximum.accumulate(np.where(first, np.arange(lane.size), 0))
+    k = np.empty(lane.size, np.int64)
+    k[order] = np.arange(lane.size) - start
+    return k
+
+
+class _Ctx:
+    def __init__(self, trace: Trace, lane_present: np.ndarray, lane_dropped: np.ndarray):
+        self.trace, self.present, self.dropped = trace, lane_present, lane_dropped
+
+    def unit_health(self, signal_groups: np.ndarray, unit_of_block: np.ndarray):
+        """Per unit: (candidate lanes present, any missing, any dropped) over the signalling groups."""
+        ng, nu = self.trace.num_groups, int(unit_of_block.max()) + 1
+        lanes = (np.arange(self.trace.num_blocks)[:, None] * ng + signal_groups[None, :]).ravel()
+        units = np.repeat(unit_of_block, signal_groups.size)
+        present = np.bincount(units, self.present[lanes], nu).astype(np.int64)
+        missing = np.bincount(units, ~self.present[lanes], nu) > 0
+        dropped = np.bincount(units, self.dropped[lanes], nu) > 0
+        return present, missing, dropped
+
+    def match(self, waits: _Records, channel: int, op: int, sig: _Records | None, shift: int, unit_of_block,
+              kind: str, status: str, dropped_reason: str, with_source: bool = False):
+        """Rows for `waits`: the k-th wait pairs with phase k - shift of `sig` (shift 1: first use passes).
+        with_source: also return the index into `sig` of each row's releasing record (-1: none)."""
+        out = _rows(waits, channel, op)
+        target = waits.k - shift
+        todo = target >= 0
+        out["status"][~todo] = _S["first_use"]
+        if sig is None or sig.lane.size == 0:
+            out["status"][todo] = _S["no_signal_recorded"]
+            return (out, np.full(out.size, -1, np.int64)) if with_source else out
+        signal_groups = np.unique(sig.lane % self.trace.num_groups)
+        n_present, missing, dropped = self.unit_health(signal_groups, unit_of_block)
+        # phase table: per (unit, stage, k): the latest signal and how many lanes gave one
+        kmax = int(max(sig.k.max(), target.max(initial=0))) + 1
+        code = (sig.unit * sig.num_stages + sig.stage) * kmax + sig.k
+        order = np.lexsort((sig.t, code))
+        code_s = code[order]
+        last = np.r_[code_s[1:] != code_s[:-1], True]
+        phase_code = code_s[last]
+        phase_rec = order[last]
+        phase_lane, phase_t = sig.lane[phase_rec], sig.t[phase_rec]
+        firsts = np.flatnonzero(np.r_[True, code_s[1:] != code_s[:-1]])
+        phase_lanes = np.diff(np.r_[firsts, code_s.size])
+        wcode = (waits.unit * waits.num_stages + waits.stage) * kmax + target
+        pos = np.clip(np.searchsorted(phase_code, wcode), 0, max(phase_code.size - 1, 0))
+        found = todo & (phase_code[pos] == wcode)
+        full = found & (phase_lanes[pos] >= n_present[waits.unit])
+        u = waits.unit
+        reason = np.where(dropped[u], _S[dropped_reason], np.where(missing[u], _S["lane_missing"], -1))
+        # a phase with every present signalling lane is matched unless a lane of the unit is missing;
+        # a phase with fewer lanes is matched only when no lane of the unit overflowed or is missing
+        ok = np.where(full, ~missing[u], found & (reason < 0))
+        out["status"][todo] = np.where(ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], _S["occurrence_beyond_signal"]))
+        out["src_lane"] = np.where(ok, phase_lane[pos], -1)
+        out["src_ns"] = np.where(ok, phase_t[pos], -1)
+        out["kind"] = np.where(ok, _K[kind], -1)
+        return (out, np.where(ok, phase_rec[pos], -1)) if with_source else out
+
+
+def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
+    sp = waits.rows
+    out = np.zeros(sp.size, WAIT_DTYPE)
+    for f in ("lane", "block", "group", "start_ns", "end_ns"):
+        out[f] = sp[f]
+    out["channel"], out["op"], out["stage"], out["occurrence"] = channel, op, waits.stage, waits.k
+    out["src_lane"], out["src_ns"], out["kind"] = -1, -1, -1
+    return out
+
+
+def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, spans, inst, s_op, i_op) -> np.ndarray:
+    """bar_sync regions <- the participant whose k-th arrive / sync begin on this id came last."""
+    sync = spans[s_op == _OP["bar_sync"]]
+    arrive = inst[i_op == _OP["bar_arrive"]]
+    lane = np.r_[sync["lane"], arrive["lane"]].astype(np.int64)
+    t = np.r_[sync["start_ns"], arrive["ts_ns"]].astype(np.int64)
+    is_sync = np.r_[np.ones(sync.size, bool), np.zeros(arrive.size, bool)]
+    zero = np.zeros(lane.size, np.int64)
+    unit = unit_of_block[np.r_[sync["block"], arrive["block"]]]
+    sig = _Records(lane, unit, zero, t, _occurrence(lane, zero, t))
+    waits = _Records(lane[is_sync], unit[is_sync], zero[is_sync], t[is_sync], sig.k[is_sync], sync)
+    out, src = ctx.match(waits, c, _SYNC, sig, 0, unit_of_block, "bar_arrive->bar_sync", "matched",
+                         "participant_dropped", with_source=True)
+    by_sync = (src >= 0) & is_sync[np.maximum(src, 0)]  # the phase was completed by a sync, not an arrive
+    out["kind"][by_sync] = _K["bar_sync->bar_sync"]
+    out["status"][(src >= 0) & (out["src_lane"] == out["lane"])] = _S["self"]
+    out["stage"] = barrier_id
+    return out
+
+
+def _stage_counters(ch: Channel, com: _Records, rel: _Records, unit_of_block, num_blocks: int) -> list[CounterSeries]:
+    """Per block: stages whose k-th commit phase completed and whose k-th release phase did not yet."""
+    def phases(r: _Records):
+        if r.lane.size == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        kmax = int(r.k.max()) + 1
+        code = (r.unit * ch.num_stages + r.stage) * kmax + r.k
+        order = np.lexsort((r.t, code))
+        cs = code[order]
+        last = np.r_[cs[1:] != cs[:-1], True]
+        return (r.unit[order][last] * ch.num_stages + r.stage[order][last]) * (1 << 32) + r.k[order][last], r.t[order][last]
+
+    fill_key, fill_t = phases(com)
+    free_key, free_t = phases(rel)
+    both, fi, ri = np.intersect1d(fill_key, free_key, assume_unique=True, return_indices=True)
+    unit = both >> 32
+    unit //= ch.num_stages
+    t = np.r_[fill_t[fi], free_t[ri]]
+    delta = np.r_[np.ones(both.size), -np.ones(both.size)]
+    u = np.r_[unit, unit]
+    order = np.lexsort((delta, t, u))  # by unit, then time; at one time, frees before fills
+    u, t, v = u[order], t[order], delta[order]
+    out = []
+    for b in range(num_blocks):
+        lo, hi = np.searchsorted(u, unit_of_block[b]), np.searchsorted(u, unit_of_block[b], side="right")
+        if hi == lo:
+            continue
+        tb, vb = t[lo:hi], np.cumsum(v[lo:hi])
+        keep = np.r_[tb[1:] != tb[:-1], True]  # the value after everything at that time
+        out.append(CounterSeries(f"{ch.name} stages full", "stages", tb[keep].astype(np.int64), vb[keep], b))
+    return out
+
+
+def timer_step(trace: Trace) -> tuple[int, str]:
+    """(step ns, "data" | "default"): the gcd of recorded times relative to the first, if 2..4096 ns."""
+    ts = np.r_[trace.spans["start_ns"][:100_000], trace.spans["end_ns"][:100_000], trace.instants["ts_ns"][:100_000]]
+    if ts.size > 1:
+        d = ts - ts.min()
+        d = d[d > 0]
+        if d.size >= 8:
+            g = int(np.gcd.reduce(d))
+            if 2 <= g <= 4096:
+                return g, "data"
+    return wire.TIMER_STEP_NS, "default"
+
+
+# ================================================================================================
+# statistics
+# ================================================================================================
+
+
+def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096) -> dict:
+    """Everything `ikp waits` prints, JSON-ready: per channel x op x role rows, per role, critical path,
+    status counts."""
+    pa = analysis or analyze_pipelines(trace)
+    w = pa.waits
+    names = trace.names
+    dur = w["end_ns"] - w["start_ns"]
+    blocked = dur > pa.timer_step_ns
+    role_time, role_lanes = _role_time(trace)
+    src_group = np.where(w["src_lane"] >= 0, w["src_lane"] % trace.num_groups, -1)
+    rows = []
+    key = (w["channel"].astype(np.int64) * 4 + w["op"]) * (trace.num_groups + 1) + w["group"]
+    for k in np.unique(key):
+        m = key == k
+        c, op, g = int(w["channel"][m][0]), int(w["op"][m][0]), int(w["group"][m][0])
+        d = dur[m]
+        on: dict[str, int] = {}
+        bm = blocked[m]
+        for sg, st in zip(src_group[m][bm].tolist(), w["status"][m][bm].tolist()):
+            who = "itself" if STATUSES[st] == "self" else (names.group(sg) if sg >= 0 else STATUSES[st])
+            on[who] = on.get(who, 0) + 1
+        st_counts = np.bincount(w["status"][m], minlength=len(STATUSES))
+        rows.append({
+            "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": names.group(g), "group": g,
+            "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.sum()), "blocked": int(bm.sum()),
+            "passed": int((~bm).sum()), "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)),
+            "p99_ns": float(np.percentile(d, 99)), "max_ns": int(d.max()),
+            "share_of_role_time": float(d.sum() / role_time[g]) if role_time.get(g) else None,
+            "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
+            "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
+        })
+    roles = []
+    for g in sorted(role_time):
+        m = w["group"] == g
+        roles.append({"role": names.group(g), "group": g, "lanes": role_lanes[g], "time_ns": int(role_time[g]),
+                      "wait_ns": int(dur[m].sum()), "blocked_ns": int(dur[m & blocked].sum()),
+                      "share_blocked": float(dur[m & blocked].sum() / role_time[g]) if role_time[g] else None})
+    return {
+        "kernel": (trace.meta or {}).get("kernel"),
+        "timer_step_ns": pa.timer_step_ns,
+        "timer_step_source": pa.timer_step_source,
+        "channels": [{"name": ch.name, "kind": ch.kind, "num_stages": ch.num_stages, "ops": sorted(ch.ids),
+                      "cluster_size": ch.cluster_size, "class": ch.cls, "site": ch.site}
+                     for c, ch in enumerate(pa.channels) if ch.kind == "pipeline" or (w["channel"] == c).any()],
+        "waits": int(w.size),
+        "status": pa.status_counts(),
+        "unmatched": pa.unmatched(),
+        "flows": int(pa.flows().size),
+        "rows": rows,
+        "roles": roles,
+        "critical_path": critical_path_summary(trace, pa, max_blocks),
+    }
+
+
+def _role_time(trace: Trace) -> tuple[dict[int, int], dict[int, int]]:
+    ln = trace.lanes
+    has = ln["first_ns"] >= 0
+    span = np.where(has, ln["last_ns"] - ln["first_ns"], 0)
+    time, lanes = {}, {}
+    for g in np.unique(ln["group"]).tolist():
+        m = ln["group"] == g
+        time[g], lanes[g] = int(span[m].sum()), int(m.sum())
+    return time, lanes
+
+
+def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -> list[dict]:
+    """Per block (the first max_blocks that have lanes): the path's segments, see the module docstring.
+    A segment: (what, lane, start_ns, end_ns, channel, signal_lane); what = "work" | "wait"."""
+    w = pa.waits
+    blk = w[(w["end_ns"] - w["start_ns"]) > pa.timer_step_ns]
+    blk = blk[np.lexsort((blk["end_ns"], blk["lane"]))]
+    lane_lo = np.searchsorted(blk["lane"], np.arange(trace.num_lanes + 1))
+    ln = trace.lanes[trace.lanes["first_ns"] >= 0]
+    first = dict(zip(ln["lane"].tolist(), ln["first_ns"].tolist()))
+    out = []
+    blocks = np.unique(ln["block"])[:max_blocks]
+    by_block = np.searchsorted(ln["block"], blocks), np.searchsorted(ln["block"], blocks, side="right")
+    for b, lo, hi in zip(blocks.tolist(), *by_block):
+        bl = ln[lo:hi]
+        i = int(np.argmax(bl["last_ns"]))
+        lane, t = int(bl["lane"][i]), int(bl["last_ns"][i])
+        end = t
+        used = {}  # lane -> exclusive upper index of its waits still usable
+        segs = []
+        while True:
+            a, z = lane_lo[lane], lane_lo[lane + 1]
+            ends = blk["end_ns"][a:z]
+            j = min(int(np.searchsorted(ends, t, side="right")), used.get(lane, z - a)) - 1
+            if j < 0:
+                segs.append(("work", lane, first[lane], t, -1, -1))
+                break
+            used[lane] = j
+            r = blk[a + j]
+            segs.append(("work", lane, int(r["end_ns"]), t, -1, -1))
+            src = int(r["src_lane"])
+            if src >= 0 and src != lane and src in first:
+                s = min(int(r["src_ns"]), int(r["end_ns"]))
+                s = max(s, first[src])
+                segs.append(("wait", lane, s, int(r["end_ns"]), int(r["channel"]), src))
+                lane, t = src, s
+            else:
+                segs.append(("wait", lane, int(r["start_ns"]), int(r["end_ns"]), int(r["channel"]), -1))
+                t = int(r["start_ns"])
+        segs = [s for s in reversed(segs) if s[3] > s[2]]
+        out.append({"block": b, "start_ns": segs[0][2] if segs else end, "end_ns": end, "segments": segs})
+    return out
+
+
+def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -> dict:
+    paths = critical_paths(trace, pa, max_blocks)
+    ng = trace.num_groups
+    role = trace.names.group
+    shares: dict[tuple, int] = {}
+    total = 0
+    for p in paths:
+        total += p["end_ns"] - p["start_ns"]
+        for what, lane, a, z, c, src in p["segments"]:
+            if what == "work":
+                key = ("work", role(lane % ng), None, None)
+            else:
+                key = ("wait", role(lane % ng), pa.channels[c].name, role(src % ng) if src >= 0 else None)
+            shares[key] = shares.get(key, 0) + (z - a)
+    rows = [{"what": k[0], "role": k[1], "channel": k[2], "on": k[3], "ns": v, "share": v / total if total else None}
+            for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
+    return {"blocks": len(paths), "blocks_total": int(np.unique(trace.lanes["block"]).size),
+            "mean_path_ns": total / len(paths) if paths else None, "segments": rows}
+
+
+def view_data(trace: Trace) -> dict | None:
+    """The report's "waits" view data (reports/assets/waits.js draws it); None without pipeline metadata."""
+    if not has_pipelines(trace):
+        return None
+    pa = analyze_pipelines(trace)
+    summary = waits_summary(trace, pa)
+    counters = [{"name": c.name, "block": c.block, "t": (c.times_ns - trace.start_ns).tolist(), "v": c.values.tolist()}
+                for c in pa.counters[:8]]
+    summary["counters_shown"] = counters
+    summary["counters_total"] = len(pa.counters)
+    return summary
