@@ -374,3 +374,21 @@ def test_sidecar_round_trip(tmp_path):
     assert json.loads(path.with_suffix(".json").read_text())["pipelines"][0]["ids"]["commit"] == COMMIT
     trace = load_capture(path)
     assert table(trace, pl.analyze_pipelines(trace)) == EXPECTED_SIGNALS
+
+
+def test_ikp_waits_command(tmp_path, capsys):
+    from host_decode.cli import main
+
+    path = save_capture(tmp_path / "cap.npy", fa_like().buffer(), names={"groups": GROUPS}, pipelines=[k_pipeline()],
+                        kernel="synthetic")
+    assert main(["waits", str(path), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {(r["role"], r["op"]): r for r in data["rows"]}
+    assert rows[("producer", "acquire")]["total_ns"] == 24 * TICK and rows[("mma0", "wait")]["waited_on"] == {"producer": 3}
+    assert data["flows"] == 10 and data["unmatched"] == {}
+    assert main(["waits", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "mma1 waits on K for producer" in out and "70.6%" in out and "every wait matched" in out
+    plain = save_capture(tmp_path / "plain.npy", fa_like().buffer())
+    assert main(["waits", str(plain)]) == 2
+    assert "no 'pipelines' or 'barriers' metadata" in capsys.readouterr().err

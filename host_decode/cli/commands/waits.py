@@ -1,0 +1,85 @@
+"""ikp waits CAPTURE: who waited on whom in a capture traced with pipeline metadata (analysis/pipelines.py)."""
+
+NAME = "waits"
+HELP = "pipeline waits of one capture: per pipeline x role wait time, blocked vs passed, whom it waited on, critical path"
+
+REASONS = {
+    "producer_dropped": "a producer lane of the block/cluster overflowed; its later commits were never written",
+    "consumer_dropped": "a consumer lane of the block/cluster overflowed; its later releases were never written",
+    "participant_dropped": "a lane on that named barrier overflowed",
+    "lane_missing": "a signalling lane of the block/cluster wrote nothing at all",
+    "occurrence_beyond_signal": "more waits than signals, with every signalling lane present and complete",
+    "no_signal_recorded": "nothing signals this pipeline in the capture (e.g. only waits traced on both sides)",
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="tables (default) or JSON")
+    p.add_argument("--max-blocks", type=int, default=4096, help="blocks whose critical path is walked (default 4096)")
+
+
+def run(args) -> int:
+    import json
+
+    from host_decode.analysis.pipelines import has_pipelines, waits_summary
+    from host_decode.core.decoder import load_capture
+
+    trace = load_capture(args.capture)
+    if not has_pipelines(trace):
+        raise ValueError(f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
+                         "(capture the kernel under ikp_cute.trace_pipelines)")
+    data = waits_summary(trace, max_blocks=args.max_blocks)
+    if args.format == "json":
+        print(json.dumps(data, indent=1, allow_nan=False))
+    else:
+        print_waits(data)
+    return 0
+
+
+def print_waits(data: dict, console=None) -> None:
+    from rich.table import Table
+
+    from host_decode.reports.text import make_console
+
+    console = console or make_console()
+    st = data["status"]
+    matched = st["matched"] + st["inferred"] + st["self"] + st["first_use"]
+    console.print(f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
+                  f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
+                  f"{st['self']} self-released barriers, {st['first_use']} first uses), {data['flows']} flows; "
+                  f"blocked = longer than {data['timer_step_ns']} ns (timer step, {data['timer_step_source']})")
+    t = Table(title="waits per pipeline x role", title_justify="left")
+    for col in ("pipeline", "op", "role", "lanes", "waits", "blocked", "passed", "total us", "p50 ns", "p99 ns",
+                "max ns", "of role time", "waited on (blocked)"):
+        t.add_column(col, justify="left" if col in ("pipeline", "op", "role", "waited on (blocked)") else "right")
+    for r in data["rows"]:
+        share = "–" if r["share_of_role_time"] is None else f"{100 * r['share_of_role_time']:.1f}%"
+        on = ", ".join(f"{k} {v}" for k, v in r["waited_on"].items()) or "–"
+        t.add_row(r["channel"], r["op"], r["role"], str(r["lanes"]), str(r["waits"]), str(r["blocked"]), str(r["passed"]),
+                  f"{r['total_ns'] / 1e3:.1f}", f"{r['p50_ns']:.0f}", f"{r['p99_ns']:.0f}", str(r["max_ns"]), share, on)
+    console.print(t)
+    t = Table(title="roles", title_justify="left")
+    for col in ("role", "lanes", "time us", "in waits us", "blocked us", "blocked share"):
+        t.add_column(col, justify="left" if col == "role" else "right")
+    for r in data["roles"]:
+        share = "–" if r["share_blocked"] is None else f"{100 * r['share_blocked']:.1f}%"
+        t.add_row(r["role"], str(r["lanes"]), f"{r['time_ns'] / 1e3:.1f}", f"{r['wait_ns'] / 1e3:.1f}",
+                  f"{r['blocked_ns'] / 1e3:.1f}", share)
+    console.print(t)
+    cp = data["critical_path"]
+    mean = cp["mean_path_ns"]
+    console.print(f"critical path: {cp['blocks']} of {cp['blocks_total']} blocks, mean "
+                  f"{'–' if mean is None else f'{mean / 1e3:.2f} us'} (walked back from each block's last lane)")
+    t = Table()
+    for col in ("segment", "share", "total us"):
+        t.add_column(col, justify="left" if col == "segment" else "right")
+    for r in cp["segments"]:
+        what = (f"{r['role']} works" if r["what"] == "work" else
+                f"{r['role']} waits on {r['channel']}" + (f" for {r['on']}" if r["on"] else " (signal unknown)"))
+        t.add_row(what, "–" if r["share"] is None else f"{100 * r['share']:.1f}%", f"{r['ns'] / 1e3:.1f}")
+    console.print(t)
+    if data["unmatched"]:
+        console.print("[b]not matched[/b]: " + "; ".join(f"{k} {v} ({REASONS.get(k, k)})" for k, v in data["unmatched"].items()))
+    else:
+        console.print("every wait matched (or passed through as a stage's first use)")
