@@ -392,3 +392,26 @@ def test_ikp_waits_command(tmp_path, capsys):
     plain = save_capture(tmp_path / "plain.npy", fa_like().buffer())
     assert main(["waits", str(plain)]) == 2
     assert "no 'pipelines' or 'barriers' metadata" in capsys.readouterr().err
+
+
+def test_decode_passes_flows_to_a_writer_that_takes_them(tmp_path):
+    """`ikp decode -o` hands the flows and counters to the writer when the capture has pipeline metadata."""
+    from host_decode.cli.commands.decode import pipeline_extras
+
+    trace = fa_like().trace([k_pipeline()])
+    seen = {}
+
+    def writer(trace, path, *, gzip=None, flows=None, flow_kinds=(), counters=(), progress=False):
+        seen.update(flows=flows, flow_kinds=flow_kinds, counters=counters)
+
+    extras, note = pipeline_extras(trace, writer)
+    writer(trace, "x", **extras)
+    assert seen["flows"].size == 10 and seen["flow_kinds"] == pl.FLOW_KINDS and len(seen["counters"]) == 1
+    assert note == "10 pipeline flows, 1 stages-full counters"
+
+    def old_writer(trace, path, *, gzip=None, counters=True, progress=False):
+        pass
+
+    assert pipeline_extras(trace, old_writer) == ({}, "pipeline flows and counters left out: this writer does not take them yet")
+    plain = decode(fa_like().buffer())
+    assert pipeline_extras(plain, writer) == ({}, "")

@@ -34,10 +34,36 @@ def run(args) -> int:
     if args.output:
         from host_decode.writers import write_trace
 
-        write_trace(trace, args.output)
+        extras, note = pipeline_extras(trace, write_trace)
+        write_trace(trace, args.output, **extras)
         if not args.quiet:
-            print(f"wrote {args.output}")
+            print(f"wrote {args.output}" + (f" ({note})" if note else ""))
     return 0
+
+
+def pipeline_extras(trace, writer) -> tuple[dict, str]:
+    """Keyword arguments that put the pipelines' flow arrows and stages-full counters into the trace
+    (analysis/pipelines.py; /work/coord's pipeline contract), limited to what `writer` accepts, and a
+    note of what was written or left out. ({}, "") when the capture has no pipeline metadata."""
+    import inspect
+
+    from host_decode.analysis.pipelines import analyze_pipelines, has_pipelines
+
+    if not has_pipelines(trace):
+        return {}, ""
+    pa = analyze_pipelines(trace)
+    params = inspect.signature(writer).parameters
+    extras, said = {}, []
+    if "flows" in params:
+        extras.update(flows=pa.flows(), flow_kinds=pa.flow_kinds)
+        said.append(f"{extras['flows'].size} pipeline flows")
+    counters = params.get("counters")
+    if counters is not None and not isinstance(counters.default, bool):  # the contract's sequence of CounterSeries
+        extras["counters"] = pa.counters
+        said.append(f"{len(pa.counters)} stages-full counters")
+    if not extras:
+        return {}, "pipeline flows and counters left out: this writer does not take them yet"
+    return extras, ", ".join(said)
 
 
 def write_spans_csv(trace, path) -> None:
