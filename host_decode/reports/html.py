@@ -107,6 +107,7 @@ def build_report_data(
     else:
         data["source"] = source_data(source_text, source_path, data["pcs"], trace)
     data["missing"] = missing
+    data["waits"] = pipeline_waits_view(trace)
     return jsonable(data)
 
 
@@ -141,6 +142,13 @@ def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, miss
     return out
 
 
+def pipeline_waits_view(trace: Trace) -> dict | None:
+    """The "Waits" view's data (assets/waits.js), None when the capture has no pipeline metadata."""
+    from host_decode.analysis.pipelines import view_data
+
+    return view_data(trace)
+
+
 def render_html(data: dict) -> str:
     """The page: the template with the data blob, style and script inlined."""
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -148,7 +156,7 @@ def render_html(data: dict) -> str:
     # confuse the script element, and JSON.parse reads the same string
     blob = blob.replace("<", "\\u003c")
     title = f"ikp report: {data.get('kernel', {}).get('name') or 'kernel'}"
-    css, js = (_asset(name) for name in ("report.css", "report.js"))
+    css, js, waits_js = (_asset(name) for name in ("report.css", "report.js", "waits.js"))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -156,7 +164,7 @@ def render_html(data: dict) -> str:
         f"<title>{html.escape(title)}</title>\n<style>\n{css}\n</style></head>\n<body>\n"
         f"<script type=\"application/json\" id=\"{DATA_ELEMENT_ID}\">{blob}</script>\n"
         "<div id=\"app\"><noscript>This report needs JavaScript (inline, no network).</noscript></div>\n"
-        f"<script>\n{js}\n</script>\n</body></html>\n"
+        f"<script>\n{js}\n;\n{waits_js}\n</script>\n</body></html>\n"
     )
 
 
