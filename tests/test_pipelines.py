@@ -253,6 +253,10 @@ def test_consumer_overflow_and_missing_lane():
     assert status[(2, MMA0, "wait", 1, 0)] == "matched" and status[(2, MMA0, "wait", 1, 1)] == "occurrence_beyond_signal"
     assert status[(2, PRODUCER, "acquire", 1, 0)] == "first_use"
     assert pa.unmatched() == {"consumer_dropped": 1, "lane_missing": 3, "occurrence_beyond_signal": 1}
+    s = pl.waits_summary(trace, pa)
+    prod = [r for r in s["rows"] if r["role"] == "producer"][0]  # blocked: acq0 k1 (mma1), acq1 k1 (dropped), block 2 none
+    assert prod["waited_on"] == {"mma1": 1, "consumer_dropped": 1}
+    assert (s["lanes_overflowed"], s["records_dropped"], s["late_signals"]) == (1, 5, 0)
     total = sum(pa.status_counts().values())
     assert total == w.size == int(np.isin(trace.spans["event"], [ACQ, ACQ + 1, WAIT, WAIT + 1]).sum())
 
@@ -299,6 +303,23 @@ def test_many_stages_reused_many_times():
     assert len(got) == len(want) == iters * 3 - stages
     values = pa.counters[0].values
     assert values.min() >= 0 and values.max() <= stages and values[-1] == 0
+
+
+def test_late_signal_is_counted():
+    """A commit recorded 3 ticks after the wait it released ended (a record placed after its arrive): matched,
+    counted as a late signal, and the critical path does not run backwards (the wait segment is clamped)."""
+    c = Capture(1, 2)
+    c.region(0, PRODUCER, ACQ, 0, 1).instant(0, PRODUCER, COMMIT, 9)
+    c.region(0, MMA0, WAIT, 1, 6).instant(0, MMA0, 99, 12)
+    trace = c.trace([k_pipeline(stages=1)])
+    pa = pl.analyze_pipelines(trace)
+    s = pl.waits_summary(trace, pa)
+    assert s["late_signals"] == 1 and s["status"]["matched"] == 1
+    (path,) = pl.critical_paths(trace, pa)
+    t0 = trace.start_ns
+    # mma0 ends last (12); its wait 1-6 was released "at 9" -> clamped to 6: the producer works 0..6, mma0 6..12
+    assert [(w, lane, (a - t0) // TICK, (z - t0) // TICK) for w, lane, a, z, _, _ in path["segments"]] == [
+        ("work", 0, 0, 6), ("work", 1, 6, 12)]
 
 
 def test_two_cta_cluster():

@@ -482,27 +482,30 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
     dur = w["end_ns"] - w["start_ns"]
     blocked = dur > pa.timer_step_ns
     role_time, role_lanes = _role_time(trace)
-    src_group = np.where(w["src_lane"] >= 0, w["src_lane"] % trace.num_groups, -1)
+    # whom a blocked wait waited on: the signalling lane's group, else -1 - status (self, unmatched reason)
+    on_code = np.where((w["src_lane"] >= 0) & (w["status"] != _S["self"]), w["src_lane"] % trace.num_groups, -1 - w["status"].astype(np.int64))
+    late = (w["src_lane"] >= 0) & (w["src_ns"] > w["end_ns"] + pa.timer_step_ns)
+    key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * (trace.num_groups + 1) + w["group"]
+    order = np.argsort(key, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1], True])
     rows = []
-    key = (w["channel"].astype(np.int64) * 4 + w["op"]) * (trace.num_groups + 1) + w["group"]
-    for k in np.unique(key):
-        m = key == k
-        c, op, g = int(w["channel"][m][0]), int(w["op"][m][0]), int(w["group"][m][0])
-        d = dur[m]
-        on: dict[str, int] = {}
-        bm = blocked[m]
-        for sg, st in zip(src_group[m][bm].tolist(), w["status"][m][bm].tolist()):
-            who = "itself" if STATUSES[st] == "self" else (names.group(sg) if sg >= 0 else STATUSES[st])
-            on[who] = on.get(who, 0) + 1
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        m = order[lo:hi]
+        c, op, g = int(w["channel"][m[0]]), int(w["op"][m[0]]), int(w["group"][m[0]])
+        d, bm = dur[m], blocked[m]
+        codes, counts = np.unique(on_code[m][bm], return_counts=True)
+        on = {("itself" if x == -1 - _S["self"] else names.group(x) if x >= 0 else STATUSES[-1 - x]): int(n)
+              for x, n in zip(codes.tolist(), counts.tolist())}
         st_counts = np.bincount(w["status"][m], minlength=len(STATUSES))
         rows.append({
             "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": names.group(g), "group": g,
-            "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.sum()), "blocked": int(bm.sum()),
+            "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.size), "blocked": int(bm.sum()),
             "passed": int((~bm).sum()), "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)),
             "p99_ns": float(np.percentile(d, 99)), "max_ns": int(d.max()),
             "share_of_role_time": float(d.sum() / role_time[g]) if role_time.get(g) else None,
             "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
             "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
+            "late_signals": int(late[m].sum()),
         })
     roles = []
     for g in sorted(role_time):
@@ -521,6 +524,11 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
         "status": pa.status_counts(),
         "unmatched": pa.unmatched(),
         "flows": int(pa.flows().size),
+        # matched signals recorded more than a timer step after the end of the wait they released: a
+        # record placed after its arrive, or a dependency the metadata describes wrongly
+        "late_signals": int(late.sum()),
+        "lanes_overflowed": int((trace.lanes["dropped"] > 0).sum()),
+        "records_dropped": int(trace.lanes["dropped"].sum()),
         "rows": rows,
         "roles": roles,
         "critical_path": critical_path_summary(trace, pa, max_blocks),
