@@ -229,26 +229,35 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
         raise ValueError("the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)")
     lut = _event_lookup(channels)
     spans, inst = trace.spans, trace.instants
-    s_ch, s_op, s_st = (a[spans["event"].astype(np.int64)] for a in lut)
-    i_ch, i_op, i_st = (a[inst["event"].astype(np.int64)] for a in lut)
+    s_ch, s_op, s_st = (a[spans["event"]] for a in lut)
+    i_ch, i_op, i_st = (a[inst["event"]] for a in lut)
+    span_at = _OpSlices(s_ch, s_op, len(channels))
+    inst_at = _OpSlices(i_ch, i_op, len(channels))
     lane_present = np.zeros(trace.num_lanes, bool)
     lane_present[trace.lanes["lane"]] = True
     lane_dropped = np.zeros(trace.num_lanes, bool)
     lane_dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
     ctx = _Ctx(trace, lane_present, lane_dropped)
 
-    parts, counters = [], []
+    parts, order, counters = [], [], []
     for c, ch in enumerate(channels):
         unit = _units(ch, trace)
         if ch.kind == "barrier":
-            parts.append(_match_barrier(ctx, c, ch.barrier_id, unit, spans[s_ch == c], inst[i_ch == c], s_op[s_ch == c], i_op[i_ch == c]))
+            sync, arrive = span_at(c, "bar_sync"), inst_at(c, "bar_arrive")
+            if sync.size:
+                parts.append(_match_barrier(ctx, c, ch.barrier_id, unit, spans[sync], inst[arrive]))
+                order.append(sync)
             continue
-        sp, so, ss = spans[s_ch == c], s_op[s_ch == c], s_st[s_ch == c]
-        it, io, ist = inst[i_ch == c], i_op[i_ch == c], i_st[i_ch == c]
-        acq = _Records.of_spans(sp[so == _OP["acquire"]], ss[so == _OP["acquire"]], unit, ch.num_stages, "end_ns")
-        wai = _Records.of_spans(sp[so == _OP["wait"]], ss[so == _OP["wait"]], unit, ch.num_stages, "end_ns")
-        com = _Records.of_instants(it[io == _OP["commit"]], ist[io == _OP["commit"]], unit, ch.num_stages)
-        rel = _Records.of_instants(it[io == _OP["release"]], ist[io == _OP["release"]], unit, ch.num_stages)
+
+        def spans_of(op, time_field="end_ns"):
+            idx = span_at(c, op)
+            return _Records.of_spans(spans[idx], s_st[idx], unit, ch.num_stages, time_field, idx)
+
+        def instants_of(op):
+            idx = inst_at(c, op)
+            return _Records.of_instants(inst[idx], i_st[idx], unit, ch.num_stages)
+
+        acq, wai, com, rel = spans_of("acquire"), spans_of("wait"), instants_of("commit"), instants_of("release")
         if "commit" in ch.ids:  # consumer waits <- commits, else <- producer acquires (inferred)
             sig, kind, status = com, "commit->wait", "matched"
         else:
@@ -259,15 +268,32 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
         else:
             sig, kind, status = (wai if "wait" in ch.ids else None), "wait->acquire (inferred)", "inferred"
         parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped"))
+        order += [wai.index, acq.index]
         if "commit" in ch.ids and "release" in ch.ids:
             counters.extend(_stage_counters(ch, com, rel, unit, trace.num_blocks))
     waits = np.concatenate(parts) if parts else np.zeros(0, WAIT_DTYPE)
-    waits = waits[np.lexsort((waits["start_ns"], waits["lane"]))]
+    if parts:  # the span table's order: by lane, then program order
+        waits = waits[np.argsort(np.concatenate(order), kind="stable")]
     step, source = timer_step(trace)
     return PipelineAnalysis(channels, waits, counters, step, source)
 
 
 _OP = {op: i for i, op in enumerate(PIPELINE_OPS + ("bar_sync", "bar_arrive"))}
+
+
+class _OpSlices:
+    """Indices of the rows of each (channel, op), grouped by one stable sort (rows keep their order)."""
+
+    def __init__(self, channel: np.ndarray, op: np.ndarray, num_channels: int):
+        idx = np.flatnonzero(channel >= 0)
+        code = channel[idx] * len(_OP) + op[idx]
+        sort = np.argsort(code, kind="stable")
+        self.idx = idx[sort]
+        self.bounds = np.searchsorted(code[sort], np.arange(num_channels * len(_OP) + 1))
+
+    def __call__(self, channel: int, op: str) -> np.ndarray:
+        k = channel * len(_OP) + _OP[op]
+        return self.idx[self.bounds[k] : self.bounds[k + 1]]
 
 
 def _event_lookup(channels: list[Channel]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -311,25 +337,31 @@ class _Records:
     k: np.ndarray
     rows: np.ndarray | None = None  # the spans, for waits
     num_stages: int = 1
+    index: np.ndarray | None = None  # the rows' indices in the trace's span table
 
     @classmethod
-    def of_spans(cls, spans, stage, unit_of_block, num_stages, time_field):
-        lane, st = spans["lane"].astype(np.int64), stage
-        return cls(lane, unit_of_block[spans["block"]], st, spans[time_field].astype(np.int64),
-                   _occurrence(lane, st, spans["start_ns"]), spans, num_stages)
+    def of_spans(cls, spans, stage, unit_of_block, num_stages, time_field, index=None):
+        lane = spans["lane"].astype(np.int64)
+        return cls(lane, unit_of_block[spans["block"]], stage, spans[time_field].astype(np.int64),
+                   _occurrence(lane, stage, spans["start_ns"], num_stages), spans, num_stages, index)
 
     @classmethod
     def of_instants(cls, inst, stage, unit_of_block, num_stages):
         lane = inst["lane"].astype(np.int64)
         return cls(lane, unit_of_block[inst["block"]], stage, inst["ts_ns"].astype(np.int64),
-                   _occurrence(lane, stage, inst["ts_ns"]), None, num_stages)
+                   _occurrence(lane, stage, inst["ts_ns"], num_stages), None, num_stages)
 
 
-def _occurrence(lane: np.ndarray, key: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """k of each record among its lane's records with the same key, in time (= program) order."""
+def _occurrence(lane: np.ndarray, key: np.ndarray, t: np.ndarray, num_keys: int) -> np.ndarray:
+    """k of each record among its lane's records with the same key (0 <= key < num_keys), in time
+    (= program) order. Rows already by lane and time (the decoder's order) need one stable sort."""
     if lane.size == 0:
         return np.zeros(0, np.int64)
-    order = np.lexsort((t, key, lane))
+    dl = np.diff(lane)
+    if bool(np.all((dl > 0) | ((dl == 0) & (np.diff(t) >= 0)))):
+        order = np.argsort(lane * num_keys + key, kind="stable")
+    else:
+        order = np.lexsort((t, key, lane))
     lo, ko = lane[order], key[order]
     first = np.r_[True, (lo[1:] != lo[:-1]) | (ko[1:] != ko[:-1])]
     start = np.maximum.accumulate(np.where(first, np.arange(lane.size), 0))
@@ -402,16 +434,14 @@ def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
     return out
 
 
-def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, spans, inst, s_op, i_op) -> np.ndarray:
+def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.ndarray, arrive: np.ndarray) -> np.ndarray:
     """bar_sync regions <- the participant whose k-th arrive / sync begin on this id came last."""
-    sync = spans[s_op == _OP["bar_sync"]]
-    arrive = inst[i_op == _OP["bar_arrive"]]
     lane = np.r_[sync["lane"], arrive["lane"]].astype(np.int64)
     t = np.r_[sync["start_ns"], arrive["ts_ns"]].astype(np.int64)
     is_sync = np.r_[np.ones(sync.size, bool), np.zeros(arrive.size, bool)]
     zero = np.zeros(lane.size, np.int64)
     unit = unit_of_block[np.r_[sync["block"], arrive["block"]]]
-    sig = _Records(lane, unit, zero, t, _occurrence(lane, zero, t))
+    sig = _Records(lane, unit, zero, t, _occurrence(lane, zero, t, 1))
     waits = _Records(lane[is_sync], unit[is_sync], zero[is_sync], t[is_sync], sig.k[is_sync], sync)
     out, src = ctx.match(waits, c, _SYNC, sig, 0, unit_of_block, "bar_arrive->bar_sync", "matched",
                          "participant_dropped", with_source=True)
