@@ -1,7 +1,7 @@
 """Pipelines: who waited on whom. Matches every traced pipeline wait to the signal that released it.
 
-Input: a decoded Trace whose sidecar (``trace.meta``) carries the keys of /work/coord's pipeline
-contract (docs/pipelines.md repeats it): ``pipelines`` (name, num_stages, ``ids`` = first event id of
+Input: a decoded Trace whose sidecar (``trace.meta``) carries the pipeline keys written by the device
+side's tracing (docs/pipeline_waits.md shows them): ``pipelines`` (name, num_stages, ``ids`` = first event id of
 each traced op: acquire / wait regions, commit / release instants) and optionally ``barriers``
 (``base_sync`` regions ``bar_sync[i]``, ``base_arrive`` instants ``bar_arrive[i]``, ``names``). Only
 this metadata is used to find pipelines, ops and stages; event names are never parsed.

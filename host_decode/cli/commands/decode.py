@@ -43,7 +43,7 @@ def run(args) -> int:
 
 def pipeline_extras(trace, writer) -> tuple[dict, str]:
     """Keyword arguments that put the pipelines' flow arrows and stages-full counters into the trace
-    (analysis/pipelines.py; /work/coord's pipeline contract), limited to what `writer` accepts, and a
+    (analysis/pipelines.py; docs/pipeline_waits.md), limited to what `writer` accepts, and a
     note of what was written or left out. ({}, "") when the capture has no pipeline metadata."""
     import inspect
 
