@@ -219,6 +219,21 @@ def test_level_waits_inferred_from_program_order():
     assert pa.unmatched() == {}
 
 
+def test_skipped_wait_records_matched_by_time():
+    """mma0's wait w1 11-12 left no record (a try_wait found the data ready, so the wait never ran): its
+    next stage-1 wait (26-35) is mma0's 0th recorded one, but two stage-1 commits (@5, @34) completed by its
+    end: it is matched to the 2nd (@34), and the disagreement is counted."""
+    c = fa_like()
+    lane = c.lane(0, MMA0)
+    c.lanes[MMA0] = [r for r in lane if not (r[1] == WAIT + 1 and r[0] in (11, 12))]
+    trace = c.trace([k_pipeline()])
+    pa = pl.analyze_pipelines(trace)
+    mine = [r for r in table(trace, pa) if r[0] == MMA0]
+    assert (1, "wait", 1, 0, 26, 35, "matched", PRODUCER, 34, "commit->wait") in mine
+    assert pl.waits_summary(trace, pa)["occurrence_checks"] == {"time_ahead_of_count": 1, "count_ahead_of_time": 0}
+    assert pa.unmatched() == {}
+
+
 def test_wait_only_pipeline_is_no_signal_recorded():
     trace = fa_like(signals=False).trace([k_pipeline(("wait",))])
     pa = pl.analyze_pipelines(trace)
@@ -315,6 +330,7 @@ def test_late_signal_is_counted():
     pa = pl.analyze_pipelines(trace)
     s = pl.waits_summary(trace, pa)
     assert s["late_signals"] == 1 and s["status"]["matched"] == 1
+    assert s["occurrence_checks"] == {"time_ahead_of_count": 0, "count_ahead_of_time": 1}
     (path,) = pl.critical_paths(trace, pa)
     t0 = trace.start_ns
     # mma0 ends last (12); its wait 1-6 was released "at 9" -> clamped to 6: the producer works 0..6, mma0 6..12
@@ -352,6 +368,37 @@ def test_two_cta_cluster():
     pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1, cluster=2)]))
     w0 = [r for r in pa.waits if r["block"] == 0 and r["op"] == 1][0]
     assert pl.STATUSES[w0["status"]] == "producer_dropped"
+
+
+def test_warp_lanes_grouped_into_warp_groups():
+    """Lanes are warps (sidecar pipeline_lanes "warp", as the device side writes them): warp 0 produces, the 8
+    warps of warp groups 1 and 2 each wait and release. The stage is free when the last of the 8 releases
+    arrived (warp 11 @19); rows aggregate the warps of each warp group.
+
+    wg0.w0: acq 0-1 | c@2 | acq 3-20 (freed by w11 @19) | c@21
+    warp g of 4..11: w 1-3 (c@2) | r@(8+g) | w 20-22 (c@21) | r@23 (+ poll instants, ignored)"""
+    c = Capture(1, 12)
+    c.region(0, 0, ACQ, 0, 1).instant(0, 0, COMMIT, 2).region(0, 0, ACQ, 3, 20).instant(0, 0, COMMIT, 21)
+    for g in range(4, 12):
+        c.region(0, g, WAIT, 1, 3).instant(0, g, RELEASE, 8 + g).instant(0, g, 60, 19).region(0, g, WAIT, 20, 22).instant(0, g, RELEASE, 23)
+    trace = c.trace([{**k_pipeline(stages=1), "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE, "poll": 60}}],
+                    pipeline_lanes="warp", warps_per_group=1, pipeline_level="all")
+    pa = pl.analyze_pipelines(trace)
+    acq = [r for r in table(trace, pa) if r[1] == "acquire"]
+    assert acq == [(0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
+                   (0, "acquire", 0, 1, 3, 20, "matched", 11, 19, "release->acquire")]
+    s = pl.waits_summary(trace, pa)
+    assert s["roles_by"] == "warp_group" and s["level"] == "all"
+    rows = {r["role"]: r for r in s["rows"]}
+    assert set(rows) == {"wg0", "wg1", "wg2"}
+    assert (rows["wg0"]["waits"], rows["wg0"]["blocked"], rows["wg0"]["waited_on"]) == (2, 1, {"wg2": 1})
+    for wg in ("wg1", "wg2"):
+        assert (rows[wg]["lanes"], rows[wg]["waits"], rows[wg]["blocked"], rows[wg]["waited_on"]) == (4, 8, 8, {"wg0": 8})
+        assert rows[wg]["total_ns"] == 4 * 4 * TICK
+    roles = {r["role"]: r for r in s["roles"]}
+    assert (roles["wg1"]["lanes"], roles["wg1"]["time_ns"]) == (4, 4 * 22 * TICK)  # each warp: 1..23
+    per_warp = pl.waits_summary(trace, pa, roles="group")
+    assert per_warp["roles_by"] == "group" and len(per_warp["rows"]) == 9
 
 
 def test_named_barriers():

@@ -77,6 +77,7 @@ from host_decode.core import wire
 from host_decode.core.model import FLOW_DTYPE, CounterSeries, Trace
 
 PIPELINE_OPS = ("acquire", "wait", "commit", "release")
+IGNORED_OPS = ("poll",)  # level "all": every try_wait as an instant; not a wait, not a signal
 WAIT_OPS = ("acquire", "wait", "bar_sync")  # regions: the op column of the waits table indexes this
 FLOW_KINDS = (
     "commit->wait",
@@ -113,8 +114,12 @@ WAIT_DTYPE = np.dtype(
         ("src_lane", np.int64),  # the releasing signal's lane, -1 when none
         ("src_ns", np.int64),  # its time, -1 when none
         ("kind", np.int8),  # index into FLOW_KINDS, -1 when none
+        ("phase", np.int64),  # the signal phase matched (k of the releasing signals), -1 when none
+        ("check", np.int8),  # 0, or where the lane's count and the signal times disagree (CHECKS)
     ]
 )
+CHECKS = ("agree", "time_ahead_of_count", "count_ahead_of_time")
+_CHECK_TIME_AHEAD, _CHECK_COUNT_AHEAD = 1, 2
 
 _ACQ, _WAIT, _SYNC = range(3)
 _S = {name: i for i, name in enumerate(STATUSES)}
@@ -152,8 +157,8 @@ def channels_of(meta: dict) -> list[Channel]:
         n, ids = p.get("num_stages"), p.get("ids")
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{where} ({p['name']}): num_stages must be an integer >= 1, got {n!r}")
-        if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS):
-            raise ValueError(f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS} to event ids, got {ids!r}")
+        if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS + IGNORED_OPS):
+            raise ValueError(f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS + IGNORED_OPS} to event ids, got {ids!r}")
         for op, base in ids.items():
             if not isinstance(base, int) or base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
                 raise ValueError(f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids in 0..{wire.MAX_USER_EVENT_ID}")
@@ -161,13 +166,12 @@ def channels_of(meta: dict) -> list[Channel]:
         out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", ""))))
     bars = meta.get("barriers")
     if bars:
-        if not isinstance(bars, dict) or not isinstance(bars.get("base_sync"), int):
-            raise ValueError(f"sidecar 'barriers' must be an object with an integer base_sync, got {bars!r:.120}")
+        bases = {op: bars.get(f"base_{op[4:]}") for op in ("bar_sync", "bar_arrive")} if isinstance(bars, dict) else {}
+        if not any(isinstance(v, int) for v in bases.values()) or any(v is not None and not isinstance(v, int) for v in bases.values()):
+            raise ValueError(f"sidecar 'barriers' must be an object with an integer base_sync and/or base_arrive, got {bars!r:.120}")
         names = {int(k): str(v) for k, v in (bars.get("names") or {}).items()}
         for b in range(NUM_NAMED_BARRIERS):
-            ids = {"bar_sync": bars["base_sync"] + b}
-            if isinstance(bars.get("base_arrive"), int):
-                ids["bar_arrive"] = bars["base_arrive"] + b
+            ids = {op: base + b for op, base in bases.items() if isinstance(base, int)}
             label = f"bar_sync[{b}]" + (f" {names[b]}" if b in names else "")
             out.append(Channel(label, "barrier", 1, ids, (1, 1, 1), barrier_id=b))
     return out
@@ -262,12 +266,14 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
             sig, kind, status = com, "commit->wait", "matched"
         else:
             sig, kind, status = (acq if "acquire" in ch.ids else None), "acquire->wait (inferred)", "inferred"
-        parts.append(ctx.match(wai, c, _WAIT, sig, 0, unit, kind, status, "producer_dropped"))
+        parts.append(ctx.match(wai, c, _WAIT, sig, 0, unit, kind, status, "producer_dropped",
+                               by="count+time" if status == "matched" else "time"))
         if "release" in ch.ids:  # producer acquires <- releases, else <- consumer waits (inferred)
             sig, kind, status = rel, "release->acquire", "matched"
         else:
             sig, kind, status = (wai if "wait" in ch.ids else None), "wait->acquire (inferred)", "inferred"
-        parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped"))
+        parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped",
+                               by="count+time" if status == "matched" else "time"))
         order += [wai.index, acq.index]
         if "commit" in ch.ids and "release" in ch.ids:
             counters.extend(_stage_counters(ch, com, rel, unit, trace.num_blocks))
@@ -278,7 +284,8 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
     return PipelineAnalysis(channels, waits, counters, step, source)
 
 
-_OP = {op: i for i, op in enumerate(PIPELINE_OPS + ("bar_sync", "bar_arrive"))}
+_OP = {op: i for i, op in enumerate(PIPELINE_OPS + ("bar_sync", "bar_arrive") + IGNORED_OPS)}
+_OP_NAME = {i: op for op, i in _OP.items()}
 
 
 class _OpSlices:
@@ -305,8 +312,7 @@ def _event_lookup(channels: list[Channel]) -> tuple[np.ndarray, np.ndarray, np.n
                 e = base + s
                 if ch_of[e] >= 0 and ch.kind == "pipeline":
                     other = channels[ch_of[e]]
-                    raise ValueError(f"sidecar: event id {e} is both {other.name}.{PIPELINE_OPS[op_of[e]] if op_of[e] < 4 else 'barrier'} "
-                                     f"and {ch.name}.{op}[{s}]")
+                    raise ValueError(f"sidecar: event id {e} is both {other.name}.{_OP_NAME[op_of[e]]} and {ch.name}.{op}[{s}]")
                 if ch_of[e] < 0:  # a pipeline's id wins over a barrier id that happens to coincide
                     ch_of[e], op_of[e], st_of[e] = c, _OP[op], s
     return ch_of, op_of, st_of
@@ -385,21 +391,25 @@ class _Ctx:
         return present, missing, dropped
 
     def match(self, waits: _Records, channel: int, op: int, sig: _Records | None, shift: int, unit_of_block,
-              kind: str, status: str, dropped_reason: str, with_source: bool = False):
-        """Rows for `waits`: the k-th wait pairs with phase k - shift of `sig` (shift 1: first use passes).
+              kind: str, status: str, dropped_reason: str, by: str = "count+time", with_source: bool = False):
+        """Rows for `waits`: each pairs with a phase of `sig` (phase k = the latest of the signalling lanes'
+        k-th signals of that unit and stage). Which phase (shift 1: a lane's first wait per stage passes):
+        by "count": the lane's k - shift; "time": the latest phase completed by the wait's end (`waits.t`);
+        "count+time": the larger of the two (see the module docstring: each is a lower bound of the truth,
+        under skipped wait records and late signal records respectively).
         with_source: also return the index into `sig` of each row's releasing record (-1: none)."""
         out = _rows(waits, channel, op)
-        target = waits.k - shift
-        todo = target >= 0
-        out["status"][~todo] = _S["first_use"]
+        by_count = waits.k - shift
         if sig is None or sig.lane.size == 0:
-            out["status"][todo] = _S["no_signal_recorded"]
+            first = by_count < 0
+            out["status"] = np.where(first, _S["first_use"], _S["no_signal_recorded"])
             return (out, np.full(out.size, -1, np.int64)) if with_source else out
         signal_groups = np.unique(sig.lane % self.trace.num_groups)
         n_present, missing, dropped = self.unit_health(signal_groups, unit_of_block)
         # phase table: per (unit, stage, k): the latest signal and how many lanes gave one
-        kmax = int(max(sig.k.max(), target.max(initial=0))) + 1
-        code = (sig.unit * sig.num_stages + sig.stage) * kmax + sig.k
+        kmax = int(max(sig.k.max(), by_count.max(initial=0))) + 1
+        us = sig.unit * sig.num_stages + sig.stage
+        code = us * kmax + sig.k
         order = np.lexsort((sig.t, code))
         code_s = code[order]
         last = np.r_[code_s[1:] != code_s[:-1], True]
@@ -408,7 +418,14 @@ class _Ctx:
         phase_lane, phase_t = sig.lane[phase_rec], sig.t[phase_rec]
         firsts = np.flatnonzero(np.r_[True, code_s[1:] != code_s[:-1]])
         phase_lanes = np.diff(np.r_[firsts, code_s.size])
-        wcode = (waits.unit * waits.num_stages + waits.stage) * kmax + target
+        w_us = waits.unit * waits.num_stages + waits.stage
+        by_time = _phases_before(phase_code // kmax, phase_t, w_us, waits.t) - 1
+        target = {"count": by_count, "time": by_time, "count+time": np.maximum(by_count, by_time)}[by]
+        todo = target >= 0
+        out["status"][~todo] = np.where(by_count[~todo] < 0, _S["first_use"], _S["occurrence_beyond_signal"])
+        if by == "count+time":
+            out["check"] = np.where(by_time > by_count, _CHECK_TIME_AHEAD, np.where(by_count > by_time, _CHECK_COUNT_AHEAD, 0))
+        wcode = w_us * kmax + target
         pos = np.clip(np.searchsorted(phase_code, wcode), 0, max(phase_code.size - 1, 0))
         found = todo & (phase_code[pos] == wcode)
         full = found & (phase_lanes[pos] >= n_present[waits.unit])
@@ -418,10 +435,28 @@ class _Ctx:
         # a phase with fewer lanes is matched only when no lane of the unit overflowed or is missing
         ok = np.where(full, ~missing[u], found & (reason < 0))
         out["status"][todo] = np.where(ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], _S["occurrence_beyond_signal"]))
+        out["phase"] = np.where(todo, target, -1)
         out["src_lane"] = np.where(ok, phase_lane[pos], -1)
         out["src_ns"] = np.where(ok, phase_t[pos], -1)
         out["kind"] = np.where(ok, _K[kind], -1)
         return (out, np.where(ok, phase_rec[pos], -1)) if with_source else out
+
+
+def _phases_before(phase_key: np.ndarray, phase_t: np.ndarray, key: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each (key, t): how many phases of the same key completed at or before t (one merged sort)."""
+    n = phase_key.size
+    keys = np.r_[phase_key, key]
+    times = np.r_[phase_t, t]
+    kind = np.r_[np.zeros(n, np.int8), np.ones(key.size, np.int8)]  # at equal times the phase counts
+    order = np.lexsort((kind, times, keys))
+    is_phase = kind[order] == 0
+    seen = np.cumsum(is_phase)
+    ks = keys[order]
+    group_start = np.r_[True, ks[1:] != ks[:-1]]
+    before_group = np.maximum.accumulate(np.where(group_start, seen - is_phase, 0))
+    out = np.empty(key.size, np.int64)
+    out[order[~is_phase] - n] = (seen - before_group)[~is_phase]
+    return out
 
 
 def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
@@ -430,7 +465,7 @@ def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
     for f in ("lane", "block", "group", "start_ns", "end_ns"):
         out[f] = sp[f]
     out["channel"], out["op"], out["stage"], out["occurrence"] = channel, op, waits.stage, waits.k
-    out["src_lane"], out["src_ns"], out["kind"] = -1, -1, -1
+    out["src_lane"], out["src_ns"], out["kind"], out["phase"] = -1, -1, -1, -1
     return out
 
 
@@ -444,7 +479,7 @@ def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.n
     sig = _Records(lane, unit, zero, t, _occurrence(lane, zero, t, 1))
     waits = _Records(lane[is_sync], unit[is_sync], zero[is_sync], t[is_sync], sig.k[is_sync], sync)
     out, src = ctx.match(waits, c, _SYNC, sig, 0, unit_of_block, "bar_arrive->bar_sync", "matched",
-                         "participant_dropped", with_source=True)
+                         "participant_dropped", by="count", with_source=True)
     by_sync = (src >= 0) & is_sync[np.maximum(src, 0)]  # the phase was completed by a sync, not an arrive
     out["kind"][by_sync] = _K["bar_sync->bar_sync"]
     out["status"][(src >= 0) & (out["src_lane"] == out["lane"])] = _S["self"]
@@ -503,48 +538,82 @@ def timer_step(trace: Trace) -> tuple[int, str]:
 # ================================================================================================
 
 
-def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096) -> dict:
+WARPS_PER_WARP_GROUP = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Roles:
+    """Role of every group (lane within a block) and the roles' names. Lanes that are warps (sidecar
+    ``pipeline_lanes: "warp"``, the device side's pipeline lanes) are grouped into warp groups ``wg<i>``
+    (4 warps each); otherwise a role is a group, named by the capture's group names."""
+
+    of_group: np.ndarray  # role index per group
+    names: list
+    by: str  # "warp_group" | "group"
+
+    @classmethod
+    def of(cls, trace: Trace, by: str = "auto") -> "Roles":
+        if by not in ("auto", "group", "warp_group"):
+            raise ValueError(f"roles by {by!r}: expected auto, group or warp_group")
+        groups = np.arange(trace.num_groups)
+        warps = (trace.meta or {}).get("pipeline_lanes") == "warp"
+        if by == "warp_group" or (by == "auto" and warps):
+            of = groups // WARPS_PER_WARP_GROUP
+            return cls(of, [f"wg{i}" for i in range(int(of.max()) + 1)], "warp_group")
+        return cls(groups, [trace.names.group(g) for g in groups.tolist()], "group")
+
+    def of_lane(self, lane: np.ndarray, num_groups: int) -> np.ndarray:
+        return self.of_group[np.asarray(lane) % num_groups]
+
+
+def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096,
+                  roles: str = "auto") -> dict:
     """Everything `ikp waits` prints, JSON-ready: per channel x op x role rows, per role, critical path,
-    status counts."""
+    status counts. roles: "auto" (warp groups when the lanes are warps, else groups), "group", "warp_group"."""
     pa = analysis or analyze_pipelines(trace)
+    rl = Roles.of(trace, roles)
     w = pa.waits
-    names = trace.names
+    ng = trace.num_groups
     dur = w["end_ns"] - w["start_ns"]
     blocked = dur > pa.timer_step_ns
-    role_time, role_lanes = _role_time(trace)
-    # whom a blocked wait waited on: the signalling lane's group, else -1 - status (self, unmatched reason)
-    on_code = np.where((w["src_lane"] >= 0) & (w["status"] != _S["self"]), w["src_lane"] % trace.num_groups, -1 - w["status"].astype(np.int64))
+    role = rl.of_lane(w["lane"], ng)
+    role_time, role_lanes = _role_time(trace, rl)
+    # whom a blocked wait waited on: the signalling lane's role, else -1 - status (self, unmatched reason)
+    on_code = np.where((w["src_lane"] >= 0) & (w["status"] != _S["self"]), rl.of_lane(np.maximum(w["src_lane"], 0), ng),
+                       -1 - w["status"].astype(np.int64))
     late = (w["src_lane"] >= 0) & (w["src_ns"] > w["end_ns"] + pa.timer_step_ns)
-    key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * (trace.num_groups + 1) + w["group"]
+    key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * (len(rl.names) + 1) + role
     order = np.argsort(key, kind="stable")
     bounds = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1], True])
     rows = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         m = order[lo:hi]
-        c, op, g = int(w["channel"][m[0]]), int(w["op"][m[0]]), int(w["group"][m[0]])
+        c, op, r = int(w["channel"][m[0]]), int(w["op"][m[0]]), int(role[m[0]])
         d, bm = dur[m], blocked[m]
         codes, counts = np.unique(on_code[m][bm], return_counts=True)
-        on = {("itself" if x == -1 - _S["self"] else names.group(x) if x >= 0 else STATUSES[-1 - x]): int(n)
+        on = {("itself" if x == -1 - _S["self"] else rl.names[x] if x >= 0 else STATUSES[-1 - x]): int(n)
               for x, n in zip(codes.tolist(), counts.tolist())}
         st_counts = np.bincount(w["status"][m], minlength=len(STATUSES))
         rows.append({
-            "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": names.group(g), "group": g,
+            "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": rl.names[r],
             "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.size), "blocked": int(bm.sum()),
             "passed": int((~bm).sum()), "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)),
             "p99_ns": float(np.percentile(d, 99)), "max_ns": int(d.max()),
-            "share_of_role_time": float(d.sum() / role_time[g]) if role_time.get(g) else None,
+            "share_of_role_time": float(d.sum() / role_time[r]) if role_time.get(r) else None,
             "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
             "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
             "late_signals": int(late[m].sum()),
         })
-    roles = []
-    for g in sorted(role_time):
-        m = w["group"] == g
-        roles.append({"role": names.group(g), "group": g, "lanes": role_lanes[g], "time_ns": int(role_time[g]),
-                      "wait_ns": int(dur[m].sum()), "blocked_ns": int(dur[m & blocked].sum()),
-                      "share_blocked": float(dur[m & blocked].sum() / role_time[g]) if role_time[g] else None})
+    roles_out = []
+    for r in sorted(role_time):
+        m = role == r
+        roles_out.append({"role": rl.names[r], "lanes": role_lanes[r], "time_ns": int(role_time[r]),
+                          "wait_ns": int(dur[m].sum()), "blocked_ns": int(dur[m & blocked].sum()),
+                          "share_blocked": float(dur[m & blocked].sum() / role_time[r]) if role_time[r] else None})
     return {
         "kernel": (trace.meta or {}).get("kernel"),
+        "level": (trace.meta or {}).get("pipeline_level"),
+        "roles_by": rl.by,
         "timer_step_ns": pa.timer_step_ns,
         "timer_step_source": pa.timer_step_source,
         "channels": [{"name": ch.name, "kind": ch.kind, "num_stages": ch.num_stages, "ops": sorted(ch.ids),
@@ -557,22 +626,26 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
         # matched signals recorded more than a timer step after the end of the wait they released: a
         # record placed after its arrive, or a dependency the metadata describes wrongly
         "late_signals": int(late.sum()),
+        # the lane's own count of waits and the signal times named different phases; the larger won:
+        # time ahead = earlier waits of the lane left no record (a try_wait that found the data ready)
+        "occurrence_checks": {name: int((w["check"] == i).sum()) for i, name in enumerate(CHECKS) if i},
         "lanes_overflowed": int((trace.lanes["dropped"] > 0).sum()),
         "records_dropped": int(trace.lanes["dropped"].sum()),
         "rows": rows,
-        "roles": roles,
-        "critical_path": critical_path_summary(trace, pa, max_blocks),
+        "roles": roles_out,
+        "critical_path": critical_path_summary(trace, pa, max_blocks, rl),
     }
 
 
-def _role_time(trace: Trace) -> tuple[dict[int, int], dict[int, int]]:
+def _role_time(trace: Trace, rl: Roles) -> tuple[dict[int, int], dict[int, int]]:
+    """Per role: the summed first-to-last record span of its lanes, and how many lanes it has."""
     ln = trace.lanes
-    has = ln["first_ns"] >= 0
-    span = np.where(has, ln["last_ns"] - ln["first_ns"], 0)
+    span = np.where(ln["first_ns"] >= 0, ln["last_ns"] - ln["first_ns"], 0)
+    role = rl.of_lane(ln["lane"], trace.num_groups)
     time, lanes = {}, {}
-    for g in np.unique(ln["group"]).tolist():
-        m = ln["group"] == g
-        time[g], lanes[g] = int(span[m].sum()), int(m.sum())
+    for r in np.unique(role).tolist():
+        m = role == r
+        time[r], lanes[r] = int(span[m].sum()), int(m.sum())
     return time, lanes
 
 
@@ -619,19 +692,23 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
     return out
 
 
-def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -> dict:
+def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096, roles: Roles | None = None) -> dict:
     paths = critical_paths(trace, pa, max_blocks)
+    rl = roles or Roles.of(trace)
     ng = trace.num_groups
-    role = trace.names.group
+
+    def role(lane: int) -> str:
+        return rl.names[int(rl.of_group[lane % ng])]
+
     shares: dict[tuple, int] = {}
     total = 0
     for p in paths:
         total += p["end_ns"] - p["start_ns"]
         for what, lane, a, z, c, src in p["segments"]:
             if what == "work":
-                key = ("work", role(lane % ng), None, None)
+                key = ("work", role(lane), None, None)
             else:
-                key = ("wait", role(lane % ng), pa.channels[c].name, role(src % ng) if src >= 0 else None)
+                key = ("wait", role(lane), pa.channels[c].name, role(src) if src >= 0 else None)
             shares[key] = shares.get(key, 0) + (z - a)
     rows = [{"what": k[0], "role": k[1], "channel": k[2], "on": k[3], "ns": v, "share": v / total if total else None}
             for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]

@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
     p.add_argument("--format", choices=("table", "json"), default="table", help="tables (default) or JSON")
     p.add_argument("--max-blocks", type=int, default=4096, help="blocks whose critical path is walked (default 4096)")
+    p.add_argument("--roles", choices=("auto", "group", "warp_group"), default="auto",
+                   help="what a role is: auto (warp groups when the lanes are warps, else the capture's groups), "
+                        "group (every lane group, e.g. each warp), warp_group (4 consecutive groups)")
 
 
 def run(args) -> int:
@@ -29,7 +32,7 @@ def run(args) -> int:
     if not has_pipelines(trace):
         raise ValueError(f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
                          "(capture the kernel under ikp_cute.trace_pipelines)")
-    data = waits_summary(trace, max_blocks=args.max_blocks)
+    data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles)
     if args.format == "json":
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
@@ -48,7 +51,13 @@ def print_waits(data: dict, console=None) -> None:
     console.print(f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
                   f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
                   f"{st['self']} self-released barriers, {st['first_use']} first uses), {data['flows']} flows; "
-                  f"blocked = longer than {data['timer_step_ns']} ns (timer step, {data['timer_step_source']})")
+                  f"blocked = longer than {data['timer_step_ns']} ns (timer step, {data['timer_step_source']}); "
+                  f"level {data.get('level') or '?'}, roles = {data['roles_by'].replace('_', ' ')}s")
+    checks = data["occurrence_checks"]
+    if data["late_signals"] or any(checks.values()):
+        console.print(f"{checks['time_ahead_of_count']} waits matched by time past their lane's count (earlier waits left "
+                      f"no record: a try_wait found the data ready); {data['late_signals']} signals recorded after the "
+                      "wait they released ended")
     t = Table(title="waits per pipeline x role", title_justify="left")
     for col in ("pipeline", "op", "role", "lanes", "waits", "blocked", "passed", "total us", "p50 ns", "p99 ns",
                 "max ns", "of role time", "waited on (blocked)"):
