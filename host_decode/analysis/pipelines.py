@@ -18,6 +18,16 @@ the channel's barriers):
   (bar_arrive instant, or bar_sync begin) came last; when that is the waiting lane itself, status
   "self" (it arrived last: it waited on nobody). Kinds "bar_arrive->bar_sync" / "bar_sync->bar_sync".
   Assumes every lane that touches a barrier id takes part in each of its phases once.
+* Which k: a lane's own count of its waits of a stage is exact only if every wait left a record, but a
+  wait that a successful try_wait skipped never runs and records nothing; the phases of the stage
+  completed by the wait's end are exact only if signals are recorded no later than they act (the device
+  records an arrive before it). Each is a lower bound of the true k under the other's failure (phase
+  k+1 cannot complete before the wait of phase k ended: its producer first needed every consumer's
+  release of phase k), so the larger one is used, and disagreements are counted (WAIT_DTYPE.check:
+  test_pipelines.py::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted).
+  Inferred matches (next item) use the time alone; named barriers the count alone.
+* Roles (statistics): a role is a group of the capture, or, when the lanes are warps (sidecar
+  ``pipeline_lanes: "warp"``), a warp group of 4 warps ``wg<i>`` (::test_warp_lanes_grouped_into_warp_groups).
 * Level "waits" (no commit / release instants traced: the op's id is absent from ``ids``): the match is
   *inferred* from program order, status "inferred": the producer's k-th acquire of the stage ended
   before its k-th commit, so it bounds the release of the consumer's k-th wait from below
