@@ -24,7 +24,7 @@ the channel's barriers):
   records an arrive before it). Each is a lower bound of the true k under the other's failure (phase
   k+1 cannot complete before the wait of phase k ended: its producer first needed every consumer's
   release of phase k), so the larger one is used, and disagreements are counted (WAIT_DTYPE.check:
-  test_pipelines.py::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted).
+  test_waits.py::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted).
   Inferred matches (next item) use the time alone; named barriers the count alone.
 * Roles (statistics): a role is a group of the capture, or, when the lanes are warps (sidecar
   ``pipeline_lanes: "warp"``), a warp group of 4 warps ``wg<i>`` (::test_warp_lanes_grouped_into_warp_groups).
@@ -38,8 +38,8 @@ the channel's barriers):
   block of the cluster (TMA multicast fills, and consumer releases free, the stage in every CTA).
   Blocks map to clusters through the sidecar's ``grid`` ([gx, gy, gz], block = x + y*gx + z*gx*gy)
   when given, else as consecutive runs of n blocks. Every other pipeline and every named barrier is
-  block-local. Guarded by test_pipelines.py::test_two_cta_cluster.
-* Times are the decoder's (32-bit wraps already unwrapped: test_pipelines.py::test_wrap).
+  block-local. Guarded by test_waits.py::test_two_cta_cluster.
+* Times are the decoder's (32-bit wraps already unwrapped: test_waits.py::test_wrap).
 
 Nothing is dropped silently: each wait that ended (a region with both ends; a wait cut by overflow is
 the decoder's unmatched_begin) gets one status: matched, inferred, self, first_use, or one reason why it
@@ -48,7 +48,7 @@ unit overflowed: its records are a program-order prefix, so the k-th signal may 
 lane_missing (a signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
 signalling lanes are complete and present, yet fewer signals than waits), no_signal_recorded (nothing
 signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other
-side). Guarded by test_pipelines.py::test_consumer_overflow_and_missing_lane.
+side). Guarded by test_waits.py::test_consumer_overflow_and_missing_lane.
 
 Counters ("<P> stages full", per block): +1 when a stage's k-th commit phase completed, -1 when its k-th
 release phase completed (both must be recorded: level "signals"); the value is the number of stages
@@ -72,7 +72,7 @@ wait is waiting on nobody known: the walk continues on L at the wait's start. Wi
 blocked wait, the time from L's first record to t is L's work and the walk ends. The segments tile
 the path from its start to the block's end exactly; each wait is used at most once, so the walk ends.
 Summary over blocks: each (work, role) and (waiter, channel, signaller) segment's share of the summed
-path time. Guarded by test_pipelines.py::test_critical_path_by_hand.
+path time. Guarded by test_waits.py::test_critical_path_by_hand.
 """
 
 from __future__ import annotations

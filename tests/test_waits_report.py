@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_pipelines import GROUPS, TICK, fa_like, k_pipeline
+from test_waits import GROUPS, TICK, fa_like, k_pipeline
 
 from host_decode.reports.html import build_report_data, render_html
 
