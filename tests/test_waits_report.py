@@ -27,7 +27,7 @@ def test_waits_view_data(tmp_path):
     assert [(r["role"], r["op"], r["waits"], r["blocked"], r["total_ns"]) for r in w["rows"]] == [
         ("producer", "acquire", 4, 2, 24 * TICK), ("mma0", "wait", 4, 3, 15 * TICK), ("mma1", "wait", 4, 2, 7 * TICK)]
     (c,) = w["counters_shown"]
-    assert c["v"] == [1, 2, 1, 2, 1, 2, 1, 0] and [t // TICK for t in c["t"]] == [2, 5, 20, 21, 30, 34, 35, 45]
+    assert c["v"] == [1, 2, 1, 2, 1, 0, 1, 0] and [t // TICK for t in c["t"]] == [2, 5, 20, 21, 30, 33, 34, 45]
     assert w["critical_path"]["segments"][0]["role"] == "mma1"
 
 
