@@ -31,6 +31,12 @@ def test_waits_view_data(tmp_path):
     assert w["critical_path"]["segments"][0]["role"] == "mma1"
 
 
+def test_waits_view_with_unreadable_metadata_keeps_the_report(tmp_path):
+    trace = fa_like().trace([{"name": "K", "num_stages": 0, "ids": {"wait": 20}}])
+    data = build_report_data(trace)
+    assert "num_stages must be an integer >= 1" in data["waits"]["error"] and data["regions"]
+
+
 def test_no_waits_view_without_pipeline_metadata(tmp_path):
     from host_decode.core.decoder import decode
 

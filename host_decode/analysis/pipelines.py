@@ -727,10 +727,14 @@ def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 
 
 
 def view_data(trace: Trace) -> dict | None:
-    """The report's "waits" view data (reports/assets/waits.js draws it); None without pipeline metadata."""
+    """The report's "waits" view data (reports/assets/waits.js draws it); None without pipeline metadata;
+    {"error": why} when the metadata cannot be read (the rest of the report is still worth having)."""
     if not has_pipelines(trace):
         return None
-    pa = analyze_pipelines(trace)
+    try:
+        pa = analyze_pipelines(trace)
+    except ValueError as e:
+        return {"error": str(e)}
     summary = waits_summary(trace, pa)
     counters = [{"name": c.name, "block": c.block, "t": (c.times_ns - trace.start_ns).tolist(), "v": c.values.tolist()}
                 for c in pa.counters[:8]]

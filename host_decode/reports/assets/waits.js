@@ -71,13 +71,18 @@
   }
 
   function render(root) {
+    if (W.error) {
+      root.append(el("h2", {}, "Pipeline waits"), el("div", { class: "missing", id: "waits-error" }, "The capture's pipeline metadata cannot be read: " + W.error));
+      return;
+    }
     const st = W.status;
     const matched = st.matched + st.inferred + st.self + st.first_use;
     root.append(el("h2", {}, "Pipeline waits"),
       el("p", { class: "note", id: "waits-summary" },
         `${W.waits} waits, ${matched} matched (${st.matched} to a recorded signal, ${st.inferred} inferred from program order, ` +
         `${st.self} self-released barriers, ${st.first_use} first uses), ${W.flows} flows. A wait blocked when it lasted ` +
-        `longer than ${W.timer_step_ns} ns (timer step, ${W.timer_step_source}).`));
+        `longer than ${W.timer_step_ns} ns (timer step, ${W.timer_step_source}). Level ${W.level || "?"}; ` +
+        `a role is a ${W.roles_by === "warp_group" ? "warp group (lanes are warps)" : "lane group"}.`));
     root.append(table(["pipeline", "op", "role", "lanes", "waits", "blocked", "passed", "total", "p50", "p99", "max", "of role time", "", "waited on"],
       W.rows.map((r, i) => [r.channel, r.op, r.role, r.lanes, r.waits, r.blocked, r.passed, ns(r.total_ns), ns(r.p50_ns), ns(r.p99_ns),
         ns(r.max_ns), pct(r.share_of_role_time), shareBar(r.share_of_role_time, COLORS[i % COLORS.length]),
