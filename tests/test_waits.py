@@ -157,6 +157,7 @@ def test_waits_numbers_by_hand():
     rows = {(r["role"], r["op"]): r for r in s["rows"]}
     prod = rows[("producer", "acquire")]  # durations 1, 1, 14, 8 ticks
     assert (prod["waits"], prod["blocked"], prod["passed"], prod["total_ns"]) == (4, 2, 2, 24 * TICK)
+    assert (prod["uses"], prod["not_recorded"]) == (4, 0)  # 4 commits
     assert prod["p50_ns"] == pytest.approx(4.5 * TICK) and prod["p99_ns"] == pytest.approx((8 + 0.97 * 6) * TICK)
     assert prod["max_ns"] == 14 * TICK and prod["share_of_role_time"] == pytest.approx(24 / 34)
     assert prod["waited_on"] == {"mma1": 2} and prod["status"] == {"first_use": 2, "matched": 2}
@@ -232,7 +233,10 @@ def test_skipped_wait_records_matched_by_time():
     pa = pl.analyze_pipelines(trace)
     mine = [r for r in table(trace, pa) if r[0] == MMA0]
     assert (1, "wait", 1, 0, 26, 35, "matched", PRODUCER, 34, "commit->wait") in mine
-    assert pl.waits_summary(trace, pa)["occurrence_checks"] == {"time_ahead_of_count": 1, "count_ahead_of_time": 0}
+    s = pl.waits_summary(trace, pa)
+    assert s["occurrence_checks"] == {"time_ahead_of_count": 1, "count_ahead_of_time": 0}
+    m0 = [r for r in s["rows"] if r["role"] == "mma0"][0]
+    assert (m0["uses"], m0["waits"], m0["not_recorded"]) == (4, 3, 1)  # 4 releases, 3 wait records
     assert pa.unmatched() == {}
 
 
@@ -318,6 +322,7 @@ def test_many_stages_reused_many_times():
     assert {k: v for k, v in got.items() if k not in ties} == {k: v for k, v in want.items() if k not in ties}
     assert all(got[k][1] == want[k][1] for k in ties)
     assert len(got) == len(want) == iters * 3 - stages
+    assert pa.pass_through_ns == TICK and pa.blocked_above_ns == TICK  # 4 first acquires of 1 tick each
     values = pa.counters[0].values
     assert values.min() >= 0 and values.max() <= stages and values[-1] == 0
 
@@ -418,6 +423,33 @@ def test_named_barriers():
     s = pl.waits_summary(trace, pa)
     assert {r["channel"] for r in s["rows"]} == {"K", "bar_sync[3] softmax"}
     assert pa.flows().size == 1  # the self-released sync draws no arrow
+
+
+def test_warp_scheduler_barrier_matched_by_time():
+    """FA4's warp scheduler on barrier 2 (256 threads = 2 warp groups): warp group 1 pre-arrives on it once
+    (mma_init), then syncs on it each iteration; warp group 2 arrives on it each iteration. Phase 0 is wg1's
+    arrive + wg1's first sync (self), phase k >= 1 wg1's (k+1)-th sync + wg2's k-th arrive: lanes do not
+    take part once per phase, so the match is by time (the latest arrival before the sync ended).
+
+    mma0 (wg1): arrive@1 | sync 2-3 | sync 10-15 (mma1 arrives @14) | sync 20-21 (mma1 arrived @18)
+    mma1 (wg2): arrive@14 | arrive@18
+    mma1 also overflowed after its records (dropped 1): syncs that ended after its last record (@18) are
+    participant_dropped (its next arrive could be the one that released them)."""
+    c = Capture(1, 3)
+    c.instant(0, MMA0, 200 + 2, 1).region(0, MMA0, 100 + 2, 2, 3).region(0, MMA0, 100 + 2, 10, 15).region(0, MMA0, 100 + 2, 20, 21)
+    c.instant(0, MMA1, 200 + 2, 14).instant(0, MMA1, 200 + 2, 18)
+    c.region(0, PRODUCER, ACQ, 0, 1)
+    bars = {"base_sync": 100, "base_arrive": 200}
+    trace = c.trace([k_pipeline(stages=1)], barriers=bars)
+    pa = pl.analyze_pipelines(trace)
+    assert [r[3:] for r in table(trace, pa) if r[1] == "bar_sync"] == [
+        (0, 2, 3, "self", MMA0, 2, "bar_sync->bar_sync"),  # mma0's own begin @2 came after its arrive @1
+        (1, 10, 15, "matched", MMA1, 14, "bar_arrive->bar_sync"),
+        (2, 20, 21, "self", MMA0, 20, "bar_sync->bar_sync")]
+    assert pl.waits_summary(trace, pa)["late_signals"] == 0
+    c.overflow(0, MMA1, keep=2, dropped=1)
+    pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1)], barriers=bars))
+    assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == ["self", "matched", "participant_dropped"]
 
 
 def test_bad_metadata_names_the_entry():

@@ -78,9 +78,11 @@ def test_waits_view_in_chromium(browser, tmp_path):
     WebDriverWait(browser, 10).until(lambda d: d.find_elements("id", "view-waits"))
     rows = [[td.text for td in tr.find_elements("css selector", "td")]
             for tr in browser.find_elements("css selector", "#waits-rows tbody tr")]
-    assert [r[:6] for r in rows] == [["K", "acquire", "producer", "1", "4", "2"], ["K", "wait", "mma0", "1", "4", "3"],
-                                     ["K", "wait", "mma1", "1", "4", "2"]]
-    assert rows[0][11] == "70.6%" and rows[0][13] == "mma1 2"
+    # pipeline, op, role, lanes, uses, waits, blocked, passed, no record, ...
+    assert [r[:9] for r in rows] == [["K", "acquire", "producer", "1", "4", "4", "2", "2", "0"],
+                                     ["K", "wait", "mma0", "1", "4", "4", "3", "1", "0"],
+                                     ["K", "wait", "mma1", "1", "4", "4", "2", "2", "0"]]
+    assert rows[0][13] == "70.6%" and rows[0][15] == "mma1 2"
     segs = browser.find_elements("css selector", "#waits-critical-bar rect")
     assert len(segs) == len(data["waits"]["critical_path"]["segments"]) == 3
     assert len(browser.find_elements("css selector", "#view-waits svg.counter path")) == 1

@@ -210,13 +210,27 @@ class PipelineAnalysis:
     timer_step_ns: int
     timer_step_source: str  # "data" | "default"
     flow_kinds: tuple = FLOW_KINDS
+    pass_through_ns: int | None = None  # median duration of first-use acquires (cannot block), if >= 4
+    # per (channel, op, group): the signals that close each use of a stage by that group (consumer:
+    # releases, for op wait; producer: commits, for op acquire), when traced: a use whose wait found the
+    # stage ready at once (a successful try_wait) leaves no wait record but still these
+    uses: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def blocked_above_ns(self) -> int:
+        """A wait blocked when it lasted longer than this: the timer step, or what a wait that cannot
+        block (a stage's first acquire) takes to record, if longer."""
+        return max(self.timer_step_ns, self.pass_through_ns or 0)
+
+    def blocked(self) -> np.ndarray:
+        return (self.waits["end_ns"] - self.waits["start_ns"]) > self.blocked_above_ns
 
     def flows(self, blocked_only: bool = False) -> np.ndarray:
         """FLOW_DTYPE rows: releasing signal -> end of the wait it released (other lanes only)."""
         w = self.waits
         keep = (w["src_lane"] >= 0) & (w["src_lane"] != w["lane"])
         if blocked_only:
-            keep &= (w["end_ns"] - w["start_ns"]) > self.timer_step_ns
+            keep &= (w["end_ns"] - w["start_ns"]) > self.blocked_above_ns
         w = w[keep]
         out = np.zeros(w.size, FLOW_DTYPE)
         out["src_lane"], out["src_ns"], out["dst_lane"], out["dst_ns"] = w["src_lane"], w["src_ns"], w["lane"], w["end_ns"]
@@ -253,7 +267,7 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
     lane_dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
     ctx = _Ctx(trace, lane_present, lane_dropped)
 
-    parts, order, counters = [], [], []
+    parts, order, counters, uses = [], [], [], {}
     for c, ch in enumerate(channels):
         unit = _units(ch, trace)
         if ch.kind == "barrier":
@@ -285,13 +299,19 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
         parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped",
                                by="count+time" if status == "matched" else "time"))
         order += [wai.index, acq.index]
+        for op, r in ((_WAIT, rel), (_ACQ, com)):
+            if ("release" if op == _WAIT else "commit") in ch.ids:
+                groups, n = np.unique(r.lane % trace.num_groups, return_counts=True)
+                uses.update({(c, op, int(g)): int(k) for g, k in zip(groups.tolist(), n.tolist())})
         if "commit" in ch.ids and "release" in ch.ids:
             counters.extend(_stage_counters(ch, com, rel, unit, trace.num_blocks))
     waits = np.concatenate(parts) if parts else np.zeros(0, WAIT_DTYPE)
     if parts:  # the span table's order: by lane, then program order
         waits = waits[np.argsort(np.concatenate(order), kind="stable")]
     step, source = timer_step(trace)
-    return PipelineAnalysis(channels, waits, counters, step, source)
+    first = waits[(waits["status"] == _S["first_use"]) & (waits["op"] == _ACQ)]
+    passing = int(np.median(first["end_ns"] - first["start_ns"])) if first.size >= 4 else None
+    return PipelineAnalysis(channels, waits, counters, step, source, pass_through_ns=passing, uses=uses)
 
 
 _OP = {op: i for i, op in enumerate(PIPELINE_OPS + ("bar_sync", "bar_arrive") + IGNORED_OPS)}
@@ -389,6 +409,8 @@ def _occurrence(lane: np.ndarray, key: np.ndarray, t: np.ndarray, num_keys: int)
 class _Ctx:
     def __init__(self, trace: Trace, lane_present: np.ndarray, lane_dropped: np.ndarray):
         self.trace, self.present, self.dropped = trace, lane_present, lane_dropped
+        self.last_ns = np.full(trace.num_lanes, -1, np.int64)
+        self.last_ns[trace.lanes["lane"]] = trace.lanes["last_ns"]
 
     def unit_health(self, signal_groups: np.ndarray, unit_of_block: np.ndarray):
         """Per unit: (candidate lanes present, any missing, any dropped) over the signalling groups."""
@@ -480,20 +502,49 @@ def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
 
 
 def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.ndarray, arrive: np.ndarray) -> np.ndarray:
-    """bar_sync regions <- the participant whose k-th arrive / sync begin on this id came last."""
+    """bar_sync regions <- the latest arrival on this barrier of the block at or before the sync's end (an
+    arrive instant or a sync's begin, the sync's own begin included: then status self).
+
+    By time, not by count: a barrier's phase completes when its thread count has arrived, which the
+    records do not carry, and lanes need not take part once per phase (FA4's warp scheduler: warp
+    group 1 pre-arrives on its own barrier, then syncs on it while warp group 2 arrives). The arrival
+    that completed the phase is the latest one before the sync ended; a later phase's arrivals come
+    after the release (an arrive is recorded before it executes, a sync's begin before it waits)."""
+    out = np.zeros(sync.size, WAIT_DTYPE)
+    for f in ("lane", "block", "group", "start_ns", "end_ns"):
+        out[f] = sync[f]
+    out["channel"], out["op"], out["stage"] = c, _SYNC, barrier_id
+    out["occurrence"] = _occurrence(sync["lane"].astype(np.int64), np.zeros(sync.size, np.int64), sync["start_ns"], 1)
+    out["src_lane"], out["src_ns"], out["kind"], out["phase"] = -1, -1, -1, -1
     lane = np.r_[sync["lane"], arrive["lane"]].astype(np.int64)
     t = np.r_[sync["start_ns"], arrive["ts_ns"]].astype(np.int64)
     is_sync = np.r_[np.ones(sync.size, bool), np.zeros(arrive.size, bool)]
-    zero = np.zeros(lane.size, np.int64)
     unit = unit_of_block[np.r_[sync["block"], arrive["block"]]]
-    sig = _Records(lane, unit, zero, t, _occurrence(lane, zero, t, 1))
-    waits = _Records(lane[is_sync], unit[is_sync], zero[is_sync], t[is_sync], sig.k[is_sync], sync)
-    out, src = ctx.match(waits, c, _SYNC, sig, 0, unit_of_block, "bar_arrive->bar_sync", "matched",
-                         "participant_dropped", by="count", with_source=True)
-    by_sync = (src >= 0) & is_sync[np.maximum(src, 0)]  # the phase was completed by a sync, not an arrive
-    out["kind"][by_sync] = _K["bar_sync->bar_sync"]
-    out["status"][(src >= 0) & (out["src_lane"] == out["lane"])] = _S["self"]
-    out["stage"] = barrier_id
+    # arrivals by (unit, time); at one time another lane's arrival sorts after the waiting lane's own
+    order = np.lexsort((t, unit))
+    u_s, t_s = unit[order], t[order]
+    w_unit, w_end = unit[: sync.size], sync["end_ns"].astype(np.int64)
+    pos = _phases_before(u_s, t_s, w_unit, w_end) - 1 + np.searchsorted(u_s, w_unit)  # latest arrival <= end
+    pos = np.clip(pos, 0, max(order.size - 1, 0))
+    rec = order[pos]
+    same_t = (pos + 1 < order.size) & (u_s[np.minimum(pos + 1, order.size - 1)] == w_unit)
+    # ties at the end time: prefer an arrival by another lane (the lane's own begin is rarely that late)
+    other = np.where(same_t & (t_s[np.minimum(pos + 1, order.size - 1)] == t_s[pos]) & (lane[rec] == out["lane"]),
+                     order[np.minimum(pos + 1, order.size - 1)], rec)
+    rec = other
+    participants = np.unique(lane % ctx.trace.num_groups)
+    _, missing, _ = ctx.unit_health(participants, unit_of_block)
+    # a participant that overflowed before the sync ended may have made the releasing arrival unrecorded
+    cand = (np.arange(ctx.trace.num_blocks)[:, None] * ctx.trace.num_groups + participants[None, :]).ravel()
+    cut = np.where(ctx.dropped[cand], ctx.last_ns[cand], np.iinfo(np.int64).max)
+    cut_of_unit = np.full(int(unit_of_block.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(cut_of_unit, np.repeat(unit_of_block, participants.size), cut)
+    reason = np.where(w_end > cut_of_unit[w_unit], _S["participant_dropped"], np.where(missing[w_unit], _S["lane_missing"], -1))
+    ok = reason < 0
+    out["status"] = np.where(ok, np.where(lane[rec] == out["lane"], _S["self"], _S["matched"]), reason)
+    out["src_lane"] = np.where(ok, lane[rec], -1)
+    out["src_ns"] = np.where(ok, t[rec], -1)
+    out["kind"] = np.where(ok, np.where(is_sync[rec], _K["bar_sync->bar_sync"], _K["bar_arrive->bar_sync"]), -1)
     return out
 
 
@@ -585,30 +636,37 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
     w = pa.waits
     ng = trace.num_groups
     dur = w["end_ns"] - w["start_ns"]
-    blocked = dur > pa.timer_step_ns
+    blocked = pa.blocked()
     role = rl.of_lane(w["lane"], ng)
     role_time, role_lanes = _role_time(trace, rl)
     # whom a blocked wait waited on: the signalling lane's role, else -1 - status (self, unmatched reason)
     on_code = np.where((w["src_lane"] >= 0) & (w["status"] != _S["self"]), rl.of_lane(np.maximum(w["src_lane"], 0), ng),
                        -1 - w["status"].astype(np.int64))
     late = (w["src_lane"] >= 0) & (w["src_ns"] > w["end_ns"] + pa.timer_step_ns)
-    key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * (len(rl.names) + 1) + role
+    nr = len(rl.names) + 1
+    key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * nr + role
     order = np.argsort(key, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, key[order][1:] != key[order][:-1], True])
+    key_s = key[order]
+    uses: dict[int, int] = {}
+    for (c, op, g), n in pa.uses.items():
+        k = (c * len(WAIT_OPS) + op) * nr + int(rl.of_group[g])
+        uses[k] = uses.get(k, 0) + n
     rows = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        m = order[lo:hi]
-        c, op, r = int(w["channel"][m[0]]), int(w["op"][m[0]]), int(role[m[0]])
+    for k in sorted(set(np.unique(key_s).tolist()) | set(uses)):
+        m = order[np.searchsorted(key_s, k) : np.searchsorted(key_s, k, side="right")]
+        c, op, r = k // nr // len(WAIT_OPS), k // nr % len(WAIT_OPS), k % nr
         d, bm = dur[m], blocked[m]
         codes, counts = np.unique(on_code[m][bm], return_counts=True)
         on = {("itself" if x == -1 - _S["self"] else rl.names[x] if x >= 0 else STATUSES[-1 - x]): int(n)
               for x, n in zip(codes.tolist(), counts.tolist())}
         st_counts = np.bincount(w["status"][m], minlength=len(STATUSES))
+        u = uses.get(k)
         rows.append({
             "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": rl.names[r],
             "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.size), "blocked": int(bm.sum()),
-            "passed": int((~bm).sum()), "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)),
-            "p99_ns": float(np.percentile(d, 99)), "max_ns": int(d.max()),
+            "passed": int((~bm).sum()), "uses": u, "not_recorded": None if u is None else max(u - int(m.size), 0),
+            "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)) if m.size else None,
+            "p99_ns": float(np.percentile(d, 99)) if m.size else None, "max_ns": int(d.max()) if m.size else None,
             "share_of_role_time": float(d.sum() / role_time[r]) if role_time.get(r) else None,
             "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
             "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
@@ -625,6 +683,8 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
         "level": (trace.meta or {}).get("pipeline_level"),
         "roles_by": rl.by,
         "timer_step_ns": pa.timer_step_ns,
+        "pass_through_ns": pa.pass_through_ns,
+        "blocked_above_ns": pa.blocked_above_ns,
         "timer_step_source": pa.timer_step_source,
         "channels": [{"name": ch.name, "kind": ch.kind, "num_stages": ch.num_stages, "ops": sorted(ch.ids),
                       "cluster_size": ch.cluster_size, "class": ch.cls, "site": ch.site}
@@ -663,7 +723,7 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
     """Per block (the first max_blocks that have lanes): the path's segments, see the module docstring.
     A segment: (what, lane, start_ns, end_ns, channel, signal_lane); what = "work" | "wait"."""
     w = pa.waits
-    blk = w[(w["end_ns"] - w["start_ns"]) > pa.timer_step_ns]
+    blk = w[pa.blocked()]
     blk = blk[np.lexsort((blk["end_ns"], blk["lane"]))]
     lane_lo = np.searchsorted(blk["lane"], np.arange(trace.num_lanes + 1))
     ln = trace.lanes[trace.lanes["first_ns"] >= 0]

@@ -51,7 +51,8 @@ def print_waits(data: dict, console=None) -> None:
     console.print(f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
                   f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
                   f"{st['self']} self-released barriers, {st['first_use']} first uses), {data['flows']} flows; "
-                  f"blocked = longer than {data['timer_step_ns']} ns (timer step, {data['timer_step_source']}); "
+                  f"blocked = longer than {data['blocked_above_ns']} ns (timer step {data['timer_step_ns']} ns from the "
+                  f"{data['timer_step_source']}; a first acquire, which cannot block, takes {data['pass_through_ns'] or '?'} ns); "
                   f"level {data.get('level') or '?'}, roles = {data['roles_by'].replace('_', ' ')}s")
     checks = data["occurrence_checks"]
     if data["late_signals"] or any(checks.values()):
@@ -59,15 +60,19 @@ def print_waits(data: dict, console=None) -> None:
                       f"no record: a try_wait found the data ready); {data['late_signals']} signals recorded after the "
                       "wait they released ended")
     t = Table(title="waits per pipeline x role", title_justify="left")
-    for col in ("pipeline", "op", "role", "lanes", "waits", "blocked", "passed", "total us", "p50 ns", "p99 ns",
-                "max ns", "of role time", "waited on (blocked)"):
+    for col in ("pipeline", "op", "role", "lanes", "uses", "waits", "blocked", "passed", "no record", "total us", "p50 ns",
+                "p99 ns", "max ns", "of role time", "waited on (blocked)"):
         t.add_column(col, justify="left" if col in ("pipeline", "op", "role", "waited on (blocked)") else "right")
     for r in data["rows"]:
         share = "–" if r["share_of_role_time"] is None else f"{100 * r['share_of_role_time']:.1f}%"
         on = ", ".join(f"{k} {v}" for k, v in r["waited_on"].items()) or "–"
-        t.add_row(r["channel"], r["op"], r["role"], str(r["lanes"]), str(r["waits"]), str(r["blocked"]), str(r["passed"]),
-                  f"{r['total_ns'] / 1e3:.1f}", f"{r['p50_ns']:.0f}", f"{r['p99_ns']:.0f}", str(r["max_ns"]), share, on)
+        num = lambda x, fmt="{:.0f}": "–" if x is None else fmt.format(x)  # noqa: E731
+        t.add_row(r["channel"], r["op"], r["role"], str(r["lanes"]), num(r["uses"]), str(r["waits"]), str(r["blocked"]),
+                  str(r["passed"]), num(r["not_recorded"]), f"{r['total_ns'] / 1e3:.1f}", num(r["p50_ns"]), num(r["p99_ns"]),
+                  num(r["max_ns"]), share, on)
     console.print(t)
+    console.print("uses: releases (consumer) / commits (producer) of the role, one per use of a stage, when traced; "
+                  "no record: uses without a wait record (a try_wait found the stage ready, so no wait ran)")
     t = Table(title="roles", title_justify="left")
     for col in ("role", "lanes", "time us", "in waits us", "blocked us", "blocked share"):
         t.add_column(col, justify="left" if col == "role" else "right")

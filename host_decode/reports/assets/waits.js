@@ -81,10 +81,13 @@
       el("p", { class: "note", id: "waits-summary" },
         `${W.waits} waits, ${matched} matched (${st.matched} to a recorded signal, ${st.inferred} inferred from program order, ` +
         `${st.self} self-released barriers, ${st.first_use} first uses), ${W.flows} flows. A wait blocked when it lasted ` +
-        `longer than ${W.timer_step_ns} ns (timer step, ${W.timer_step_source}). Level ${W.level || "?"}; ` +
-        `a role is a ${W.roles_by === "warp_group" ? "warp group (lanes are warps)" : "lane group"}.`));
-    root.append(table(["pipeline", "op", "role", "lanes", "waits", "blocked", "passed", "total", "p50", "p99", "max", "of role time", "", "waited on"],
-      W.rows.map((r, i) => [r.channel, r.op, r.role, r.lanes, r.waits, r.blocked, r.passed, ns(r.total_ns), ns(r.p50_ns), ns(r.p99_ns),
+        `longer than ${W.blocked_above_ns} ns (timer step ${W.timer_step_ns} ns, ${W.timer_step_source}; a first acquire, which ` +
+        `cannot block, takes ${W.pass_through_ns === null ? "?" : W.pass_through_ns + " ns"}). Level ${W.level || "?"}; ` +
+        `a role is a ${W.roles_by === "warp_group" ? "warp group (lanes are warps)" : "lane group"}. Uses: releases (consumers) / ` +
+        "commits (producers), one per use of a stage; no record: uses whose wait left no record (a try_wait found the stage ready)."));
+    const opt = (x) => (x === null || x === undefined ? "–" : x);
+    root.append(table(["pipeline", "op", "role", "lanes", "uses", "waits", "blocked", "passed", "no record", "total", "p50", "p99", "max", "of role time", "", "waited on"],
+      W.rows.map((r, i) => [r.channel, r.op, r.role, r.lanes, opt(r.uses), r.waits, r.blocked, r.passed, opt(r.not_recorded), ns(r.total_ns), ns(r.p50_ns), ns(r.p99_ns),
         ns(r.max_ns), pct(r.share_of_role_time), shareBar(r.share_of_role_time, COLORS[i % COLORS.length]),
         Object.entries(r.waited_on).map(([k, v]) => `${k} ${v}`).join(", ") || "–"]), "waits-rows"));
     root.append(el("h3", {}, "Roles"), table(["role", "lanes", "time", "in waits", "blocked", "blocked share"],
