@@ -181,9 +181,10 @@ def test_critical_path_by_hand():
     pa = pl.analyze_pipelines(trace)
     (path,) = pl.critical_paths(trace, pa)
     t0 = trace.start_ns
-    segs = [(w, lane, (a - t0) // TICK, (z - t0) // TICK, c, src) for w, lane, a, z, c, src in path["segments"]]
-    assert segs == [("work", 0, 0, 2, -1, -1), ("wait", 2, 2, 3, 0, 0), ("work", 2, 3, 30, -1, -1),
-                    ("work", 0, 30, 34, -1, -1), ("wait", 2, 34, 35, 0, 0), ("work", 2, 35, 45, -1, -1)]
+    segs = [(w, lane, (a - t0) // TICK, (z - t0) // TICK, c, src, st) for w, lane, a, z, c, src, st in path["segments"]]
+    matched = pl.STATUSES.index("matched")
+    assert segs == [("work", 0, 0, 2, -1, -1, -1), ("wait", 2, 2, 3, 0, 0, matched), ("work", 2, 3, 30, -1, -1, -1),
+                    ("work", 0, 30, 34, -1, -1, -1), ("wait", 2, 34, 35, 0, 0, matched), ("work", 2, 35, 45, -1, -1, -1)]
     summary = pl.critical_path_summary(trace, pa)
     shares = {(r["what"], r["role"], r["channel"], r["on"]): r["ns"] for r in summary["segments"]}
     assert shares == {("work", "mma1", None, None): 37 * TICK, ("work", "producer", None, None): 6 * TICK,
@@ -341,7 +342,7 @@ def test_late_signal_is_counted():
     (path,) = pl.critical_paths(trace, pa)
     t0 = trace.start_ns
     # mma0 ends last (12); its wait 1-6 was released "at 9" -> clamped to 6: the producer works 0..6, mma0 6..12
-    assert [(w, lane, (a - t0) // TICK, (z - t0) // TICK) for w, lane, a, z, _, _ in path["segments"]] == [
+    assert [(w, lane, (a - t0) // TICK, (z - t0) // TICK) for w, lane, a, z, _, _, _ in path["segments"]] == [
         ("work", 0, 0, 6), ("work", 1, 6, 12)]
 
 
@@ -431,12 +432,12 @@ def test_warp_scheduler_barrier_matched_by_time():
     arrive + wg1's first sync (self), phase k >= 1 wg1's (k+1)-th sync + wg2's k-th arrive: lanes do not
     take part once per phase, so the match is by time (the latest arrival before the sync ended).
 
-    mma0 (wg1): arrive@1 | sync 2-3 | sync 10-15 (mma1 arrives @14) | sync 20-21 (mma1 arrived @18)
+    mma0 (wg1): arrive@1 | sync 2-3 | sync 10-15 (mma1 arrives @14) | sync 20-23 (mma1 arrived @18: self)
     mma1 (wg2): arrive@14 | arrive@18
     mma1 also overflowed after its records (dropped 1): syncs that ended after its last record (@18) are
     participant_dropped (its next arrive could be the one that released them)."""
     c = Capture(1, 3)
-    c.instant(0, MMA0, 200 + 2, 1).region(0, MMA0, 100 + 2, 2, 3).region(0, MMA0, 100 + 2, 10, 15).region(0, MMA0, 100 + 2, 20, 21)
+    c.instant(0, MMA0, 200 + 2, 1).region(0, MMA0, 100 + 2, 2, 3).region(0, MMA0, 100 + 2, 10, 15).region(0, MMA0, 100 + 2, 20, 23)
     c.instant(0, MMA1, 200 + 2, 14).instant(0, MMA1, 200 + 2, 18)
     c.region(0, PRODUCER, ACQ, 0, 1)
     bars = {"base_sync": 100, "base_arrive": 200}
@@ -445,8 +446,14 @@ def test_warp_scheduler_barrier_matched_by_time():
     assert [r[3:] for r in table(trace, pa) if r[1] == "bar_sync"] == [
         (0, 2, 3, "self", MMA0, 2, "bar_sync->bar_sync"),  # mma0's own begin @2 came after its arrive @1
         (1, 10, 15, "matched", MMA1, 14, "bar_arrive->bar_sync"),
-        (2, 20, 21, "self", MMA0, 20, "bar_sync->bar_sync")]
-    assert pl.waits_summary(trace, pa)["late_signals"] == 0
+        (2, 20, 23, "self", MMA0, 20, "bar_sync->bar_sync")]
+    s = pl.waits_summary(trace, pa)
+    assert s["late_signals"] == 0
+    # critical path: mma0 ends last (23); its self-released sync 20-23 waited on nobody known, then it
+    # worked 15..20 after the sync that mma1's arrive @14 released; mma1 starts at 14
+    shares = {(r["what"], r["role"], r["channel"], r["on"]): r["ns"] for r in s["critical_path"]["segments"]}
+    assert shares == {("wait", "mma0", "bar_sync[2]", "itself"): 3 * TICK, ("work", "mma0", None, None): 5 * TICK,
+                      ("wait", "mma0", "bar_sync[2]", "mma1"): 1 * TICK}
     c.overflow(0, MMA1, keep=2, dropped=1)
     pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1)], barriers=bars))
     assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == ["self", "matched", "participant_dropped"]

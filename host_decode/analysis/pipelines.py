@@ -721,7 +721,8 @@ def _role_time(trace: Trace, rl: Roles) -> tuple[dict[int, int], dict[int, int]]
 
 def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -> list[dict]:
     """Per block (the first max_blocks that have lanes): the path's segments, see the module docstring.
-    A segment: (what, lane, start_ns, end_ns, channel, signal_lane); what = "work" | "wait"."""
+    A segment: (what, lane, start_ns, end_ns, channel, signal_lane, status); what = "work" | "wait";
+    channel, signal_lane and status (index into STATUSES) are -1 where they do not apply."""
     w = pa.waits
     blk = w[pa.blocked()]
     blk = blk[np.lexsort((blk["end_ns"], blk["lane"]))]
@@ -743,19 +744,19 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
             ends = blk["end_ns"][a:z]
             j = min(int(np.searchsorted(ends, t, side="right")), used.get(lane, z - a)) - 1
             if j < 0:
-                segs.append(("work", lane, first[lane], t, -1, -1))
+                segs.append(("work", lane, first[lane], t, -1, -1, -1))
                 break
             used[lane] = j
             r = blk[a + j]
-            segs.append(("work", lane, int(r["end_ns"]), t, -1, -1))
+            segs.append(("work", lane, int(r["end_ns"]), t, -1, -1, -1))
             src = int(r["src_lane"])
             if src >= 0 and src != lane and src in first:
                 s = min(int(r["src_ns"]), int(r["end_ns"]))
                 s = max(s, first[src])
-                segs.append(("wait", lane, s, int(r["end_ns"]), int(r["channel"]), src))
+                segs.append(("wait", lane, s, int(r["end_ns"]), int(r["channel"]), src, int(r["status"])))
                 lane, t = src, s
             else:
-                segs.append(("wait", lane, int(r["start_ns"]), int(r["end_ns"]), int(r["channel"]), -1))
+                segs.append(("wait", lane, int(r["start_ns"]), int(r["end_ns"]), int(r["channel"]), -1, int(r["status"])))
                 t = int(r["start_ns"])
         segs = [s for s in reversed(segs) if s[3] > s[2]]
         out.append({"block": b, "start_ns": segs[0][2] if segs else end, "end_ns": end, "segments": segs})
@@ -774,11 +775,12 @@ def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 
     total = 0
     for p in paths:
         total += p["end_ns"] - p["start_ns"]
-        for what, lane, a, z, c, src in p["segments"]:
+        for what, lane, a, z, c, src, status in p["segments"]:
             if what == "work":
                 key = ("work", role(lane), None, None)
-            else:
-                key = ("wait", role(lane), pa.channels[c].name, role(src) if src >= 0 else None)
+            else:  # whom: the signalling role, else "itself" (arrived last), "first use" or the unmatched reason
+                whom = role(src) if src >= 0 else "itself" if STATUSES[status] == "self" else STATUSES[status].replace("_", " ")
+                key = ("wait", role(lane), pa.channels[c].name, whom)
             shares[key] = shares.get(key, 0) + (z - a)
     rows = [{"what": k[0], "role": k[1], "channel": k[2], "on": k[3], "ns": v, "share": v / total if total else None}
             for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]

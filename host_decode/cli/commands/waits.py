@@ -89,8 +89,7 @@ def print_waits(data: dict, console=None) -> None:
     for col in ("segment", "share", "total us"):
         t.add_column(col, justify="left" if col == "segment" else "right")
     for r in cp["segments"]:
-        what = (f"{r['role']} works" if r["what"] == "work" else
-                f"{r['role']} waits on {r['channel']}" + (f" for {r['on']}" if r["on"] else " (signal unknown)"))
+        what = f"{r['role']} works" if r["what"] == "work" else f"{r['role']} waits on {r['channel']} for {r['on']}"
         t.add_row(what, "–" if r["share"] is None else f"{100 * r['share']:.1f}%", f"{r['ns'] / 1e3:.1f}")
     console.print(t)
     if data["unmatched"]:

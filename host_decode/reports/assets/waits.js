@@ -44,7 +44,7 @@
       svg("rect", { x: 0, y: 1, width: (w * f).toFixed(1), height: 8, fill: color }));
   }
   function segmentLabel(s) {
-    return s.what === "work" ? `${s.role} works` : `${s.role} waits on ${s.channel}` + (s.on ? ` for ${s.on}` : " (signal unknown)");
+    return s.what === "work" ? `${s.role} works` : `${s.role} waits on ${s.channel} for ${s.on}`;
   }
   function stackedPath(segments) {
     const w = 900, h = 22;
