@@ -14,10 +14,11 @@ the channel's barriers):
 * producer acquire, k-th on (unit, pipeline, stage)  <-  the latest (k-1)-th release of that stage over
   the consumer lanes of the unit. The first acquire of each stage passes through (status first_use:
   empty barriers start free). Kind "release->acquire".
-* named barrier sync, k-th on (block, barrier id)  <-  the participant whose k-th operation on that id
-  (bar_arrive instant, or bar_sync begin) came last; when that is the waiting lane itself, status
+* named barrier sync on (block, barrier id)  <-  the latest arrival on that id at or before the sync's
+  end (a bar_arrive instant, or a bar_sync begin); when that is the waiting lane's own begin, status
   "self" (it arrived last: it waited on nobody). Kinds "bar_arrive->bar_sync" / "bar_sync->bar_sync".
-  Assumes every lane that touches a barrier id takes part in each of its phases once.
+  By time because lanes need not take part once per phase (_match_barrier says why;
+  ::test_warp_scheduler_barrier_matched_by_time).
 * Which k: a lane's own count of its waits of a stage is exact only if every wait left a record, but a
   wait that a successful try_wait skipped never runs and records nothing; the phases of the stage
   completed by the wait's end are exact only if signals are recorded no later than they act (the device
@@ -57,8 +58,10 @@ fact of one CTA's barriers (a launch-level sum over 132 CTAs reads as nothing in
 cluster-scoped pipeline's phases are the cluster's, repeated on each of its blocks.
 
 Statistics (waits_summary): a wait *blocked* when it lasted longer than the timer step (derived from
-the data: the gcd of the recorded times, if between 2 and 4096 ns; else wire.TIMER_STEP_NS), else it
-*passed through*. Per channel x op x role (role = the waiting lane's group name): count, blocked,
+the data: the gcd of the recorded times, if between 2 and 4096 ns; else wire.TIMER_STEP_NS) or than a
+wait that cannot block takes to record (the median of >= 4 first acquires), else it *passed through*.
+Uses (level "signals"): releases / commits of the role, one per use of a stage even when a successful
+try_wait skipped the wait (which then left no record). Per channel x op x role (role = the waiting lane's group name): count, blocked,
 passed, total / p50 / p99 / max ns, share of the role's time blocked (total wait ns over the sum of the
 role's lanes' first-to-last record spans), and whom the blocked waits waited on (signalling role ->
 count).
