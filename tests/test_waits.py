@@ -557,3 +557,18 @@ def test_ikp_decode_writes_the_flows(tmp_path):
                      [(1, 2, 3), (1, 5, 12), (1, 21, 22), (1, 34, 35), (2, 2, 3), (2, 5, 22), (2, 21, 32), (2, 34, 35)]])
     assert arrows == want
     assert any(v == "K stages full" for v in names.values())
+
+
+def test_waits_tables_fit_80_columns():
+    import os
+
+    from rich.console import Console
+
+    from host_decode.cli.commands.waits import print_waits
+
+    data = pl.waits_summary(fa_like().trace([k_pipeline()]))
+    con = Console(width=80, record=True, file=open(os.devnull, "w"))
+    print_waits(data, con)
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "producer" in text and "mma1 waits on K for producer" in text and "70.6%" in text

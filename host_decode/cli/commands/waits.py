@@ -3,6 +3,14 @@
 NAME = "waits"
 HELP = "pipeline waits of one capture: per pipeline x role wait time, blocked vs passed, whom it waited on, critical path"
 
+EXAMPLE = "ikp waits capture.npy --format json     # a capture traced under ikp_cute.trace_pipelines"
+NARROW = 120  # below this many columns the waits table keeps its main columns only
+SHORT_OPS = {"acquire": "acq", "bar_sync": "sync"}
+
+
+def short(op: str) -> str:
+    return SHORT_OPS.get(op, op)
+
 REASONS = {
     "producer_dropped": "a producer lane of the block/cluster overflowed; its later commits were never written",
     "consumer_dropped": "a consumer lane of the block/cluster overflowed; its later releases were never written",
@@ -24,6 +32,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     import json
+    import sys
 
     from host_decode.analysis.pipelines import has_pipelines, waits_summary
     from host_decode.core.decoder import load_capture
@@ -37,10 +46,13 @@ def run(args) -> int:
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
         print_waits(data)
+    print(f"next: ikp decode {args.capture} -o trace.pftrace (flow arrows and stages-full counters in Perfetto), "
+          f"ikp report {args.capture} (Waits tab)", file=sys.stderr)
     return 0
 
 
 def print_waits(data: dict, console=None) -> None:
+    from rich import box
     from rich.table import Table
 
     from host_decode.reports.text import make_console
@@ -59,21 +71,34 @@ def print_waits(data: dict, console=None) -> None:
         console.print(f"{checks['time_ahead_of_count']} waits matched by time past their lane's count (earlier waits left "
                       f"no record: a try_wait found the data ready); {data['late_signals']} signals recorded after the "
                       "wait they released ended")
-    t = Table(title="waits per pipeline x role", title_justify="left")
-    for col in ("pipeline", "op", "role", "lanes", "uses", "waits", "blocked", "passed", "no record", "total us", "p50 ns",
-                "p99 ns", "max ns", "of role time", "waited on (blocked)"):
-        t.add_column(col, justify="left" if col in ("pipeline", "op", "role", "waited on (blocked)") else "right")
+    narrow = (console.width or NARROW) < NARROW
+    t = Table(title="waits per pipeline x role", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    cols = (("pipeline", "op", "role", "waits", "blocked", "of role", "waited on") if narrow else
+            ("pipeline", "op", "role", "lanes", "uses", "waits", "blocked", "passed", "no record", "total us", "p50 ns",
+             "p99 ns", "max ns", "of role time", "waited on (blocked)"))
+    names = {"pipeline": "channel", "op": "op", "role": "role"}
+    for col in cols:
+        left = col in names or col.startswith("waited")
+        # names stay whole (as wide as the longest, up to 22); numbers take what they need
+        width = min(20 if narrow else 22, max([len(col)] + [len(short(r[names[col]]) if col == "op" and narrow else r[names[col]])
+                                                             for r in data["rows"]])) if col in names else None
+        t.add_column(col, justify="left" if left else "right", overflow="fold", no_wrap=not left, min_width=width)
+    num = lambda x, fmt="{:.0f}": "–" if x is None else fmt.format(x)  # noqa: E731
     for r in data["rows"]:
-        share = "–" if r["share_of_role_time"] is None else f"{100 * r['share_of_role_time']:.1f}%"
-        on = ", ".join(f"{k} {v}" for k, v in r["waited_on"].items()) or "–"
-        num = lambda x, fmt="{:.0f}": "–" if x is None else fmt.format(x)  # noqa: E731
-        t.add_row(r["channel"], r["op"], r["role"], str(r["lanes"]), num(r["uses"]), str(r["waits"]), str(r["blocked"]),
-                  str(r["passed"]), num(r["not_recorded"]), f"{r['total_ns'] / 1e3:.1f}", num(r["p50_ns"]), num(r["p99_ns"]),
-                  num(r["max_ns"]), share, on)
+        cell = {"pipeline": r["channel"], "op": r["op"], "role": r["role"], "lanes": str(r["lanes"]), "uses": num(r["uses"]),
+                "waits": str(r["waits"]), "blocked": str(r["blocked"]), "passed": str(r["passed"]),
+                "no record": num(r["not_recorded"]), "total us": f"{r['total_ns'] / 1e3:.1f}", "p50 ns": num(r["p50_ns"]),
+                "p99 ns": num(r["p99_ns"]), "max ns": num(r["max_ns"]),
+                "of role time": "–" if r["share_of_role_time"] is None else f"{100 * r['share_of_role_time']:.1f}%",
+                "waited on (blocked)": ", ".join(f"{k} {v}" for k, v in r["waited_on"].items()) or "–"}
+        cell["of role"], cell["waited on"] = cell["of role time"], cell["waited on (blocked)"]
+        if narrow:
+            cell["op"] = short(r["op"])
+        t.add_row(*(cell[c] for c in cols))
     console.print(t)
     console.print("uses: releases (consumer) / commits (producer) of the role, one per use of a stage, when traced; "
                   "no record: uses without a wait record (a try_wait found the stage ready, so no wait ran)")
-    t = Table(title="roles", title_justify="left")
+    t = Table(title="roles", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("role", "lanes", "time us", "in waits us", "blocked us", "blocked share"):
         t.add_column(col, justify="left" if col == "role" else "right")
     for r in data["roles"]:
@@ -85,7 +110,7 @@ def print_waits(data: dict, console=None) -> None:
     mean = cp["mean_path_ns"]
     console.print(f"critical path: {cp['blocks']} of {cp['blocks_total']} blocks, mean "
                   f"{'–' if mean is None else f'{mean / 1e3:.2f} us'} (walked back from each block's last lane)")
-    t = Table()
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("segment", "share", "total us"):
         t.add_column(col, justify="left" if col == "segment" else "right")
     for r in cp["segments"]:
