@@ -20,7 +20,11 @@ from host_decode.core import wire
 from host_decode.core.decoder import decode
 
 ACQ, WAIT, COMMIT, RELEASE, STAGES, TICK = 10, 20, 30, 40, 4, 32
-PIPELINE = {"name": "K", "num_stages": STAGES, "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE}}
+PIPELINE = {
+    "name": "K",
+    "num_stages": STAGES,
+    "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE},
+}
 
 
 def one_block(iters: int, rng) -> dict[int, list]:
@@ -57,7 +61,8 @@ def make_buffer(blocks: int, iters: int) -> np.ndarray:
         for b in range(blocks):
             lane = b * groups + g
             buf[wire.slot_index(lane, k, stride)] = wire.pack_records(
-                (10_000 + 7 * b + a[:, 0]) * TICK, np.full(k.size, lane), a[:, 1], a[:, 2])
+                (10_000 + 7 * b + a[:, 0]) * TICK, np.full(k.size, lane), a[:, 1], a[:, 2]
+            )
     return buf
 
 
@@ -75,8 +80,10 @@ def main() -> None:
     summary = pl.waits_summary(trace, pa)
     t3 = time.perf_counter()
     dec, match, summ = t1 - t0, t2 - t1, t3 - t2
-    print(f"{int(np.count_nonzero(buf)) - 1:,} records, {pa.waits.size:,} waits, {pa.flows().size:,} flows, "
-          f"unmatched {summary['unmatched'] or 'none'}")
+    print(
+        f"{int(np.count_nonzero(buf)) - 1:,} records, {pa.waits.size:,} waits, {pa.flows().size:,} flows, "
+        f"unmatched {summary['unmatched'] or 'none'}"
+    )
     print(f"{'step':<28}{'s':>8}{'x decode':>10}")
     for name, sec in (("decode", dec), ("match (analyze_pipelines)", match), ("summary + critical path", summ)):
         print(f"{name:<28}{sec:>8.2f}{sec / dec:>10.1f}")

@@ -10,7 +10,7 @@ from host_decode.analysis import pipelines as pl
 from host_decode.core import wire
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode
-from tests.buffers import B, E, F, I, BufferBuilder
+from tests.buffers import B, BufferBuilder, E, F, I
 
 TICK = 32
 ACQ, WAIT, COMMIT, RELEASE = 10, 20, 30, 40  # first event id of each op of pipeline K (stage s: id + s)
@@ -20,9 +20,17 @@ GROUPS = {PRODUCER: "producer", MMA0: "mma0", MMA1: "mma1"}
 
 def k_pipeline(ops=("acquire", "wait", "commit", "release"), stages=2, **extra):
     base = {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE}
-    return {"name": "K", "class": "PipelineTmaAsync", "site": "k.py:1", "num_stages": stages,
-            "producer_arrivals": 1, "consumer_arrivals": 2, "tx_bytes": 16384,
-            "ids": {op: base[op] for op in ops}, **extra}
+    return {
+        "name": "K",
+        "class": "PipelineTmaAsync",
+        "site": "k.py:1",
+        "num_stages": stages,
+        "producer_arrivals": 1,
+        "consumer_arrivals": 2,
+        "tx_bytes": 16384,
+        "ids": {op: base[op] for op in ops},
+        **extra,
+    }
 
 
 class Capture:
@@ -87,8 +95,10 @@ def fa_like(signals=True, base_ns=1_000_000 * TICK):
         c.region(0, P, ACQ + s, a, z)
         if signals:
             c.instant(0, P, COMMIT + s, commit)
-    for g, waits in [(M0, [(1, 3, 0, 10), (11, 12, 1, 18), (19, 22, 0, 25), (26, 35, 1, 40)]),
-                     (M1, [(0, 3, 0, 20), (21, 22, 1, 30), (31, 32, 0, 33), (33, 35, 1, 45)])]:
+    for g, waits in [
+        (M0, [(1, 3, 0, 10), (11, 12, 1, 18), (19, 22, 0, 25), (26, 35, 1, 40)]),
+        (M1, [(0, 3, 0, 20), (21, 22, 1, 30), (31, 32, 0, 33), (33, 35, 1, 45)]),
+    ]:
         for a, z, s, release in waits:
             c.region(0, g, WAIT + s, a, z)
             if signals:
@@ -102,26 +112,38 @@ def table(trace, pa):
     t0 = trace.start_ns
     tick = lambda x: None if x < 0 else (x - t0) // TICK  # noqa: E731
     return sorted(
-        (int(r["group"]), pl.WAIT_OPS[r["op"]], int(r["stage"]), int(r["occurrence"]), tick(r["start_ns"]), tick(r["end_ns"]),
-         pl.STATUSES[r["status"]], None if r["src_lane"] < 0 else int(r["src_lane"]) % trace.num_groups,
-         tick(r["src_ns"]), None if r["kind"] < 0 else pl.FLOW_KINDS[r["kind"]])
-        for r in w)
+        (
+            int(r["group"]),
+            pl.WAIT_OPS[r["op"]],
+            int(r["stage"]),
+            int(r["occurrence"]),
+            tick(r["start_ns"]),
+            tick(r["end_ns"]),
+            pl.STATUSES[r["status"]],
+            None if r["src_lane"] < 0 else int(r["src_lane"]) % trace.num_groups,
+            tick(r["src_ns"]),
+            None if r["kind"] < 0 else pl.FLOW_KINDS[r["kind"]],
+        )
+        for r in w
+    )
 
 
-EXPECTED_SIGNALS = sorted([
-    (0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
-    (0, "acquire", 1, 0, 3, 4, "first_use", None, None, None),
-    (0, "acquire", 0, 1, 6, 20, "matched", MMA1, 20, "release->acquire"),
-    (0, "acquire", 1, 1, 22, 30, "matched", MMA1, 30, "release->acquire"),
-    (1, "wait", 0, 0, 1, 3, "matched", PRODUCER, 2, "commit->wait"),
-    (1, "wait", 1, 0, 11, 12, "matched", PRODUCER, 5, "commit->wait"),
-    (1, "wait", 0, 1, 19, 22, "matched", PRODUCER, 21, "commit->wait"),
-    (1, "wait", 1, 1, 26, 35, "matched", PRODUCER, 34, "commit->wait"),
-    (2, "wait", 0, 0, 0, 3, "matched", PRODUCER, 2, "commit->wait"),
-    (2, "wait", 1, 0, 21, 22, "matched", PRODUCER, 5, "commit->wait"),
-    (2, "wait", 0, 1, 31, 32, "matched", PRODUCER, 21, "commit->wait"),
-    (2, "wait", 1, 1, 33, 35, "matched", PRODUCER, 34, "commit->wait"),
-])
+EXPECTED_SIGNALS = sorted(
+    [
+        (0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
+        (0, "acquire", 1, 0, 3, 4, "first_use", None, None, None),
+        (0, "acquire", 0, 1, 6, 20, "matched", MMA1, 20, "release->acquire"),
+        (0, "acquire", 1, 1, 22, 30, "matched", MMA1, 30, "release->acquire"),
+        (1, "wait", 0, 0, 1, 3, "matched", PRODUCER, 2, "commit->wait"),
+        (1, "wait", 1, 0, 11, 12, "matched", PRODUCER, 5, "commit->wait"),
+        (1, "wait", 0, 1, 19, 22, "matched", PRODUCER, 21, "commit->wait"),
+        (1, "wait", 1, 1, 26, 35, "matched", PRODUCER, 34, "commit->wait"),
+        (2, "wait", 0, 0, 0, 3, "matched", PRODUCER, 2, "commit->wait"),
+        (2, "wait", 1, 0, 21, 22, "matched", PRODUCER, 5, "commit->wait"),
+        (2, "wait", 0, 1, 31, 32, "matched", PRODUCER, 21, "commit->wait"),
+        (2, "wait", 1, 1, 33, 35, "matched", PRODUCER, 34, "commit->wait"),
+    ]
+)
 
 
 def test_signals_every_wait_matched_by_hand():
@@ -133,11 +155,34 @@ def test_signals_every_wait_matched_by_hand():
     flows = pa.flows()
     assert flows.dtype == pl.FLOW_DTYPE and flows.size == 10
     t0 = trace.start_ns
-    got = sorted(((int(f["src_lane"]), (int(f["src_ns"]) - t0) // TICK, int(f["dst_lane"]), (int(f["dst_ns"]) - t0) // TICK,
-                   pa.flow_kinds[f["kind"]]) for f in flows))
-    want = sorted([(2, 20, 0, 20, "release->acquire"), (2, 30, 0, 30, "release->acquire")]
-                  + [(0, s, g, e, "commit->wait") for g, s, e in
-                     [(1, 2, 3), (1, 5, 12), (1, 21, 22), (1, 34, 35), (2, 2, 3), (2, 5, 22), (2, 21, 32), (2, 34, 35)]])
+    got = sorted(
+        (
+            (
+                int(f["src_lane"]),
+                (int(f["src_ns"]) - t0) // TICK,
+                int(f["dst_lane"]),
+                (int(f["dst_ns"]) - t0) // TICK,
+                pa.flow_kinds[f["kind"]],
+            )
+            for f in flows
+        )
+    )
+    want = sorted(
+        [(2, 20, 0, 20, "release->acquire"), (2, 30, 0, 30, "release->acquire")]
+        + [
+            (0, s, g, e, "commit->wait")
+            for g, s, e in [
+                (1, 2, 3),
+                (1, 5, 12),
+                (1, 21, 22),
+                (1, 34, 35),
+                (2, 2, 3),
+                (2, 5, 22),
+                (2, 21, 32),
+                (2, 34, 35),
+            ]
+        ]
+    )
     assert got == want
     assert pa.flows(blocked_only=True).size == 7  # waits longer than one tick: acq 14, 8; mma0 2, 3, 9; mma1 3, 2
 
@@ -183,12 +228,21 @@ def test_critical_path_by_hand():
     t0 = trace.start_ns
     segs = [(w, lane, (a - t0) // TICK, (z - t0) // TICK, c, src, st) for w, lane, a, z, c, src, st in path["segments"]]
     matched = pl.STATUSES.index("matched")
-    assert segs == [("work", 0, 0, 2, -1, -1, -1), ("wait", 2, 2, 3, 0, 0, matched), ("work", 2, 3, 30, -1, -1, -1),
-                    ("work", 0, 30, 34, -1, -1, -1), ("wait", 2, 34, 35, 0, 0, matched), ("work", 2, 35, 45, -1, -1, -1)]
+    assert segs == [
+        ("work", 0, 0, 2, -1, -1, -1),
+        ("wait", 2, 2, 3, 0, 0, matched),
+        ("work", 2, 3, 30, -1, -1, -1),
+        ("work", 0, 30, 34, -1, -1, -1),
+        ("wait", 2, 34, 35, 0, 0, matched),
+        ("work", 2, 35, 45, -1, -1, -1),
+    ]
     summary = pl.critical_path_summary(trace, pa)
     shares = {(r["what"], r["role"], r["channel"], r["on"]): r["ns"] for r in summary["segments"]}
-    assert shares == {("work", "mma1", None, None): 37 * TICK, ("work", "producer", None, None): 6 * TICK,
-                      ("wait", "mma1", "K", "producer"): 2 * TICK}
+    assert shares == {
+        ("work", "mma1", None, None): 37 * TICK,
+        ("work", "producer", None, None): 6 * TICK,
+        ("wait", "mma1", "K", "producer"): 2 * TICK,
+    }
     assert summary["blocks"] == 1 and summary["mean_path_ns"] == 45 * TICK
 
 
@@ -196,7 +250,7 @@ def test_wrap_gives_the_same_story():
     """The same capture placed so that the 32-bit timer wraps in the middle (at tick 16)."""
     plain = fa_like().trace([k_pipeline()])
     wrapped = fa_like(base_ns=2**32 - 16 * TICK).trace([k_pipeline()])
-    raw = ((fa_like(base_ns=2**32 - 16 * TICK).buffer()[1:] >> np.uint64(32)) & np.uint64(0xFFFF_FFFF))
+    raw = (fa_like(base_ns=2**32 - 16 * TICK).buffer()[1:] >> np.uint64(32)) & np.uint64(0xFFFF_FFFF)
     assert raw[raw > 0].min() < 64 * TICK  # records before and after the wrap
     pa = pl.analyze_pipelines(wrapped)
     assert table(wrapped, pa) == EXPECTED_SIGNALS
@@ -213,7 +267,10 @@ def test_level_waits_inferred_from_program_order():
     assert [r[6:] for r in acq if r[6] == "first_use"] == [("first_use", None, None, None)] * 2
     # acq0 k1 <- latest end of both consumers' w0 k0: both end at 3 (either lane); acq1 k1 <- mma1's w1 k0 end 22
     s0 = [r for r in acq if r[2] == 0 and r[3] == 1][0]
-    assert s0[6:] in [("inferred", MMA0, 3, "wait->acquire (inferred)"), ("inferred", MMA1, 3, "wait->acquire (inferred)")]
+    assert s0[6:] in [
+        ("inferred", MMA0, 3, "wait->acquire (inferred)"),
+        ("inferred", MMA1, 3, "wait->acquire (inferred)"),
+    ]
     assert [r for r in acq if r[2] == 1 and r[3] == 1][0][6:] == ("inferred", MMA1, 22, "wait->acquire (inferred)")
     acq_end = {(0, 0): 1, (1, 0): 4, (0, 1): 20, (1, 1): 30}
     for g, op, s, k, a, z, status, src, t, kind in rows:
@@ -266,17 +323,27 @@ def test_consumer_overflow_and_missing_lane():
     assert int(trace.lanes["dropped"].sum()) == 5
     pa = pl.analyze_pipelines(trace)
     w = pa.waits
-    status = {(int(r["block"]), int(r["group"]), pl.WAIT_OPS[r["op"]], int(r["stage"]), int(r["occurrence"])):
-              pl.STATUSES[r["status"]] for r in w}
+    status = {
+        (int(r["block"]), int(r["group"]), pl.WAIT_OPS[r["op"]], int(r["stage"]), int(r["occurrence"])): pl.STATUSES[
+            r["status"]
+        ]
+        for r in w
+    }
     assert status[(0, PRODUCER, "acquire", 0, 1)] == "matched"
     assert status[(0, PRODUCER, "acquire", 1, 1)] == "consumer_dropped"
     assert [k for k in status if k[0] == 0 and k[1] == MMA1] == [(0, MMA1, "wait", 0, 0)]  # the kept prefix
-    assert {v for k, v in status.items() if k[0] == 1} == {"lane_missing"} and len([k for k in status if k[0] == 1]) == 3
-    assert status[(2, MMA0, "wait", 1, 0)] == "matched" and status[(2, MMA0, "wait", 1, 1)] == "occurrence_beyond_signal"
+    assert {v for k, v in status.items() if k[0] == 1} == {"lane_missing"} and len(
+        [k for k in status if k[0] == 1]
+    ) == 3
+    assert (
+        status[(2, MMA0, "wait", 1, 0)] == "matched" and status[(2, MMA0, "wait", 1, 1)] == "occurrence_beyond_signal"
+    )
     assert status[(2, PRODUCER, "acquire", 1, 0)] == "first_use"
     assert pa.unmatched() == {"consumer_dropped": 1, "lane_missing": 3, "occurrence_beyond_signal": 1}
     s = pl.waits_summary(trace, pa)
-    prod = [r for r in s["rows"] if r["role"] == "producer"][0]  # blocked: acq0 k1 (mma1), acq1 k1 (dropped), block 2 none
+    prod = [r for r in s["rows"] if r["role"] == "producer"][
+        0
+    ]  # blocked: acq0 k1 (mma1), acq1 k1 (dropped), block 2 none
     assert prod["waited_on"] == {"mma1": 1, "consumer_dropped": 1}
     assert (s["lanes_overflowed"], s["records_dropped"], s["late_signals"]) == (1, 5, 0)
     total = sum(pa.status_counts().values())
@@ -319,7 +386,11 @@ def test_many_stages_reused_many_times():
         if status != "first_use":
             got[(g, op, s, k)] = (src, t)
     # releases at the same tick by both consumers: either lane completed the phase
-    ties = {key for key in want if key[1] == "acquire" and release_at[(key[2], key[3] - 1, MMA0)] == release_at[(key[2], key[3] - 1, MMA1)]}
+    ties = {
+        key
+        for key in want
+        if key[1] == "acquire" and release_at[(key[2], key[3] - 1, MMA0)] == release_at[(key[2], key[3] - 1, MMA1)]
+    }
     assert {k: v for k, v in got.items() if k not in ties} == {k: v for k, v in want.items() if k not in ties}
     assert all(got[k][1] == want[k][1] for k in ties)
     assert len(got) == len(want) == iters * 3 - stages
@@ -343,7 +414,9 @@ def test_late_signal_is_counted():
     t0 = trace.start_ns
     # mma0 ends last (12); its wait 1-6 was released "at 9" -> clamped to 6: the producer works 0..6, mma0 6..12
     assert [(w, lane, (a - t0) // TICK, (z - t0) // TICK) for w, lane, a, z, _, _, _ in path["segments"]] == [
-        ("work", 0, 0, 6), ("work", 1, 6, 12)]
+        ("work", 0, 0, 6),
+        ("work", 1, 6, 12),
+    ]
 
 
 def test_two_cta_cluster():
@@ -359,15 +432,37 @@ def test_two_cta_cluster():
     clustered = c.trace([k_pipeline(stages=1, cluster=[2, 1, 1])], grid=[2, 1, 1])
     rows = table(clustered, pl.analyze_pipelines(clustered))
     pa = pl.analyze_pipelines(clustered)
-    by_block = {(int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (int(r["src_lane"]), (int(r["src_ns"]) - clustered.start_ns) // TICK)
-                for r in pa.waits if r["src_lane"] >= 0}
+    by_block = {
+        (int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (
+            int(r["src_lane"]),
+            (int(r["src_ns"]) - clustered.start_ns) // TICK,
+        )
+        for r in pa.waits
+        if r["src_lane"] >= 0
+    }
     # lanes: block * 3 + group
-    assert by_block == {(0, "wait", 0): (3, 6), (1, "wait", 0): (3, 6), (0, "acquire", 1): (1, 12), (1, "acquire", 1): (1, 12)}
+    assert by_block == {
+        (0, "wait", 0): (3, 6),
+        (1, "wait", 0): (3, 6),
+        (0, "acquire", 1): (1, 12),
+        (1, "acquire", 1): (1, 12),
+    }
     local = c.trace([k_pipeline(stages=1)])
     pa = pl.analyze_pipelines(local)
-    by_block = {(int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (int(r["src_lane"]), (int(r["src_ns"]) - local.start_ns) // TICK)
-                for r in pa.waits if r["src_lane"] >= 0}
-    assert by_block == {(0, "wait", 0): (0, 2), (1, "wait", 0): (3, 6), (0, "acquire", 1): (1, 12), (1, "acquire", 1): (4, 9)}
+    by_block = {
+        (int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (
+            int(r["src_lane"]),
+            (int(r["src_ns"]) - local.start_ns) // TICK,
+        )
+        for r in pa.waits
+        if r["src_lane"] >= 0
+    }
+    assert by_block == {
+        (0, "wait", 0): (0, 2),
+        (1, "wait", 0): (3, 6),
+        (0, "acquire", 1): (1, 12),
+        (1, "acquire", 1): (4, 9),
+    }
     # without grid, a cluster of 2 is two consecutive blocks: the same answer
     plain = c.trace([k_pipeline(stages=1, cluster=2)])
     assert table(plain, pl.analyze_pipelines(plain)) == rows
@@ -388,20 +483,38 @@ def test_warp_lanes_grouped_into_warp_groups():
     c = Capture(1, 12)
     c.region(0, 0, ACQ, 0, 1).instant(0, 0, COMMIT, 2).region(0, 0, ACQ, 3, 20).instant(0, 0, COMMIT, 21)
     for g in range(4, 12):
-        c.region(0, g, WAIT, 1, 3).instant(0, g, RELEASE, 8 + g).instant(0, g, 60, 19).region(0, g, WAIT, 20, 22).instant(0, g, RELEASE, 23)
-    trace = c.trace([{**k_pipeline(stages=1), "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE, "poll": 60}}],
-                    pipeline_lanes="warp", warps_per_group=1, pipeline_level="all")
+        c.region(0, g, WAIT, 1, 3).instant(0, g, RELEASE, 8 + g).instant(0, g, 60, 19).region(
+            0, g, WAIT, 20, 22
+        ).instant(0, g, RELEASE, 23)
+    trace = c.trace(
+        [
+            {
+                **k_pipeline(stages=1),
+                "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE, "poll": 60},
+            }
+        ],
+        pipeline_lanes="warp",
+        warps_per_group=1,
+        pipeline_level="all",
+    )
     pa = pl.analyze_pipelines(trace)
     acq = [r for r in table(trace, pa) if r[1] == "acquire"]
-    assert acq == [(0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
-                   (0, "acquire", 0, 1, 3, 20, "matched", 11, 19, "release->acquire")]
+    assert acq == [
+        (0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
+        (0, "acquire", 0, 1, 3, 20, "matched", 11, 19, "release->acquire"),
+    ]
     s = pl.waits_summary(trace, pa)
     assert s["roles_by"] == "warp_group" and s["level"] == "all"
     rows = {r["role"]: r for r in s["rows"]}
     assert set(rows) == {"wg0", "wg1", "wg2"}
     assert (rows["wg0"]["waits"], rows["wg0"]["blocked"], rows["wg0"]["waited_on"]) == (2, 1, {"wg2": 1})
     for wg in ("wg1", "wg2"):
-        assert (rows[wg]["lanes"], rows[wg]["waits"], rows[wg]["blocked"], rows[wg]["waited_on"]) == (4, 8, 8, {"wg0": 8})
+        assert (rows[wg]["lanes"], rows[wg]["waits"], rows[wg]["blocked"], rows[wg]["waited_on"]) == (
+            4,
+            8,
+            8,
+            {"wg0": 8},
+        )
         assert rows[wg]["total_ns"] == 4 * 4 * TICK
     roles = {r["role"]: r for r in s["roles"]}
     assert (roles["wg1"]["lanes"], roles["wg1"]["time_ns"]) == (4, 4 * 22 * TICK)  # each warp: 1..23
@@ -419,8 +532,10 @@ def test_named_barriers():
     trace = c.trace([k_pipeline(stages=1)], barriers={"base_sync": 100, "base_arrive": 200, "names": {"3": "softmax"}})
     pa = pl.analyze_pipelines(trace)
     syncs = [r for r in table(trace, pa) if r[1] == "bar_sync"]
-    assert syncs == [(MMA0, "bar_sync", 3, 0, 2, 6, "matched", MMA1, 5, "bar_arrive->bar_sync"),
-                     (MMA0, "bar_sync", 3, 1, 10, 11, "self", MMA0, 10, "bar_sync->bar_sync")]
+    assert syncs == [
+        (MMA0, "bar_sync", 3, 0, 2, 6, "matched", MMA1, 5, "bar_arrive->bar_sync"),
+        (MMA0, "bar_sync", 3, 1, 10, 11, "self", MMA0, 10, "bar_sync->bar_sync"),
+    ]
     s = pl.waits_summary(trace, pa)
     assert {r["channel"] for r in s["rows"]} == {"K", "bar_sync[3] softmax"}
     assert pa.flows().size == 1  # the self-released sync draws no arrow
@@ -437,7 +552,9 @@ def test_warp_scheduler_barrier_matched_by_time():
     mma1 also overflowed after its records (dropped 1): syncs that ended after its last record (@18) are
     participant_dropped (its next arrive could be the one that released them)."""
     c = Capture(1, 3)
-    c.instant(0, MMA0, 200 + 2, 1).region(0, MMA0, 100 + 2, 2, 3).region(0, MMA0, 100 + 2, 10, 15).region(0, MMA0, 100 + 2, 20, 23)
+    c.instant(0, MMA0, 200 + 2, 1).region(0, MMA0, 100 + 2, 2, 3).region(0, MMA0, 100 + 2, 10, 15).region(
+        0, MMA0, 100 + 2, 20, 23
+    )
     c.instant(0, MMA1, 200 + 2, 14).instant(0, MMA1, 200 + 2, 18)
     c.region(0, PRODUCER, ACQ, 0, 1)
     bars = {"base_sync": 100, "base_arrive": 200}
@@ -446,26 +563,36 @@ def test_warp_scheduler_barrier_matched_by_time():
     assert [r[3:] for r in table(trace, pa) if r[1] == "bar_sync"] == [
         (0, 2, 3, "self", MMA0, 2, "bar_sync->bar_sync"),  # mma0's own begin @2 came after its arrive @1
         (1, 10, 15, "matched", MMA1, 14, "bar_arrive->bar_sync"),
-        (2, 20, 23, "self", MMA0, 20, "bar_sync->bar_sync")]
+        (2, 20, 23, "self", MMA0, 20, "bar_sync->bar_sync"),
+    ]
     s = pl.waits_summary(trace, pa)
     assert s["late_signals"] == 0
     # critical path: mma0 ends last (23); its self-released sync 20-23 waited on nobody known, then it
     # worked 15..20 after the sync that mma1's arrive @14 released; mma1 starts at 14
     shares = {(r["what"], r["role"], r["channel"], r["on"]): r["ns"] for r in s["critical_path"]["segments"]}
-    assert shares == {("wait", "mma0", "bar_sync[2]", "itself"): 3 * TICK, ("work", "mma0", None, None): 5 * TICK,
-                      ("wait", "mma0", "bar_sync[2]", "mma1"): 1 * TICK}
+    assert shares == {
+        ("wait", "mma0", "bar_sync[2]", "itself"): 3 * TICK,
+        ("work", "mma0", None, None): 5 * TICK,
+        ("wait", "mma0", "bar_sync[2]", "mma1"): 1 * TICK,
+    }
     c.overflow(0, MMA1, keep=2, dropped=1)
     pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1)], barriers=bars))
-    assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == ["self", "matched", "participant_dropped"]
+    assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == [
+        "self",
+        "matched",
+        "participant_dropped",
+    ]
 
 
 def test_bad_metadata_names_the_entry():
     trace = fa_like().trace([k_pipeline()])
-    for bad, msg in [([{"name": "K", "num_stages": 0, "ids": {"wait": 1}}], "num_stages"),
-                     ([{"name": "K", "num_stages": 2, "ids": {"pop": 1}}], "ids must map"),
-                     ([{"name": "K", "num_stages": 2, "ids": {"wait": 1020}}], "ids.wait=1020"),
-                     ([k_pipeline(), {**k_pipeline(), "name": "V"}], "both K.acquire"),
-                     ([k_pipeline(cluster="two")], "cluster")]:
+    for bad, msg in [
+        ([{"name": "K", "num_stages": 0, "ids": {"wait": 1}}], "num_stages"),
+        ([{"name": "K", "num_stages": 2, "ids": {"pop": 1}}], "ids must map"),
+        ([{"name": "K", "num_stages": 2, "ids": {"wait": 1020}}], "ids.wait=1020"),
+        ([k_pipeline(), {**k_pipeline(), "name": "V"}], "both K.acquire"),
+        ([k_pipeline(cluster="two")], "cluster"),
+    ]:
         trace.meta["pipelines"] = bad
         with pytest.raises(ValueError, match=msg):
             pl.analyze_pipelines(trace)
@@ -488,12 +615,15 @@ def test_sidecar_round_trip(tmp_path):
 def test_ikp_waits_command(tmp_path, capsys):
     from host_decode.cli import main
 
-    path = save_capture(tmp_path / "cap.npy", fa_like().buffer(), names={"groups": GROUPS}, pipelines=[k_pipeline()],
-                        kernel="synthetic")
+    path = save_capture(
+        tmp_path / "cap.npy", fa_like().buffer(), names={"groups": GROUPS}, pipelines=[k_pipeline()], kernel="synthetic"
+    )
     assert main(["waits", str(path), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {(r["role"], r["op"]): r for r in data["rows"]}
-    assert rows[("producer", "acquire")]["total_ns"] == 24 * TICK and rows[("mma0", "wait")]["waited_on"] == {"producer": 3}
+    assert rows[("producer", "acquire")]["total_ns"] == 24 * TICK and rows[("mma0", "wait")]["waited_on"] == {
+        "producer": 3
+    }
     assert data["flows"] == 10 and data["unmatched"] == {}
     assert main(["waits", str(path)]) == 0
     out = capsys.readouterr().out
@@ -521,7 +651,10 @@ def test_decode_passes_flows_to_a_writer_that_takes_them(tmp_path):
     def old_writer(trace, path, *, gzip=None, counters=True, progress=False):
         pass
 
-    assert pipeline_extras(trace, old_writer) == ({}, "pipeline flows and counters left out: this writer does not take them yet")
+    assert pipeline_extras(trace, old_writer) == (
+        {},
+        "pipeline flows and counters left out: this writer does not take them yet",
+    )
     plain = decode(fa_like().buffer())
     assert pipeline_extras(plain, writer) == ({}, "")
 
@@ -552,9 +685,22 @@ def test_ikp_decode_writes_the_flows(tmp_path):
                 dst[f] = (names.get(p.track_event.track_uuid), p.timestamp // TICK)
     assert set(src) == set(dst) and len(src) == 10
     arrows = sorted(src[f] + dst[f] for f in src)
-    want = sorted([("mma1", 20, "producer", 20), ("mma1", 30, "producer", 30)]
-                  + [("producer", s, GROUPS[g], e) for g, s, e in
-                     [(1, 2, 3), (1, 5, 12), (1, 21, 22), (1, 34, 35), (2, 2, 3), (2, 5, 22), (2, 21, 32), (2, 34, 35)]])
+    want = sorted(
+        [("mma1", 20, "producer", 20), ("mma1", 30, "producer", 30)]
+        + [
+            ("producer", s, GROUPS[g], e)
+            for g, s, e in [
+                (1, 2, 3),
+                (1, 5, 12),
+                (1, 21, 22),
+                (1, 34, 35),
+                (2, 2, 3),
+                (2, 5, 22),
+                (2, 21, 32),
+                (2, 34, 35),
+            ]
+        ]
+    )
     assert arrows == want
     assert any(v == "K stages full" for v in names.values())
 

@@ -46,14 +46,22 @@ def story_rows(summary: dict, channel: str, op: str) -> list[dict]:
     return [r for r in summary["rows"] if r["channel"] == channel and r["op"] == op]
 
 
-@pytest.mark.parametrize("path", CAPTURES or [pytest.param(None, marks=pytest.mark.skip(reason="no real pipeline capture in this tree"))],
-                         ids=lambda p: p.name if p else "none")
+@pytest.mark.parametrize(
+    "path",
+    CAPTURES or [pytest.param(None, marks=pytest.mark.skip(reason="no real pipeline capture in this tree"))],
+    ids=lambda p: p.name if p else "none",
+)
 def test_every_wait_accounted_for(path):
     trace = load_capture(path)
     pa = pl.analyze_pipelines(trace)
     channels = pl.channels_of(trace.meta)
-    wait_ids = {ch.ids[op] + s for ch in channels for op in ("acquire", "wait", "bar_sync") if op in ch.ids
-                for s in range(ch.num_stages)}
+    wait_ids = {
+        ch.ids[op] + s
+        for ch in channels
+        for op in ("acquire", "wait", "bar_sync")
+        if op in ch.ids
+        for s in range(ch.num_stages)
+    }
     assert pa.waits.size == int(np.isin(trace.spans["event"], list(wait_ids)).sum())
     counts = pa.status_counts()
     assert sum(counts.values()) == pa.waits.size
@@ -69,9 +77,12 @@ def _fa4(path: Path | None) -> bool:
     return path is not None and "fa4" in path.name and "sm90" in path.name
 
 
-@pytest.mark.parametrize("path", [p for p in CAPTURES if _fa4(p)] or
-                         [pytest.param(None, marks=pytest.mark.skip(reason="no real FA4 sm90 pipeline capture in this tree"))],
-                         ids=lambda p: p.name if p else "none")
+@pytest.mark.parametrize(
+    "path",
+    [p for p in CAPTURES if _fa4(p)]
+    or [pytest.param(None, marks=pytest.mark.skip(reason="no real FA4 sm90 pipeline capture in this tree"))],
+    ids=lambda p: p.name if p else "none",
+)
 def test_fa4_story(path):
     """FA4 sm90 forward: warp group 0 produces (TMA loads of Q, K, V), warp groups 1 and 2 consume."""
     trace = load_capture(path)

@@ -25,7 +25,10 @@ def test_waits_view_data(tmp_path):
     _, data = synthetic_page(tmp_path)
     w = data["waits"]
     assert [(r["role"], r["op"], r["waits"], r["blocked"], r["total_ns"]) for r in w["rows"]] == [
-        ("producer", "acquire", 4, 2, 24 * TICK), ("mma0", "wait", 4, 3, 15 * TICK), ("mma1", "wait", 4, 2, 7 * TICK)]
+        ("producer", "acquire", 4, 2, 24 * TICK),
+        ("mma0", "wait", 4, 3, 15 * TICK),
+        ("mma1", "wait", 4, 2, 7 * TICK),
+    ]
     (c,) = w["counters_shown"]
     assert c["v"] == [1, 2, 1, 2, 1, 0, 1, 0] and [t // TICK for t in c["t"]] == [2, 5, 20, 21, 30, 33, 34, 45]
     assert w["critical_path"]["segments"][0]["role"] == "mma1"
@@ -57,8 +60,15 @@ def browser(tmp_path_factory):
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for f in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-              "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for f in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         opts.add_argument(f)
     opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -76,12 +86,16 @@ def test_waits_view_in_chromium(browser, tmp_path):
     WebDriverWait(browser, 30).until(lambda d: d.execute_script("return !!(window.__ikp && window.__ikp.ready)"))
     browser.find_element("id", "tab-waits").click()
     WebDriverWait(browser, 10).until(lambda d: d.find_elements("id", "view-waits"))
-    rows = [[td.text for td in tr.find_elements("css selector", "td")]
-            for tr in browser.find_elements("css selector", "#waits-rows tbody tr")]
+    rows = [
+        [td.text for td in tr.find_elements("css selector", "td")]
+        for tr in browser.find_elements("css selector", "#waits-rows tbody tr")
+    ]
     # pipeline, op, role, lanes, uses, waits, blocked, passed, no record, ...
-    assert [r[:9] for r in rows] == [["K", "acquire", "producer", "1", "4", "4", "2", "2", "0"],
-                                     ["K", "wait", "mma0", "1", "4", "4", "3", "1", "0"],
-                                     ["K", "wait", "mma1", "1", "4", "4", "2", "2", "0"]]
+    assert [r[:9] for r in rows] == [
+        ["K", "acquire", "producer", "1", "4", "4", "2", "2", "0"],
+        ["K", "wait", "mma0", "1", "4", "4", "3", "1", "0"],
+        ["K", "wait", "mma1", "1", "4", "4", "2", "2", "0"],
+    ]
     assert rows[0][13] == "70.6%" and rows[0][15] == "mma1 2"
     segs = browser.find_elements("css selector", "#waits-critical-bar rect")
     assert len(segs) == len(data["waits"]["critical_path"]["segments"]) == 3

@@ -61,10 +61,10 @@ Statistics (waits_summary): a wait *blocked* when it lasted longer than the time
 the data: the gcd of the recorded times, if between 2 and 4096 ns; else wire.TIMER_STEP_NS) or than a
 wait that cannot block takes to record (the median of >= 4 first acquires), else it *passed through*.
 Uses (level "signals"): releases / commits of the role, one per use of a stage even when a successful
-try_wait skipped the wait (which then left no record). Per channel x op x role (role = the waiting lane's group name): count, blocked,
-passed, total / p50 / p99 / max ns, share of the role's time blocked (total wait ns over the sum of the
-role's lanes' first-to-last record spans), and whom the blocked waits waited on (signalling role ->
-count).
+try_wait skipped the wait (which then left no record). Per channel x op x role (role: see Roles):
+count, blocked, passed, total / p50 / p99 / max ns, share of the role's time blocked (total wait ns
+over the sum of the role's lanes' first-to-last record spans), and whom the blocked waits waited on
+(signalling role -> count).
 
 Critical path of a block: start at the block's lane whose last record is latest, at that time t. On
 lane L at t, take the latest wait of L that blocked, ended at or before t, and was not used before;
@@ -171,17 +171,26 @@ def channels_of(meta: dict) -> list[Channel]:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"{where} ({p['name']}): num_stages must be an integer >= 1, got {n!r}")
         if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS + IGNORED_OPS):
-            raise ValueError(f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS + IGNORED_OPS} to event ids, got {ids!r}")
+            raise ValueError(
+                f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS + IGNORED_OPS} to event ids, got {ids!r}"
+            )
         for op, base in ids.items():
             if not isinstance(base, int) or base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
-                raise ValueError(f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids in 0..{wire.MAX_USER_EVENT_ID}")
+                raise ValueError(
+                    f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids "
+                    f"in 0..{wire.MAX_USER_EVENT_ID}"
+                )
         shape = _cluster_shape(p.get("cluster"), where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
         out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", ""))))
     bars = meta.get("barriers")
     if bars:
         bases = {op: bars.get(f"base_{op[4:]}") for op in ("bar_sync", "bar_arrive")} if isinstance(bars, dict) else {}
-        if not any(isinstance(v, int) for v in bases.values()) or any(v is not None and not isinstance(v, int) for v in bases.values()):
-            raise ValueError(f"sidecar 'barriers' must be an object with an integer base_sync and/or base_arrive, got {bars!r:.120}")
+        if not any(isinstance(v, int) for v in bases.values()) or any(
+            v is not None and not isinstance(v, int) for v in bases.values()
+        ):
+            raise ValueError(
+                f"sidecar 'barriers' must be an object with an integer base_sync and/or base_arrive, got {bars!r:.120}"
+            )
         names = {int(k): str(v) for k, v in (bars.get("names") or {}).items()}
         for b in range(NUM_NAMED_BARRIERS):
             ids = {op: base + b for op, base in bases.items() if isinstance(base, int)}
@@ -236,7 +245,12 @@ class PipelineAnalysis:
             keep &= (w["end_ns"] - w["start_ns"]) > self.blocked_above_ns
         w = w[keep]
         out = np.zeros(w.size, FLOW_DTYPE)
-        out["src_lane"], out["src_ns"], out["dst_lane"], out["dst_ns"] = w["src_lane"], w["src_ns"], w["lane"], w["end_ns"]
+        out["src_lane"], out["src_ns"], out["dst_lane"], out["dst_ns"] = (
+            w["src_lane"],
+            w["src_ns"],
+            w["lane"],
+            w["end_ns"],
+        )
         out["kind"] = w["kind"]
         return out
 
@@ -257,7 +271,9 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
     """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier."""
     channels = channels_of(trace.meta or {})
     if not channels:
-        raise ValueError("the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)")
+        raise ValueError(
+            "the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)"
+        )
     lut = _event_lookup(channels)
     spans, inst = trace.spans, trace.instants
     s_ch, s_op, s_st = (a[spans["event"]] for a in lut)
@@ -293,14 +309,38 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
             sig, kind, status = com, "commit->wait", "matched"
         else:
             sig, kind, status = (acq if "acquire" in ch.ids else None), "acquire->wait (inferred)", "inferred"
-        parts.append(ctx.match(wai, c, _WAIT, sig, 0, unit, kind, status, "producer_dropped",
-                               by="count+time" if status == "matched" else "time"))
+        parts.append(
+            ctx.match(
+                wai,
+                c,
+                _WAIT,
+                sig,
+                0,
+                unit,
+                kind,
+                status,
+                "producer_dropped",
+                by="count+time" if status == "matched" else "time",
+            )
+        )
         if "release" in ch.ids:  # producer acquires <- releases, else <- consumer waits (inferred)
             sig, kind, status = rel, "release->acquire", "matched"
         else:
             sig, kind, status = (wai if "wait" in ch.ids else None), "wait->acquire (inferred)", "inferred"
-        parts.append(ctx.match(acq, c, _ACQ, sig, 1, unit, kind, status, "consumer_dropped",
-                               by="count+time" if status == "matched" else "time"))
+        parts.append(
+            ctx.match(
+                acq,
+                c,
+                _ACQ,
+                sig,
+                1,
+                unit,
+                kind,
+                status,
+                "consumer_dropped",
+                by="count+time" if status == "matched" else "time",
+            )
+        )
         order += [wai.index, acq.index]
         for op, r in ((_WAIT, rel), (_ACQ, com)):
             if ("release" if op == _WAIT else "commit") in ch.ids:
@@ -345,7 +385,9 @@ def _event_lookup(channels: list[Channel]) -> tuple[np.ndarray, np.ndarray, np.n
                 e = base + s
                 if ch_of[e] >= 0 and ch.kind == "pipeline":
                     other = channels[ch_of[e]]
-                    raise ValueError(f"sidecar: event id {e} is both {other.name}.{_OP_NAME[op_of[e]]} and {ch.name}.{op}[{s}]")
+                    raise ValueError(
+                        f"sidecar: event id {e} is both {other.name}.{_OP_NAME[op_of[e]]} and {ch.name}.{op}[{s}]"
+                    )
                 if ch_of[e] < 0:  # a pipeline's id wins over a barrier id that happens to coincide
                     ch_of[e], op_of[e], st_of[e] = c, _OP[op], s
     return ch_of, op_of, st_of
@@ -381,14 +423,29 @@ class _Records:
     @classmethod
     def of_spans(cls, spans, stage, unit_of_block, num_stages, time_field, index=None):
         lane = spans["lane"].astype(np.int64)
-        return cls(lane, unit_of_block[spans["block"]], stage, spans[time_field].astype(np.int64),
-                   _occurrence(lane, stage, spans["start_ns"], num_stages), spans, num_stages, index)
+        return cls(
+            lane,
+            unit_of_block[spans["block"]],
+            stage,
+            spans[time_field].astype(np.int64),
+            _occurrence(lane, stage, spans["start_ns"], num_stages),
+            spans,
+            num_stages,
+            index,
+        )
 
     @classmethod
     def of_instants(cls, inst, stage, unit_of_block, num_stages):
         lane = inst["lane"].astype(np.int64)
-        return cls(lane, unit_of_block[inst["block"]], stage, inst["ts_ns"].astype(np.int64),
-                   _occurrence(lane, stage, inst["ts_ns"], num_stages), None, num_stages)
+        return cls(
+            lane,
+            unit_of_block[inst["block"]],
+            stage,
+            inst["ts_ns"].astype(np.int64),
+            _occurrence(lane, stage, inst["ts_ns"], num_stages),
+            None,
+            num_stages,
+        )
 
 
 def _occurrence(lane: np.ndarray, key: np.ndarray, t: np.ndarray, num_keys: int) -> np.ndarray:
@@ -425,8 +482,20 @@ class _Ctx:
         dropped = np.bincount(units, self.dropped[lanes], nu) > 0
         return present, missing, dropped
 
-    def match(self, waits: _Records, channel: int, op: int, sig: _Records | None, shift: int, unit_of_block,
-              kind: str, status: str, dropped_reason: str, by: str = "count+time", with_source: bool = False):
+    def match(
+        self,
+        waits: _Records,
+        channel: int,
+        op: int,
+        sig: _Records | None,
+        shift: int,
+        unit_of_block,
+        kind: str,
+        status: str,
+        dropped_reason: str,
+        by: str = "count+time",
+        with_source: bool = False,
+    ):
         """Rows for `waits`: each pairs with a phase of `sig` (phase k = the latest of the signalling lanes'
         k-th signals of that unit and stage). Which phase (shift 1: a lane's first wait per stage passes):
         by "count": the lane's k - shift; "time": the latest phase completed by the wait's end (`waits.t`);
@@ -459,7 +528,9 @@ class _Ctx:
         todo = target >= 0
         out["status"][~todo] = np.where(by_count[~todo] < 0, _S["first_use"], _S["occurrence_beyond_signal"])
         if by == "count+time":
-            out["check"] = np.where(by_time > by_count, _CHECK_TIME_AHEAD, np.where(by_count > by_time, _CHECK_COUNT_AHEAD, 0))
+            out["check"] = np.where(
+                by_time > by_count, _CHECK_TIME_AHEAD, np.where(by_count > by_time, _CHECK_COUNT_AHEAD, 0)
+            )
         wcode = w_us * kmax + target
         pos = np.clip(np.searchsorted(phase_code, wcode), 0, max(phase_code.size - 1, 0))
         found = todo & (phase_code[pos] == wcode)
@@ -469,7 +540,9 @@ class _Ctx:
         # a phase with every present signalling lane is matched unless a lane of the unit is missing;
         # a phase with fewer lanes is matched only when no lane of the unit overflowed or is missing
         ok = np.where(full, ~missing[u], found & (reason < 0))
-        out["status"][todo] = np.where(ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], _S["occurrence_beyond_signal"]))
+        out["status"][todo] = np.where(
+            ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], _S["occurrence_beyond_signal"])
+        )
         out["phase"] = np.where(todo, target, -1)
         out["src_lane"] = np.where(ok, phase_lane[pos], -1)
         out["src_ns"] = np.where(ok, phase_t[pos], -1)
@@ -504,7 +577,9 @@ def _rows(waits: _Records, channel: int, op: int) -> np.ndarray:
     return out
 
 
-def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.ndarray, arrive: np.ndarray) -> np.ndarray:
+def _match_barrier(
+    ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.ndarray, arrive: np.ndarray
+) -> np.ndarray:
     """bar_sync regions <- the latest arrival on this barrier of the block at or before the sync's end (an
     arrive instant or a sync's begin, the sync's own begin included: then status self).
 
@@ -532,8 +607,11 @@ def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.n
     rec = order[pos]
     same_t = (pos + 1 < order.size) & (u_s[np.minimum(pos + 1, order.size - 1)] == w_unit)
     # ties at the end time: prefer an arrival by another lane (the lane's own begin is rarely that late)
-    other = np.where(same_t & (t_s[np.minimum(pos + 1, order.size - 1)] == t_s[pos]) & (lane[rec] == out["lane"]),
-                     order[np.minimum(pos + 1, order.size - 1)], rec)
+    other = np.where(
+        same_t & (t_s[np.minimum(pos + 1, order.size - 1)] == t_s[pos]) & (lane[rec] == out["lane"]),
+        order[np.minimum(pos + 1, order.size - 1)],
+        rec,
+    )
     rec = other
     participants = np.unique(lane % ctx.trace.num_groups)
     _, missing, _ = ctx.unit_health(participants, unit_of_block)
@@ -542,7 +620,9 @@ def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.n
     cut = np.where(ctx.dropped[cand], ctx.last_ns[cand], np.iinfo(np.int64).max)
     cut_of_unit = np.full(int(unit_of_block.max()) + 1, np.iinfo(np.int64).max)
     np.minimum.at(cut_of_unit, np.repeat(unit_of_block, participants.size), cut)
-    reason = np.where(w_end > cut_of_unit[w_unit], _S["participant_dropped"], np.where(missing[w_unit], _S["lane_missing"], -1))
+    reason = np.where(
+        w_end > cut_of_unit[w_unit], _S["participant_dropped"], np.where(missing[w_unit], _S["lane_missing"], -1)
+    )
     ok = reason < 0
     out["status"] = np.where(ok, np.where(lane[rec] == out["lane"], _S["self"], _S["matched"]), reason)
     out["src_lane"] = np.where(ok, lane[rec], -1)
@@ -553,6 +633,7 @@ def _match_barrier(ctx: _Ctx, c: int, barrier_id: int, unit_of_block, sync: np.n
 
 def _stage_counters(ch: Channel, com: _Records, rel: _Records, unit_of_block, num_blocks: int) -> list[CounterSeries]:
     """Per block: stages whose k-th commit phase completed and whose k-th release phase did not yet."""
+
     def phases(r: _Records):
         if r.lane.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -561,7 +642,9 @@ def _stage_counters(ch: Channel, com: _Records, rel: _Records, unit_of_block, nu
         order = np.lexsort((r.t, code))
         cs = code[order]
         last = np.r_[cs[1:] != cs[:-1], True]
-        return (r.unit[order][last] * ch.num_stages + r.stage[order][last]) * (1 << 32) + r.k[order][last], r.t[order][last]
+        return (r.unit[order][last] * ch.num_stages + r.stage[order][last]) * (1 << 32) + r.k[order][last], r.t[order][
+            last
+        ]
 
     fill_key, fill_t = phases(com)
     free_key, free_t = phases(rel)
@@ -630,8 +713,9 @@ class Roles:
         return self.of_group[np.asarray(lane) % num_groups]
 
 
-def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096,
-                  roles: str = "auto") -> dict:
+def waits_summary(
+    trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096, roles: str = "auto"
+) -> dict:
     """Everything `ikp waits` prints, JSON-ready: per channel x op x role rows, per role, critical path,
     status counts. roles: "auto" (warp groups when the lanes are warps, else groups), "group", "warp_group"."""
     pa = analysis or analyze_pipelines(trace)
@@ -643,8 +727,11 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
     role = rl.of_lane(w["lane"], ng)
     role_time, role_lanes = _role_time(trace, rl)
     # whom a blocked wait waited on: the signalling lane's role, else -1 - status (self, unmatched reason)
-    on_code = np.where((w["src_lane"] >= 0) & (w["status"] != _S["self"]), rl.of_lane(np.maximum(w["src_lane"], 0), ng),
-                       -1 - w["status"].astype(np.int64))
+    on_code = np.where(
+        (w["src_lane"] >= 0) & (w["status"] != _S["self"]),
+        rl.of_lane(np.maximum(w["src_lane"], 0), ng),
+        -1 - w["status"].astype(np.int64),
+    )
     late = (w["src_lane"] >= 0) & (w["src_ns"] > w["end_ns"] + pa.timer_step_ns)
     nr = len(rl.names) + 1
     key = (w["channel"].astype(np.int64) * len(WAIT_OPS) + w["op"]) * nr + role
@@ -660,27 +747,46 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
         c, op, r = k // nr // len(WAIT_OPS), k // nr % len(WAIT_OPS), k % nr
         d, bm = dur[m], blocked[m]
         codes, counts = np.unique(on_code[m][bm], return_counts=True)
-        on = {("itself" if x == -1 - _S["self"] else rl.names[x] if x >= 0 else STATUSES[-1 - x]): int(n)
-              for x, n in zip(codes.tolist(), counts.tolist())}
+        on = {
+            ("itself" if x == -1 - _S["self"] else rl.names[x] if x >= 0 else STATUSES[-1 - x]): int(n)
+            for x, n in zip(codes.tolist(), counts.tolist())
+        }
         st_counts = np.bincount(w["status"][m], minlength=len(STATUSES))
         u = uses.get(k)
-        rows.append({
-            "channel": pa.channels[c].name, "op": WAIT_OPS[op], "role": rl.names[r],
-            "lanes": int(np.unique(w["lane"][m]).size), "waits": int(m.size), "blocked": int(bm.sum()),
-            "passed": int((~bm).sum()), "uses": u, "not_recorded": None if u is None else max(u - int(m.size), 0),
-            "total_ns": int(d.sum()), "p50_ns": float(np.percentile(d, 50)) if m.size else None,
-            "p99_ns": float(np.percentile(d, 99)) if m.size else None, "max_ns": int(d.max()) if m.size else None,
-            "share_of_role_time": float(d.sum() / role_time[r]) if role_time.get(r) else None,
-            "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
-            "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
-            "late_signals": int(late[m].sum()),
-        })
+        rows.append(
+            {
+                "channel": pa.channels[c].name,
+                "op": WAIT_OPS[op],
+                "role": rl.names[r],
+                "lanes": int(np.unique(w["lane"][m]).size),
+                "waits": int(m.size),
+                "blocked": int(bm.sum()),
+                "passed": int((~bm).sum()),
+                "uses": u,
+                "not_recorded": None if u is None else max(u - int(m.size), 0),
+                "total_ns": int(d.sum()),
+                "p50_ns": float(np.percentile(d, 50)) if m.size else None,
+                "p99_ns": float(np.percentile(d, 99)) if m.size else None,
+                "max_ns": int(d.max()) if m.size else None,
+                "share_of_role_time": float(d.sum() / role_time[r]) if role_time.get(r) else None,
+                "waited_on": dict(sorted(on.items(), key=lambda kv: -kv[1])),
+                "status": {STATUSES[i]: int(n) for i, n in enumerate(st_counts) if n},
+                "late_signals": int(late[m].sum()),
+            }
+        )
     roles_out = []
     for r in sorted(role_time):
         m = role == r
-        roles_out.append({"role": rl.names[r], "lanes": role_lanes[r], "time_ns": int(role_time[r]),
-                          "wait_ns": int(dur[m].sum()), "blocked_ns": int(dur[m & blocked].sum()),
-                          "share_blocked": float(dur[m & blocked].sum() / role_time[r]) if role_time[r] else None})
+        roles_out.append(
+            {
+                "role": rl.names[r],
+                "lanes": role_lanes[r],
+                "time_ns": int(role_time[r]),
+                "wait_ns": int(dur[m].sum()),
+                "blocked_ns": int(dur[m & blocked].sum()),
+                "share_blocked": float(dur[m & blocked].sum() / role_time[r]) if role_time[r] else None,
+            }
+        )
     return {
         "kernel": (trace.meta or {}).get("kernel"),
         "level": (trace.meta or {}).get("pipeline_level"),
@@ -689,9 +795,19 @@ def waits_summary(trace: Trace, analysis: PipelineAnalysis | None = None, max_bl
         "pass_through_ns": pa.pass_through_ns,
         "blocked_above_ns": pa.blocked_above_ns,
         "timer_step_source": pa.timer_step_source,
-        "channels": [{"name": ch.name, "kind": ch.kind, "num_stages": ch.num_stages, "ops": sorted(ch.ids),
-                      "cluster_size": ch.cluster_size, "class": ch.cls, "site": ch.site}
-                     for c, ch in enumerate(pa.channels) if ch.kind == "pipeline" or (w["channel"] == c).any()],
+        "channels": [
+            {
+                "name": ch.name,
+                "kind": ch.kind,
+                "num_stages": ch.num_stages,
+                "ops": sorted(ch.ids),
+                "cluster_size": ch.cluster_size,
+                "class": ch.cls,
+                "site": ch.site,
+            }
+            for c, ch in enumerate(pa.channels)
+            if ch.kind == "pipeline" or (w["channel"] == c).any()
+        ],
         "waits": int(w.size),
         "status": pa.status_counts(),
         "unmatched": pa.unmatched(),
@@ -759,14 +875,18 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
                 segs.append(("wait", lane, s, int(r["end_ns"]), int(r["channel"]), src, int(r["status"])))
                 lane, t = src, s
             else:
-                segs.append(("wait", lane, int(r["start_ns"]), int(r["end_ns"]), int(r["channel"]), -1, int(r["status"])))
+                segs.append(
+                    ("wait", lane, int(r["start_ns"]), int(r["end_ns"]), int(r["channel"]), -1, int(r["status"]))
+                )
                 t = int(r["start_ns"])
         segs = [s for s in reversed(segs) if s[3] > s[2]]
         out.append({"block": b, "start_ns": segs[0][2] if segs else end, "end_ns": end, "segments": segs})
     return out
 
 
-def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096, roles: Roles | None = None) -> dict:
+def critical_path_summary(
+    trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096, roles: Roles | None = None
+) -> dict:
     paths = critical_paths(trace, pa, max_blocks)
     rl = roles or Roles.of(trace)
     ng = trace.num_groups
@@ -782,13 +902,25 @@ def critical_path_summary(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 
             if what == "work":
                 key = ("work", role(lane), None, None)
             else:  # whom: the signalling role, else "itself" (arrived last), "first use" or the unmatched reason
-                whom = role(src) if src >= 0 else "itself" if STATUSES[status] == "self" else STATUSES[status].replace("_", " ")
+                whom = (
+                    role(src)
+                    if src >= 0
+                    else "itself"
+                    if STATUSES[status] == "self"
+                    else STATUSES[status].replace("_", " ")
+                )
                 key = ("wait", role(lane), pa.channels[c].name, whom)
             shares[key] = shares.get(key, 0) + (z - a)
-    rows = [{"what": k[0], "role": k[1], "channel": k[2], "on": k[3], "ns": v, "share": v / total if total else None}
-            for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
-    return {"blocks": len(paths), "blocks_total": int(np.unique(trace.lanes["block"]).size),
-            "mean_path_ns": total / len(paths) if paths else None, "segments": rows}
+    rows = [
+        {"what": k[0], "role": k[1], "channel": k[2], "on": k[3], "ns": v, "share": v / total if total else None}
+        for k, v in sorted(shares.items(), key=lambda kv: -kv[1])
+    ]
+    return {
+        "blocks": len(paths),
+        "blocks_total": int(np.unique(trace.lanes["block"]).size),
+        "mean_path_ns": total / len(paths) if paths else None,
+        "segments": rows,
+    }
 
 
 def view_data(trace: Trace) -> dict | None:
@@ -801,8 +933,10 @@ def view_data(trace: Trace) -> dict | None:
     except ValueError as e:
         return {"error": str(e)}
     summary = waits_summary(trace, pa)
-    counters = [{"name": c.name, "block": c.block, "t": (c.times_ns - trace.start_ns).tolist(), "v": c.values.tolist()}
-                for c in pa.counters[:8]]
+    counters = [
+        {"name": c.name, "block": c.block, "t": (c.times_ns - trace.start_ns).tolist(), "v": c.values.tolist()}
+        for c in pa.counters[:8]
+    ]
     summary["counters_shown"] = counters
     summary["counters_total"] = len(pa.counters)
     return summary
