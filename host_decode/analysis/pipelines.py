@@ -305,42 +305,16 @@ def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
             return _Records.of_instants(inst[idx], i_st[idx], unit, ch.num_stages)
 
         acq, wai, com, rel = spans_of("acquire"), spans_of("wait"), instants_of("commit"), instants_of("release")
-        if "commit" in ch.ids:  # consumer waits <- commits, else <- producer acquires (inferred)
-            sig, kind, status = com, "commit->wait", "matched"
-        else:
-            sig, kind, status = (acq if "acquire" in ch.ids else None), "acquire->wait (inferred)", "inferred"
-        parts.append(
-            ctx.match(
-                wai,
-                c,
-                _WAIT,
-                sig,
-                0,
-                unit,
-                kind,
-                status,
-                "producer_dropped",
-                by="count+time" if status == "matched" else "time",
-            )
-        )
-        if "release" in ch.ids:  # producer acquires <- releases, else <- consumer waits (inferred)
-            sig, kind, status = rel, "release->acquire", "matched"
-        else:
-            sig, kind, status = (wai if "wait" in ch.ids else None), "wait->acquire (inferred)", "inferred"
-        parts.append(
-            ctx.match(
-                acq,
-                c,
-                _ACQ,
-                sig,
-                1,
-                unit,
-                kind,
-                status,
-                "consumer_dropped",
-                by="count+time" if status == "matched" else "time",
-            )
-        )
+        # consumer waits <- commits, else (not traced) <- producer acquire ends (inferred); producer
+        # acquires <- releases, else <- consumer wait ends (inferred)
+        for waits, op, signal_op, signals, bound, kinds, dropped in (
+            (wai, _WAIT, "commit", com, "acquire", ("commit->wait", "acquire->wait (inferred)"), "producer_dropped"),
+            (acq, _ACQ, "release", rel, "wait", ("release->acquire", "wait->acquire (inferred)"), "consumer_dropped"),
+        ):
+            recorded = signal_op in ch.ids
+            sig = signals if recorded else ({"acquire": acq, "wait": wai}[bound] if bound in ch.ids else None)
+            status, kind, by = ("matched", kinds[0], "count+time") if recorded else ("inferred", kinds[1], "time")
+            parts.append(ctx.match(waits, c, op, sig, int(op == _ACQ), unit, kind, status, dropped, by=by))
         order += [wai.index, acq.index]
         for op, r in ((_WAIT, rel), (_ACQ, com)):
             if ("release" if op == _WAIT else "commit") in ch.ids:
@@ -494,20 +468,18 @@ class _Ctx:
         status: str,
         dropped_reason: str,
         by: str = "count+time",
-        with_source: bool = False,
-    ):
+    ) -> np.ndarray:
         """Rows for `waits`: each pairs with a phase of `sig` (phase k = the latest of the signalling lanes'
         k-th signals of that unit and stage). Which phase (shift 1: a lane's first wait per stage passes):
         by "count": the lane's k - shift; "time": the latest phase completed by the wait's end (`waits.t`);
         "count+time": the larger of the two (see the module docstring: each is a lower bound of the truth,
-        under skipped wait records and late signal records respectively).
-        with_source: also return the index into `sig` of each row's releasing record (-1: none)."""
+        under skipped wait records and late signal records respectively)."""
         out = _rows(waits, channel, op)
         by_count = waits.k - shift
         if sig is None or sig.lane.size == 0:
             first = by_count < 0
             out["status"] = np.where(first, _S["first_use"], _S["no_signal_recorded"])
-            return (out, np.full(out.size, -1, np.int64)) if with_source else out
+            return out
         signal_groups = np.unique(sig.lane % self.trace.num_groups)
         n_present, missing, dropped = self.unit_health(signal_groups, unit_of_block)
         # phase table: per (unit, stage, k): the latest signal and how many lanes gave one
@@ -547,7 +519,7 @@ class _Ctx:
         out["src_lane"] = np.where(ok, phase_lane[pos], -1)
         out["src_ns"] = np.where(ok, phase_t[pos], -1)
         out["kind"] = np.where(ok, _K[kind], -1)
-        return (out, np.where(ok, phase_rec[pos], -1)) if with_source else out
+        return out
 
 
 def _phases_before(phase_key: np.ndarray, phase_t: np.ndarray, key: np.ndarray, t: np.ndarray) -> np.ndarray:
