@@ -10,7 +10,7 @@ single-warp launch (1 block x 32 threads) is timed the same way.
 
 --iket adds NVIDIA's IKET-instrumented twin; it records only when this script runs under IKET's
 launcher (python3 -m iket.cli.main --working-dir DIR profile --postprocess perfetto -- python3 /abs/path).
-Without it the IKET row is omitted and the prior measurement (../shared/notes/gpu.md) is printed,
+Without it the IKET row is omitted and the prior measurement (docs/gpu.md) is printed,
 labelled as such. Timing: CUDA events around each launch, buffer re-zeroed outside the events before
 every launch (all variants alike, so atomic counters start from zero), medians of `--reps` launches.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-PRIOR_IKET = "IKET (prior measurement, H200, ../shared/notes/gpu.md; not this run): +30 ns/event/warp, +37%"
+PRIOR_IKET = "IKET (prior measurement, H200, docs/gpu.md; not this run): +30 ns/event/warp, +37%"
 
 VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("uninstrumented", None, "none"),

@@ -175,7 +175,8 @@ def main() -> int:
                        f" (all together {(cold['rss'] + jobs * cold['worker_rss']) / size:.2f}x)") if jobs > 1 else ""
             print(f"-j {jobs} cold parse + tables: {cold['wall']:.2f} s wall, {cold['cpu']:.2f} s CPU; peak RSS "
                   f"{cold['rss'] / 2**20:.0f} MiB = {cold['rss'] / size:.2f}x file size{workers}; "
-                  f"{size / 2**20 / cold['wall']:.0f} MiB/s" + (f", {n / cold['wall'] / 1e6:.2f} M events/s" if n > 0 else "")
+                  f"{size / 2**20 / cold['wall']:.0f} MiB/s"
+                  + (f", {n / cold['wall'] / 1e6:.2f} M events/s" if n > 0 else "")
                   + ("" if cold["rc"] == 0 else f"  FAILED rc={cold['rc']}"))
             warm = run_child(trace, ["-j", str(jobs)])
             print(f"-j {jobs} cached run: {warm['wall']:.2f} s wall, {warm['cpu']:.2f} s CPU, peak RSS "

@@ -1,14 +1,37 @@
-"""Host side of ikp_cute: wire format, decoder, trace model, writers, analysis, adapters (numpy only)."""
+"""Host side of ikp_cute: decode v1 buffers into a trace model, write Perfetto / Chrome JSON traces,
+analyse, compare, join per-PC hardware data and report (numpy is the only requirement).
 
-from host_decode.core.errors import DecodeError
-from host_decode.core.model import LossReport, Names, Trace
+The public API (what the README uses; everything loads on first use, so ``import host_decode`` is
+cheap and imports no numpy)::
 
-__all__ = ["DecodeError", "LossReport", "Names", "Trace", "decode", "load_capture"]
+    import host_decode as hd
 
+    trace = hd.load_capture("capture.npy")        # BUFFER.npy + BUFFER.json sidecar -> Trace
+    trace = hd.decode(buffer, names={...})        # a raw buffer (numpy / torch.cpu().numpy())
+    hd.save_capture("capture.npy", buffer, names={...}, write_stride=...)
+    hd.write_trace(trace, "trace.pftrace")        # or .json, optionally .gz
+    hd.region_summary(trace)                      # per (group, region) statistics
+    trace.loss                                    # LossReport: every record decoded or counted
 
-def __getattr__(name):  # keep `import host_decode` cheap: the decoder loads on first use
-    if name in ("decode", "load_capture"):
-        from host_decode import decode as _decode
+Unusable input raises ``hd.DecodeError`` naming the file, the slot and the reason. Everything else
+lives in the subpackages, by stage of the data flow (docs/layout.md): core, writers, analysis,
+hardware, torch_traces, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
+"""
 
-        return getattr(_decode, name)
-    raise AttributeError(name)
+from host_decode.core.lazy import lazy_exports
+
+_PUBLIC = {
+    "DecodeError": "host_decode.core.errors:DecodeError",
+    "LossReport": "host_decode.core.model:LossReport",
+    "Names": "host_decode.core.model:Names",
+    "Trace": "host_decode.core.model:Trace",
+    "decode": "host_decode.core.decoder:decode",
+    "load_capture": "host_decode.core.decoder:load_capture",
+    "save_capture": "host_decode.core.capture:save_capture",
+    "write_trace": "host_decode.writers:write_trace",
+    "region_summary": "host_decode.analysis.stats:region_summary",
+}
+
+__all__ = sorted(_PUBLIC)
+
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

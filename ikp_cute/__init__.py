@@ -41,14 +41,9 @@ This module imports neither torch nor cutlass until a name that needs them is us
 
 from __future__ import annotations
 
-from .spec import MODES, EventRegistry, ProfileSpec, disabled
+from host_decode.core.lazy import lazy_exports
 
-_LAZY = {
-    "Profiler": ("device", "Profiler"),
-    "profile_region": ("device", "profile_region"),
-    "Session": ("session", "Session"),
-    "fake_buffer": ("session", "fake_buffer"),
-}
+from .spec import MODES, EventRegistry, ProfileSpec, disabled
 
 __all__ = [
     "MODES",
@@ -61,13 +56,12 @@ __all__ = [
     "profile_region",
 ]
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(f".{module}", __name__), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ikp_cute' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Profiler": ".device:Profiler",
+        "profile_region": ".device:profile_region",
+        "Session": ".session:Session",
+        "fake_buffer": ".session:fake_buffer",
+    },
+)

@@ -1,1 +1,2 @@
-"""Analyses on the trace model: statistics, regions (bubbles, overlap, waves), comparisons, sessions, clock alignment."""
+"""Analyses on the trace model: statistics, regions (bubbles, overlap, waves), comparisons, sessions,
+clock alignment."""

@@ -1,6 +1,6 @@
 """The v1 wire format: the one module that defines it (device code, CUDA C++ header and decoder all follow it).
 
-Layout (shared with TVM TIRx, flashinfer's first profiler and warpscope; ../shared/notes/wire_format.md):
+Layout (shared with TVM TIRx, flashinfer's first profiler and warpscope; docs/wire_format.md):
 
     buf[0]      header = (num_groups << 32) | num_blocks
     record      = (timer_lo32 << 32) | tag32
@@ -50,7 +50,7 @@ RESERVED_INSTANT_IDS = (DROPPED_EVENT_ID, ANCHOR_LO_EVENT_ID, ANCHOR_HI_EVENT_ID
 ANCHOR_RECORDS = 2  # slots 0 and 1 of every lane written by ikp_cute / ikp.cuh
 TRAILER_RECORDS = 2  # DROPPED (only if needed) + FINALIZE, always room for both
 
-TIMER_STEP_NS = 32  # %globaltimer resolution measured on H100/H200 (../shared/notes/gpu.md)
+TIMER_STEP_NS = 32  # %globaltimer resolution measured on H100/H200 (docs/gpu.md)
 
 
 class EventType(enum.IntEnum):

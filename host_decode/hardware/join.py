@@ -1,7 +1,7 @@
 """Join per-PC hardware data (host_decode.hardware.adapters.PcTable) with a pc2region map: per-region
 instruction counts, predication, stall samples by reason, instrumentation cost.
 
-Rules (they held up on real H200 data, ../shared/notes/pc2region.md):
+Rules (they held up on real H200 data, docs/pc2region.md):
 * Check first that the data belongs to the mapped cubin: every PC must exist in the map, opcodes must
   agree where the source printed them, no executions at PCs the map calls unreachable. A mismatch
   raises (``force=True`` joins anyway and reports it; PCs not in the map then go to ``<not in map>``).

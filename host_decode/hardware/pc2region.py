@@ -1,6 +1,6 @@
 """pc2region: map every SASS PC of an instrumented kernel to the region path it executes in.
 
-How (facts in ../shared/notes/pc2region.md):
+How (facts in docs/pc2region.md):
 
 1. Disassemble (host_decode.hardware.sass) and find the markers: a 64-bit store (STG/ST/STS .64/.128) of a
    register pair in which one register derives from a ``%globaltimer`` read (``S2UR``/``CS2R``/``S2R``
