@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from host_decode.analysis import pipelines as pl
+from host_decode.analysis import waits as ws
 from host_decode.core import wire
 from host_decode.core.decoder import decode
 
@@ -77,7 +78,7 @@ def main() -> None:
     t1 = time.perf_counter()
     pa = pl.analyze_pipelines(trace)
     t2 = time.perf_counter()
-    summary = pl.waits_summary(trace, pa)
+    summary = ws.waits_summary(trace, pa)
     t3 = time.perf_counter()
     dec, match, summ = t1 - t0, t2 - t1, t3 - t2
     print(

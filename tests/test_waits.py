@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from host_decode.analysis import pipelines as pl
+from host_decode.analysis import waits as ws
 from host_decode.core import wire
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode
@@ -198,7 +199,7 @@ def test_stage_counter_by_hand():
 
 def test_waits_numbers_by_hand():
     trace = fa_like().trace([k_pipeline()])
-    s = pl.waits_summary(trace)
+    s = ws.waits_summary(trace)
     rows = {(r["role"], r["op"]): r for r in s["rows"]}
     prod = rows[("producer", "acquire")]  # durations 1, 1, 14, 8 ticks
     assert (prod["waits"], prod["blocked"], prod["passed"], prod["total_ns"]) == (4, 2, 2, 24 * TICK)
@@ -224,7 +225,7 @@ def test_critical_path_by_hand():
     producer at 2: no earlier blocked wait: works 0..2 (2). 10+1+4+27+1+2 = 45."""
     trace = fa_like().trace([k_pipeline()])
     pa = pl.analyze_pipelines(trace)
-    (path,) = pl.critical_paths(trace, pa)
+    (path,) = ws.critical_paths(trace, pa)
     t0 = trace.start_ns
     segs = [(w, lane, (a - t0) // TICK, (z - t0) // TICK, c, src, st) for w, lane, a, z, c, src, st in path["segments"]]
     matched = pl.STATUSES.index("matched")
@@ -236,7 +237,7 @@ def test_critical_path_by_hand():
         ("wait", 2, 34, 35, 0, 0, matched),
         ("work", 2, 35, 45, -1, -1, -1),
     ]
-    summary = pl.critical_path_summary(trace, pa)
+    summary = ws.critical_path_summary(trace, pa)
     shares = {(r["what"], r["role"], r["channel"], r["on"]): r["ns"] for r in summary["segments"]}
     assert shares == {
         ("work", "mma1", None, None): 37 * TICK,
@@ -291,7 +292,7 @@ def test_skipped_wait_records_matched_by_time():
     pa = pl.analyze_pipelines(trace)
     mine = [r for r in table(trace, pa) if r[0] == MMA0]
     assert (1, "wait", 1, 0, 26, 35, "matched", PRODUCER, 34, "commit->wait") in mine
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     assert s["occurrence_checks"] == {"time_ahead_of_count": 1, "count_ahead_of_time": 0}
     m0 = [r for r in s["rows"] if r["role"] == "mma0"][0]
     assert (m0["uses"], m0["waits"], m0["not_recorded"]) == (4, 3, 1)  # 4 releases, 3 wait records
@@ -340,7 +341,7 @@ def test_consumer_overflow_and_missing_lane():
     )
     assert status[(2, PRODUCER, "acquire", 1, 0)] == "first_use"
     assert pa.unmatched() == {"consumer_dropped": 1, "lane_missing": 3, "occurrence_beyond_signal": 1}
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     prod = [r for r in s["rows"] if r["role"] == "producer"][
         0
     ]  # blocked: acq0 k1 (mma1), acq1 k1 (dropped), block 2 none
@@ -407,10 +408,10 @@ def test_late_signal_is_counted():
     c.region(0, MMA0, WAIT, 1, 6).instant(0, MMA0, 99, 12)
     trace = c.trace([k_pipeline(stages=1)])
     pa = pl.analyze_pipelines(trace)
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     assert s["late_signals"] == 1 and s["status"]["matched"] == 1
     assert s["occurrence_checks"] == {"time_ahead_of_count": 0, "count_ahead_of_time": 1}
-    (path,) = pl.critical_paths(trace, pa)
+    (path,) = ws.critical_paths(trace, pa)
     t0 = trace.start_ns
     # mma0 ends last (12); its wait 1-6 was released "at 9" -> clamped to 6: the producer works 0..6, mma0 6..12
     assert [(w, lane, (a - t0) // TICK, (z - t0) // TICK) for w, lane, a, z, _, _, _ in path["segments"]] == [
@@ -503,7 +504,7 @@ def test_warp_lanes_grouped_into_warp_groups():
         (0, "acquire", 0, 0, 0, 1, "first_use", None, None, None),
         (0, "acquire", 0, 1, 3, 20, "matched", 11, 19, "release->acquire"),
     ]
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     assert s["roles_by"] == "warp_group" and s["level"] == "all"
     rows = {r["role"]: r for r in s["rows"]}
     assert set(rows) == {"wg0", "wg1", "wg2"}
@@ -518,7 +519,7 @@ def test_warp_lanes_grouped_into_warp_groups():
         assert rows[wg]["total_ns"] == 4 * 4 * TICK
     roles = {r["role"]: r for r in s["roles"]}
     assert (roles["wg1"]["lanes"], roles["wg1"]["time_ns"]) == (4, 4 * 22 * TICK)  # each warp: 1..23
-    per_warp = pl.waits_summary(trace, pa, roles="group")
+    per_warp = ws.waits_summary(trace, pa, roles="group")
     assert per_warp["roles_by"] == "group" and len(per_warp["rows"]) == 9
 
 
@@ -536,7 +537,7 @@ def test_named_barriers():
         (MMA0, "bar_sync", 3, 0, 2, 6, "matched", MMA1, 5, "bar_arrive->bar_sync"),
         (MMA0, "bar_sync", 3, 1, 10, 11, "self", MMA0, 10, "bar_sync->bar_sync"),
     ]
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     assert {r["channel"] for r in s["rows"]} == {"K", "bar_sync[3] softmax"}
     assert pa.flows().size == 1  # the self-released sync draws no arrow
 
@@ -565,7 +566,7 @@ def test_warp_scheduler_barrier_matched_by_time():
         (1, 10, 15, "matched", MMA1, 14, "bar_arrive->bar_sync"),
         (2, 20, 23, "self", MMA0, 20, "bar_sync->bar_sync"),
     ]
-    s = pl.waits_summary(trace, pa)
+    s = ws.waits_summary(trace, pa)
     assert s["late_signals"] == 0
     # critical path: mma0 ends last (23); its self-released sync 20-23 waited on nobody known, then it
     # worked 15..20 after the sync that mma1's arrive @14 released; mma1 starts at 14
@@ -712,7 +713,7 @@ def test_waits_tables_fit_80_columns():
 
     from host_decode.cli.commands.waits import print_waits
 
-    data = pl.waits_summary(fa_like().trace([k_pipeline()]))
+    data = ws.waits_summary(fa_like().trace([k_pipeline()]))
     con = Console(width=80, record=True, file=open(os.devnull, "w"))
     print_waits(data, con)
     text = con.export_text()

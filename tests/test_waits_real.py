@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from host_decode.analysis import pipelines as pl
+from host_decode.analysis import waits as ws
 from host_decode.core.decoder import load_capture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def test_every_wait_accounted_for(path):
     assert pa.waits.size == int(np.isin(trace.spans["event"], list(wait_ids)).sum())
     counts = pa.status_counts()
     assert sum(counts.values()) == pa.waits.size
-    summary = pl.waits_summary(trace, pa)
+    summary = ws.waits_summary(trace, pa)
     unmatched = sum(summary["unmatched"].values())
     assert unmatched <= 0.01 * pa.waits.size, summary["unmatched"]
     assert summary["late_signals"] <= 0.01 * pa.waits.size
@@ -86,7 +87,7 @@ def _fa4(path: Path | None) -> bool:
 def test_fa4_story(path):
     """FA4 sm90 forward: warp group 0 produces (TMA loads of Q, K, V), warp groups 1 and 2 consume."""
     trace = load_capture(path)
-    summary = pl.waits_summary(trace)
+    summary = ws.waits_summary(trace)
     roles = {r["role"]: r for r in summary["roles"]}
     # the producer waits for a free K or V stage most of its time, on the consumers
     acquires = story_rows(summary, "k", "acquire") + story_rows(summary, "v", "acquire")

@@ -144,7 +144,7 @@ def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, miss
 
 def pipeline_waits_view(trace: Trace) -> dict | None:
     """The "Waits" view's data (assets/waits.js), None when the capture has no pipeline metadata."""
-    from host_decode.analysis.pipelines import view_data
+    from host_decode.analysis.waits import view_data
 
     return view_data(trace)
 

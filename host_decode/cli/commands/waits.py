@@ -41,7 +41,8 @@ def run(args) -> int:
     import json
     import sys
 
-    from host_decode.analysis.pipelines import has_pipelines, waits_summary
+    from host_decode.analysis.pipelines import has_pipelines
+    from host_decode.analysis.waits import waits_summary
     from host_decode.core.decoder import load_capture
 
     trace = load_capture(args.capture)

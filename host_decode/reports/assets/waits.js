@@ -1,5 +1,5 @@
 // ikp report, "Waits" view: who waited on whom in the kernel's pipelines (data: D.waits, written by
-// host_decode.analysis.pipelines.view_data). Runs after report.js; adds its own tab only when the capture
+// host_decode.analysis.waits.view_data). Runs after report.js; adds its own tab only when the capture
 // carries pipeline metadata. Every string goes through textContent (never innerHTML).
 "use strict";
 (function () {
