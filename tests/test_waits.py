@@ -299,6 +299,18 @@ def test_skipped_wait_records_matched_by_time():
     assert pa.unmatched() == {}
 
 
+def test_inferred_without_a_bound_is_bound_not_recorded():
+    """Level "waits": the producer's first acquire of stage 1 was skipped by a successful try_acquire (no
+    record), so mma0's first stage-1 wait has no acquire end before it to be bounded by."""
+    c = fa_like(signals=False)
+    c.lanes[PRODUCER] = [r for r in c.lane(0, PRODUCER) if not (r[1] == ACQ + 1 and r[0] in (3, 4))]
+    pa = pl.analyze_pipelines(c.trace([k_pipeline(("acquire", "wait"))]))
+    w = pa.waits
+    first_s1 = w[(w["op"] == 1) & (w["stage"] == 1) & (w["occurrence"] == 0)]
+    assert [pl.STATUSES[x] for x in first_s1["status"]] == ["bound_not_recorded"] * 2
+    assert pa.unmatched() == {"bound_not_recorded": 2}
+
+
 def test_wait_only_pipeline_is_no_signal_recorded():
     trace = fa_like(signals=False).trace([k_pipeline(("wait",))])
     pa = pl.analyze_pipelines(trace)

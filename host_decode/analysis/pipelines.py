@@ -47,7 +47,9 @@ the decoder's unmatched_begin) gets one status: matched, inferred, self, first_u
 could not be matched: producer_dropped / consumer_dropped / participant_dropped (a signalling lane of the
 unit overflowed: its records are a program-order prefix, so the k-th signal may be among those lost),
 lane_missing (a signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
-signalling lanes are complete and present, yet fewer signals than waits), no_signal_recorded (nothing
+signalling lanes are complete and present, yet fewer signals than waits), bound_not_recorded (inferred
+matching found no producer acquire / consumer wait to bound the wait with: a successful try_acquire or
+try_wait skipped it, so it left no record), no_signal_recorded (nothing
 signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other
 side). Guarded by test_waits.py::test_consumer_overflow_and_missing_lane.
 
@@ -89,6 +91,7 @@ UNMATCHED_REASONS = (
     "participant_dropped",
     "lane_missing",
     "occurrence_beyond_signal",
+    "bound_not_recorded",
     "no_signal_recorded",
 )
 STATUSES = MATCHED_STATUSES + UNMATCHED_REASONS
@@ -480,7 +483,10 @@ class _Ctx:
         by_time = _phases_before(phase_code // kmax, phase_t, w_us, waits.t) - 1
         target = {"count": by_count, "time": by_time, "count+time": np.maximum(by_count, by_time)}[by]
         todo = target >= 0
-        out["status"][~todo] = np.where(by_count[~todo] < 0, _S["first_use"], _S["occurrence_beyond_signal"])
+        # no phase to point at: in inferred matching the bound (a producer acquire, a consumer wait) may
+        # itself have left no record (a successful try_acquire / try_wait), so say that, not "beyond"
+        beyond = _S["bound_not_recorded"] if status == "inferred" else _S["occurrence_beyond_signal"]
+        out["status"][~todo] = np.where(by_count[~todo] < 0, _S["first_use"], beyond)
         if by == "count+time":
             out["check"] = np.where(
                 by_time > by_count, _CHECK_TIME_AHEAD, np.where(by_count > by_time, _CHECK_COUNT_AHEAD, 0)
@@ -495,7 +501,7 @@ class _Ctx:
         # a phase with fewer lanes is matched only when no lane of the unit overflowed or is missing
         ok = np.where(full, ~missing[u], found & (reason < 0))
         out["status"][todo] = np.where(
-            ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], _S["occurrence_beyond_signal"])
+            ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], beyond)
         )
         out["phase"] = np.where(todo, target, -1)
         out["src_lane"] = np.where(ok, phase_lane[pos], -1)

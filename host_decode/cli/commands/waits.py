@@ -20,6 +20,8 @@ REASONS = {
     "participant_dropped": "a lane on that named barrier overflowed",
     "lane_missing": "a signalling lane of the block/cluster wrote nothing at all",
     "occurrence_beyond_signal": "more waits than signals, with every signalling lane present and complete",
+    "bound_not_recorded": "inferred match (signal not traced) found no earlier acquire/wait to bound it: "
+    "a try_acquire/try_wait skipped it",
     "no_signal_recorded": "nothing signals this pipeline in the capture (e.g. only waits traced on both sides)",
 }
 
