@@ -359,6 +359,10 @@ def test_consumer_overflow_and_missing_lane():
     ]  # blocked: acq0 k1 (mma1), acq1 k1 (dropped), block 2 none
     assert prod["waited_on"] == {"mma1": 1, "consumer_dropped": 1}
     assert (s["lanes_overflowed"], s["records_dropped"], s["late_signals"]) == (1, 5, 0)
+    cp = s["critical_path"]  # block 0 (mma1 overflowed) is left out; blocks 1 and 2 are walked
+    assert (cp["blocks"], cp["blocks_total"], cp["blocks_overflowed"]) == (2, 3, 1)
+    assert [p["block"] for p in ws.critical_paths(trace, pa)] == [1, 2]
+    assert [p["block"] for p in ws.critical_paths(trace, pa, overflowed=True)] == [0, 1, 2]
     total = sum(pa.status_counts().values())
     assert total == w.size == int(np.isin(trace.spans["event"], [ACQ, ACQ + 1, WAIT, WAIT + 1]).sum())
 

@@ -19,7 +19,7 @@ wait is waiting on nobody known: the walk continues on L at the wait's start. Wi
 blocked wait, the time from L's first record to t is L's work and the walk ends. The segments tile
 the path from its start to the block's end exactly; each wait is used at most once, so the walk ends.
 Summary over blocks: each (work, role) and (waiter, channel, signaller) segment's share of the summed
-path time. Guarded by test_waits.py::test_critical_path_by_hand.
+path time; blocks with an overflowed lane are left out (their tail is missing). Guarded by test_waits.py::test_critical_path_by_hand.
 """
 
 from __future__ import annotations
@@ -193,10 +193,14 @@ def _role_time(trace: Trace, rl: Roles) -> tuple[dict[int, int], dict[int, int]]
     return time, lanes
 
 
-def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -> list[dict]:
-    """Per block (the first max_blocks that have lanes): the path's segments, see the module docstring.
-    A segment: (what, lane, start_ns, end_ns, channel, signal_lane, status); what = "work" | "wait";
-    channel, signal_lane and status (index into STATUSES) are -1 where they do not apply."""
+def critical_paths(
+    trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096, overflowed: bool = False
+) -> list[dict]:
+    """Per block (the first max_blocks that have lanes; without a lane that overflowed unless `overflowed`:
+    such a block's tail is missing, so its last lane and last waits are not known): the path's segments,
+    see the module docstring. A segment: (what, lane, start_ns, end_ns, channel, signal_lane, status);
+    what = "work" | "wait"; channel, signal_lane and status (index into STATUSES) are -1 where they do
+    not apply."""
     w = pa.waits
     blk = w[pa.blocked()]
     blk = blk[np.lexsort((blk["end_ns"], blk["lane"]))]
@@ -204,7 +208,10 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
     ln = trace.lanes[trace.lanes["first_ns"] >= 0]
     first = dict(zip(ln["lane"].tolist(), ln["first_ns"].tolist()))
     out = []
-    blocks = np.unique(ln["block"])[:max_blocks]
+    blocks = np.unique(ln["block"])
+    if not overflowed:
+        blocks = np.setdiff1d(blocks, ln["block"][ln["dropped"] > 0])
+    blocks = blocks[:max_blocks]
     by_block = np.searchsorted(ln["block"], blocks), np.searchsorted(ln["block"], blocks, side="right")
     for b, lo, hi in zip(blocks.tolist(), *by_block):
         bl = ln[lo:hi]
@@ -242,6 +249,7 @@ def critical_paths(trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096) -
 def critical_path_summary(
     trace: Trace, pa: PipelineAnalysis, max_blocks: int = 4096, roles: Roles | None = None
 ) -> dict:
+    overflowed_blocks = int(np.unique(trace.lanes["block"][trace.lanes["dropped"] > 0]).size)
     paths = critical_paths(trace, pa, max_blocks)
     rl = roles or Roles.of(trace)
     ng = trace.num_groups
@@ -273,6 +281,7 @@ def critical_path_summary(
     return {
         "blocks": len(paths),
         "blocks_total": int(np.unique(trace.lanes["block"]).size),
+        "blocks_overflowed": overflowed_blocks,  # left out: a lane of theirs lost its tail
         "mean_path_ns": total / len(paths) if paths else None,
         "segments": rows,
     }
