@@ -363,6 +363,7 @@ def test_consumer_overflow_and_missing_lane():
     assert (cp["blocks"], cp["blocks_total"], cp["blocks_overflowed"]) == (2, 3, 1)
     assert [p["block"] for p in ws.critical_paths(trace, pa)] == [1, 2]
     assert [p["block"] for p in ws.critical_paths(trace, pa, overflowed=True)] == [0, 1, 2]
+    assert not cp["partial"]
     total = sum(pa.status_counts().values())
     assert total == w.size == int(np.isin(trace.spans["event"], [ACQ, ACQ + 1, WAIT, WAIT + 1]).sum())
 
@@ -593,7 +594,10 @@ def test_warp_scheduler_barrier_matched_by_time():
         ("wait", "mma0", "bar_sync[2]", "mma1"): 1 * TICK,
     }
     c.overflow(0, MMA1, keep=2, dropped=1)
-    pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1)], barriers=bars))
+    trace = c.trace([k_pipeline(stages=1)], barriers=bars)
+    pa = pl.analyze_pipelines(trace)
+    cp = ws.waits_summary(trace, pa)["critical_path"]  # the only block overflowed: walked anyway, said so
+    assert (cp["blocks"], cp["blocks_overflowed"], cp["partial"]) == (1, 1, True)
     assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == [
         "self",
         "matched",

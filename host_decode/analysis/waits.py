@@ -19,7 +19,8 @@ wait is waiting on nobody known: the walk continues on L at the wait's start. Wi
 blocked wait, the time from L's first record to t is L's work and the walk ends. The segments tile
 the path from its start to the block's end exactly; each wait is used at most once, so the walk ends.
 Summary over blocks: each (work, role) and (waiter, channel, signaller) segment's share of the summed
-path time; blocks with an overflowed lane are left out (their tail is missing). Guarded by test_waits.py::test_critical_path_by_hand.
+path time; blocks with an overflowed lane are left out (their tail is missing) unless every block has one.
+Guarded by test_waits.py::test_critical_path_by_hand.
 """
 
 from __future__ import annotations
@@ -251,6 +252,9 @@ def critical_path_summary(
 ) -> dict:
     overflowed_blocks = int(np.unique(trace.lanes["block"][trace.lanes["dropped"] > 0]).size)
     paths = critical_paths(trace, pa, max_blocks)
+    partial = not paths and overflowed_blocks > 0  # every block overflowed: walk what was recorded
+    if partial:
+        paths = critical_paths(trace, pa, max_blocks, overflowed=True)
     rl = roles or Roles.of(trace)
     ng = trace.num_groups
 
@@ -282,6 +286,7 @@ def critical_path_summary(
         "blocks": len(paths),
         "blocks_total": int(np.unique(trace.lanes["block"]).size),
         "blocks_overflowed": overflowed_blocks,  # left out: a lane of theirs lost its tail
+        "partial": partial,  # every block overflowed: the paths end at the last record, not the block's end
         "mean_path_ns": total / len(paths) if paths else None,
         "segments": rows,
     }

@@ -177,7 +177,13 @@ def print_waits(data: dict, console=None) -> None:
     console.print(
         f"critical path: {cp['blocks']} of {cp['blocks_total']} blocks, mean "
         f"{'–' if mean is None else f'{mean / 1e3:.2f} us'} (walked back from each block's last lane"
-        + (f"; {cp['blocks_overflowed']} blocks with an overflowed lane left out)" if cp["blocks_overflowed"] else ")")
+        + (
+            "; every block has an overflowed lane: paths end at the last record, not at the block's end)"
+            if cp["partial"]
+            else f"; {cp['blocks_overflowed']} blocks with an overflowed lane left out)"
+            if cp["blocks_overflowed"]
+            else ")"
+        )
     )
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("segment", "share", "total us"):

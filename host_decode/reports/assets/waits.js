@@ -96,7 +96,8 @@
     root.append(el("h3", {}, "Critical path"),
       el("p", { class: "note" }, `${cp.blocks} of ${cp.blocks_total} blocks, mean ${ns(cp.mean_path_ns)}: walked back from the lane ` +
         "that finished last, through each blocking wait to the lane whose signal released it" +
-        (cp.blocks_overflowed ? ` (${cp.blocks_overflowed} blocks with an overflowed lane left out: their tail is missing).` : ".")),
+        (cp.partial ? " (every block has an overflowed lane: paths end at the last record, not at the block's end)."
+          : cp.blocks_overflowed ? ` (${cp.blocks_overflowed} blocks with an overflowed lane left out: their tail is missing).` : ".")),
       stackedPath(cp.segments),
       table(["", "segment", "share", "total"], cp.segments.map((s, i) => [
         el("span", { class: "swatch", style: `background:${COLORS[i % COLORS.length]}` }), segmentLabel(s), pct(s.share), ns(s.ns)]), "waits-critical"));
