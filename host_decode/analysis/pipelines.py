@@ -432,14 +432,17 @@ class _Ctx:
         self.last_ns[trace.lanes["lane"]] = trace.lanes["last_ns"]
 
     def unit_health(self, signal_groups: np.ndarray, unit_of_block: np.ndarray):
-        """Per unit: (candidate lanes present, any missing, any dropped) over the signalling groups."""
+        """Per unit, over the lanes of the signalling groups: (how many are present, whether one is
+        missing, the earliest last record of one that overflowed: its signals after that time are lost;
+        int64 max when none overflowed)."""
         ng, nu = self.trace.num_groups, int(unit_of_block.max()) + 1
         lanes = (np.arange(self.trace.num_blocks)[:, None] * ng + signal_groups[None, :]).ravel()
         units = np.repeat(unit_of_block, signal_groups.size)
         present = np.bincount(units, self.present[lanes], nu).astype(np.int64)
         missing = np.bincount(units, ~self.present[lanes], nu) > 0
-        dropped = np.bincount(units, self.dropped[lanes], nu) > 0
-        return present, missing, dropped
+        cut = np.full(nu, np.iinfo(np.int64).max)
+        np.minimum.at(cut, units, np.where(self.dropped[lanes], self.last_ns[lanes], np.iinfo(np.int64).max))
+        return present, missing, cut
 
     def match(
         self,
@@ -466,7 +469,7 @@ class _Ctx:
             out["status"] = np.where(first, _S["first_use"], _S["no_signal_recorded"])
             return out
         signal_groups = np.unique(sig.lane % self.trace.num_groups)
-        n_present, missing, dropped = self.unit_health(signal_groups, unit_of_block)
+        n_present, missing, cut = self.unit_health(signal_groups, unit_of_block)
         # phase table: per (unit, stage, k): the latest signal and how many lanes gave one
         kmax = int(max(sig.k.max(), by_count.max(initial=0))) + 1
         us = sig.unit * sig.num_stages + sig.stage
@@ -496,9 +499,10 @@ class _Ctx:
         found = todo & (phase_code[pos] == wcode)
         full = found & (phase_lanes[pos] >= n_present[waits.unit])
         u = waits.unit
-        reason = np.where(dropped[u], _S[dropped_reason], np.where(missing[u], _S["lane_missing"], -1))
-        # a phase with every present signalling lane is matched unless a lane of the unit is missing;
-        # a phase with fewer lanes is matched only when no lane of the unit overflowed or is missing
+        # a signalling lane that overflowed before the wait ended may have lost the releasing signal
+        reason = np.where(waits.t > cut[u], _S[dropped_reason], np.where(missing[u], _S["lane_missing"], -1))
+        # a phase with every present signalling lane is matched unless a lane of the unit is missing; a
+        # phase with fewer lanes only when no lane of the unit is missing or overflowed before the wait ended
         ok = np.where(full, ~missing[u], found & (reason < 0))
         out["status"][todo] = np.where(
             ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], beyond)
@@ -574,14 +578,10 @@ def _match_barrier(
     )
     rec = other
     participants = np.unique(lane % ctx.trace.num_groups)
-    _, missing, _ = ctx.unit_health(participants, unit_of_block)
+    _, missing, cut = ctx.unit_health(participants, unit_of_block)
     # a participant that overflowed before the sync ended may have made the releasing arrival unrecorded
-    cand = (np.arange(ctx.trace.num_blocks)[:, None] * ctx.trace.num_groups + participants[None, :]).ravel()
-    cut = np.where(ctx.dropped[cand], ctx.last_ns[cand], np.iinfo(np.int64).max)
-    cut_of_unit = np.full(int(unit_of_block.max()) + 1, np.iinfo(np.int64).max)
-    np.minimum.at(cut_of_unit, np.repeat(unit_of_block, participants.size), cut)
     reason = np.where(
-        w_end > cut_of_unit[w_unit], _S["participant_dropped"], np.where(missing[w_unit], _S["lane_missing"], -1)
+        w_end > cut[w_unit], _S["participant_dropped"], np.where(missing[w_unit], _S["lane_missing"], -1)
     )
     ok = reason < 0
     out["status"] = np.where(ok, np.where(lane[rec] == out["lane"], _S["self"], _S["matched"]), reason)
