@@ -112,6 +112,11 @@
       : el("p", { class: "ok", id: "waits-unmatched" }, "Every wait matched (or passed through as a stage's first use)."));
   }
 
+  if (IKP.addView) {  // the page's registry of extra tabs (reports/html.py REPORT_VIEWS), when it has one
+    IKP.addView("waits", "Waits", (root) => render(root));
+    return;
+  }
+  // a page without the registry: the tab manages itself
   const tab = el("a", { href: "#waits", id: "tab-waits" }, "Waits");
   nav.append(tab);
   let section = null;
