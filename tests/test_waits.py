@@ -540,6 +540,25 @@ def test_warp_lanes_grouped_into_warp_groups():
     assert per_warp["roles_by"] == "group" and len(per_warp["rows"]) == 9
 
 
+def test_signals_from_another_cta_without_cluster_metadata():
+    """Only block 0's producer commits (for both CTAs of a 2-CTA cluster, as quack's tile scheduler does);
+    block 1's consumer waits too. Without cluster metadata block 1's wait is signal_in_other_cta; with
+    analyze_pipelines(cluster=2) it is matched to block 0's commit."""
+    c = Capture(2, 3)
+    c.region(0, PRODUCER, ACQ, 0, 1).instant(0, PRODUCER, COMMIT, 2)
+    c.region(0, MMA0, WAIT, 1, 3).region(1, MMA0, WAIT, 1, 4)
+    c.instant(1, PRODUCER, 99, 0)  # block 1's producer warp is there (else: lane_missing), it just never commits
+    trace = c.trace([k_pipeline(("acquire", "wait", "commit"), stages=1)])
+    pa = pl.analyze_pipelines(trace)
+    status = {int(r["block"]): pl.STATUSES[r["status"]] for r in pa.waits if r["op"] == 1}
+    assert status == {0: "matched", 1: "signal_in_other_cta"}
+    pa = pl.analyze_pipelines(trace, cluster=2)
+    t0 = trace.start_ns
+    src = {int(r["block"]): (int(r["src_lane"]), (int(r["src_ns"]) - t0) // TICK) for r in pa.waits if r["op"] == 1}
+    assert src == {0: (0, 2), 1: (0, 2)} and pa.unmatched() == {}
+    assert ws.waits_summary(trace, cluster=2)["unmatched"] == {}
+
+
 def test_named_barriers():
     """mma0 syncs on barrier 3, mma1 arrives on it: 1st phase mma1 arrives @5 while mma0 waits 2-6 -> matched
     to the arrive; 2nd phase mma0 comes last (sync 10-11 after the arrive @8) -> self."""

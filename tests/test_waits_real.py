@@ -67,6 +67,12 @@ def test_every_wait_accounted_for(path):
     counts = pa.status_counts()
     assert sum(counts.values()) == pa.waits.size
     summary = ws.waits_summary(trace, pa)
+    if summary["unmatched"].get("signal_in_other_cta"):
+        # signals from another CTA: the capture's metadata lacks the cluster (quack's scheduler warp of the
+        # even CTA commits for both CTAs of its 2-CTA cluster); with it, those waits match
+        pa = pl.analyze_pipelines(trace, cluster=2)
+        summary = ws.waits_summary(trace, pa)
+        assert "signal_in_other_cta" not in summary["unmatched"]
     # what is left unmatched has a reason the capture explains: drops only where lanes overflowed,
     # unrecorded bounds only for inferred matches; anything else stays rare
     explained = {"bound_not_recorded"}

@@ -47,7 +47,9 @@ the decoder's unmatched_begin) gets one status: matched, inferred, self, first_u
 could not be matched: producer_dropped / consumer_dropped / participant_dropped (a signalling lane of the
 unit overflowed: its records are a program-order prefix, so the k-th signal may be among those lost),
 lane_missing (a signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
-signalling lanes are complete and present, yet fewer signals than waits), bound_not_recorded (inferred
+signalling lanes are complete and present, yet fewer signals than waits), signal_in_other_cta (no lane of
+the unit signals the channel at all, other units' lanes do: a cluster-scoped pipeline whose metadata lacks
+"cluster"; `ikp waits --cluster N` / analyze_pipelines(cluster=N) supplies it), bound_not_recorded (inferred
 matching found no producer acquire / consumer wait to bound the wait with: a successful try_acquire or
 try_wait skipped it, so it left no record), no_signal_recorded (nothing
 signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other
@@ -91,6 +93,7 @@ UNMATCHED_REASONS = (
     "participant_dropped",
     "lane_missing",
     "occurrence_beyond_signal",
+    "signal_in_other_cta",
     "bound_not_recorded",
     "no_signal_recorded",
 )
@@ -142,8 +145,10 @@ class Channel:
         return math.prod(self.cluster_shape)
 
 
-def channels_of(meta: dict) -> list[Channel]:
-    """The pipelines and named barriers a sidecar declares; ValueError naming the entry if malformed."""
+def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
+    """The pipelines and named barriers a sidecar declares; ValueError naming the entry if malformed.
+    `cluster` (n or [x, y, z]): the cluster of every pipeline whose entry says neither cluster nor scope
+    (a capture whose device side did not know the launch's cluster shape)."""
     out: list[Channel] = []
     pipelines = meta.get("pipelines") or []
     if not isinstance(pipelines, list):
@@ -165,7 +170,8 @@ def channels_of(meta: dict) -> list[Channel]:
                     f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids "
                     f"in 0..{wire.MAX_USER_EVENT_ID}"
                 )
-        shape = _cluster_shape(p.get("cluster"), where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
+        given = p.get("cluster", cluster if "scope" not in p else None)
+        shape = _cluster_shape(given, where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
         out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", ""))))
     bars = meta.get("barriers")
     if bars:
@@ -252,9 +258,10 @@ class PipelineAnalysis:
 # ================================================================================================
 
 
-def analyze_pipelines(trace: Trace) -> PipelineAnalysis:
-    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier."""
-    channels = channels_of(trace.meta or {})
+def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
+    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier. `cluster`: see
+    channels_of (`ikp waits --cluster N`)."""
+    channels = channels_of(trace.meta or {}, cluster)
     if not channels:
         raise ValueError(
             "the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)"
@@ -501,6 +508,10 @@ class _Ctx:
         u = waits.unit
         # a signalling lane that overflowed before the wait ended may have lost the releasing signal
         reason = np.where(waits.t > cut[u], _S[dropped_reason], np.where(missing[u], _S["lane_missing"], -1))
+        # no signal at all in this unit while other units have them: the signals went to this CTA from
+        # another one (a cluster-scoped pipeline whose metadata does not say so)
+        silent = np.bincount(sig.unit, minlength=int(unit_of_block.max()) + 1)[u] == 0
+        reason = np.where((reason < 0) & silent, _S["signal_in_other_cta"], reason)
         # a phase with every present signalling lane is matched unless a lane of the unit is missing; a
         # phase with fewer lanes only when no lane of the unit is missing or overflowed before the wait ended
         ok = np.where(full, ~missing[u], found & (reason < 0))

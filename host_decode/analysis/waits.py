@@ -70,11 +70,16 @@ class Roles:
 
 
 def waits_summary(
-    trace: Trace, analysis: PipelineAnalysis | None = None, max_blocks: int = 4096, roles: str = "auto"
+    trace: Trace,
+    analysis: PipelineAnalysis | None = None,
+    max_blocks: int = 4096,
+    roles: str = "auto",
+    cluster=None,
 ) -> dict:
     """Everything `ikp waits` prints, JSON-ready: per channel x op x role rows, per role, critical path,
-    status counts. roles: "auto" (warp groups when the lanes are warps, else groups), "group", "warp_group"."""
-    pa = analysis or analyze_pipelines(trace)
+    status counts. roles: "auto" (warp groups when the lanes are warps, else groups), "group", "warp_group".
+    cluster: for pipelines whose metadata has no cluster (analysis.pipelines.channels_of)."""
+    pa = analysis or analyze_pipelines(trace, cluster)
     rl = Roles.of(trace, roles)
     w = pa.waits
     ng = trace.num_groups

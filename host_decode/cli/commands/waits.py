@@ -20,6 +20,8 @@ REASONS = {
     "participant_dropped": "a lane on that named barrier overflowed",
     "lane_missing": "a signalling lane of the block/cluster wrote nothing at all",
     "occurrence_beyond_signal": "more waits than signals, with every signalling lane present and complete",
+    "signal_in_other_cta": "no lane of the block signals this pipeline, other blocks' do: a cluster-scoped "
+    "pipeline whose metadata lacks its cluster (try --cluster 2)",
     "bound_not_recorded": "inferred match (signal not traced) found no earlier acquire/wait to bound it: "
     "a try_acquire/try_wait skipped it",
     "no_signal_recorded": "nothing signals this pipeline in the capture (e.g. only waits traced on both sides)",
@@ -30,6 +32,13 @@ def add_arguments(p) -> None:
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
     p.add_argument("--format", choices=("table", "json"), default="table", help="tables (default) or JSON")
     p.add_argument("--max-blocks", type=int, default=4096, help="blocks whose critical path is walked (default 4096)")
+    p.add_argument(
+        "--cluster",
+        type=int,
+        default=None,
+        help="CTAs per cluster, for pipelines whose metadata says none (waits reported as signal_in_other_cta: "
+        "their signals came from another CTA of the cluster)",
+    )
     p.add_argument(
         "--roles",
         choices=("auto", "group", "warp_group"),
@@ -53,7 +62,7 @@ def run(args) -> int:
             f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
-    data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles)
+    data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
     if args.format == "json":
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
