@@ -273,14 +273,10 @@ def critical_path_summary(
         for what, lane, a, z, c, src, status in p["segments"]:
             if what == "work":
                 key = ("work", role(lane), None, None)
-            else:  # whom: the signalling role, else "itself" (arrived last), "first use" or the unmatched reason
-                whom = (
-                    role(src)
-                    if src >= 0
-                    else "itself"
-                    if STATUSES[status] == "self"
-                    else STATUSES[status].replace("_", " ")
-                )
+            else:  # whom: the signalling role; "itself" (it arrived last, or signalled itself); "first use"
+                # or the unmatched reason
+                itself = STATUSES[status] in ("self", "matched", "inferred")  # src -1 with a match: its own lane
+                whom = role(src) if src >= 0 else "itself" if itself else STATUSES[status].replace("_", " ")
                 key = ("wait", role(lane), pa.channels[c].name, whom)
             shares[key] = shares.get(key, 0) + (z - a)
     rows = [
