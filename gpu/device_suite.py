@@ -1,15 +1,17 @@
-"""Everything of the ikp_cute device side that needs a GPU, in one run (issue 10, items 6-7):
+"""Everything of the ikp_cute device side that needs a GPU, in one run (issues 10 and 17):
 
 1. GPU tests: pytest -m gpu tests/test_device_gpu.py
 2. the example capture: examples/basic/run.py -> $OUT/capture.npy + .json + .pftrace
-3. compute-sanitizer memcheck on overflowing launches (every mode, tiny capacity, and a grid larger
-   than the session), with PyTorch's caching allocator off so an out-of-bounds store hits unallocated
-   memory instead of a neighbouring pooled block
+3. compute-sanitizer memcheck on misbehaving launches, every mode: capacity of 4 records per lane, a
+   grid larger than the session, a runtime group= outside 0..num_groups-1; PyTorch's caching allocator
+   off so an out-of-bounds store hits unallocated memory instead of a neighbouring pooled block
 4. benchmarks/device_overhead.py -> $OUT/overhead.json
-5. the same benchmark with NVIDIA's IKET twin, under IKET's launcher -> $OUT/overhead_iket.json
+5. a small IKET trace (the twin kernel on 2 blocks x 2 warps x 4 regions) under IKET's launcher, IKET's
+   own .pftrace and JSON packed into $OUT/iket_fixture.tar.gz
+6. the benchmark with NVIDIA's IKET twin, under IKET's launcher -> $OUT/overhead_iket.json
 and prints a short summary last. All output also goes to $OUT/suite.log ($OUT defaults to ./gpu_out).
 
-    python gpu/device_suite.py [--skip tests,example,memcheck,bench]
+    python gpu/device_suite.py [--skip tests,example,memcheck,bench,iket_fixture,iket]
     python gpu/device_suite.py --overflow-only      # the launches memcheck runs
 """
 
@@ -21,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -62,40 +65,35 @@ def overflow_launches() -> int:
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import misuse, structured
 
     dropped = 0
-    cases = [
-        ("cursor", 4, 4, "global"),
-        ("cursor", 4, 4, "smem"),
-        ("atomic", 4, 4, "global"),
-        ("static", 4, 4, "global"),
-        ("cursor", 6, 4, "global"),
-        ("cursor", 6, 4, "smem"),
-    ]
-    for mode, blocks, session_blocks, stage in cases:
-        session = ikp_cute.Session(
-            groups=2,
-            num_blocks=session_blocks,
-            records_per_lane=8,
-            mode=mode,
-            stage=stage,
-        )
+    modes = ("cursor", "deferred", "smem", "lean", "atomic", "static")
+    # (mode, grid, session blocks, case): capacity 4 records per lane; a grid larger than the session;
+    # a runtime group outside 0..num_groups-1 (shift=1 and -1).
+    cases = [(m, 4, 4, "structured") for m in modes] + [(m, 6, 4, "structured") for m in modes]
+    cases += [(m, 4, 4, f"dynamic_group{shift:+d}") for m in modes if m != "lean" for shift in (1, -1)]
+    for mode, blocks, session_blocks, case in cases:
+        spec = ikp_cute.ProfileSpec(mode=mode, num_groups=2, num_blocks=session_blocks, records_per_lane=8)
+        session = ikp_cute.Session(spec)
         x = torch.rand(blocks * 256, device="cuda")
         x_arg = from_dlpack(x, assumed_align=16)
-        compiled = cute.compile(
-            structured.launch_structured,
-            x_arg,
-            Int32(5),
-            session.kernel_arg(),
-            session.spec,
-            (blocks, 1, 1),
-        )
-        with session:
-            compiled(x_arg, Int32(5), session.kernel_arg())
-        dropped += session.dropped_on_device()
+        if case == "structured":
+            compiled = cute.compile(
+                structured.launch_structured, x_arg, Int32(5), session.kernel_arg(), session.spec, (blocks, 1, 1)
+            )
+            args = (x_arg, Int32(5), session.kernel_arg())
+        else:
+            shift = Int32(int(case[-2:]))
+            buf, spec = session.kernel_arg(), session.spec
+            compiled = cute.compile(misuse.launch_misuse, x_arg, Int32(5), shift, buf, spec, "dynamic_group", blocks)
+            args = (x_arg, Int32(5), shift, session.kernel_arg())
+        with session.zeroed_then_synced():
+            compiled(*args)
+        dropped += session.dropped_on_device() + session.stray_records()
         print(
-            f"overflow {mode}/{stage} grid={blocks} session={session_blocks}: dropped on device {session.dropped_on_device()}"
+            f"overflow {mode} {case} grid={blocks} session={session_blocks}: "
+            f"dropped on device {session.dropped_on_device()} stray {session.stray_records()}"
         )
     torch.cuda.synchronize()
     return dropped
@@ -106,7 +104,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--skip",
         default="",
-        help="comma list of steps to skip: tests,example,memcheck,bench,iket",
+        help="comma list of steps to skip: tests,example,memcheck,bench,iket_fixture,iket",
     )
     p.add_argument("--overflow-only", action="store_true")
     p.add_argument(
@@ -204,6 +202,23 @@ def main(argv=None) -> int:
         rc, out, s = run_step("bench", cmd, out_dir, 400)
         table_start = out.find("[")
         summary.append(f"benchmark: rc={rc} ({s:.0f} s)\n" + (out[table_start:] if table_start >= 0 else out[-2000:]))
+
+    if "iket_fixture" not in skip:
+        # A small real IKET trace (2 blocks x 2 warps x 4 regions of the twin kernel), kept with IKET's own
+        # .pftrace and JSON: a fixture for reading IKET traces (issue 22).
+        workdir = Path("/tmp/ikp_iket_fixture")
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        cmd = [py, "-m", "iket.cli.main", "--working-dir", str(workdir), "profile", "--postprocess", "perfetto", "--",
+               py, str(ROOT / "benchmarks/device_overhead.py"), "--iket-fixture"]
+        rc, out, s = run_step("iket_fixture", cmd, out_dir, 200)
+        kept = []
+        with tarfile.open(out_dir / "iket_fixture.tar.gz", "w:gz") as tar:
+            for path in sorted(workdir.rglob("*")):
+                if path.is_file() and path.stat().st_size < 8 << 20:
+                    tar.add(path, arcname=str(path.relative_to(workdir)))
+                    kept.append(f"{path.relative_to(workdir)} ({path.stat().st_size} B)")
+        summary.append(f"iket fixture: rc={rc} ({s:.0f} s) files: {', '.join(kept) or 'none'}")
 
     if "iket" not in skip:
         # NVIDIA IKET needs its own launcher, which runs the script twice (sizing, then profiling);

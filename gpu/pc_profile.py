@@ -68,7 +68,7 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
         except Exception as e:  # the samples are still usable, filtered by function name only
             print(f"cuptiGetCubinCrc failed: {e}")
     for _ in range(launches):
-        with session:
+        with session.zeroed_then_synced():
             compiled(*args)
         if sampler is not None:  # kernel-serialized mode: collect this launch before the next kernel runs
             try:
@@ -103,13 +103,8 @@ def _compile(out: Path, blocks: int, tiles: int):
 
     x = torch.rand(blocks * tiles * THREADS, device="cuda")
     y = torch.zeros(blocks * THREADS, device="cuda")
-    session = ikp_cute.Session(
-        groups=["producer", "consumer"],
-        num_blocks=blocks,
-        records_per_lane=4 * tiles + 8,
-        events=EVENTS,
-        kernel="tiles_kernel",
-    )
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=4 * tiles + 8, events=EVENTS)
+    session = ikp_cute.Session(spec, groups=["producer", "consumer"], kernel="tiles_kernel")
     x_arg, y_arg = from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16)
     compiled = cute.compile(
         launch_tiles,
@@ -252,8 +247,13 @@ def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
         print(f"{name}: {e}\n{name}: joining anyway (force=True) to show what the data holds")
         result = join.join(m, table, force=True)
     print(f"\n===== {name}: {data} =====")
-    join.render_table(result)
-    join.render_table(result, inclusive=True)
+    for inclusive in (False, True):  # hardware/ returns the table as data (join.table); printed plainly here
+        jt = join.table(result, inclusive=inclusive)
+        print(jt.title)
+        print(" | ".join(h for h, _ in jt.columns))
+        for row in jt.rows:
+            print(" | ".join(row))
+        print(jt.footer)
     conserved = {c: (float(result.columns[c].sum()), float(v)) for c, v in result.totals.items()}
     bad = {c: v for c, v in conserved.items() if abs(v[0] - v[1]) > 1e-6 * max(1.0, abs(v[1]))}
     print(f"conservation (per-region sums == input totals): {'ok' if not bad else bad}")

@@ -33,11 +33,12 @@ def run_twin(twin, records_per_lane: int, iters: int):
 
     import ikp_cute
 
-    session = ikp_cute.Session(groups=twin.GROUPS, num_blocks=12, records_per_lane=records_per_lane, write_stride=32,
-                               warps_per_group=2, events=twin.EVENTS, kernel="twin nested (CuTe DSL)")
+    spec = ikp_cute.ProfileSpec(num_groups=len(twin.GROUPS), num_blocks=12, records_per_lane=records_per_lane,
+                                write_stride=32, warps_per_group=2, events=twin.EVENTS)
+    session = ikp_cute.Session(spec, groups=list(twin.GROUPS), kernel="twin nested (CuTe DSL)")
     out = torch.empty(12 * twin.THREADS, device="cuda")
     compiled = cute.compile(twin.launch_twin, from_dlpack(out), Int32(iters), session.kernel_arg(), session.spec)
-    with session:
+    with session.zeroed_then_synced():
         compiled(from_dlpack(out), Int32(iters), session.kernel_arg())
     return session, out
 

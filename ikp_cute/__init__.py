@@ -4,37 +4,36 @@ Usage (kernel code lives in a .py file; the DSL reads its source)::
 
     import cutlass, cutlass.cute as cute
     import ikp_cute
-    from ikp_cute import Profiler, profile_region
+    from ikp_cute import Profiler
 
     @cute.kernel
     def kernel(x: cute.Tensor, prof_buf, spec: cutlass.Constexpr):
         warp = cute.arch.warp_idx()
-        prof = Profiler(spec, prof_buf, group=warp // 4)   # leader: lane 0 of warp group*4
-        with profile_region(prof, "load"):                 # any branch / cutlass.range loop, nested
+        prof = Profiler.create(spec, prof_buf, group=warp // 4)   # leader: lane 0 of warp group*4
+        with prof.region("load"):                                # any branch / cutlass.range loop, nested
             ...
-        prof.mark("tile_done")                              # instant
-        prof.finalize()                                     # DROPPED (if any) + FINALIZE(SM id)
+        prof.mark("tile_done")                                    # instant
+        prof.finalize()                                           # DROPPED (if any) + FINALIZE(SM id)
 
     @cute.jit
     def launch(x: cute.Tensor, prof_buf, spec: cutlass.Constexpr):
         kernel(x, prof_buf, spec).launch(grid=[528, 1, 1], block=[256, 1, 1])
 
-    session = ikp_cute.Session(groups=["producer", "consumer"], num_blocks=528, records_per_lane=1024)
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=528, records_per_lane=1024)
+    session = ikp_cute.Session(spec, groups=["producer", "consumer"])
     compiled = cute.compile(launch, x, session.kernel_arg(), session.spec)
-    with session:                                           # zeroes the buffer; synchronizes on exit
+    with session.zeroed_then_synced():                            # zero the buffer; synchronize on exit
         compiled(x, session.kernel_arg())
-    trace = session.decode()                                # host_decode Trace
-    session.save("capture.npy")                             # + capture.json sidecar (names, geometry)
+    trace = session.decode()                                      # host_decode Trace
+    session.save("capture.npy")                                   # + capture.json sidecar
 
-Disabled (``Session(enabled=False)`` or ``ikp_cute.disabled()``): ``kernel_arg()`` is None and every
-profiling call compiles away: the PTX equals the uninstrumented kernel's. ``bake_address=True``
-compiles the buffer address into the kernel instead (no kernel argument: pass None), which is how a
-third-party kernel is instrumented without changing its launch signature.
-Modes: "cursor" (default, register cursor; 3-4 SASS instructions per event), "atomic" (one
-shared-memory atomic per region; several writers per lane allowed; every thread of the block must
-build the Profiler, which holds a block barrier), "static" (``profile_region(prof, name, index=i)``).
-``Session(stage="smem")`` stages cursor records in shared memory (finalize() copies them out).
-See the README ("Recording regions inside CuTe DSL kernels") for the modes, limits and measured costs.
+Modes (``ProfileSpec(mode=...)``, one recorder each): "cursor" (default), "deferred", "smem", "lean",
+"atomic", "static"; see ProfileSpec and the README. Disabled (``ikp_cute.disabled()``): ``kernel_arg()``
+is None and every profiling call compiles away (the PTX equals the uninstrumented kernel's).
+``Session(spec, bake_address=True)`` compiles the buffer address into the kernel (no kernel argument:
+pass None), which is how a third-party kernel is instrumented without changing its launch signature.
+Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the call site.
+Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -43,12 +42,13 @@ from __future__ import annotations
 
 from host_decode.core.lazy import lazy_exports
 
-from .spec import MODES, EventRegistry, ProfileSpec, disabled
+from .spec import MODES, EventRegistry, ProfileSpec, ProfileUsageError, disabled
 
 __all__ = [
     "MODES",
     "EventRegistry",
     "ProfileSpec",
+    "ProfileUsageError",
     "Profiler",
     "Session",
     "disabled",

@@ -1,27 +1,34 @@
-"""Device side: the profiler handle built inside ``@cute.kernel`` and ``profile_region``.
+"""Device side: ``Profiler`` (built inside ``@cute.kernel`` with ``Profiler.create``), one recorder per
+mode, and ``profile_region`` / ``Profiler.region``.
 
-Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_decode/core/wire.py). Per lane:
-k=0 ANCHOR_LO, k=1 ANCHOR_HI (one 64-bit %globaltimer read), user records from k=2, and the last two
-slots for [DROPPED] + FINALIZE (event id = SM id). Only the leader thread of a lane writes.
+Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_decode/core/wire.py). Per
+lane: k=0 ANCHOR_LO, k=1 ANCHOR_HI (one 64-bit %globaltimer read), user records from k=2, and the last
+two slots for [DROPPED] + FINALIZE (event id = SM id). Only the lane's leader thread writes it.
 
-How the cheap path stays cheap (cursor mode, checked by tests/test_device_compile.py):
-* the lane's base address, its tag bits and a store limit (``records_per_lane-2`` for the leader,
-  0 for everyone else) are computed once when the handle is built;
-* the write cursor is a one-element register tensor updated in place, which the DSL carries through
-  ``cutlass.range`` loops and ``if`` branches (a Python int attribute would be refused, a rebound-only
-  DynamicExpression silently not carried: tests prove every iteration's records are present);
-* write_stride is a compile-time constant, so consecutive records are immediate offsets from one
-  address and the per-record guard is one compare of the cursor against the limit;
-* a record is written as two 32-bit words (tag, timer) that the compiler merges into one 64-bit
-  store: the loop-invariant tag register stays put and the timer is read straight into its partner
-  register (one CS2R.32), instead of packing a 64-bit value with two MOVs per record.
-  Result: 3.5-4 SASS instructions per event (CS2R, ISETP, STG; tests count them from the cubin).
-Lean mode (``ProfileSpec.lean``) trades that for zero live registers: the lane's room and index sit in
-8 bytes of shared memory per group and each record is one predicated PTX block that re-reads %tid.x
-and the state (~12 SASS instructions, no branch): for register-tight kernels with sparse records, where
-state held across a hot loop would change its schedule (FA4's per-tile view: +1.6% instead of +4.9%).
-Records past capacity are not written; the cursor keeps counting, so finalize knows exactly how many
-were dropped and writes that number in a DROPPED instant.
+Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
+named otherwise; GPU ones in tests/test_device_gpu.py):
+* No store passes a lane's capacity, in any mode: every cursor record is guarded by `room > 0`, an
+  atomic region's two slots by one check, a static index by an unsigned range check
+  (test_overflow_is_dropped_on_device_and_counted_exactly, memcheck in gpu/device_suite.py).
+* Every record not stored is counted: in the lane's DROPPED instant, or, for a thread whose lane does
+  not exist (dynamic group out of range, grid past write_stride), in the stray word after the v1 buffer
+  (test_dynamic_bad_group_is_dropped_and_counted, test_grid_larger_than_session_*).
+* A disabled spec compiles to exactly the uninstrumented kernel (test_disabled_ptx_identical_*).
+* The cursor is carried through ``cutlass.range`` loops and ``if`` branches: it is a one-element
+  register tensor updated in place (test_cursor_is_carried_through_dynamic_loop, and its negative control
+  test_carry_check_catches_a_stale_cursor).
+* Misuse that is visible while tracing is a trace-time error naming the call: a constant group or index
+  out of range, end() without the token a mode needs, begin/end names or blocks that disagree, a region
+  left open at finalize(), a record after finalize(), a buffer smaller than the spec (test_misuse_*).
+
+How the default (cursor) record stays cheap: the lane's base address, tag bits and room are computed once
+in ``Profiler.create``; write_stride is a compile-time constant, so records are immediate offsets from
+one address and the guard is one compare of the room against an immediate once loops are unrolled; a
+record is two 32-bit words (tag, timer) merged into one 64-bit store. SASS per record: timer read (CS2R),
+compare (ISETP), store (STG), plus a MOV of the timer into the pair's odd register with the CUDA 12
+ptxas (the CUDA 13 ptxas on the GPU machine reads the timer straight into it: CS2R.32)
+(test_sass_per_event_budget, test_cursor_record_ablation). Sharing one check between the records of a
+straight-line group was built and lost records on an H100 (README "cost per record"); not shipped.
 """
 
 from __future__ import annotations
@@ -29,78 +36,28 @@ from __future__ import annotations
 import dataclasses
 
 import cutlass
-from cutlass import Int32, Int64, Uint32, Uint64, cute
+from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
 
 from host_decode.core import wire
 
-from .spec import ProfileSpec
+from . import window
+from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
 END = int(wire.EventType.END)
 INSTANT = int(wire.EventType.INSTANT)
 FINALIZE = int(wire.EventType.FINALIZE)
 
+# --- small PTX / MLIR helpers ---------------------------------------------------------------------------
+
+
+def _event_bits(event_id: int, event_type: int) -> int:
+    return (event_id << wire.EVENT_ID_SHIFT) | event_type
+
 
 def _pack(timer32, tag32):
     """(timer32 << 32) | tag32 as Int64, both halves zero-extended."""
     return Int64((Uint64(Uint32(timer32)) << 32) | Uint64(Uint32(tag32)))
-
-
-def _sub_nsw(value, amount: int):
-    """value - amount marked no-signed-wrap, so LLVM may fold `room - j > 0` into `room > j` after
-    unrolling (one compare per record instead of a subtract and a compare)."""
-    from cutlass._mlir import ir
-    from cutlass._mlir.dialects import arith
-
-    flags = ir.Attribute.parse("#arith.overflow<nsw>")
-    return Int32(arith.subi(Int32(value).ir_value(), Int32(amount).ir_value(), overflow_flags=flags))
-
-
-def _leader_atomic_add(counter, leader, amount: int):
-    """One `atom.shared.add.u32` on the lane's counter in shared memory, by the leader only; 0 for others.
-
-    Shared, not global: a global atomic's round trip (~hundreds of ns) sat on the critical path of
-    every region (measured +110 ns/event/warp vs +27 for cursor mode on an H200, with global counters).
-    Inline PTX with a lane-dependent (but, for the leader, exact) address on purpose: written as
-    `if leader: atomic_add(...)` with a warp-uniform address, ptxas builds a warp-aggregated atomic
-    (vote, popc, shuffle, divergence barrier: ~12 extra instructions per region)."""
-    from cutlass._mlir.dialects import llvm
-
-    address = Int32(counter.toint())
-    asm = (
-        "{ .reg .pred p; .reg .u32 l;"
-        " setp.ne.b32 p, $2, 0; mov.u32 $0, 0;"
-        " mov.u32 l, %laneid; selp.u32 l, 0, l, p; mad.lo.u32 l, l, 4, $1;"
-        f" @p atom.shared.add.u32 $0, [l], {int(amount)}; }}"
-    )
-    result = llvm.inline_asm(
-        Int32.mlir_type,
-        [address.ir_value(), Int32(leader).ir_value()],
-        asm,
-        "=r,r,r",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-    return Int32(result)
-
-
-def _timer_lo():
-    """Low 32 bits of a 64-bit `%globaltimer` read, in inline PTX on purpose: ptxas reads the 64-bit
-    register with one CS2R into a register pair, whereas `%globaltimer_lo` costs S2UR + NOP + MOV.
-    (Written as `Int32(cute.arch.globaltimer())`, newer LLVM narrows it to `%globaltimer_lo`.)"""
-    from cutlass._mlir.dialects import llvm
-
-    value = llvm.inline_asm(
-        Int64.mlir_type,
-        [],
-        "mov.u64 $0, %globaltimer;",
-        "=l",
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-    return Int32(Int64(value))
 
 
 def _asm(result_type, operands, text: str, constraints: str):
@@ -118,350 +75,351 @@ def _asm(result_type, operands, text: str, constraints: str):
     )
 
 
-def _fresh_thread_x():
-    """%tid.x read afresh where it is used (lean mode): an ordinary read would be CSE'd with the kernel's
-    own and kept live across its loops, which is what lean mode exists to avoid."""
-    return Int32(_asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
+def _timer_lo():
+    """Low 32 bits of a 64-bit `%globaltimer` read: ptxas reads it with one CS2R, whereas
+    `%globaltimer_lo` costs S2UR + NOP + MOV."""
+    return Int32(Int64(_asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")))
 
 
-def _load_lean_state(address):
-    """(lane << 32) | room of a lean lane, from shared memory; volatile so it is re-read at every record."""
-    return Int64(_asm(Int64.mlir_type, [address], "ld.volatile.shared.u64 $0, [$1];", "=l,r"))
+def _sub_nsw(value, amount):
+    """value - amount marked no-signed-wrap, so LLVM folds `room - j > 0` into `room > j` after
+    unrolling (one compare per record against an immediate instead of a subtract and a compare)."""
+    from cutlass._mlir import ir
+    from cutlass._mlir.dialects import arith
+
+    flags = ir.Attribute.parse("#arith.overflow<nsw>")
+    return Int32(arith.subi(Int32(value).ir_value(), Int32(amount).ir_value(), overflow_flags=flags))
 
 
-def _store_lean_state(address, state):
-    _asm(None, [address, Int64(state)], "st.volatile.shared.u64 [$0], $1;", "r,l")
+def _current_block():
+    from cutlass._mlir import ir
+
+    return ir.InsertionPoint.current.block
 
 
-def _event_bits(event_id: int, event_type: int) -> int:
-    return (event_id << wire.EVENT_ID_SHIFT) | event_type
+def _source_site() -> str:
+    """file:line of the kernel code that made the profiling call (for trace-time errors)."""
+    import inspect
+
+    here = __file__
+    for frame in inspect.stack()[2:]:
+        if frame.filename != here and "cutlass" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
+
+
+def _leader_atomic_add(counter, leader, amount: int):
+    """One `atom.shared.add.u32` on the lane's counter, by the leader only; 0 for others. Inline PTX with
+    a lane-dependent address on purpose: with a warp-uniform one ptxas builds a warp-aggregated atomic
+    (vote, popc, shuffle: ~12 extra instructions per region)."""
+    asm = (
+        "{ .reg .pred p; .reg .u32 l;"
+        " setp.ne.b32 p, $2, 0; mov.u32 $0, 0;"
+        " mov.u32 l, %laneid; selp.u32 l, 0, l, p; mad.lo.u32 l, l, 4, $1;"
+        f" @p atom.shared.add.u32 $0, [l], {int(amount)}; }}"
+    )
+    return Int32(_asm(Int32.mlir_type, [Int32(counter.toint()), Int32(leader)], asm, "=r,r,r"))
+
+
+def _count_stray(buffer, spec: ProfileSpec, count):
+    """Add `count` to the stray-record word after the v1 buffer (one global reduction, error path only)."""
+    address = Int64(buffer.iterator.toint()) + spec.stray_slot * 8
+    _asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
 
 
 def _buffer_tensor(spec: ProfileSpec, buf):
-    if buf is not None:
-        return buf
-    if spec.baked_address is None:
-        raise ValueError(
-            "ikp_cute.Profiler: no buffer. Pass the session's kernel argument (session.kernel_arg()) "
-            "or build the session with bake_address=True"
-        )
-    ptr = cute.make_ptr(Int64, spec.baked_address, cute.AddressSpace.gmem, assumed_align=8)
-    return cute.make_tensor(ptr, cute.make_layout(spec.total_slots))
+    if buf is None:
+        if spec.baked_address is None:
+            raise ProfileUsageError(
+                "Profiler.create: no buffer. Pass the session's kernel argument (session.kernel_arg()) "
+                "or build the Session with bake_address=True"
+            )
+        ptr = cute.make_ptr(Int64, spec.baked_address, cute.AddressSpace.gmem, assumed_align=8)
+        return cute.make_tensor(ptr, cute.make_layout(spec.buffer_slots)), None
+    size = cute.size(buf.shape)
+    if isinstance(size, int):
+        if size < spec.buffer_slots:
+            raise ProfileUsageError(
+                f"Profiler.create: the buffer has {size} int64 slots but the spec needs {spec.buffer_slots} "
+                f"({spec.num_blocks} blocks x {spec.num_groups} groups, write_stride {spec.write_stride}, "
+                f"{spec.records_per_lane} records per lane): pass the kernel_arg() of the Session whose spec "
+                "this is"
+            )
+        return buf, None
+    return buf, Int32(size) >= spec.buffer_slots  # dynamic size: a short buffer disables recording
 
 
-@dataclasses.dataclass(frozen=True, init=False, eq=False)
-class Profiler:
-    """Per-lane recording handle. Build it inside ``@cute.kernel``:
+# --- where a lane's records go, computed once ---------------------------------------------------------
 
-        prof = Profiler(spec, prof_buf, group=warp_idx // 4)      # spec: cutlass.Constexpr
-        with profile_region(prof, "mma"):
-            ...
-        prof.finalize()
 
-    group:  the lane's group id in this block (Python int or runtime Int32), 0 <= group < num_groups.
-    leader: runtime predicate choosing the writing thread; default lane 0 of warp
-            ``group * spec.warps_per_group``. Exactly one thread per (block, group) should be leader
-            (atomic mode allows several: each region reserves its own two slots).
+@dataclasses.dataclass(frozen=True)
+class Lane:
+    """One (block, group) lane as seen by this thread, computed once in ``Lane.create``.
+
+    leader:   this thread writes the lane (exactly one thread per lane with the default leader).
+    stray:    this thread claims a lane that does not exist (dynamic group out of range, block past
+              write_stride); it never writes, and finalize() counts its records in the stray word.
+    owner:    this thread owns an existing lane, whether or not this launch records (capture windows:
+              it finalizes the lane's part of the launch, ikp_cute/window.py).
     """
 
-    # Frozen dataclass on purpose: the DSL carries a mutable object used inside a runtime `if`/loop as a
-    # loop/branch value (and refuses it); a frozen one is passed through read-only. All mutable state
-    # (the cursor) lives in a register tensor updated in place, which the DSL carries itself.
-    spec: ProfileSpec
-    enabled: bool
+    leader: Boolean
+    stray: Boolean
+    tag: Int32
+    records: cute.Tensor  # int64 slots k = 0 .. records_per_lane-1 of the lane
+    words: cute.Tensor  # the same slots as (tag, timer) int32 pairs
+    buffer: cute.Tensor
+    group: Int32
+    block: Int32
+    spec: cutlass.Constexpr[ProfileSpec]
+    owner: Boolean = None
+    window_buffer: cute.Tensor = None  # the whole ring buffer (control block first) with capture windows
 
-    def __init__(self, spec: ProfileSpec, buf=None, group=0, leader=None):
-        if not isinstance(spec, ProfileSpec):
-            raise TypeError(f"Profiler needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
-        object.__setattr__(self, "spec", spec)
-        object.__setattr__(self, "enabled", spec.enabled)
-        if not cutlass.const_expr(spec.enabled):
-            return
-        if spec.lean and leader is not None:
-            raise ValueError("ikp_cute.Profiler: lean=True fixes the leader (lane 0 of warp group*warps_per_group); leader= is not accepted")
-        state = _setup(spec, _buffer_tensor(spec, buf), group, leader)
-        for name, value in state.items():
-            object.__setattr__(self, name, value)
-
-    # --- records -----------------------------------------------------------------------------------
-
-    @cute.jit
-    def _store(self, k, bits: cutlass.Constexpr):
-        """Read the timer and write one record at index k if k is under this thread's limit."""
-        timer = _timer_lo()
-        words, tag = self._words, self._tag
-        if k < self._limit:
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
-
-    @cute.jit
-    def _store_timed(self, k, timer, bits: cutlass.Constexpr):
-        words, tag = self._words, self._tag
-        if k < self._limit:
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
-
-    def _record(self, bits: int):
-        if cutlass.const_expr(self.spec.lean):
-            self._lean_record(bits)
-        else:
-            self._cursor_record(bits)
-
-    @cute.jit
-    def _cursor_record(self, bits: cutlass.Constexpr):
-        # The cursor counts the room left (limit - k): the guard is `room > 0`, one compare against an
-        # immediate once the loop is unrolled, and k = trailer_slot - room for the leader.
-        room = self._cursor[0]
-        timer = _timer_lo()
-        words, tag = self._words, self._tag
-        if room > 0:
-            k = self.spec.trailer_slot - room
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
-        self._cursor[0] = _sub_nsw(room, 1)
-
-    # --- lean mode: every record re-derives the lane from %tid.x and shared memory ----------------------
-
-    def _lean_record(self, bits: int):
-        _lean_record(self._buffer, self._state_base, _timer_lo(), _fresh_thread_x(), self.spec, bits)
-
-    def _lean_finalize(self):
-        _lean_finalize(self._buffer, self._state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), self.spec)
-
-    @cute.jit
-    def _cursor_open(self):
-        """Take the next slot and read the begin time; the record is written by _cursor_write later."""
-        room = self._cursor[0]
-        timer = _timer_lo()
-        self._cursor[0] = _sub_nsw(room, 1)
-        return room, timer
-
-    @cute.jit
-    def _cursor_write(self, room, timer, bits: cutlass.Constexpr):
-        words, tag = self._words, self._tag
-        if room > 0:
-            k = self.spec.trailer_slot - room
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
-
-    @cute.jit
-    def _static_record(self, k, bits: cutlass.Constexpr):
-        self._store(k, bits)
-        drops = self._cursor
-        if self._leader & (k >= self._limit):
-            drops[0] = drops[0] + 1  # static mode: the cursor counts drops
-
-    def _reserve(self, count: int):
-        """Atomic mode: the leader reserves `count` consecutive records; others get an index never stored
-        (their limit is 0)."""
-        return _leader_atomic_add(self._counter, self._leader, count) + wire.ANCHOR_RECORDS
-
-    def _fence(self):
-        if cutlass.const_expr(self.spec.fence == "cta"):
-            cute.arch.fence_acq_rel_cta()
-
-    def begin(self, name: str, index=None):
-        """Open region `name`; returns the token end() needs. Prefer ``with profile_region(...)``."""
-        if not cutlass.const_expr(self.enabled):
-            return None
-        bits = _event_bits(self.spec.event_id(name), BEGIN)
-        mode = self.spec.mode
-        if cutlass.const_expr(mode == "cursor" and self.spec.defer_begin):
-            # Slot taken and time read now; the store waits for the region's end, so the timer read's
-            # latency overlaps the region body instead of stalling the warp here.
-            token = self._cursor_open()
-        elif cutlass.const_expr(mode == "cursor"):
-            self._record(bits)
-            token = None
-        elif cutlass.const_expr(mode == "atomic"):
-            # The reservation is issued before the begin timer read, and the begin record is stored at
-            # the region's end: the atomic's latency overlaps the region body instead of stalling here.
-            slot = self._reserve(2)
-            token = (slot, _timer_lo())
-        else:
-            if index is None:
-                raise ValueError(f"static mode: profile_region(prof, {name!r}, index=...) needs a slot index")
-            token = wire.ANCHOR_RECORDS + 2 * index
-            self._static_record(token, bits)
-        self._fence()
-        return token
-
-    def end(self, name: str, token=None):
-        if not cutlass.const_expr(self.enabled):
-            return
-        self._fence()
-        bits = _event_bits(self.spec.event_id(name), END)
-        mode = self.spec.mode
-        if cutlass.const_expr(mode == "cursor"):
-            self._record(bits)
-            if cutlass.const_expr(self.spec.defer_begin):
-                begin_room, begin_timer = token
-                self._cursor_write(
-                    begin_room,
-                    begin_timer,
-                    _event_bits(self.spec.event_id(name), BEGIN),
-                )
-        elif cutlass.const_expr(mode == "atomic"):
-            slot, begin_timer = token
-            self._store(slot + 1, bits)
-            self._store_timed(slot, begin_timer, _event_bits(self.spec.event_id(name), BEGIN))
-        else:
-            self._static_record(token + 1, bits)
-
-    def mark(self, name: str, index=None):
-        """An instant record. Static mode: `index` is a region index (uses its begin slot)."""
-        if not cutlass.const_expr(self.enabled):
-            return
-        bits = _event_bits(self.spec.event_id(name), INSTANT)
-        mode = self.spec.mode
-        if cutlass.const_expr(mode == "cursor"):
-            self._record(bits)
-        elif cutlass.const_expr(mode == "atomic"):
-            self._store(self._reserve(1), bits)
-        else:
-            if index is None:
-                raise ValueError(f"static mode: prof.mark({name!r}, index=...) needs a slot index")
-            self._static_record(wire.ANCHOR_RECORDS + 2 * index, bits)
-
-    def finalize(self, leader=None):
-        """Write [DROPPED] + FINALIZE (SM id) in the lane's last two slots. Call once per lane, at the end.
-        Atomic mode with several writers per lane: call it after a barrier that orders all their records,
-        with `leader=` naming one of them (default: every writer, which is wrong only in that case)."""
-        if not cutlass.const_expr(self.enabled):
-            return
-        if cutlass.const_expr(self.spec.lean):
-            if leader is not None:
-                raise ValueError("lean=True: finalize() takes no leader= (the lane leader is fixed)")
-            self._lean_finalize()
-            return
-        self._finalize(self._leader if leader is None else (self._leader & leader))
-
-    @cute.jit
-    def _flush(self, writer):
-        """smem stage: every thread knows the record count (its cursor moved like the leader's), so the
-        32 lanes of the default leader's warp copy in parallel; a custom leader copies alone."""
-        # room = limit - 2 - n for every thread (limit 0 for non-leaders), so limit - room = 2 + n.
-        count = cutlass.min(Int32(self.spec.trailer_slot), self._limit - self._cursor[0])
-        cute.arch.sync_warp()  # the leader's shared-memory stores are visible to its warp
-        self._flush_default(writer, count)
-
-    def _flush_default(self, writer, count):
-        spec = self.spec
-        if cutlass.const_expr(self._default_leader):
-            lane_in_warp = cute.arch.lane_idx()
-            in_leader_warp = cute.arch.warp_idx() == self._group * spec.warps_per_group
-            _flush_lane(
-                self._lane,
-                self._staged,
-                count,
-                lane_in_warp,
-                32,
-                in_leader_warp & self._in_range,
+    @staticmethod
+    def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> Lane:
+        if isinstance(group, int) and not 0 <= group < spec.num_groups:
+            raise ProfileUsageError(
+                f"Profiler.create: group={group} is outside 0..{spec.num_groups - 1} (the spec has "
+                f"{spec.num_groups} groups) at {_source_site()}"
             )
-        else:
-            _flush_lane(self._lane, self._staged, count, Int32(0), 1, writer)
-
-    @cute.jit
-    def _finalize(self, writer):
-        spec = self.spec
-        if cutlass.const_expr(spec.mode == "cursor"):
-            dropped = -self._cursor[0]
-        elif cutlass.const_expr(spec.mode == "atomic"):
-            dropped = _leader_atomic_add(self._counter, writer, 0) + wire.ANCHOR_RECORDS - spec.trailer_slot
-        else:
-            dropped = self._cursor[0]
-        if cutlass.const_expr(spec.stage == "smem"):
-            self._flush(writer)
-        timer = cute.arch.globaltimer_lo()
-        records, tag = self._lane, self._tag
-        if writer:
-            _write_trailer(records, tag, dropped, timer, spec)
+        return _lane(spec, buffer, group, leader, buffer_ok)
 
 
 @cute.jit
-def _setup(spec: cutlass.Constexpr, tensor, group, leader):
-    """Per-lane state, computed once: write it as attributes of the frozen Profiler."""
+def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     bx, by, bz = cute.arch.block_idx()
     gx, gy, gz = cute.arch.grid_dim()
     block = Int32(bx + by * gx + bz * gx * gy)
-    state_base, lean_leader, lean_state = None, None, None
-    if cutlass.const_expr(spec.lean):
-        # The lane's (lane << 32) | room, written by the thread that the records' own %tid.x test calls
-        # the leader of its slot, so every record reads a state its own thread wrote; the lane's group
-        # is therefore the warp's (warp_idx // warps_per_group).
-        state_base = Int32(cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8).toint())
-        tid, _, _ = cute.arch.thread_idx()
-        lean_leader, lean_state = _lean_slot(state_base, Int32(tid), spec)
-        group = Int32(tid) >> ((32 * spec.warps_per_group).bit_length() - 1)
-        leader = lean_leader
+    group = Int32(group)
     lane = block * spec.num_groups + group
-    default_leader = leader is None
-    if cutlass.const_expr(default_leader):
-        leader = (cute.arch.warp_idx() == group * spec.warps_per_group) & (cute.arch.lane_idx() == 0)
-    # Lanes past write_stride (grid larger than the session was sized for) write nothing.
-    leader = leader & (lane < spec.write_stride)
-    limit = cutlass.select_(leader, Int32(spec.trailer_slot), Int32(0))
+    # One unsigned compare covers a negative group and one past num_groups.
+    group_ok = Uint32(group) < Uint32(spec.num_groups)
+    exists = group_ok & (lane < spec.write_stride)
+    if const_expr(leader is None):
+        # Default leader: lane 0 of warp group * warps_per_group. A thread with a bad group claims (to be
+        # counted as stray) if it would lead its own warp group, so every bad group's records are counted.
+        warp = cute.arch.warp_idx()
+        leading_warp = cutlass.select_(group_ok, group * spec.warps_per_group, warp - warp % spec.warps_per_group)
+        leader = (warp == leading_warp) & (cute.arch.lane_idx() == 0)
+    claims = Boolean(leader)
+    if const_expr(buffer_ok is not None):
+        claims = claims & buffer_ok
+    owner = claims & exists
+    window_buffer = None
+    if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
+        window_buffer = buffer
+        buffer, recording = window.open_slot(spec, buffer, claims)
+        claims = claims & recording
+    leader = claims & exists
+    stray = claims & (~exists)
     tag = Int32(lane) << wire.LANE_SHIFT
-    records = _lane_records(tensor, lane, spec)
+    records = cute.make_tensor(
+        buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
+    )
     words = cute.make_tensor(
-        cute.recast_ptr(tensor.iterator + 1 + lane, dtype=Int32),
+        cute.recast_ptr(buffer.iterator + 1 + lane, dtype=Int32),
         cute.make_layout((spec.records_per_lane, 2), stride=(2 * spec.write_stride, 1)),
     )
-    staged = None
-    if cutlass.const_expr(spec.stage == "smem"):
-        # Cursor records go to this lane's slice of a static shared-memory array; finalize copies them
-        # to the buffer. Same (tag, timer) word pairs, 8 bytes per record.
-        stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
-        staged = cute.make_tensor(
-            stage + group * spec.records_per_lane,
-            cute.make_layout(spec.records_per_lane),
-        )
-        words = cute.make_tensor(
-            cute.recast_ptr(stage + group * spec.records_per_lane, dtype=Int32),
-            cute.make_layout((spec.records_per_lane, 2), stride=(2, 1)),
-        )
-    counter = None
-    if cutlass.const_expr(spec.mode == "atomic"):
-        # Per-lane reservation counters in static shared memory (4 bytes per group), zeroed by thread 0
-        # before a block barrier: atomic mode needs every thread of the block to build the Profiler.
-        counters = cute.arch.alloc_smem(Int32, spec.num_groups, alignment=4)
-        tx, ty, tz = cute.arch.thread_idx()
-        if (tx + ty + tz) == 0:
-            for g in cutlass.range_constexpr(spec.num_groups):
-                counters[g] = Int32(0)
-        cute.arch.sync_threads()
-        counter = counters + group
-    if cutlass.const_expr(spec.lean):
-        # Out-of-range lanes get room -2 (limit 0): their records and trailer are never written.
-        if lean_leader:
-            _store_lean_state(lean_state, (Int64(lane) << 32) | Int64(Uint32(limit - wire.ANCHOR_RECORDS)))
-    # Register cursor (cursor mode) / drop counter (static mode): carried in place through loops.
-    cursor = cute.make_rmem_tensor(cute.make_layout(1), Int32)
-    if cutlass.const_expr(spec.mode == "cursor"):
-        cursor[0] = limit - wire.ANCHOR_RECORDS  # room left; <= 0 for non-leaders
-    else:
-        cursor[0] = Int32(0)  # static mode: records dropped
     if leader & (lane == 0):
-        tensor[0] = Int64((Int64(spec.num_groups) << 32) | Int64(gx * gy * gz))
+        buffer[0] = Int64((Int64(spec.num_groups) << 32) | Int64(gx * gy * gz))
     now = cute.arch.globaltimer()
     if leader:
         records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
         records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
-    return {
-        "_leader": leader,
-        "_limit": limit,
-        "_tag": tag,
-        "_lane": records,
-        "_words": words,
-        "_staged": staged,
-        "_counter": counter,
-        "_cursor": cursor,
-        "_group": group,
-        "_in_range": lane < spec.write_stride,
-        "_default_leader": default_leader,
-        "_buffer": tensor,
-        "_state_base": state_base,
-    }
+    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, owner, window_buffer)
+
+
+@cute.jit
+def _write_trailer(records, tag, dropped, timer, writer, spec: cutlass.Constexpr):
+    """[DROPPED (count)] + FINALIZE (SM id) in the lane's last two slots, by `writer`."""
+    if writer:
+        if dropped > 0:
+            records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
+        sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
+        records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
+
+
+@cute.jit
+def _finish(lane: Lane, dropped, attempted, writer, spec: cutlass.Constexpr):
+    """The trailer of a lane (its writer), or the stray count (a thread without a lane)."""
+    _write_trailer(lane.records, lane.tag, dropped, cute.arch.globaltimer_lo(), writer, spec)
+    if lane.stray & (attempted > 0):
+        _count_stray(lane.buffer, spec, attempted)
+
+
+@cute.jit
+def _store_if(pred, words, k, tag_bits, timer):
+    if pred:
+        words[k, 0] = tag_bits
+        words[k, 1] = timer
+
+
+# --- recorders: one per mode, chosen once by Profiler.create ---------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CursorRecorder:
+    """mode="cursor": records stored at once through a register cursor holding the room left
+    (room = capacity - records taken; <= 0 for non-leaders, so their checks always fail)."""
+
+    needs_token = False
+    lane: Lane
+    room: cute.Tensor  # one Int32 in registers, carried in place through loops and branches
+    spec: cutlass.Constexpr[ProfileSpec]
+
+    @classmethod
+    def create(cls, spec: ProfileSpec, lane: Lane):
+        return cls(lane, _room_register(spec, lane), spec)
+
+    def _words(self):
+        return self.lane.words
+
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        # The room is read, then the timer, then the store is guarded by `room > 0` and the room written
+        # back: the shape validated on the H100 (a variant that shared one check between the records of
+        # a straight-line group lost records there; README "cost per record").
+        room = self.room[0]
+        timer = _timer_lo()
+        words, tag = self._words(), self.lane.tag
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = tag | bits
+            words[k, 1] = timer
+        self.room[0] = _sub_nsw(room, 1)
+
+    def begin(self, event_id: int, index):
+        self.record(_event_bits(event_id, BEGIN))
+
+    def end(self, event_id: int, token_value):
+        self.record(_event_bits(event_id, END))
+
+    def mark(self, event_id: int, index):
+        self.record(_event_bits(event_id, INSTANT))
+
+    def finalize(self, leader):
+        writer = self.lane.leader if leader is None else (self.lane.leader & leader)
+        room = self.room[0]
+        _finish(self.lane, -room, -room, writer, self.spec)
+
+
+def _room_register(spec: ProfileSpec, lane: Lane):
+    room = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+    # leaders: the user capacity; strays: 0 (nothing fits, -room counts their records); others: -1
+    room[0] = cutlass.select_(lane.leader, Int32(spec.user_capacity), cutlass.select_(lane.stray, Int32(0), Int32(-1)))
+    return room
+
+
+@dataclasses.dataclass(frozen=True)
+class DeferredRecorder(CursorRecorder):
+    """mode="deferred": a region's begin slot and time are taken at the begin, both records stored at
+    its end (the timer read's latency overlaps the region body)."""
+
+    needs_token = True
+
+    @cute.jit
+    def begin(self, event_id: int, index):
+        room = self.room[0]
+        timer = _timer_lo()
+        self.room[0] = _sub_nsw(room, 1)
+        return room, timer
+
+    def end(self, event_id: int, token_value):
+        self.record(_event_bits(event_id, END))
+        room, timer = token_value
+        self._write_begin(room, timer, _event_bits(event_id, BEGIN))
+
+    @cute.jit
+    def _write_begin(self, room, timer, bits: cutlass.Constexpr):
+        words, tag = self._words(), self.lane.tag
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = tag | bits
+            words[k, 1] = timer
+
+
+@dataclasses.dataclass(frozen=True)
+class SmemRecorder(CursorRecorder):
+    """mode="smem": cursor records go to this lane's slice of static shared memory; finalize() copies
+    them to the buffer with the leader's whole warp."""
+
+    staged: cute.Tensor = None
+
+    @classmethod
+    def create(cls, spec: ProfileSpec, lane: Lane):
+        stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
+        # Every thread of the leader's warp copies the lane out at finalize, so each thread stages in its
+        # group's slice; a group out of range (a stray thread: compares, never stores) gets slice 0.
+        group_ok = Uint32(lane.group) < Uint32(spec.num_groups)
+        first = cutlass.select_(group_ok, lane.group, Int32(0)) * spec.records_per_lane
+        staged = cute.make_tensor(stage + first, cute.make_layout(spec.records_per_lane))
+        return cls(lane, _room_register(spec, lane), spec, staged)
+
+    def _words(self):
+        return cute.make_tensor(
+            cute.recast_ptr(self.staged.iterator, dtype=Int32),
+            cute.make_layout((self.spec.records_per_lane, 2), stride=(2, 1)),
+        )
+
+    def finalize(self, leader):
+        if leader is not None:
+            raise ProfileUsageError("mode='smem': finalize() takes no leader= (the leader's warp copies the lane out)")
+        _smem_finalize(self.lane, self.staged, self.room[0], self.spec)
+
+
+@cute.jit
+def _smem_finalize(lane: Lane, staged, room, spec: cutlass.Constexpr):
+    count = cutlass.min(Int32(spec.trailer_slot), spec.trailer_slot - room)  # anchors + records kept
+    cute.arch.sync_warp()  # the leader's shared-memory stores are visible to its warp
+    leader_warp = cute.arch.warp_idx() == lane.group * spec.warps_per_group
+    copying = cute.arch.vote_any_sync(lane.leader) & leader_warp
+    count = cute.arch.shuffle_sync(count, 0)
+    if copying:
+        for k in cutlass.range(cute.arch.lane_idx() + wire.ANCHOR_RECORDS, count, 32):
+            lane.records[k] = staged[k]
+    _finish(lane, -room, -room, lane.leader, spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeanRecorder:
+    """mode="lean": no state in registers between records. The lane's (index << 32 | room) sits in 8 bytes
+    of shared memory per group; each record is one predicated PTX block that re-reads %tid.x and the
+    state (no branch, so the leader's warp does not diverge)."""
+
+    needs_token = False
+    buffer: cute.Tensor
+    state_base: Int32
+    spec: cutlass.Constexpr[ProfileSpec]
+
+    @staticmethod
+    def create(spec: ProfileSpec, buffer, group, leader):
+        if leader is not None:
+            raise ProfileUsageError(
+                "mode='lean' fixes the leader (lane 0 of warp group*warps_per_group); leader= is not accepted"
+            )
+        return _lean_setup(spec, buffer)
+
+    def _record(self, bits: int):
+        _lean_record(self.buffer, self.state_base, _timer_lo(), _fresh_thread_x(), self.spec, bits)
+
+    def begin(self, event_id: int, index):
+        self._record(_event_bits(event_id, BEGIN))
+
+    def end(self, event_id: int, token_value):
+        self._record(_event_bits(event_id, END))
+
+    def mark(self, event_id: int, index):
+        self._record(_event_bits(event_id, INSTANT))
+
+    def finalize(self, leader):
+        if leader is not None:
+            raise ProfileUsageError("mode='lean': finalize() takes no leader= (the lane leader is fixed)")
+        _lean_finalize(self.buffer, self.state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), self.spec)
+
+
+def _fresh_thread_x():
+    """%tid.x read afresh where it is used: an ordinary read would be CSE'd and kept live across loops."""
+    return Int32(_asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
 
 
 def _lean_slot(state_base, tid, spec: ProfileSpec):
@@ -471,15 +429,24 @@ def _lean_slot(state_base, tid, spec: ProfileSpec):
     return ((tid & (threads - 1)) == 0) & (slot < spec.num_groups), state_base + slot * 8
 
 
-def _lane_records(buffer, lane, spec: ProfileSpec):
-    return cute.make_tensor(buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride))
+@cute.jit
+def _lean_setup(spec: cutlass.Constexpr, buffer):
+    state_base = Int32(cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8).toint())
+    tid, _, _ = cute.arch.thread_idx()
+    lean_leader, address = _lean_slot(state_base, Int32(tid), spec)
+    group = Int32(tid) >> ((32 * spec.warps_per_group).bit_length() - 1)
+    lane = Lane.create(spec, buffer, group, lean_leader)
+    if lean_leader:
+        # Out-of-range lanes get room -2 (nothing fits): their records and trailer are never written.
+        room = cutlass.select_(lane.leader, Int32(spec.user_capacity), Int32(-2))
+        lane_index = lane.block * spec.num_groups + group
+        state = (Int64(lane_index) << 32) | Int64(Uint32(room))
+        _asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
+    return LeanRecorder(buffer, state_base, spec)
 
 
 def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
-    """One lean record as a single predicated PTX block: no branch, so the leader's warp does not
-    diverge, and the only latency it waits on is the shared-memory load of the lane state (the records
-    of a warp-group role sit on that group's critical path: its other warps wait at the next MMA)."""
-    threads = 32 * spec.warps_per_group  # a power of two (ProfileSpec checks it)
+    threads = 32 * spec.warps_per_group
     asm = (
         "{ .reg .pred p, q; .reg .u32 r, s, a, room, lane, k, tag; .reg .u64 off, addr, rec;"
         f" and.b32 r, $3, {threads - 1}; shr.u32 s, $3, {threads.bit_length() - 1};"
@@ -503,28 +470,297 @@ def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
 def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
     leader, address = _lean_slot(state_base, tid, spec)
     if leader:
-        state = _load_lean_state(address)
+        state = Int64(_asm(Int64.mlir_type, [address], "ld.volatile.shared.u64 $0, [$1];", "=l,r"))
         room = Int32(state)
         lane = Int32(state >> 32)
         if lane < spec.write_stride:
-            _write_trailer(_lane_records(buffer, lane, spec), lane << wire.LANE_SHIFT, -room, timer, spec)
+            records = cute.make_tensor(
+                buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
+            )
+            _write_trailer(records, lane << wire.LANE_SHIFT, -room, timer, True, spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class AtomicRecorder:
+    """mode="atomic": each region reserves two consecutive slots with one shared-memory atomic (issued
+    before the begin timer read, both records stored at the end under one check), so several threads may
+    write one lane. Per-lane counters: 4 bytes of static shared memory per group, zeroed by thread 0
+    before a block barrier (every thread of the block must build the Profiler)."""
+
+    needs_token = True
+    lane: Lane
+    counter: object  # smem pointer of the lane's counter (a spare one for strays)
+    attempted: cute.Tensor  # records this thread tried (what a stray thread adds to the stray word)
+    spec: cutlass.Constexpr[ProfileSpec]
+
+    @staticmethod
+    def create(spec: ProfileSpec, lane: Lane):
+        return _atomic_setup(spec, lane)
+
+    def _reserve(self, count: int):
+        self.attempted[0] = self.attempted[0] + count
+        return _leader_atomic_add(self.counter, self.lane.leader, count) + wire.ANCHOR_RECORDS
+
+    def begin(self, event_id: int, index):
+        return self._reserve(2), _timer_lo()
+
+    def end(self, event_id: int, token_value):
+        slot, begin_timer = token_value
+        begin_bits, end_bits = _event_bits(event_id, BEGIN), _event_bits(event_id, END)
+        _atomic_store_pair(self.lane, slot, begin_timer, _timer_lo(), begin_bits, end_bits, self.spec)
+
+    def mark(self, event_id: int, index):
+        slot = self._reserve(1)
+        fits = self.lane.leader & (slot < self.spec.trailer_slot)
+        _store_if(fits, self.lane.words, slot, self.lane.tag | _event_bits(event_id, INSTANT), _timer_lo())
+
+    def finalize(self, leader):
+        writer = self.lane.leader if leader is None else (self.lane.leader & leader)
+        _atomic_finalize(self.lane, self.counter, writer, self.attempted[0], self.spec)
 
 
 @cute.jit
-def _write_trailer(records, tag, dropped, timer, spec: cutlass.Constexpr):
-    """[DROPPED (count)] + FINALIZE (SM id) in the lane's last two slots."""
-    if dropped > 0:
-        records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
-    sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
-    records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
+def _atomic_setup(spec: cutlass.Constexpr, lane: Lane):
+    counters = cute.arch.alloc_smem(Int32, spec.num_groups + 1, alignment=4)
+    tx, ty, tz = cute.arch.thread_idx()
+    if (tx + ty + tz) == 0:
+        for g in cutlass.range_constexpr(spec.num_groups + 1):
+            counters[g] = Int32(0)
+    cute.arch.sync_threads()
+    counter = counters + cutlass.select_(lane.leader, lane.group, Int32(spec.num_groups))
+    attempted = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+    attempted[0] = Int32(0)
+    return AtomicRecorder(lane, counter, attempted, spec)
 
 
 @cute.jit
-def _flush_lane(records, staged, count, first, step, active):
-    """Copy staged records 2 .. count-1 (smem) to the lane's slots (global), `step` threads at a time."""
-    if active:
-        for k in cutlass.range(first + wire.ANCHOR_RECORDS, count, step):
-            records[k] = staged[k]
+def _atomic_store_pair(
+    lane: Lane, slot, begin_timer, end_timer,
+    begin_bits: cutlass.Constexpr, end_bits: cutlass.Constexpr, spec: cutlass.Constexpr,
+):
+    if lane.leader & (slot < spec.trailer_slot - 1):  # one check for both slots of the region
+        lane.words[slot, 0] = lane.tag | begin_bits
+        lane.words[slot, 1] = begin_timer
+        lane.words[slot + 1, 0] = lane.tag | end_bits
+        lane.words[slot + 1, 1] = end_timer
+
+
+@cute.jit
+def _atomic_finalize(lane: Lane, counter, writer, attempted, spec: cutlass.Constexpr):
+    taken = _leader_atomic_add(counter, writer, 0) + wire.ANCHOR_RECORDS
+    _finish(lane, taken - spec.trailer_slot, attempted, writer, spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticRecorder:
+    """mode="static": region `index` owns slots 2+2*index (begin) and 3+2*index (end); a mark at `index`
+    uses the begin slot. An index past capacity (or negative, at run time) is dropped and counted."""
+
+    needs_token = True
+    lane: Lane
+    drops: cute.Tensor  # records this thread could not store (for a stray thread: all of them)
+    spec: cutlass.Constexpr[ProfileSpec]
+
+    @staticmethod
+    def create(spec: ProfileSpec, lane: Lane):
+        drops = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+        drops[0] = Int32(0)
+        return StaticRecorder(lane, drops, spec)
+
+    def _slot(self, index, what: str):
+        if index is None:
+            raise ProfileUsageError(f"mode='static': {what} needs index= (the region's slot pair) at {_source_site()}")
+        if isinstance(index, int) and not 0 <= 2 * index < self.spec.user_capacity:
+            raise ProfileUsageError(
+                f"mode='static': {what} index={index} is outside 0..{(self.spec.user_capacity - 1) // 2} "
+                f"(records_per_lane={self.spec.records_per_lane}) at {_source_site()}"
+            )
+        return wire.ANCHOR_RECORDS + 2 * Int32(index)
+
+    def _record(self, k, bits: int):
+        _static_record(self.lane, self.drops, k, _timer_lo(), bits, self.spec)
+
+    def begin(self, event_id: int, index):
+        k = self._slot(index, "begin()")
+        self._record(k, _event_bits(event_id, BEGIN))
+        return k
+
+    def end(self, event_id: int, token_value):
+        self._record(token_value + 1, _event_bits(event_id, END))
+
+    def mark(self, event_id: int, index):
+        self._record(self._slot(index, "mark()"), _event_bits(event_id, INSTANT))
+
+    def finalize(self, leader):
+        writer = self.lane.leader if leader is None else (self.lane.leader & leader)
+        drops = self.drops[0]
+        _finish(self.lane, drops, drops, writer, self.spec)
+
+
+@cute.jit
+def _static_record(lane: Lane, drops, k, timer, bits: cutlass.Constexpr, spec: cutlass.Constexpr):
+    # unsigned: a negative runtime index lands past the limit instead of on the anchors or the header
+    fits = Uint32(k - wire.ANCHOR_RECORDS) < Uint32(spec.user_capacity)
+    _store_if(lane.leader & fits, lane.words, k, lane.tag | bits, timer)
+    if (lane.leader & (~fits)) | lane.stray:
+        drops[0] = drops[0] + 1
+
+
+_RECORDERS = {
+    "cursor": CursorRecorder,
+    "deferred": DeferredRecorder,
+    "smem": SmemRecorder,
+    "atomic": AtomicRecorder,
+    "static": StaticRecorder,
+}
+
+
+# --- the handle users hold ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RegionToken:
+    """What begin() returns and end() takes: the region's name, where it was opened (MLIR block), and
+    the mode's value (atomic: reserved slot + begin time; static: slot; deferred: slot + time)."""
+
+    name: str
+    value: object
+    block: object
+    site: str
+
+
+class _TraceChecks:
+    """Trace-time bookkeeping of one Profiler (plain Python, never reaches the kernel)."""
+
+    def __init__(self):
+        self.open: dict[int, RegionToken] = {}
+        self.finalized_at: str | None = None
+
+    def check_not_finalized(self, call: str):
+        if self.finalized_at is not None:
+            raise ProfileUsageError(
+                f"{call} at {_source_site()} comes after prof.finalize() at {self.finalized_at}: a record after "
+                "FINALIZE would not be counted; record before finalize()"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Profiler:
+    """Per-lane recording handle. Build it inside ``@cute.kernel``::
+
+        prof = Profiler.create(spec, prof_buf, group=warp_idx // 4)   # spec: cutlass.Constexpr
+        with prof.region("mma"):            # or: with profile_region(prof, "mma"):
+            ...
+        prof.mark("tile_done")
+        prof.finalize()                     # [DROPPED] + FINALIZE; no record may follow it
+
+    group:  the lane's group in this block, 0 <= group < spec.num_groups. A constant out of range is a
+            trace-time error; a runtime one is dropped and counted in the stray word, never written.
+    leader: runtime predicate choosing the writing thread; default lane 0 of warp
+            ``group * spec.warps_per_group``. One thread per lane (atomic mode allows several).
+    """
+
+    spec: cutlass.Constexpr[ProfileSpec]
+    recorder: object  # the mode's recorder; None when the spec is disabled
+    checks: _TraceChecks
+
+    @staticmethod
+    def create(spec: ProfileSpec, buf=None, group=0, leader=None) -> Profiler:
+        if not isinstance(spec, ProfileSpec):
+            raise TypeError(f"Profiler.create needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+        if not const_expr(spec.enabled):
+            return Profiler(spec, None, _TraceChecks())
+        buffer, buffer_ok = _buffer_tensor(spec, buf)
+        if const_expr(spec.mode == "lean"):
+            recorder = LeanRecorder.create(spec, buffer, group, leader)
+        else:
+            lane = Lane.create(spec, buffer, group, leader, buffer_ok)
+            recorder = _RECORDERS[spec.mode].create(spec, lane)
+        return Profiler(spec, recorder, _TraceChecks())
+
+    def _fence(self):
+        if const_expr(self.spec.fence == "cta"):
+            cute.arch.fence_acq_rel_cta()
+
+    def begin(self, name: str, index=None) -> RegionToken | None:
+        """Open region `name`; returns the token end() takes. Prefer ``with prof.region(name):``."""
+        if not const_expr(self.spec.enabled):
+            return None
+        self.checks.check_not_finalized(f"prof.begin({name!r})")
+        value = self.recorder.begin(self.spec.event_id(name), index)
+        self._fence()
+        token = RegionToken(name, value, _current_block(), _source_site())
+        if self.recorder.needs_token:
+            self.checks.open[id(token)] = token
+        return token
+
+    def end(self, name: str, token: RegionToken | None = None):
+        """Close region `name`. Modes "atomic", "static" and "deferred" need begin()'s token, and the
+        end must sit in the same block (control-flow level) as its begin, so that a begin that runs is
+        always closed: ``with prof.region(name):`` does both."""
+        if not const_expr(self.spec.enabled):
+            return
+        self.checks.check_not_finalized(f"prof.end({name!r})")
+        if token is None and self.recorder.needs_token:
+            raise ProfileUsageError(
+                f"prof.end({name!r}) at {_source_site()}: mode {self.spec.mode!r} needs the token begin() returned "
+                f"(t = prof.begin({name!r}) ... prof.end({name!r}, t)); or use `with prof.region({name!r}):`"
+            )
+        if token is not None:
+            self._check_token(name, token)
+        self._fence()
+        self.recorder.end(self.spec.event_id(name), None if token is None else token.value)
+
+    def _check_token(self, name: str, token):
+        if not isinstance(token, RegionToken):
+            raise ProfileUsageError(
+                f"prof.end({name!r}, token): token must be what prof.begin() returned (got {type(token).__name__})"
+            )
+        if token.name != name:
+            raise ProfileUsageError(
+                f"prof.end({name!r}) at {_source_site()} closes the region begun as {token.name!r} at {token.site}"
+            )
+        if self.recorder.needs_token:
+            if id(token) not in self.checks.open:
+                raise ProfileUsageError(
+                    f"prof.end({name!r}) at {_source_site()}: the region begun at {token.site} is already closed"
+                )
+            if token.block != _current_block():
+                raise ProfileUsageError(
+                    f"prof.end({name!r}) at {_source_site()} is not at the control-flow level of its begin at "
+                    f"{token.site}: in mode {self.spec.mode!r} a begin whose end does not run would vanish; "
+                    "close the region in the same block (or use `with prof.region(...)`)"
+                )
+            del self.checks.open[id(token)]
+
+    def mark(self, name: str, index=None):
+        """An instant record. Static mode: `index` is a region index (the mark uses its begin slot)."""
+        if not const_expr(self.spec.enabled):
+            return
+        self.checks.check_not_finalized(f"prof.mark({name!r})")
+        self.recorder.mark(self.spec.event_id(name), index)
+
+    def region(self, name: str, index=None) -> profile_region:
+        """``with prof.region("mma"):`` = ``with profile_region(prof, "mma"):``."""
+        return profile_region(self, name, index)
+
+    def finalize(self, leader=None):
+        """Write [DROPPED] + FINALIZE (SM id) in the lane's last two slots; once per lane, after its last
+        record. Atomic mode with several writers per lane: call it after a barrier that orders all their
+        records, with `leader=` naming one of them."""
+        if not const_expr(self.spec.enabled):
+            return
+        self.checks.check_not_finalized("prof.finalize()")
+        if self.checks.open:
+            token = next(iter(self.checks.open.values()))
+            raise ProfileUsageError(
+                f"prof.finalize() at {_source_site()}: region {token.name!r} begun at {token.site} was never ended"
+            )
+        self.checks.finalized_at = _source_site()
+        self.recorder.finalize(leader)
+        if const_expr(self.spec.window_slots > 0):
+            lane = self.recorder.lane
+            window.close_launch(self.spec, lane.window_buffer, lane.owner if leader is None else (lane.owner & leader))
 
 
 class profile_region:
@@ -536,6 +772,11 @@ class profile_region:
     """
 
     def __init__(self, prof: Profiler, name: str, index=None):
+        if not isinstance(prof, Profiler):
+            raise TypeError(
+                f"profile_region(prof, {name!r}): prof must be an ikp_cute Profiler built with Profiler.create "
+                f"(got {type(prof).__name__})"
+            )
         self.prof = prof
         self.name = name
         self.index = index

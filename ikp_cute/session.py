@@ -3,13 +3,16 @@
 torch is imported when a Session with a buffer is built, never at ``import ikp_cute``.
 
 Buffer: int64[spec.total_slots] = the v1 buffer (header + write_stride * records_per_lane slots), which is
-what is saved and decoded. ``reset()`` zeroes it and pre-writes the header from the session's geometry; the kernel's block 0 leader rewrites the
+what is saved and decoded, then the stray-record word (stray_records(), also written to the sidecar).
+``reset()`` zeroes it and pre-writes the header from the session's geometry; the kernel's block 0 leader rewrites the
 header from the launched grid, so a grid that differs from the session is visible to the decoder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,76 +20,62 @@ import numpy as np
 from host_decode.core import wire
 from host_decode.core.model import Names
 
-from .spec import EventRegistry, ProfileSpec
+from .spec import ProfileSpec
 
 FORMAT = "ikp-v1"
 
 
 class Session:
-    """One instrumented kernel's profile buffer + spec.
+    """One instrumented kernel's profile buffer, its spec and the names of its groups.
 
-    groups:            names of the lane groups per block (e.g. ["producer", "consumer"]) or a count.
-    num_blocks:        blocks of the launch (persistent kernels: the number of CTAs launched).
-    records_per_lane:  slots per lane incl. 2 anchors + 2 trailer; user capacity = records_per_lane - 4.
-    write_stride:      default num_blocks * num_groups.
-    mode:              "cursor" (default), "atomic" or "static".
-    events:            names (ids 0, 1, ... in order) or {name: id} to pin ids; others get ids on first use.
-    warps_per_group:   the default leader of group g is lane 0 of warp g * warps_per_group.
-    fence:             "none" (default) or "cta" (block fence after each begin, before each end).
-    bake_address:      compile the buffer address into the kernel (pass None as the kernel's buffer).
-    defer_begin:       cursor mode: write a region's begin record at its end (off by default; see ProfileSpec).
-    lean:              cursor mode: no profiler state held in registers between records (see ProfileSpec).
-    stage:             cursor mode: "global" (default) or "smem" (records staged in shared memory,
-                       copied out by finalize(); see ProfileSpec).
-    enabled:           False: no buffer; every profiling call compiles away.
+        spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=528, records_per_lane=1024)
+        session = ikp_cute.Session(spec, groups=["producer", "consumer"])
+        compiled = cute.compile(launch, x, session.kernel_arg(), session.spec)
+        with session.zeroed_then_synced():      # zero the buffer; on exit, synchronize the device
+            compiled(x, session.kernel_arg())
+        trace = session.decode()
+
+    spec:          the ProfileSpec (geometry, mode, events); ``session.spec`` is what kernels compile
+                   with (the same object, or a copy carrying the baked address).
+    groups:        names of the spec's groups (default group_0 ...); len(groups) == spec.num_groups.
+    bake_address:  compile the buffer address into the kernel (pass None as the kernel's buffer).
+    kernel:        a name for the sidecar.
+    A disabled spec (``ikp_cute.disabled()`` or ``enabled=False``) has no buffer.
     """
 
     def __init__(
         self,
-        groups: Sequence[str] | int = 1,
-        num_blocks: int = 1,
-        records_per_lane: int = 256,
-        write_stride: int | None = None,
-        mode: str = "cursor",
-        enabled: bool = True,
+        spec: ProfileSpec,
+        groups: Sequence[str] | None = None,
+        *,
         device: str = "cuda",
-        events: Iterable[str] | Mapping[str, int] | None = None,
-        warps_per_group: int = 4,
-        fence: str = "none",
         bake_address: bool = False,
         kernel: str | None = None,
-        defer_begin: bool = False,
-        stage: str = "global",
-        lean: bool = False,
     ):
-        self.group_names = _group_names(groups)
-        num_groups = len(self.group_names)
+        if not isinstance(spec, ProfileSpec):
+            raise TypeError(
+                f"Session(spec, ...): spec must be an ikp_cute.ProfileSpec (got {type(spec).__name__}); "
+                "build it with ikp_cute.ProfileSpec(num_groups=..., num_blocks=..., records_per_lane=...)"
+            )
+        self.group_names = _group_names(groups, spec.num_groups)
         self.kernel = kernel
         self.device = device
         self.buffer = None
-        geometry = {
-            "mode": mode,
-            "num_groups": num_groups,
-            "num_blocks": num_blocks,
-            "write_stride": write_stride if write_stride is not None else num_blocks * num_groups,
-            "records_per_lane": records_per_lane,
-            "warps_per_group": warps_per_group,
-            "fence": fence,
-            "events": EventRegistry(events),
-            "defer_begin": defer_begin,
-            "stage": stage,
-            "lean": lean,
-        }
-        probe = ProfileSpec(enabled=enabled, **geometry)  # validates before allocating anything
-        if enabled:
-            import torch
-
-            self.buffer = torch.zeros(probe.total_slots, dtype=torch.int64, device=device)
-        address = int(self.buffer.data_ptr()) if (enabled and bake_address) else None
-        self.spec = ProfileSpec(enabled=enabled, baked_address=address, **geometry) if address else probe
         self._arg = None
-        if enabled:
-            self.reset()
+        self.ring = None  # the launch ring of a spec with window_slots (ikp_cute/ring.py)
+        if not spec.enabled:
+            self.spec = spec
+            return
+        import torch
+
+        self.buffer = torch.zeros(spec.buffer_slots, dtype=torch.int64, device=device)
+        self.spec = dataclasses.replace(spec, baked_address=int(self.buffer.data_ptr())) if bake_address else spec
+        if spec.window_slots:  # capture windows + launch ring (ikp_cute/ring.py): closed until asked
+            from .ring import Ring
+
+            self.ring = Ring(self)
+            self.ring.close()
+        self.reset()
 
     # --- launching -----------------------------------------------------------------------------------
 
@@ -102,30 +91,81 @@ class Session:
         return self._arg
 
     def reset(self) -> None:
-        """Zero the buffer (empty slot = 0) and pre-write the header; call before every launch."""
+        """Zero the buffer (empty slot = 0, no stray records) and pre-write the header; before every launch."""
         if self.buffer is None:
+            return
+        if self.ring is not None:
+            self.ring.arm()
             return
         self.buffer.zero_()
         self.buffer[0] = wire.pack_header(self.spec.num_blocks, self.spec.num_groups)
 
-    def __enter__(self):
+    @contextlib.contextmanager
+    def zeroed_then_synced(self):
+        """``with session.zeroed_then_synced(): launch(...)``: reset() on entry, device synchronize on exit,
+        so the buffer is ready to read after the block."""
         self.reset()
-        return self
-
-    def __exit__(self, *exc) -> bool:
+        yield self
         if self.buffer is not None and self.buffer.is_cuda:
             import torch
 
             torch.cuda.synchronize(self.buffer.device)
+
+    def __enter__(self):
+        raise TypeError("`with session:` is gone: use `with session.zeroed_then_synced():` (zeroes, then synchronizes)")
+
+    def __exit__(self, *exc):  # pragma: no cover - __enter__ always raises
         return False
 
     # --- results -------------------------------------------------------------------------------------
+
+    # --- capture windows (spec.window_slots > 0; ikp_cute/ring.py) ----------------------------------
+
+    def window(self, start: int, count: int, every: int = 1, relative: bool = False) -> None:
+        """Record launches start, start+every, ... (count of them); launch indices count every launch
+        (relative=True: from the next launch on). See ikp_cute/ring.py."""
+        self._ring().window(start, count, every, relative)
+
+    def record_while(self):
+        """``with session.record_while(): ...`` records the launches issued inside the block."""
+        return self._ring().record_while()
+
+    def launches(self):
+        """[(launch index, v1 records, stray)] of every recorded launch in the ring (synchronizes)."""
+        return self._ring().launches()
+
+    def _ring(self):
+        if self.ring is None:
+            raise RuntimeError("capture windows need a spec with window_slots > 0 (ProfileSpec(window_slots=R))")
+        return self.ring
+
+    def meta_for_slot(self, stray: int) -> dict:
+        meta = self.meta()
+        meta["stray_records"] = stray
+        return meta
 
     def records(self) -> np.ndarray:
         """The v1 part of the buffer as uint64 (copied to the host)."""
         if self.buffer is None:
             raise RuntimeError("this Session is disabled: there is no buffer")
+        self._single_launch("records()")
         return self.buffer[: self.spec.v1_slots].cpu().numpy().view(np.uint64)
+
+    def _single_launch(self, call: str) -> None:
+        if self.ring is not None:
+            raise RuntimeError(
+                f"session.{call}: this session records a ring of launches (window_slots={self.spec.window_slots}); "
+                "use session.ring.decode() / session.ring.save(DIR) / session.launches()"
+            )
+
+    def stray_records(self) -> int:
+        """Records of threads that claimed a lane that does not exist (a runtime group= outside
+        0..num_groups-1, a block past write_stride): never written, counted here."""
+        if self.buffer is None:
+            raise RuntimeError("this Session is disabled: there is no buffer")
+        if self.ring is not None:
+            return sum(stray for _, _, stray in self.ring.launches())
+        return int(self.buffer[self.spec.stray_slot].item())
 
     def dropped_on_device(self) -> int:
         """Sum of the DROPPED instants' counts (records the device could not store)."""
@@ -145,8 +185,9 @@ class Session:
             "num_groups": self.spec.num_groups,
             "mode": self.spec.mode,
             "fence": self.spec.fence,
-            "stage": self.spec.stage,
         }
+        if self.buffer is not None and self.ring is None:
+            meta["stray_records"] = self.stray_records()
         if self.kernel:
             meta["kernel"] = self.kernel
         meta.update(_device_facts(self.buffer))
@@ -156,6 +197,13 @@ class Session:
         """-> host_decode Trace of the last launch."""
         from host_decode.core.decoder import decode
 
+        self._single_launch("decode()")
+        stray = self.stray_records()
+        if stray:
+            import warnings
+
+            warnings.warn(f"{stray} records came from threads whose lane does not exist (group= out of range or "
+                          "a grid larger than the spec): not written, counted in meta['stray_records']", stacklevel=2)
         return decode(
             self.records(),
             names=self.names(),
@@ -167,19 +215,20 @@ class Session:
         """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.core.capture."""
         from host_decode.core.capture import save_capture
 
+        self._single_launch("save()")
         meta = self.meta()
         meta.pop("format", None)  # save_capture writes the format key itself
         return save_capture(path, self.records(), self.names(), **meta)
 
 
-def _group_names(groups) -> list[str]:
-    if isinstance(groups, int):
-        if groups < 1:
-            raise ValueError(f"groups={groups}: need at least one group per block")
-        return [f"group_{i}" for i in range(groups)]
+def _group_names(groups, num_groups: int) -> list[str]:
+    if groups is None:
+        return [f"group_{i}" for i in range(num_groups)]
+    if isinstance(groups, str):
+        raise TypeError(f"groups={groups!r}: expected a list of names, one per group")
     names = [str(g) for g in groups]
-    if not names:
-        raise ValueError("groups: need at least one group name")
+    if len(names) != num_groups:
+        raise ValueError(f"groups: {len(names)} names {names} for a spec with num_groups={num_groups}")
     if len(set(names)) != len(names):
         raise ValueError(f"groups: duplicate names in {names}")
     return names
@@ -202,4 +251,4 @@ def fake_buffer(spec: ProfileSpec):
     from cutlass import Int64
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    return make_fake_compact_tensor(Int64, (spec.total_slots,), assumed_align=16)
+    return make_fake_compact_tensor(Int64, (spec.buffer_slots,), assumed_align=16)

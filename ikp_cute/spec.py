@@ -6,8 +6,9 @@ fixed at compile time, so a disabled spec compiles to exactly the uninstrumented
 (write_stride, records_per_lane) folds into immediate address offsets.
 
 Invariants a change could break:
-* The buffer layout is exactly the v1 wire format of host_decode/core/wire.py (atomic mode keeps its
-  per-lane counters in shared memory, not in the buffer).
+* The buffer is the v1 wire format of host_decode/core/wire.py followed by one stray-record counter
+  word (atomic mode keeps its per-lane counters in shared memory, not in the buffer); Session.records()
+  hands the decoder exactly the v1 part (tests/test_device_compile.py::test_spec_geometry_follows_wire).
 * Event ids are handed out in order of first use at trace time, from 0 up to wire.MAX_USER_EVENT_ID;
   names declared up front keep the ids they were given (test_event_registry_*).
 * A spec hashes by identity: one compiled kernel per spec object, so ids assigned while tracing it
@@ -21,10 +22,16 @@ from collections.abc import Iterable, Mapping
 
 from host_decode.core import wire
 
-MODES = ("cursor", "atomic", "static")
+from . import ring
+
+MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
 FENCES = ("none", "cta")
-STAGES = ("global", "smem")
 SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
+
+
+class ProfileUsageError(ValueError):
+    """A profiling call that cannot be right, found while the kernel is traced (compile time); the
+    message names the call and its file:line (tests/test_device_compile.py::test_misuse_*)."""
 
 
 class EventRegistry:
@@ -88,8 +95,26 @@ def _check_name(name: object) -> None:
 class ProfileSpec:
     """Everything the device side needs, fixed at compile time (pass it as a ``cutlass.Constexpr``).
 
-    write_stride:     slots between consecutive records of one lane (>= num_blocks * num_groups;
-                      persistent kernels: num_sms * num_groups).
+    mode:             how a lane's records reach the buffer; one recorder per mode (ikp_cute/device.py):
+                      "cursor"   (default) register cursor, records stored at once; one capacity check
+                                 per straight-line group of up to GROUP_LIMIT records.
+                      "deferred" cursor whose begin record is stored together with its end record (slot
+                                 and time taken at the begin; a trap inside the region loses the begin).
+                      "smem"     cursor whose records go to static shared memory (num_groups *
+                                 records_per_lane * 8 bytes per block); finalize() copies them out, by the
+                                 whole leader warp: finalize is then required.
+                      "lean"     no profiler state in registers between records: the lane's room and index
+                                 sit in 8 bytes of shared memory per group, re-read by each record (~12 SASS
+                                 per record instead of ~3). For register-tight kernels with sparse records.
+                                 The lane's group is the warp's (``warp_idx // warps_per_group``, 1-D
+                                 blocks, ``32 * warps_per_group`` a power of two); ``leader=`` is refused.
+                      "atomic"   each region reserves two slots with a shared-memory atomic (several
+                                 writers per lane allowed; every thread of the block builds the Profiler).
+                      "static"   the caller gives each region a slot index (``index=``).
+    num_groups:       lanes per block (warp groups, roles).
+    num_blocks:       blocks of the launch the buffer is sized for.
+    write_stride:     slots between consecutive records of one lane; default num_blocks * num_groups
+                      (persistent kernels: num_sms * num_groups).
     records_per_lane: slots per lane, anchors and trailer included; user capacity is
                       wire.user_capacity(records_per_lane).
     warps_per_group:  the default leader of group g is lane 0 of warp g * warps_per_group.
@@ -97,44 +122,39 @@ class ProfileSpec:
                       each end record (the TIRx/warpscope ordering).
     baked_address:    a device address compiled into the kernel as an immediate (no kernel argument),
                       or None (the kernel receives the buffer tensor).
-    defer_begin:      cursor mode: store a region's begin record together with its end record (the
-                      begin time is read and its slot taken at the begin). Off by default: a begin
-                      stored at once survives a kernel that traps or hangs inside the region (it then
-                      decodes as an unmatched begin, which is what one debugs a hang with), and the
-                      benchmark showed the same cost within noise.
-    stage:            cursor mode: "global" (records go straight to the buffer) or "smem" (records go
-                      to static shared memory, num_groups * records_per_lane * 8 bytes per block, and
-                      finalize() copies them out: finalize is then required, by the whole leader warp).
-    lean:             cursor mode: keep no profiler state in registers between records. The lane's
-                      cursor and index live in 8 bytes of shared memory per group, and each record
-                      re-reads them (a record costs ~12-14 SASS instructions instead of ~4, but nothing
-                      is held live across the kernel's loops). For register-tight kernels with sparse
-                      records (FA4's consumer warp groups). The lane's group is the warp's
-                      (``warp_idx // warps_per_group``, 1-D blocks, ``32 * warps_per_group`` a power of
-                      two) and its leader is lane 0 of the group's first warp, so ``leader=`` is not
-                      accepted.
+    window_slots:     0 (default): every launch records into the one buffer. R > 0: capture windows and
+                      a ring of R launch slots behind a control block (ikp_cute/ring.py, window.py): the
+                      host picks at run time which launches record (session.ring.window / record_while),
+                      each recorded launch fills the next slot, a full ring counts launches instead of
+                      overwriting. Every lane must call finalize() once per launch.
+
+    The kernel's buffer is ``total_slots`` int64 words: the v1 buffer, then one word counting the records
+    of threads that claimed a lane which does not exist (a dynamic ``group=`` out of range, a grid larger
+    than write_stride): never written anywhere else, counted there (Session.stray_records()).
     """
 
     enabled: bool = True
     mode: str = "cursor"
     num_groups: int = 1
     num_blocks: int = 1
-    write_stride: int = 1
+    write_stride: int | None = None
     records_per_lane: int = 64
     warps_per_group: int = 4
     fence: str = "none"
     events: EventRegistry = dataclasses.field(default_factory=EventRegistry)
     baked_address: int | None = None
-    defer_begin: bool = False
-    stage: str = "global"
-    lean: bool = False
+    window_slots: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r}: expected one of {MODES}")
         if self.fence not in FENCES:
             raise ValueError(f"fence={self.fence!r}: expected one of {FENCES}")
+        if not isinstance(self.events, EventRegistry):
+            object.__setattr__(self, "events", EventRegistry(self.events))
         wire.check_geometry(self.num_blocks, self.num_groups)
+        if self.write_stride is None:
+            object.__setattr__(self, "write_stride", self.num_blocks * self.num_groups)
         if self.write_stride < self.num_blocks * self.num_groups:
             raise ValueError(
                 f"write_stride={self.write_stride} < num_blocks*num_groups={self.num_blocks * self.num_groups}: "
@@ -147,24 +167,18 @@ class ProfileSpec:
                 f"records_per_lane={self.records_per_lane} leaves no room for user records "
                 f"({wire.ANCHOR_RECORDS} anchors + {wire.TRAILER_RECORDS} trailer are reserved)"
             )
-        if self.stage not in STAGES:
-            raise ValueError(f"stage={self.stage!r}: expected one of {STAGES}")
-        if self.stage == "smem" and self.mode != "cursor":
-            raise ValueError(f"stage='smem' needs mode='cursor' (got mode={self.mode!r})")
-        if self.stage == "smem" and self.num_groups * self.records_per_lane * 8 > SMEM_STAGE_LIMIT:
+        if self.mode == "smem" and self.num_groups * self.records_per_lane * 8 > SMEM_STAGE_LIMIT:
             raise ValueError(
-                f"stage='smem': {self.num_groups} groups x {self.records_per_lane} records x 8 B exceeds the "
+                f"mode='smem': {self.num_groups} groups x {self.records_per_lane} records x 8 B exceeds the "
                 f"{SMEM_STAGE_LIMIT} B of static shared memory a block may declare"
             )
-        if self.lean and (self.mode != "cursor" or self.stage != "global" or self.defer_begin):
-            raise ValueError(
-                f"lean=True needs mode='cursor', stage='global' and defer_begin=False "
-                f"(got mode={self.mode!r}, stage={self.stage!r}, defer_begin={self.defer_begin})"
-            )
+        ring.check_slots(self.window_slots)
+        if self.window_slots and self.mode == "lean":
+            raise ValueError("window_slots: mode='lean' keeps no lane handle to finalize a window; use another mode")
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
-        if self.lean and self.warps_per_group & (self.warps_per_group - 1):
-            raise ValueError(f"lean=True needs warps_per_group to be a power of two (got {self.warps_per_group})")
+        if self.mode == "lean" and self.warps_per_group & (self.warps_per_group - 1):
+            raise ValueError(f"mode='lean' needs warps_per_group to be a power of two (got {self.warps_per_group})")
 
     # --- geometry ------------------------------------------------------------------------------------
 
@@ -178,9 +192,22 @@ class ProfileSpec:
         return wire.buffer_slots(self.write_stride, self.records_per_lane)
 
     @property
-    def total_slots(self) -> int:
-        """int64 words of the kernel's buffer (= v1_slots: the buffer is exactly the v1 buffer)."""
+    def stray_slot(self) -> int:
+        """Index of the word after the v1 buffer that counts records of threads without a lane."""
         return self.v1_slots
+
+    @property
+    def total_slots(self) -> int:
+        """int64 words of the kernel's buffer: the v1 buffer + the stray-record counter."""
+        return self.v1_slots + 1
+
+    @property
+    def buffer_slots(self) -> int:
+        """int64 words of the session buffer: total_slots, or with window_slots=R the control block and R
+        slots of total_slots (ikp_cute/ring.py)."""
+        if not self.window_slots:
+            return self.total_slots
+        return ring.control_words64(self.window_slots) + self.window_slots * self.total_slots
 
     @property
     def trailer_slot(self) -> int:
@@ -198,7 +225,7 @@ class ProfileSpec:
         # Appears in the mangled kernel name: keep it short and free of addresses.
         if not self.enabled:
             return "ikp_off"
-        return f"ikp_{self.mode}" + ("_smem" if self.stage == "smem" else "") + ("_lean" if self.lean else "")
+        return f"ikp_{self.mode}_ring{self.window_slots}" if self.window_slots else f"ikp_{self.mode}"
 
     __str__ = __repr__
 

@@ -130,7 +130,7 @@ def test_cli_merge_with_torch(tmp_path):
     bb.put(0, lo + 200, 1, B).put(0, lo + 2_200, 1, E).put(0, lo + 2_500, 0, F)
     cap = save_capture(tmp_path / "k.npy", bb.buf, {"events": {"1": "mma"}}, kernel="my_kernel")
     (tmp_path / "t.json").write_text(json.dumps(profiler_doc([("my_kernel", t64 - 1_000, 4_000)])))
-    assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--json"]) == 0
+    assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--format", "json"]) == 0
     merged = json.loads((tmp_path / "o.json").read_text())
     assert merged["ikp_alignment"]["slack_ns"] == 1_500 and merged["ikp_alignment"]["consistent"]
     assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.json"), "--kernel", "zzz"]) == 2

@@ -20,9 +20,16 @@ from cutlass import Float32, Int32
 from cutlass.cute.runtime import make_fake_compact_tensor
 
 import ikp_cute
-from ikp_cute import EventRegistry, ProfileSpec, disabled, fake_buffer, ptx, sass
+from ikp_cute import (
+    EventRegistry,
+    ProfileSpec,
+    ProfileUsageError,
+    disabled,
+    fake_buffer,
+)
+from ikp_cute.testing import ptx, sass
 
-MODES = ("cursor", "atomic", "static")
+MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
 GRID = (4, 1, 1)
 KEEP = sass.keep_options()
 
@@ -44,7 +51,7 @@ def x_tensor():
 
 
 def compile_structured(spec, launcher="launch_structured"):
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     launch = getattr(structured, launcher)
     return cute.compile(launch, x_tensor(), Int32(3), fake_buffer(spec), spec, GRID, options=KEEP)
@@ -114,7 +121,7 @@ def test_spec_rejects_bad_configuration(kw, match):
 def test_spec_geometry_follows_wire():
     spec = make_spec(records_per_lane=10)
     assert spec.v1_slots == wire.buffer_slots(8, 10)
-    assert spec.total_slots == spec.v1_slots
+    assert spec.total_slots == spec.v1_slots + 1 and spec.stray_slot == spec.v1_slots
     assert spec.user_capacity == wire.user_capacity(10) == 6
     assert spec.trailer_slot == 8
 
@@ -134,7 +141,8 @@ def test_modes_compile_in_branches_loops_and_nesting(mode, launcher):
     if mode == "atomic":
         assert "atom.shared.add" in text and "bar.sync" in text  # smem counters, zeroed before a barrier
     else:
-        assert "atom." not in text and "red." not in text
+        assert "atom." not in text
+    assert text.count("red.global.add") == (mode != "lean")  # the stray count, in finalize only
 
 
 def test_atomic_mode_compiles_with_several_writers_per_lane():
@@ -161,26 +169,24 @@ def test_cursor_is_carried_through_dynamic_loop():
 
 @pytest.mark.parametrize("launcher", ["launch_structured", "launch_warp_specialized"])
 def test_smem_stage_compiles_and_flushes(launcher):
-    text = compile_structured(make_spec("cursor", stage="smem"), launcher).__ptx__
+    text = compile_structured(make_spec("smem"), launcher).__ptx__
     assert "st.shared" in text and "ld.shared" in text  # staged, then copied out by finalize()
 
 
 def test_smem_stage_is_validated():
-    with pytest.raises(ValueError, match="mode='cursor'"):
-        make_spec("atomic", stage="smem")
     with pytest.raises(ValueError, match="static shared memory"):
-        make_spec("cursor", stage="smem", records_per_lane=4096)
+        make_spec("smem", records_per_lane=4096)
 
 
 def test_deferred_begin_variant_compiles_and_is_carried():
-    compiled = compile_structured(make_spec("cursor", defer_begin=True), "launch_carried")
+    compiled = compile_structured(make_spec("deferred"), "launch_carried")
     assert ptx.loop_invariant_stores(compiled.__ptx__) == []
-    compile_structured(make_spec("cursor", defer_begin=True), "launch_warp_specialized")
+    compile_structured(make_spec("deferred"), "launch_warp_specialized")
 
 
 @pytest.mark.parametrize("launcher", ["launch_structured", "launch_warp_specialized", "launch_carried"])
 def test_lean_state_compiles_and_rereads_shared_memory_per_record(launcher):
-    spec = make_spec("cursor", lean=True)
+    spec = make_spec("lean")
     text = compile_structured(spec, launcher).__ptx__
     assert "local" not in text and "atom." not in text
     # one volatile load of the lane state per record site (+ one in finalize), one store of the room back
@@ -191,15 +197,10 @@ def test_lean_state_compiles_and_rereads_shared_memory_per_record(launcher):
 
 
 def test_lean_state_is_validated():
-    with pytest.raises(ValueError, match="lean=True needs mode='cursor'"):
-        make_spec("atomic", lean=True)
-    with pytest.raises(ValueError, match="lean=True needs"):
-        make_spec("cursor", lean=True, defer_begin=True)
     with pytest.raises(ValueError, match="power of two"):
-        make_spec("cursor", lean=True, warps_per_group=3)
-    spec = make_spec("cursor", lean=True)
-    with pytest.raises(ValueError, match="leader= is not accepted"):
-        compile_structured(spec, "launch_multi_writer")
+        make_spec("lean", warps_per_group=3)
+    with pytest.raises(ProfileUsageError, match="leader= is not accepted"):
+        compile_structured(make_spec("lean"), "launch_multi_writer")
 
 
 def test_carry_check_catches_a_stale_cursor():
@@ -212,7 +213,7 @@ def test_carry_check_catches_a_stale_cursor():
 
 
 def test_disabled_ptx_identical_to_uninstrumented():
-    from tests.kernels import plain, structured
+    from ikp_cute.testing.kernels import plain, structured
 
     off = cute.compile(
         structured.launch_structured,
@@ -230,7 +231,7 @@ def test_disabled_ptx_identical_to_uninstrumented():
 
 
 def test_baked_address_needs_no_kernel_argument():
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     address = 0x7F12_3456_7800
     spec = make_spec("cursor", baked_address=address)
@@ -258,9 +259,9 @@ def test_fence_option_emits_a_cta_fence_only_when_asked():
 
 
 def test_static_mode_requires_an_index():
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
-    with pytest.raises(Exception, match="index"):
+    with pytest.raises(ProfileUsageError, match="needs index="):
         cute.compile(
             structured.launch_carried,
             x_tensor(),
@@ -273,7 +274,7 @@ def test_static_mode_requires_an_index():
 
 def test_3d_grid_flattens_block_index():
     spec = make_spec("cursor", num_blocks=12, write_stride=24)
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     compiled = cute.compile(
         structured.launch_structured,
@@ -292,15 +293,107 @@ def test_3d_grid_flattens_block_index():
 # --- cost: SASS instructions per event, counted from the cubin ---------------------------------------
 
 
-@pytest.mark.skipif(
-    sass.nvdisasm_path() is None,
-    reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)",
-)
-def test_cursor_mode_costs_at_most_6_sass_instructions_per_event():
-    from tests.kernels.overhead import sass_instructions_per_event
+def compile_misuse(case, mode="cursor", buffer_spec=None, **kw):
+    from ikp_cute.testing.kernels import misuse
 
-    per_event = sass_instructions_per_event("cursor")
-    assert 0 < per_event <= 6, per_event
+    spec = make_spec(mode, **kw)
+    buf = fake_buffer(buffer_spec or spec)
+    return cute.compile(misuse.launch_misuse, x_tensor(), Int32(3), Int32(0), buf, spec, case, 4, options=KEEP)
+
+
+@pytest.mark.parametrize(
+    "case, mode, match",
+    [
+        ("group_negative", "cursor", r"group=-1 is outside 0\.\.1"),
+        ("group_too_big", "atomic", r"group=2 is outside 0\.\.1"),
+        ("end_without_token", "atomic", r"prof.end\('a'\).*needs the token"),
+        ("end_without_token", "static", r"needs index="),
+        ("end_without_token", "deferred", r"needs the token"),
+        ("end_mismatch", "cursor", r"prof.end\('b'\).*closes the region begun as 'a'"),
+        ("end_mismatch", "atomic", r"closes the region begun as 'a'"),
+        ("begin_without_end", "atomic", r"region 'a' begun at .*misuse.py:\d+ was never ended"),
+        ("end_in_other_block", "atomic", r"not at the control-flow level of its begin"),
+        ("end_in_other_block", "deferred", r"not at the control-flow level"),
+        ("after_finalize", "cursor", r"prof.mark\('late'\).*after prof.finalize\(\)"),
+        ("static_index_negative", "static", r"index=-1 is outside"),
+    ],
+)
+def test_misuse_is_a_trace_time_error(case, mode, match):
+    with pytest.raises(ProfileUsageError, match=match):
+        compile_misuse(case, mode)
+
+
+def test_misuse_profile_region_without_profiler():
+    with pytest.raises(Exception, match=r"profile_region\(prof, 'a'\): prof must be an ikp_cute Profiler.*NoneType"):
+        compile_misuse("region_none")
+
+
+def test_misuse_buffer_smaller_than_spec():
+    small = make_spec(num_blocks=2, write_stride=4)
+    with pytest.raises(ProfileUsageError, match=r"buffer has \d+ int64 slots but the spec needs \d+"):
+        compile_misuse("none", buffer_spec=small)
+
+
+def test_misuse_that_is_fine_compiles():
+    """The negative controls above fail for their misuse, not for the kernel: correct use compiles."""
+    for mode in MODES:
+        compile_misuse("none", mode)
+    compile_misuse("end_in_other_block", "cursor")  # cursor: an unclosed begin decodes as unmatched_begin
+    compile_misuse("dynamic_group", "cursor")
+
+
+def test_dynamic_group_is_range_checked_once():
+    """A runtime group: one unsigned compare at setup (negative and too large alike), no per-record cost."""
+    text = compile_misuse("dynamic_group").__ptx__
+    assert "setp.lt.u32" in text or "setp.gt.u32" in text or "setp.ge.u32" in text or "setp.le.u32" in text
+
+
+def test_session_needs_a_spec():
+    with pytest.raises(TypeError, match="spec must be an ikp_cute.ProfileSpec"):
+        ikp_cute.Session(2)
+    with pytest.raises(ValueError, match="3 names"):
+        ikp_cute.Session(make_spec(enabled=False), groups=["a", "b", "c"])
+
+
+def test_session_context_manager_says_what_it_does():
+    session = ikp_cute.Session(disabled())
+    with pytest.raises(TypeError, match="zeroed_then_synced"), session:
+        pass
+    with session.zeroed_then_synced() as s:  # disabled: nothing to zero, nothing to wait for
+        assert s is session
+
+
+# --- cost: SASS instructions per event, counted from the cubin ---------------------------------------
+
+# Marginal SASS instructions per record of the overhead kernel (16 vs 8 records per loop iteration), per
+# mode, with the CUDA 12 ptxas of the CPU wheel: the budget CI holds each mode to. Measured 2026-11-23:
+# cursor 4.0, deferred 3.75, smem 4.0, lean 12.1, atomic 8.5, static 6.5 (README "cost per record").
+SASS_BUDGET = {"cursor": 4.0, "deferred": 4.0, "smem": 4.0, "lean": 12.5, "atomic": 8.5, "static": 6.5}
+NVDISASM = pytest.mark.skipif(
+    sass.nvdisasm_path() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)"
+)
+
+
+@NVDISASM
+@pytest.mark.parametrize("mode", sorted(SASS_BUDGET))
+def test_sass_per_event_budget(mode):
+    from ikp_cute.testing.kernels.overhead import sass_instructions_per_event
+
+    per_event = sass_instructions_per_event(mode)
+    assert 0 < per_event <= SASS_BUDGET[mode], (mode, per_event)
+
+
+@NVDISASM
+def test_cursor_record_ablation():
+    """Where a cursor record's instructions go: one timer read, one capacity compare, one 64-bit store,
+    at most one move of the timer into the store's register pair, and no address arithmetic (write_stride
+    is compile-time, so consecutive records are immediate offsets from one address)."""
+    from ikp_cute.testing.kernels.overhead import opcodes_per_event
+
+    per_event = opcodes_per_event("cursor")
+    assert per_event["CS2R"] == 1 and per_event["STG"] == 1 and per_event["ISETP"] == 1, per_event
+    assert set(per_event) <= {"CS2R", "STG", "ISETP", "MOV", "IMAD"}, per_event
+    assert per_event.get("MOV", 0) + per_event.get("IMAD", 0) <= 1, per_event
 
 
 def test_lazy_names_resolve():

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-MODES = ("cursor", "atomic", "static")
+MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
 ITERS = 5
 
 
@@ -28,47 +28,34 @@ def torch():
     return torch
 
 
+def make_session(mode="cursor", num_blocks=4, records_per_lane=64, write_stride=None, bake=False, groups=("g0", "g1")):
+    import ikp_cute
+
+    spec = ikp_cute.ProfileSpec(
+        mode=mode,
+        num_groups=len(groups),
+        num_blocks=num_blocks,
+        records_per_lane=records_per_lane,
+        write_stride=write_stride,
+    )
+    return ikp_cute.Session(spec, groups=list(groups), bake_address=bake, kernel="structured_kernel")
+
+
 def run_structured(
-    torch,
-    mode,
-    records_per_lane=64,
-    grid=(4, 1, 1),
-    write_stride=None,
-    bake=False,
-    iters=ITERS,
-    stage="global",
-    lean=False,
+    torch, mode, records_per_lane=64, grid=(4, 1, 1), write_stride=None, bake=False, iters=ITERS, session_blocks=None
 ):
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
-    import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
     num_blocks = grid[0] * grid[1] * grid[2]
-    session = ikp_cute.Session(
-        groups=["g0", "g1"],
-        num_blocks=num_blocks,
-        records_per_lane=records_per_lane,
-        write_stride=write_stride,
-        mode=mode,
-        bake_address=bake,
-        kernel="structured_kernel",
-        stage=stage,
-        lean=lean,
-    )
+    session = make_session(mode, session_blocks or num_blocks, records_per_lane, write_stride, bake)
     x = torch.randn(num_blocks * 256, device="cuda", dtype=torch.float32)
     x_ref = x.clone()
     x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(
-        structured.launch_structured,
-        x_arg,
-        Int32(iters),
-        session.kernel_arg(),
-        session.spec,
-        grid,
-    )
-    with session:
+    compiled = cute.compile(structured.launch_structured, x_arg, Int32(iters), session.kernel_arg(), session.spec, grid)
+    with session.zeroed_then_synced():
         compiled(x_arg, Int32(iters), session.kernel_arg())
     assert not torch.equal(x, x_ref), "the kernel did not run"
     return session
@@ -86,7 +73,7 @@ def lane_records(trace, lane):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_records_match_program_exactly(torch, mode):
-    from tests.kernels.structured import structured_program
+    from ikp_cute.testing.kernels.structured import structured_program
 
     session = run_structured(torch, mode)
     trace = session.decode()
@@ -114,7 +101,7 @@ def test_records_match_program_exactly(torch, mode):
         inner = s[s["event"] == session.spec.events.id("inner")]
         for row in inner:
             assert np.any((outer["start_ns"] <= row["start_ns"]) & (row["end_ns"] <= outer["end_ns"]))
-    if mode == "cursor":  # program-order nesting (depth) is what the cursor layout preserves
+    if mode in ("cursor", "smem", "lean"):  # program-order nesting (depth) is what the cursor layout preserves
         assert set(spans["depth"][spans["event"] == session.spec.events.id("inner")]) == {1}
         assert set(spans["depth"][spans["event"] == session.spec.events.id("outer")]) == {0}
 
@@ -131,12 +118,12 @@ def test_every_mode_gives_the_same_span_structure(torch):
                 )
             )
         )
-    assert structures[0] == structures[1] == structures[2]
+    assert all(s == structures[0] for s in structures)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode):
-    from tests.kernels.structured import expected_dropped
+    from ikp_cute.testing.kernels.structured import expected_dropped
 
     rpl = 16
     session = run_structured(torch, mode, records_per_lane=rpl)
@@ -159,10 +146,9 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 
-    import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
-    session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=8 * ITERS + 8, mode="atomic")
+    session = make_session("atomic", records_per_lane=8 * ITERS + 8)
     x = torch.rand(4 * 256, device="cuda")
     x_arg = from_dlpack(x, assumed_align=16)
     compiled = cute.compile(
@@ -173,7 +159,7 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
         session.spec,
         (4, 1, 1),
     )
-    with session:
+    with session.zeroed_then_synced():
         compiled(x_arg, Int32(ITERS), session.kernel_arg())
     trace = session.decode()
     assert trace.loss.lost == 0, trace.loss.dumps()
@@ -182,41 +168,21 @@ def test_atomic_mode_with_several_writers_per_lane(torch):
     assert np.all(trace.spans["end_ns"] >= trace.spans["start_ns"])
 
 
+@pytest.mark.parametrize("mode", ["deferred", "smem", "lean"])
 @pytest.mark.parametrize("records_per_lane", [64, 16])
-def test_smem_stage_matches_global_cursor_exactly(torch, records_per_lane):
-    """Staged in shared memory and copied out by finalize: same spans, same drops as the global cursor."""
-    from tests.kernels.structured import expected_dropped
-
-    glob = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
-    smem = run_structured(torch, "cursor", records_per_lane=records_per_lane, stage="smem").decode()
-    key = lambda t: sorted(
-        zip(
-            t.spans["lane"].tolist(),
-            t.spans["event"].tolist(),
-            t.spans["depth"].tolist(),
-        )
-    )
-    assert key(smem) == key(glob)
-    assert smem.lanes["dropped"].tolist() == [
-        expected_dropped(ITERS, lane % 2, "cursor", records_per_lane) for lane in range(8)
-    ]
-    if records_per_lane == 64:
-        assert smem.loss.lost == 0
-
-
-@pytest.mark.parametrize("records_per_lane", [64, 16])
-def test_lean_state_matches_register_cursor_exactly(torch, records_per_lane):
-    """Lane state in shared memory, re-read at every record: same spans, same drops as the cursor."""
-    from tests.kernels.structured import expected_dropped
+def test_cursor_variants_match_the_register_cursor(torch, mode, records_per_lane):
+    """Same spans as the register cursor without overflow; with it, the drops each mode's rule predicts."""
+    from ikp_cute.testing.kernels.structured import expected_dropped
 
     regs = run_structured(torch, "cursor", records_per_lane=records_per_lane).decode()
-    lean = run_structured(torch, "cursor", records_per_lane=records_per_lane, lean=True).decode()
-    key = lambda t: sorted(zip(t.spans["lane"].tolist(), t.spans["event"].tolist(), t.spans["depth"].tolist()))
-    assert key(lean) == key(regs)
-    assert lean.lanes["dropped"].tolist() == [
-        expected_dropped(ITERS, lane % 2, "cursor", records_per_lane) for lane in range(8)
+    other = run_structured(torch, mode, records_per_lane=records_per_lane).decode()
+    key = lambda t: sorted(zip(t.spans["lane"].tolist(), t.spans["event"].tolist()))
+    if records_per_lane == 64:
+        assert key(other) == key(regs)
+        assert other.loss.lost == 0
+    assert other.lanes["dropped"].tolist() == [
+        expected_dropped(ITERS, lane % 2, mode, records_per_lane) for lane in range(8)
     ]
-    assert lean.loss.lost == (0 if records_per_lane == 64 else regs.loss.lost)
 
 
 def test_baked_address_records_like_an_argument(torch):
@@ -235,36 +201,62 @@ def test_3d_grid_and_wide_write_stride(torch):
     assert trace.loss.lost == 0
 
 
-@pytest.mark.parametrize("lean", [False, True])
-def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch, lean):
-    """A session sized for 4 blocks, launched on 6: lanes past write_stride must not write."""
-    from cutlass import Int32, cute
-    from cutlass.cute.runtime import from_dlpack
+@pytest.mark.parametrize("mode", MODES)
+def test_grid_larger_than_session_writes_nothing_out_of_bounds(torch, mode):
+    """A session sized for 4 blocks, launched on 6: lanes past write_stride must not write; their records
+    are counted in the stray word (every mode but lean, whose lanes past the session are not counted)."""
+    from ikp_cute.testing.kernels.structured import structured_program
 
-    import ikp_cute
-    from tests.kernels import structured
-
-    session = ikp_cute.Session(groups=2, num_blocks=4, records_per_lane=64, lean=lean)
-    guard = torch.full((4096,), -1, dtype=torch.int64, device="cuda")  # allocated next; must stay intact
-    x = torch.randn(6 * 256, device="cuda")
-    x_arg = from_dlpack(x, assumed_align=16)
-    compiled = cute.compile(
-        structured.launch_structured,
-        x_arg,
-        Int32(ITERS),
-        session.kernel_arg(),
-        session.spec,
-        (6, 1, 1),
-    )
-    with session:
-        compiled(x_arg, Int32(ITERS), session.kernel_arg())
+    guard = torch.full((4096,), -1, dtype=torch.int64, device="cuda")
+    session = run_structured(torch, mode, grid=(6, 1, 1), session_blocks=4)
     assert torch.all(guard == -1)
     header = int(session.records()[0])
     assert wire.unpack_header(header) == (6, 2)  # the device wrote the launched grid
-    # every in-range lane still recorded and finalized (its slot of the last record row is a FINALIZE)
     finals = session.records()[1 + 63 * 8 : 1 + 64 * 8].view(np.uint64)
     assert [int(v) & 3 for v in finals] == [int(wire.EventType.FINALIZE)] * 8
     assert [(int(v) & 0xFFFFFFFF) >> wire.LANE_SHIFT for v in finals] == list(range(8))
+    per_lane = [len(structured_program(ITERS, g)) for g in (0, 1)]
+    assert session.stray_records() == (0 if mode == "lean" else 2 * sum(per_lane))
+
+
+@pytest.mark.parametrize("mode", ["cursor", "deferred", "smem", "atomic", "static"])
+@pytest.mark.parametrize("shift", [1, -1])
+def test_dynamic_bad_group_is_dropped_and_counted(torch, mode, shift):
+    """group = warp//4 + shift at run time: one warp group gets a group outside 0..1. Its records are
+    never written (not in another lane, not before the buffer) and are counted in the stray word."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import from_dlpack
+
+    from ikp_cute.testing.kernels import misuse
+
+    session = make_session(mode, records_per_lane=64)
+    before = torch.full((4096,), -1, dtype=torch.int64, device="cuda")
+    x = torch.rand(4 * 256, device="cuda")
+    x_arg = from_dlpack(x, assumed_align=16)
+    compiled = cute.compile(
+        misuse.launch_misuse, x_arg, Int32(ITERS), Int32(shift), session.kernel_arg(), session.spec, "dynamic_group", 4
+    )
+    with session.zeroed_then_synced():
+        compiled(x_arg, Int32(ITERS), Int32(shift), session.kernel_arg())
+    assert torch.all(before == -1)
+    assert session.stray_records() == 4 * (2 * ITERS + 1)  # one bad warp group per block, all its records
+    # shift=1: warps 0-3 get group 1, whose leader would be warp 4; shift=-1: warps 4-7 get group 0, whose
+    # leader would be warp 0. So no lane has a leader and nothing at all may be written past the header.
+    assert np.all(session.records()[1:] == 0)
+
+
+def test_buffer_of_another_session_is_refused(torch):
+    """A kernel compiled for one session's spec, given a smaller session's buffer: a trace-time error."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import from_dlpack
+
+    from ikp_cute import ProfileUsageError
+    from ikp_cute.testing.kernels import structured
+
+    big, small = make_session(num_blocks=8), make_session(num_blocks=2)
+    x_arg = from_dlpack(torch.rand(8 * 256, device="cuda"), assumed_align=16)
+    with pytest.raises(ProfileUsageError, match="buffer has"):
+        cute.compile(structured.launch_structured, x_arg, Int32(ITERS), small.kernel_arg(), big.spec, (8, 1, 1))
 
 
 def test_disabled_session_runs_without_buffer(torch):
@@ -272,9 +264,9 @@ def test_disabled_session_runs_without_buffer(torch):
     from cutlass.cute.runtime import from_dlpack
 
     import ikp_cute
-    from tests.kernels import structured
+    from ikp_cute.testing.kernels import structured
 
-    session = ikp_cute.Session(groups=2, num_blocks=4, enabled=False)
+    session = ikp_cute.Session(ikp_cute.ProfileSpec(enabled=False, num_groups=2, num_blocks=4))
     assert session.buffer is None and session.kernel_arg() is None
     x = torch.randn(4 * 256, device="cuda")
     ref = x.clone()

@@ -97,7 +97,7 @@ def _save(tmp_path, name, scale):
 def test_cli_fail_above_exit_code(tmp_path, capsys):
     a = _save(tmp_path, "a.npy", 1.0)
     b = _save(tmp_path, "b.npy", 1.2)
-    assert main(["diff", a, b, "--fail-above", "10", "--json"]) == 1
+    assert main(["diff", a, b, "--fail-above", "10", "--format", "json"]) == 1
     out = capsys.readouterr()
     assert '"slower"' in out.out and "slower than +10.0%" in out.err
     assert main(["diff", a, b, "--fail-above", "25"]) == 0

@@ -37,7 +37,7 @@ EXAMPLES = REPO / "examples"
 PROFILER_OPCODES = re.compile(
     r"^(mov|cvt|shl|shr|or|and|xor|add|sub|mul|mad|setp|selp|bra|neg|not|min|max|shfl\.sync\.idx\.b32|"
     r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|st\.shared\.(u|b)32|bar\.warp\.sync|@?%p\d+|\{|\}|"
-    r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|\.reg)",
+    r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|red\.global\.add\.u64|\.reg)",
 )
 BAKED = 0x7F0012340000  # the profile buffer address compiled into the instrumented kernels under test
 _REG = re.compile(r"%[a-z]+\d+")
@@ -276,7 +276,7 @@ def fa4_ptx():
         "fa4": _compile_fa4(None, None),
         "off": _compile_fa4(ProfileSpec(enabled=False), "iter"),
         "full": _compile_fa4(spec, "full"),
-        "tile_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, lean=True), "tile"),
+        "tile_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "tile"),
         "spec": spec,
     }
 

@@ -10,12 +10,6 @@ import os
 import numpy as np
 import pytest
 
-from host_decode.hardware import join
-
-from host_decode.hardware import pc2region
-
-from host_decode.hardware import sass
-from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import (
     INSTANT_DTYPE,
@@ -26,6 +20,8 @@ from host_decode.core.model import (
     Names,
     Trace,
 )
+from host_decode.hardware import join, pc2region, sass
+from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "pc")
@@ -205,7 +201,7 @@ def test_cli_pc2region_and_join(tmp_path, capsys):
                 str(out_map),
                 "--ncu",
                 os.path.join(FIX, "markers_synthetic_ncu.csv"),
-                "--json",
+                "-o",
                 str(out_json),
             ]
         )
@@ -260,9 +256,9 @@ def test_real_cubin_maps_the_same_here(source):
 
 
 def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
+    from host_decode.cli import main
     from host_decode.core import wire
     from host_decode.core.capture import save_capture
-    from host_decode.cli import main
 
     out_map = tmp_path / "map.json"
     assert main(["pc2region", CUBIN, "-o", str(out_map)]) == 0  # no names: event_<id>
@@ -309,3 +305,24 @@ def test_attach_from_the_json_written_by_ikp_join(region_map, tmp_path):
     assert "A/B" in {x["path"] for x in loaded["inclusive"]}
     with pytest.raises(DecodeError, match="not a per-region join"):
         join.attach_to_trace(trace, {"format": "x"})
+
+
+def test_table_is_data_and_hardware_never_imports_reports(region_map):
+    """hardware/ returns the table as cells; printing is the CLI's (import direction of issue 14)."""
+    r = join.join(region_map, _tables()["ncu"])
+    jt = join.table(r)
+    assert jt.columns[0] == ("region", "left") and all(len(row) == len(jt.columns) for row in jt.rows)
+    assert {row[0] for row in jt.rows} >= {p for p in r.paths if not p.startswith("<")} - {
+        row["path"] for row in r.rows() if not row.get("samples") and not row.get("inst_executed")
+    }
+    assert jt.footer.startswith("cubin check: ok")
+    import ast
+    import pathlib
+
+    hardware = pathlib.Path(join.__file__).parent
+    for path in hardware.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n.startswith(("host_decode.reports", "host_decode.cli")) for n in names), path

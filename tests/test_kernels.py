@@ -9,15 +9,17 @@ import json
 import math
 import os
 import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from host_decode.torch_traces import trace as tt
 from host_decode.cli import main as cli_main
 from host_decode.core.errors import DecodeError
+from host_decode.torch_traces import loader
+from host_decode.torch_traces import trace as tt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 CPU_STEPS = FIXTURES / "cpu_steps.json.gz"
@@ -35,7 +37,10 @@ def load_events(path) -> list:
 
 
 def ns(us) -> int:
-    return round(us * 1000)
+    """Exact ns of the number as the file writes it (its shortest decimal), not round(us * 1000)."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    return int((Decimal(repr(us)) * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
 def reference_table(events, cats, keep=lambda e: True) -> dict:
@@ -447,7 +452,7 @@ def test_cache_hit_and_invalidation(gpu_trace, monkeypatch):
     def deny(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(tt.os, "replace", deny)
+    monkeypatch.setattr(loader.os, "replace", deny)
     fourth = tt.load_torch_trace(path)
     assert fourth.meta["cache"].startswith("not written") and not cache.exists()
     assert not list(path.parent.glob("*.tmp*"))
@@ -480,7 +485,7 @@ def test_short_names_disambiguate_and_demangle():
     # repeated full names (as in the pair table) keep one short name each, no "#k" suffixes
     again = tt.short_names([KERNEL_NAMES[0], KERNEL_NAMES[1], KERNEL_NAMES[0], "Memset (Device)"])
     assert again[0] == again[2] == names[0] and again[1] == names[1] and again[3] == "Memset (Device)"
-    if tt.shutil.which("c++filt"):
+    if shutil.which("c++filt"):
         assert names[2] == "device_kernel"
 
 
@@ -490,14 +495,18 @@ def test_short_names_disambiguate_and_demangle():
 def test_cli_json_csv_and_report(gpu_trace, tmp_path, capsys):
     path, events = gpu_trace
     out = tmp_path / "r.json"
-    assert cli_main(["kernels", str(path), "--json", "-o", str(out), "--top", "0"]) == 0
+    assert cli_main(["kernels", str(path), "--format", "json", "-o", str(out), "--top", "0"]) == 0
     report = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert report["gaps"]["range_us"] == [0.0, None]
-    ref = reference_table(events, DEVICE)
+    # kernels and memory operations in tables of their own, each with its own share denominator
+    ref = reference_table(events, {"kernel"})
     assert {r["full_name"]: r["count"] for r in report["kernels"]} == {k: v[0] for k, v in ref.items()}
+    assert sum(r["time_share"] for r in report["kernels"]) == pytest.approx(1.0)
+    mem = reference_table(events, DEVICE - {"kernel"})
+    assert mem and {r["full_name"]: r["count"] for r in report["memory"]} == {k: v[0] for k, v in mem.items()}
     assert {r["name"] for r in report["runtime"]} == {"cudaLaunchKernel"}
     assert report["streams"] and report["pairs"] and report["histogram"]
-    assert cli_main(["kernels", str(path), "--csv", "streams"]) == 0
+    assert cli_main(["kernels", str(path), "--format", "csv", "--table", "streams"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("device,stream,count") and len(lines) == 1 + 4
     txt = tmp_path / "r.txt"
@@ -598,7 +607,7 @@ def test_parallel_workers_match_serial(tmp_path):
 
 def _capture(tmp_path, kernel):
     from host_decode.core.capture import save_capture
-    from tests.buffers import B, E, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 2, 8)
     b.put(0, 100, 1, B).put(0, 400, 1, E).put(0, 410, 2, B).put(0, 500, 2, E)
@@ -610,7 +619,8 @@ def test_cli_capture_regions_under_matching_kernel(gpu_trace, tmp_path):
     path, _ = gpu_trace
     cap = _capture(tmp_path, "vectorized_elementwise_kernel")
     out = tmp_path / "r.json"
-    assert cli_main(["kernels", str(path), "--capture", str(cap), "--json", "-o", str(out), "--top", "0"]) == 0
+    argv = ["kernels", str(path), "--capture", str(cap), "--format", "json", "-o", str(out), "--top", "0"]
+    assert cli_main(argv) == 0
     capture = json.loads(out.read_text())["capture"]
     assert capture["matched_rows"] and all("vectorized_elementwise_kernel" in n for n in capture["matched_rows"])
     regions = {(r["group_name"], r["region"]): r for r in capture["regions"]}  # per (group, region)
@@ -664,8 +674,8 @@ def test_boundary_lookalikes_inside_strings(tmp_path, monkeypatch):
                "args": {"device": 0, "stream": 7, "note": "a}, {b" * (i % 5)}} for i in range(300)]
     path = write_trace(tmp_path / "lookalike.json", events, indent=False)
     scans = []
-    real_scan = tt._scan_elements
-    monkeypatch.setattr(tt, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
+    real_scan = loader._scan_elements
+    monkeypatch.setattr(loader, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
     for chunk in (50, 333, 4096):
         scans.clear()
         trace = tt.load_torch_trace(path, cache=False, chunk_bytes=chunk, parser="orjson")

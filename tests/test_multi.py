@@ -92,7 +92,7 @@ def test_load_parts_from_decoded_captures_and_cli(tmp_path):
     doc = json.loads((tmp_path / "s.json").read_text())
     x = sorted(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X")
     assert x == [0.1, 0.1, 1000.1, 1000.1]  # us from the earliest record (the anchor)
-    assert main(["stats", str(tmp_path), "--json", "--no-progress"]) == 0
+    assert main(["stats", str(tmp_path), "--format", "json", "--no-progress"]) == 0
 
 
 def test_chrome_overlapping_regions_get_their_own_thread():

@@ -17,10 +17,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from host_decode.hardware import pc2region
-
-from host_decode.hardware import sass
 from host_decode.core.errors import DecodeError
+from host_decode.hardware import pc2region, sass
 from host_decode.hardware.pc2region import AMBIGUOUS, OUTSIDE, UNREACHABLE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -463,10 +461,21 @@ def test_indirect_branch_is_conservative_and_unreached_code_is_unreachable():
     assert path[0x80] == UNREACHABLE
 
 
-def test_begin_without_end_in_a_loop_stops_at_depth_limit():
+def test_begin_without_end_in_a_loop_is_detected_and_deep_nesting_is_not():
     lines = LANE + [".L_x_1:"] + _mark(["IADD3 R2, R7, 0x4, RZ"]) + ["@P0 BRA `(.L_x_1)", "EXIT"]
     m = _map(lines)
-    assert any("deeper than" in p for p in m.problems)
+    assert any("grows each time around a loop" in p for p in m.problems)
+    assert m.reasons and all(m.paths[r] != AMBIGUOUS or int(pc) in m.reasons for pc, r in zip(m.pc, m.region))
+    # 100 nested regions (deeper than the old limit of 64), straight-line: every level is exact
+    depth = 100
+    begins = [
+        x for e in range(1, depth + 1) for x in _mark([f"IADD3 R2, R7, {e << 2:#x}, RZ"]) + ["FADD R20, R20, R20"]
+    ]
+    ends = [x for e in range(depth, 0, -1) for x in _mark([f"IADD3 R2, R7, {(e << 2) | 1:#x}, RZ"])]
+    m = _map(LANE + begins + ends + ["EXIT"])
+    assert not m.problems
+    fadd = [m.paths[r] for r, op in zip(m.region, m.opcode) if op == "FADD"]
+    assert fadd[-1].count("/") == depth - 1 and len(set(fadd)) == depth
 
 
 # ================================================================================================
@@ -540,7 +549,7 @@ def _compile_ikp_cute(mode, tmp_path):
         from cutlass.cute.runtime import make_fake_compact_tensor
 
         from ikp_cute import ProfileSpec, fake_buffer
-        from tests.kernels import structured
+        from ikp_cute.testing.kernels import structured
     except ImportError as e:  # the device API is developed alongside; skip rather than fail on its absence
         pytest.skip(f"ikp_cute device API not importable: {e}")
     spec = ProfileSpec(mode=mode, num_groups=2, num_blocks=4, write_stride=8, records_per_lane=64)
@@ -674,4 +683,34 @@ def test_wgmma_pipeline_example(tmp_path):
 )
 def test_mma_accumulator_width(opcode, regs):
     """Too wide would hide tags kept in registers after the accumulators; too narrow would miss clobbers."""
-    assert pc2region._mma_dest_registers(opcode) == regs
+    assert sass.mma_dest_registers(opcode) == regs
+
+
+def test_correlated_branches_on_one_predicate_stay_balanced():
+    """`if blocked: begin(w)` ... `if blocked: end(w)`: two branches on one predicate (not rewritten in
+    between) go the same way, so what follows the END is outside w on every path (FA4's waits recorded
+    only when they block). The code between the two branches is in w on one path only: <ambiguous>,
+    with a reason. Rewriting the predicate in between forgets the assumption."""
+    def kernel(between):
+        return LANE + [
+            "ISETP.NE.AND P0, PT, R0, RZ, PT",
+            "@P0 BRA `(.L_x_1)",
+            *_mark(["IADD3 R2, R7, 0x10, RZ"]),  # BEGIN 4
+            "VIADD R30, R30, 0x1",  # the record cursor advances: a user branch, not a capacity guard
+            ".L_x_1:",
+            *between,
+            "@P0 BRA `(.L_x_2)",
+            *_mark(["IADD3 R2, R7, 0x11, RZ"]),  # END 4
+            "VIADD R30, R30, 0x1",
+            ".L_x_2:",
+            "FADD R20, R20, R30",
+            "EXIT",
+        ]
+
+    m = _map(kernel(["FMUL R21, R21, R21"]))
+    path = {op: m.paths[r] for op, r in zip(m.opcode, m.region)}
+    assert path["FADD"] == OUTSIDE and path["FMUL"] == AMBIGUOUS
+    assert "meet at pc" in m.reasons[int(m.pc[m.opcode.index("FMUL")])]
+    m = _map(kernel(["ISETP.NE.AND P0, PT, R21, RZ, PT"]))  # P0 rewritten: the second branch is free
+    path = {op: m.paths[r] for op, r in zip(m.opcode, m.region)}
+    assert path["FADD"] == AMBIGUOUS

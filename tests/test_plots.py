@@ -6,11 +6,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from host_decode.analysis import regions as analysis
-
-from host_decode.reports import plots  # noqa: E402
+from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans  # noqa: E402
 from host_decode.cli import main  # noqa: E402
 from host_decode.core.model import Names  # noqa: E402
-from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans  # noqa: E402
+from host_decode.reports import plots  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -21,7 +20,8 @@ def two_group_trace(t0=0, sm=True):
         for k in range(5):
             s = t0 + 1_000 * k + 37 * b
             rows += [(b, 0, 1, s, s + 400 + 10 * b), (b, 1, 2, s + 200, s + 900), (b, 1, 3, s + 300, s + 500, 1)]
-    return trace_from_spans(rows, num_groups=2, names=Names({1: "load", 2: "mma", 3: "inner"}, {0: "producer", 1: "consumer"}),
+    names = Names({1: "load", 2: "mma", 3: "inner"}, {0: "producer", 1: "consumer"})
+    return trace_from_spans(rows, num_groups=2, names=names,
                             sm_of_block={b: b % 2 for b in range(6)} if sm else None, meta={"kernel": "toy"})
 
 
@@ -60,11 +60,12 @@ def test_single_group_overlap_plot_says_so(tmp_path):
 
 def test_cli_plot(tmp_path):
     from host_decode.core.capture import save_capture
-    from tests.buffers import B, E, F, BufferBuilder
+    from tests.buffers import B, BufferBuilder, E, F
 
     bb = BufferBuilder(num_blocks=2, num_groups=2, records_per_lane=8)
     for lane in range(4):
-        bb.put(lane, 100, 1 + lane % 2, B).put(lane, 600 + 50 * lane, 1 + lane % 2, E).put(lane, 700 + 50 * lane, lane // 2, F)
+        bb.put(lane, 100, 1 + lane % 2, B).put(lane, 600 + 50 * lane, 1 + lane % 2, E)
+        bb.put(lane, 700 + 50 * lane, lane // 2, F)
     cap = save_capture(tmp_path / "c.npy", bb.buf, {"events": {"1": "load", "2": "mma"}})
     assert main(["plot", str(cap), "-o", str(tmp_path / "png")]) == 0
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["gantt.png", "histograms.png", "overlap.png"]

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from host_decode.analysis.stats import region_summary
 from host_decode.core import wire
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import load_capture
 from host_decode.core.model import Names
-from host_decode.analysis.stats import region_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBIN = ROOT / "tests" / "kernels_pc2region" / "markers.sm_90a.cubin"
@@ -31,7 +31,7 @@ EVENTS = {1: "outer", 2: "body", 3: "slow", 4: "inner", 5: "load"}
 GROUPS = {0: "compute", 1: "loader"}
 NAMES = Names(events=EVENTS, groups=GROUPS)
 STALLS = ("long_sb", "wait", "math", "drain", "barrier")
-B, E, I, F = (int(t) for t in wire.EventType)
+B, E, INSTANT, F = (int(t) for t in wire.EventType)
 
 
 # --------------------------------------------------------------------------------------- inputs
@@ -51,7 +51,7 @@ def synthetic_buffer(num_blocks: int = 16, num_sms: int = 4, seed: int = 7) -> n
             lane = block * num_groups + group
             recs: list[tuple[int, int, int]] = []
             t = t0 + 100 * group
-            recs += [(t & 0xFFFF_FFFF, wire.ANCHOR_LO_EVENT_ID, I), (t >> 32, wire.ANCHOR_HI_EVENT_ID, I)]
+            recs += [(t & 0xFFFF_FFFF, wire.ANCHOR_LO_EVENT_ID, INSTANT), (t >> 32, wire.ANCHOR_HI_EVENT_ID, INSTANT)]
             t += 300
             if group == 0:
                 recs.append((t, 1, B))
@@ -77,7 +77,8 @@ def synthetic_buffer(num_blocks: int = 16, num_sms: int = 4, seed: int = 7) -> n
                     t += 700
             recs.append((t + 200, block % num_sms, F))
             for k, (timer, ev, ty) in enumerate(recs):
-                buf[wire.slot_index(lane, k, stride)] = wire.pack_record(timer & 0xFFFF_FFFF, wire.make_tag(lane, ev, ty))
+                tag = wire.make_tag(lane, ev, ty)
+                buf[wire.slot_index(lane, k, stride)] = wire.pack_record(timer & 0xFFFF_FFFF, tag)
     return buf
 
 
@@ -107,8 +108,7 @@ def synthetic_ncu_csv(region_map, kernel: str = "markers") -> str:
 @pytest.fixture(scope="session")
 def inputs(tmp_path_factory):
     """Paths and objects of the full synthetic report input set (map needs nvdisasm: skipped without)."""
-    from host_decode.hardware import pc2region
-    from host_decode.hardware import sass
+    from host_decode.hardware import pc2region, sass
 
     try:
         sass.find_nvdisasm()
@@ -188,7 +188,7 @@ def test_timeline_data_matches_stats_and_loss(tmp_path):
     per_block = np.bincount(trace.spans["block"][trace.spans["event"] == 2],
                             weights=trace.durations()[trace.spans["event"] == 2])
     assert body["block_imbalance"] == pytest.approx(per_block.max() / per_block.mean())
-    assert body["bottleneck"]["kind"] in ("tail", "imbalance")
+    assert body["stands_out"]["kind"] in ("tail", "imbalance")
     # what is missing is said, with how to collect it
     assert set(data["missing"]) >= {"map", "hardware", "source"}
     assert "ncu" in data["missing"]["hardware"] and "--source" in data["missing"]["source"]
@@ -265,15 +265,15 @@ def test_hardware_data_matches_join(inputs):
     assert any(" " in t for t in pcs["text"])
 
 
-def test_trace_regions_get_hardware_bottleneck(inputs):
+def test_trace_regions_get_top_stall(inputs):
     _, _, data = full_report(inputs)
     body = next(r for r in data["regions"] if r["region"] == "body")
     assert body["hw"]["paths"] == ["outer/body"]
     hw_row = next(r for r in data["hardware"]["inclusive"] if r["path"] == "outer/body")
     assert body["hw"]["samples"] == pytest.approx(hw_row["samples"])
-    assert body["bottleneck"]["kind"] == "stall"
+    assert body["stands_out"]["kind"] == "stall"
     top = max(data["hardware"]["stall_reasons"], key=lambda s: hw_row.get(f"stall_{s}", 0))
-    assert body["bottleneck"]["reason"] == top
+    assert body["stands_out"]["reason"] == top
     load = next(r for r in data["regions"] if r["region"] == "load")  # not in the cubin: no hardware row
     assert "hw" not in load
 
@@ -312,8 +312,8 @@ def test_map_without_hardware_says_so(inputs):
 
 
 def test_mismatched_hardware_data_is_refused(inputs):
-    from host_decode.hardware.adapters.ncu import read_ncu_csv
     from host_decode.core.errors import DecodeError
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
 
     text = inputs["csv"].read_text().splitlines()
     bad = "\n".join(text + [text[-1].replace(text[-1].split(",")[0], '"0x7f0000100000"')]) + "\n"
@@ -362,7 +362,7 @@ def test_cli_writes_full_report(inputs, tmp_path, capsys):
     assert data["hardware"]["check"]["ok"] and data["missing"] == {}
     assert "text" in data["pcs"]
     # --cubin alone builds the map
-    rc = main(["report", str(inputs["capture"]), "--cubin", str(inputs["cubin"]), "-o", str(out)])
+    rc = main(["report", str(inputs["capture"]), "--cubin", str(inputs["cubin"]), "-o", str(out), "-f"])
     data = extract_data(out.read_text())
     assert rc == 0 and [p["path"] for p in data["paths"]][3:] == ["outer", "outer/body", "outer/slow", "outer/inner"]
 
@@ -396,7 +396,8 @@ def compile_basic_map(tmp_dir: Path):
 
     from examples.basic.kernel import THREADS, launch_tiles
     from host_decode.hardware import pc2region
-    from ikp_cute import EventRegistry, ProfileSpec, fake_buffer, sass
+    from ikp_cute import EventRegistry, ProfileSpec, fake_buffer
+    from ikp_cute.testing import sass
 
     side = json.loads(REAL_CAPTURE.with_suffix(".json").read_text())
     events = {name: int(i) for i, name in side["events"].items()}
@@ -422,7 +423,8 @@ def real_hw_set() -> dict[str, Path] | None:
     tiles_real_{ncu,cupti}.{csv|json, map.json, cubin} [+ .capture.npy]), ncu preferred; None if absent."""
     for name, data in (("ncu", "tiles_real_ncu.csv"), ("cupti", "tiles_real_cupti.json.gz")):
         files = {"data": PC_FIXTURES / data, "map": PC_FIXTURES / f"tiles_real_{name}.map.json",
-                 "cubin": PC_FIXTURES / f"tiles_real_{name}.cubin", "capture": PC_FIXTURES / f"tiles_real_{name}.capture.npy"}
+                 "cubin": PC_FIXTURES / f"tiles_real_{name}.cubin",
+                 "capture": PC_FIXTURES / f"tiles_real_{name}.capture.npy"}
         if files["data"].exists() and files["map"].exists():
             return {"kind": name, **files}
     return None
@@ -485,7 +487,7 @@ def test_real_capture_full_report_via_cli(tmp_path):
     if real_hw_set():  # real per-PC data: it matches its map and lands in the regions
         hw = data["hardware"]
         assert hw["check"]["ok"], hw["check"]
-        assert compute["hw"]["samples"] > 0 and compute["bottleneck"]["kind"] == "stall"
+        assert compute["hw"]["samples"] > 0 and compute["stands_out"]["kind"] == "stall"
         by_path = {r["path"]: r for r in hw["exclusive"]}
         assert sum(r["samples"] for r in by_path.values()) == pytest.approx(hw["totals"]["samples"])
 
@@ -529,4 +531,4 @@ def test_sampling_only_and_counts_only_data(inputs):
     assert set(data["pcs"]["metrics"]) == {"inst_executed"} and data["pcs"]["stalls"] == {}
     assert data["source"]["cost_metric"] == "inst_executed"
     body = next(r for r in data["regions"] if r["region"] == "body")
-    assert body["bottleneck"]["kind"] in ("tail", "imbalance")  # no stall data: the timeline decides
+    assert body["stands_out"]["kind"] in ("tail", "imbalance")  # no stall data: the timeline decides

@@ -73,6 +73,10 @@ def selection_text(driver) -> str:
     return driver.find_element("id", "selection").text
 
 
+def selected(driver, css: str, attribute: str) -> list[int]:
+    return sorted(int(e.get_attribute(attribute)) for e in driver.find_elements("css selector", css))
+
+
 def count(driver, css: str) -> int:
     return len(driver.find_elements("css selector", css))
 
@@ -96,11 +100,11 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     stacks = [data["paths"][p]["stack"] or [] for p in data["pcs"]["path"]]
     expected = [i for i, st in enumerate(stacks) if body["event"] in st]
     assert expected, "the map puts no instruction in body"
-    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane .r.sel")) == expected
+    assert selected(browser, "#sass-pane .r.sel", "data-index") == expected
     text = selection_text(browser)
     assert text.startswith("region body") and f"{len(expected)} instruction(s)" in text
     lines = sorted({data["pcs"]["line"][i] for i in expected if data["pcs"]["line"][i] >= 1})
-    assert sorted(int(e.get_attribute("data-line")) for e in browser.find_elements("css selector", "#source-pane .ln.sel")) == lines
+    assert selected(browser, "#source-pane .ln.sel", "data-line") == lines
     browser.save_screenshot(str(shots / "code-region.png"))
 
     # click the source line of body's FMA: its instructions, and the region it is in
@@ -108,9 +112,9 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     line_el = browser.find_element("css selector", f'#source-pane .ln[data-line="{fma}"]')
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", line_el)
     line_el.click()
-    on_line = [i for i, l in enumerate(data["pcs"]["line"]) if l == fma]
+    on_line = [i for i, line in enumerate(data["pcs"]["line"]) if line == fma]
     assert on_line
-    assert sorted(int(e.get_attribute("data-index")) for e in browser.find_elements("css selector", "#sass-pane .r.sel")) == on_line
+    assert selected(browser, "#sass-pane .r.sel", "data-index") == on_line
     text = selection_text(browser)
     assert text.startswith(f"line {fma} (in ") and "body" in text and f"{len(on_line)} instruction(s)" in text
     samples = sum(data["pcs"]["metrics"]["samples_attributed"][i] for i in on_line)

@@ -7,7 +7,7 @@ FMAs per element. Each role records its steps with ikp_cute; regions nest, a mar
 import cutlass
 from cutlass import Int32, cute
 
-from ikp_cute import Profiler, profile_region
+from ikp_cute import Profiler
 
 THREADS = 256  # 2 warp groups of 4 warps
 
@@ -17,17 +17,17 @@ def tiles_kernel(x: cute.Tensor, y: cute.Tensor, tiles: Int32, prof_buf, spec: c
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4)  # lane = (block, warp group); leader = warp 0 / 4, lane 0
+    prof = Profiler.create(spec, prof_buf, group=warp // 4)  # lane = (block, warp group); leader = warp 0 / 4, lane 0
     base = bidx * tiles * THREADS
     acc = cutlass.Float32(0.0)
     for t in cutlass.range(tiles):
-        with profile_region(prof, "tile"):
+        with prof.region("tile"):
             v = x[base + t * THREADS + tidx]
             if warp < 4:
-                with profile_region(prof, "load"):
+                with prof.region("load"):
                     acc = acc + v
             else:
-                with profile_region(prof, "compute"):
+                with prof.region("compute"):
                     for _ in cutlass.range_constexpr(64):
                         acc = acc * 0.999 + v
             prof.mark("tile_done")

@@ -36,13 +36,13 @@ def main(argv=None) -> int:
 
     x = torch.rand(args.blocks * args.tiles * THREADS, device="cuda")
     y = torch.full((args.blocks * THREADS,), float("nan"), device="cuda")  # poisoned: every element must be written
-    session = ikp_cute.Session(
-        groups=["producer", "consumer"],
+    spec = ikp_cute.ProfileSpec(
+        num_groups=2,
         num_blocks=args.blocks,
         records_per_lane=5 * args.tiles + 8,  # 5 records per tile + anchors + trailer + slack
         events=["tile", "load", "compute", "tile_done"],
-        kernel="tiles_kernel",
     )
+    session = ikp_cute.Session(spec, groups=["producer", "consumer"], kernel="tiles_kernel")
     x_arg, y_arg = from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16)
     compiled = cute.compile(
         launch_tiles,
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         session.spec,
         args.blocks,
     )
-    with session:  # zero the buffer before, synchronize after
+    with session.zeroed_then_synced():
         compiled(x_arg, y_arg, Int32(args.tiles), session.kernel_arg())
     assert not torch.isnan(y).any(), "kernel left outputs unwritten"
 

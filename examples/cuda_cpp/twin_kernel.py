@@ -31,7 +31,7 @@ def twin_kernel(out: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexp
     bx, by, bz = cute.arch.block_idx()
     gx, gy, _ = cute.arch.grid_dim()
     group = cute.arch.warp_idx() // 2
-    prof = Profiler(spec, prof_buf, group=group)
+    prof = Profiler.create(spec, prof_buf, group=group)
     x = Float32(tidx)
     if group == 0:
         for _ in cutlass.range(iters):

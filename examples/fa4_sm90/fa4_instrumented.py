@@ -19,7 +19,7 @@ sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / 
 
 Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"):
 per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
-(`Session(lean=True)`: no profiler state in the consumers' registers across FA4's register-tight main
+(`ProfileSpec(mode="lean")`: no profiler state in the consumers' registers across FA4's register-tight main
 loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
 its schedule. Per-iteration regions (`iter`, +4.8%) are cheaper with the default cursor; the producer
 role alone costs ~0.5% even at detail "full".
@@ -130,6 +130,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         self.profile_spec = profile_spec
         self.detail = detail
         self.roles = tuple(roles)  # which roles record at all (an ablation knob: cost per role)
+        if profile_spec.enabled and profile_spec.window_slots and set(self.roles) != {"producer", "consumer"}:
+            # capture windows: every lane must finalize once per launch (ikp_cute/ring.py)
+            raise ValueError(f"roles={self.roles}: a spec with window_slots needs both roles (every lane finalizes)")
         # Diagnostic knob: build the consumer's Profiler only after FA4's mma returns (anchors + finalize,
         # no profiler state live across the main loop); requires no consumer regions.
         self.late_setup = late_setup
@@ -173,7 +176,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def load(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
-        self._prof = Profiler(self.profile_spec, None, group=0)
+        self._prof = Profiler.create(self.profile_spec, None, group=0)
         with self._region("producer"):
             self._call_parent(
                 "load",
@@ -203,9 +206,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         if self.late_setup:
             self._on = set()
             super().mma(*args, **kwargs)
-            Profiler(self.profile_spec, None, group=warp_group).finalize()
+            Profiler.create(self.profile_spec, None, group=warp_group).finalize()
             return
-        self._prof = Profiler(self.profile_spec, None, group=warp_group)
+        self._prof = Profiler.create(self.profile_spec, None, group=warp_group)
         with self._region("consumer"):
             self._call_parent(
                 "mma",

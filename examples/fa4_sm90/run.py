@@ -31,19 +31,19 @@ QUICK = {"batch": 1, "seqlen": 2048, "heads": 8, "variants": ("iter",)}
 # The measured variants: name -> (detail level, InstrumentedFlashAttentionForwardSm90 options).
 # "producer_full" records only the producer warp group (every producer event): the consumers' progress
 # shows up as the ends of `wait_empty_K/V` (a stage is released when its consumers are done with it).
-# "*_lean" variants keep no profiler state in registers between records (ProfileSpec.lean): FA4's
+# "*_lean" variants keep no profiler state in registers between records (mode="lean"): FA4's
 # consumer warp groups are register-tight, and state held live across their main loop costs more than
 # the records themselves.
 VARIANTS = {
     "tile": ("tile", {}),
-    "tile_lean": ("tile", {"lean": True}),
+    "tile_lean": ("tile", {"mode": "lean"}),
     "iter": ("iter", {}),
-    "iter_lean": ("iter", {"lean": True}),
+    "iter_lean": ("iter", {"mode": "lean"}),
     "full": ("full", {}),
-    "full_lean": ("full", {"lean": True}),
+    "full_lean": ("full", {"mode": "lean"}),
     "producer_full": ("full", {"roles": ("producer",)}),
 }
-SESSION_OPTIONS = ("lean",)  # variant options that configure the Session, not the FA4 subclass
+SESSION_OPTIONS = ("mode",)  # variant options that configure the Session, not the FA4 subclass
 
 
 def split_options(options: dict) -> tuple[dict, dict]:
@@ -93,15 +93,14 @@ def records_per_lane(seqlen: int, detail: str, tile_n: int = 128) -> int:
 def make_session(fi, batch, seqlen, heads, detail, **session_options):
     import ikp_cute
 
-    return ikp_cute.Session(
+    spec = ikp_cute.ProfileSpec(
         **session_options,
-        groups=list(fi.GROUPS),
+        num_groups=len(fi.GROUPS),
         num_blocks=fi.num_ctas(batch, seqlen, heads),
         records_per_lane=records_per_lane(seqlen, detail),
         events=fi.events_for(detail),
-        bake_address=True,
-        kernel=f"fa4_sm90_fwd[{detail}]",
     )
+    return ikp_cute.Session(spec, groups=list(fi.GROUPS), bake_address=True, kernel=f"fa4_sm90_fwd[{detail}]")
 
 
 def capture(fi, session, detail, q, k, v, causal, **options):
@@ -251,14 +250,14 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "setup_only_consumer_late": ("tile", {"events": (), "late_setup": True}),  # consumer's built after its loop
     "tile": ("tile", {}),
     "tile_consumer_only": ("tile", {"roles": ("consumer",)}),
-    "lean setup_only": ("tile", {"events": (), "lean": True}),
-    "lean role regions only": ("tile", {"events": ("producer", "consumer"), "lean": True}),
-    "lean mainloop only": ("tile", {"events": ("mainloop",), "lean": True}),
-    "lean epilogue only": ("tile", {"events": ("epilogue",), "lean": True}),
-    "lean wait_Q only": ("tile", {"events": ("wait_Q",), "lean": True}),
-    "tile_lean": ("tile", {"lean": True}),
-    "tile_lean_consumer_only": ("tile", {"roles": ("consumer",), "lean": True}),
-    "iter_lean": ("iter", {"lean": True}),
+    "lean setup_only": ("tile", {"events": (), "mode": "lean"}),
+    "lean role regions only": ("tile", {"events": ("producer", "consumer"), "mode": "lean"}),
+    "lean mainloop only": ("tile", {"events": ("mainloop",), "mode": "lean"}),
+    "lean epilogue only": ("tile", {"events": ("epilogue",), "mode": "lean"}),
+    "lean wait_Q only": ("tile", {"events": ("wait_Q",), "mode": "lean"}),
+    "tile_lean": ("tile", {"mode": "lean"}),
+    "tile_lean_consumer_only": ("tile", {"roles": ("consumer",), "mode": "lean"}),
+    "iter_lean": ("iter", {"mode": "lean"}),
     "full_producer_only": ("full", {"roles": ("producer",)}),
 }
 

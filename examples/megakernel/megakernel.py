@@ -39,7 +39,7 @@ def megakernel(items: cute.Tensor, counter: cute.Tensor, src: cute.Tensor, dst: 
     s_item = smem.allocate_tensor(Int32, cute.make_layout(1), byte_alignment=4)
     s_partial = smem.allocate_tensor(Float32, cute.make_layout(THREADS // 32), byte_alignment=4)
     num_items = cute.size(items, mode=[0])
-    prof = Profiler(profile, prof_buf, group=0)
+    prof = Profiler.create(profile, prof_buf, group=0)
 
     item = fetch(counter, s_item, tidx, prof)
     while item < num_items:

@@ -101,8 +101,9 @@ def make_session(mk, num_ctas, num_items):
     import ikp_cute
 
     per_cta = -(-num_items // num_ctas)
-    return ikp_cute.Session(groups=list(mk.GROUPS), num_blocks=num_ctas, records_per_lane=4 * (4 * per_cta + 16),
-                            events=mk.EVENTS, kernel="megakernel")
+    spec = ikp_cute.ProfileSpec(num_groups=len(mk.GROUPS), num_blocks=num_ctas,
+                                records_per_lane=4 * (4 * per_cta + 16), events=mk.EVENTS)
+    return ikp_cute.Session(spec, groups=list(mk.GROUPS), kernel="megakernel")
 
 
 def timeline_numbers(trace) -> dict:
@@ -150,7 +151,7 @@ def run(out_dir: Path, *, launches=200, copies=1200, rows=512, gemm_tiles=16, se
         prob.poison()
         session = make_session(mk, num_ctas, prob.items.shape[0])
         instr = compile_kernel(mk, prob, session, num_ctas)
-        with session:
+        with session.zeroed_then_synced():
             instr()
         err = prob.check(f"{order} instrumented")
         trace = session.decode()
@@ -180,7 +181,7 @@ def small_capture(dest: Path) -> Path:
     prob = Problem(mk, copies=300, rows=64, gemm_tiles=4, order="shuffled", seed=7)
     session = make_session(mk, num_ctas, prob.items.shape[0])
     fn = compile_kernel(mk, prob, session, num_ctas)
-    with session:
+    with session.zeroed_then_synced():
         fn()
     prob.check("capture")
     if session.decode().loss.lost:

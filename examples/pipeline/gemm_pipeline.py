@@ -98,7 +98,7 @@ class PipelinedGemm:
         gC = cute.local_tile(mC, (self.tile_m, self.tile_n), (m_block, n_block))
         k_tiles = cute.size(gA, mode=[2])
 
-        prof = Profiler(profile, prof_buf, group=warp_idx // 4)
+        prof = Profiler.create(profile, prof_buf, group=warp_idx // 4)
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(self.producer_regs)
             if warp_idx == 0:

@@ -42,8 +42,9 @@ def make_session(gp, m, n, k):
 
     blocks = (m // 128) * (n // 128)
     k_tiles = k // 64
-    return ikp_cute.Session(groups=list(gp.GROUPS), num_blocks=blocks, records_per_lane=4 * k_tiles + 16,
-                            events=gp.EVENTS, kernel="pipelined_gemm")
+    spec = ikp_cute.ProfileSpec(num_groups=len(gp.GROUPS), num_blocks=blocks, records_per_lane=4 * k_tiles + 16,
+                                events=gp.EVENTS)
+    return ikp_cute.Session(spec, groups=list(gp.GROUPS), kernel="pipelined_gemm")
 
 
 def inputs(m, n, k, seed):
@@ -100,7 +101,7 @@ def run(out_dir: Path, *, m=4096, n=4096, k=4096, launches=200, seed=0) -> list[
     session = make_session(gp, m, n, k)
     a, b, c = inputs(m, n, k, seed + 1)  # fresh inputs for the instrumented build
     instr = compile_gemm(gp, session, a, b, c)
-    with session:
+    with session.zeroed_then_synced():
         instr()
     err = check(c, a, b, "instrumented")
     trace = session.decode()
@@ -144,7 +145,7 @@ def small_capture(dest: Path, m=512, n=512, k=1024) -> Path:
     session = make_session(gp, m, n, k)
     a, b, c = inputs(m, n, k, seed=7)
     fn = compile_gemm(gp, session, a, b, c)
-    with session:
+    with session.zeroed_then_synced():
         fn()
     torch.cuda.synchronize()
     check(c, a, b, "capture")

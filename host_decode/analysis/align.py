@@ -37,6 +37,8 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
+from host_decode.torch_traces.loader import read_chrome as load_chrome  # the one torch trace reader
+from host_decode.torch_traces.loader import us_to_ns
 
 KERNEL_CATS = ("kernel",)
 AMBIGUITY_RATIO = 10  # auto-match by absolute time only if distance * this <= spacing of the slices
@@ -66,41 +68,6 @@ class Alignment:
 # --- reading the profiler trace ------------------------------------------------------------------------
 
 
-def load_chrome(path: str | os.PathLike) -> dict:
-    """A Chrome JSON trace (.json or .json.gz; object with traceEvents, or a bare event array)."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    try:
-        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-            raw = f.read()
-    except (EOFError, gzip.BadGzipFile, OSError) as e:
-        raise DecodeError(f"cannot read the trace: {e}", source=str(path)) from None
-    loads, errors = _json_codec()
-    try:
-        doc = loads(raw)
-    except errors:
-        try:  # orjson is stricter (e.g. integers past 64 bits): the standard parser decides
-            doc = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise DecodeError(f"not a Chrome JSON trace: {e}", source=str(path)) from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise DecodeError("no traceEvents array: not a Chrome JSON trace", source=str(path))
-    return doc
-
-
-def _json_codec():
-    """orjson when installed (a project dependency; several times faster on big traces), else json."""
-    try:
-        import orjson
-
-        return orjson.loads, (orjson.JSONDecodeError, json.JSONDecodeError)
-    except ImportError:
-        return json.loads, (json.JSONDecodeError,)
-
-
 def _dumps_events(events: list) -> str:
     try:
         import orjson
@@ -112,7 +79,7 @@ def _dumps_events(events: list) -> str:
 
 def profiler_ns(doc: dict, ts_us: float) -> int:
     """Profiler time of a Chrome `ts` as ns since the epoch (see the module docstring)."""
-    return int(doc.get("baseTimeNanoseconds", 0)) + int(round(float(ts_us) * 1000.0))
+    return int(doc.get("baseTimeNanoseconds", 0)) + int(us_to_ns(np.array([float(ts_us)]))[0])  # exact at epoch us
 
 
 def kernel_slices(doc: dict) -> list[dict]:

@@ -1,6 +1,13 @@
-"""`ikp` command line. Each subcommand is a module in host_decode/cli/commands/ exposing
-NAME, HELP, add_arguments(parser) and run(args) -> exit code; this file only discovers them, so that
-commands stay independent (and cheap to import: heavy imports belong inside run())."""
+"""`ikp` command line. Each subcommand is a module in host_decode/cli/commands/ exposing NAME, HELP,
+EXAMPLE, add_arguments(parser) and run(args) -> exit code; this file only discovers them, so that
+commands stay independent (and cheap to import: heavy imports belong inside run()). Shared flags and
+helpers live in host_decode/cli/common.py.
+
+Invariants (tests/test_cli_grammar.py, tests/test_cli_errors.py):
+- subcommands are listed in workflow order (WORKFLOW; commands added later follow, alphabetically);
+- bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line;
+- `ikp --version` prints the package version.
+"""
 
 from __future__ import annotations
 
@@ -12,27 +19,72 @@ import sys
 from host_decode.cli import commands
 from host_decode.core.errors import DecodeError
 
+WORKFLOW = ("decode", "stats", "report", "view", "waits", "diff", "merge", "kernels", "pc2region", "join", "plot")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ikp-cute")
+    except Exception:  # running from a checkout that is not installed
+        return "unknown (not installed)"
+
+
+def _modules() -> list:
+    found = {}
+    for info in pkgutil.iter_modules(commands.__path__):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        if hasattr(module, "NAME") and hasattr(module, "run"):
+            found[module.NAME] = module
+    rank = {name: i for i, name in enumerate(WORKFLOW)}
+    return [found[n] for n in sorted(found, key=lambda n: (rank.get(n, len(WORKFLOW)), n))]
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ikp", description="ikp_cute: region-level timelines inside GPU kernels")
+    parser = argparse.ArgumentParser(
+        prog="ikp",
+        description="ikp_cute: region-level timelines inside GPU kernels",
+        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)",
+    )
+    parser.add_argument("--version", action="version", version=f"ikp {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+    for module in _modules():
+        example = getattr(module, "EXAMPLE", None)
+        p = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=f"example:\n  {example}" if example else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
 
+def _message(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"  # names the file, not a bare errno line
+    return str(e)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("ikp: interrupted", file=sys.stderr)
+        return 130
     try:
         return int(args._run(args) or 0)
-    except DecodeError as e:
-        print(f"ikp {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as e:
-        print(f"ikp {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"ikp {args.command}: interrupted (no output written)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `ikp ... | head`: the reader left; nothing to report
+        sys.stderr.close()
+        return 0
+    except (DecodeError, OSError, ValueError, UnicodeDecodeError) as e:
+        print(f"ikp {args.command}: error: {_message(e)}", file=sys.stderr)
         return 2
 
 

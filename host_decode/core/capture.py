@@ -21,20 +21,28 @@ FORMAT = "ikp-v1"
 
 
 def save_capture(path: str | Path, buffer: Any, names: Names | dict | None = None, **meta: Any) -> Path:
-    """Write BUFFER.npy and its sidecar BUFFER.json; returns the .npy path."""
+    """Write BUFFER.npy and its sidecar BUFFER.json; returns the .npy path. Both are written to temporary
+    files and renamed into place together (host_decode.core.files): an interrupted save leaves the
+    previous capture, never a buffer without its sidecar or a truncated one (tests/test_cli_safety.py)."""
+    from host_decode.core.files import OutputFiles
+
     path = Path(path)
     if path.suffix != ".npy":
         path = path.with_suffix(".npy")
     path.parent.mkdir(parents=True, exist_ok=True)
     buf = as_uint64(buffer, source=str(path))
-    np.save(path, buf, allow_pickle=False)
     if not isinstance(names, Names):
         names = Names.from_json(names or {})
     num_blocks, num_groups = wire.unpack_header(int(buf[0]))
     side = {"format": FORMAT, "num_blocks": num_blocks, "num_groups": num_groups}
     side.update(names.to_json())
     side.update({k: v for k, v in meta.items() if v is not None})
-    path.with_suffix(".json").write_text(json.dumps(side, indent=1, sort_keys=True, default=_jsonable))
+    text = json.dumps(side, indent=1, sort_keys=True, default=_jsonable)
+    with OutputFiles(force=True) as out:  # a library save replaces a capture of the same name, atomically
+        npy, sidecar = out.add(path), out.add(path.with_suffix(".json"))
+        with open(npy, "wb") as f:
+            np.save(f, buf, allow_pickle=False)
+        sidecar.write_text(text)
     return path
 
 

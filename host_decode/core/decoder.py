@@ -653,7 +653,15 @@ def read_sidecar(path: str | Path) -> dict:
         raise DecodeError(f"sidecar is not valid JSON: {e}", source=str(side)) from None
     if not isinstance(obj, dict):
         raise DecodeError("sidecar must be a JSON object", source=str(side))
+    if obj.get("format", FORMAT_NAME) != FORMAT_NAME or not SIDECAR_KEYS.intersection(obj):
+        what = "a Chrome trace" if "traceEvents" in obj else f"keys {sorted(obj)[:6]}"
+        raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT_NAME!r} with "
+                          "events/groups): rename it, or pass names with --names", source=str(side))
     return obj
+
+
+FORMAT_NAME = "ikp-v1"  # host_decode.core.capture.FORMAT
+SIDECAR_KEYS = frozenset({"format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups"})
 
 
 def load_buffer(path: str | Path) -> np.ndarray:
@@ -661,10 +669,13 @@ def load_buffer(path: str | Path) -> np.ndarray:
     path = Path(path)
     try:
         arr = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         raise
-    except (ValueError, EOFError, OSError) as e:
-        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file): {e}", source=str(path)) from None
+    except Exception as e:  # noqa: BLE001 - numpy's header parser raises ValueError, SyntaxError, TokenError...
+        # numpy's own text may advise allow_pickle=True: never pass that on (loading a pickle runs code)
+        reason = "" if "pickle" in str(e) else f": {e}"
+        raise DecodeError(f"cannot read as a .npy buffer (truncated or not a numpy file){reason}",
+                          source=str(path)) from None
     if isinstance(arr, np.lib.npyio.NpzFile):
         raise DecodeError("expected a .npy array, got a .npz archive", source=str(path))
     return arr

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable
 from host_decode.hardware.pc2region import RegionMap
 
 NOT_IN_MAP = "<not in map>"
@@ -322,31 +322,34 @@ def _move_samples(region_map: RegionMap, on_map: dict[str, np.ndarray]) -> float
 # ================================================================================================
 
 
-def render_table(result: JoinResult, inclusive: bool = False, console=None) -> None:
-    """Print the per-region table with rich (imported here: host_decode imports with numpy only)."""
-    from rich.table import Table
+@dataclasses.dataclass(frozen=True)
+class JoinTable:
+    """The per-region table as text cells (hardware returns data, the CLI prints it)."""
 
-    from host_decode.reports.text import make_console
+    title: str
+    columns: list[tuple[str, str]]  # (header, "left" | "right")
+    rows: list[list[str]]
+    footer: str
 
-    console = console or make_console()
+
+def table(result: JoinResult, inclusive: bool = False) -> JoinTable:
+    """Rows of `ikp join`'s table: one per region path (exclusive, or inclusive of the paths below);
+    special buckets without samples or instructions are left out of the exclusive view."""
     rows = result.rows(inclusive)
     kind = "inclusive: a path and everything below it" if inclusive else "exclusive"
-    table = Table(title=f"{result.kernel} ({result.source}, {kind})", title_justify="left")
     has_inst = "inst_executed" in result.totals
     has_pred = "thread_inst_executed" in result.totals and "pred_on_thread_inst_executed" in result.totals
     has_samples = result.totals.get("samples", 0) > 0
-    table.add_column("region", no_wrap=True)
+    columns = [("region", "left")]
     if has_inst:
-        table.add_column("instructions", justify="right")
-        table.add_column("%", justify="right")
+        columns += [("instructions", "right"), ("%", "right")]
     if has_pred:
-        table.add_column("pred-on", justify="right")
+        columns.append(("pred-on", "right"))
     if has_samples:
-        table.add_column("samples", justify="right")
-        table.add_column("%", justify="right")
-        table.add_column("top stalls (of the region's samples)", no_wrap=True)
+        columns += [("samples", "right"), ("%", "right"), ("top stalls (of the region's samples)", "left")]
     if not inclusive:
-        table.add_column("markers' own share", justify="right", no_wrap=True)
+        columns.append(("markers' own share", "right"))
+    cells_out = []
     for row in rows:
         if not inclusive and row["path"].startswith("<") and not row.get("samples") and not row.get("inst_executed"):
             continue
@@ -368,8 +371,7 @@ def render_table(result: JoinResult, inclusive: bool = False, console=None) -> N
             if has_samples:
                 parts.append(f"{100 * row.get('marker_samples_share', 0):.1f}% samples")
             cells.append(", ".join(parts))
-        table.add_row(*cells)
-    console.print(table)
+        cells_out.append(cells)
     check = result.check
     line = f"cubin check: {'ok' if check['ok'] else 'MISMATCH: ' + '; '.join(check['reasons'])}"
     if has_samples:
@@ -378,7 +380,7 @@ def render_table(result: JoinResult, inclusive: bool = False, console=None) -> N
         line += f"; instructions {_si(result.totals['inst_executed'])}"
     if "external_region_agreement" in check:
         line += f"; the data's own regions agree on {100 * check['external_region_agreement']:.1f}%"
-    console.print(line)
+    return JoinTable(f"{result.kernel} ({result.source}, {kind})", columns, cells_out, line)
 
 
 def _si(x: float) -> str:
@@ -389,7 +391,7 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
-def attach_to_trace(trace, result: "JoinResult | dict | str", key: str = "regions_hw") -> dict:
+def attach_to_trace(trace, result: JoinResult | dict | str, key: str = "regions_hw") -> dict:
     """Store the join in ``trace.meta[key]`` with region paths named by the trace's event names, and
     a per-event summary (``by_event``: event id -> inclusive samples, instructions and stall counts
     of the outermost paths ending in that event) that a Perfetto writer can show as args on the
@@ -425,7 +427,7 @@ def attach_to_trace(trace, result: "JoinResult | dict | str", key: str = "region
     return payload
 
 
-def _load_join_json(obj: "dict | str") -> dict:
+def _load_join_json(obj: dict | str) -> dict:
     import json
 
     source = "join json"

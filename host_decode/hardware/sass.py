@@ -11,6 +11,11 @@ pass; it has been stable across CUDA 12 and 13.
 
 A subroutine (``$kernel$helper``) is emitted inside the kernel's section, so one ``Function`` holds the
 kernel and its subroutines; ``Function.symbols`` maps each symbol to its PC.
+
+Operand semantics (second half): which registers an instruction may write (``may_defs``: widths from
+the opcode's modifiers, MMA accumulator ranges from the shape) and read (``uses``), when it may not
+take effect (``conditional``), and when the next PC is not its successor (``ends_flow``). Guarded by
+tests/test_pc2region.py (test_mma_accumulator_width, the hand-written listings and the real cubins).
 """
 
 from __future__ import annotations
@@ -70,20 +75,23 @@ def _wheel_candidates() -> list[str]:
     return found
 
 
-def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout_s: float = 120.0) -> str:
-    """Text listing (code sections, line info) of a cubin."""
+def disassemble(cubin: bytes, nvdisasm: str | None = None, timeout_s: float = 120.0, source: str | None = None) -> str:
+    """Text listing (code sections, line info) of a cubin. `source`: the user's file, named by errors
+    (nvdisasm reads a temporary copy; its messages are rewritten to name `source`)."""
+    source = source or "cubin"
     if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) < 4:
-        raise DecodeError("not a cubin: expected bytes", source="cubin")
+        raise DecodeError("not a cubin: expected bytes", source=source)
     if bytes(cubin[:4]) != b"\x7fELF":
-        raise DecodeError("not a cubin: no ELF magic in the first 4 bytes", source="cubin")
+        raise DecodeError("not a cubin: no ELF magic in the first 4 bytes", source=source)
     tool = nvdisasm or find_nvdisasm()
     with tempfile.TemporaryDirectory(prefix="ikp_sass_") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
             f.write(bytes(cubin))
-        proc = subprocess.run([tool, "-c", "-g", path], capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run([tool, "-c", "-g", path], check=False, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise DecodeError(f"nvdisasm failed (exit {proc.returncode}): {proc.stderr.strip()[:500]}", source="cubin")
+        message = proc.stderr.replace(path, source).strip()[:500]
+        raise DecodeError(f"nvdisasm failed (exit {proc.returncode}): {message}", source=source)
     return proc.stdout
 
 
@@ -143,6 +151,8 @@ _LINE_RE = re.compile(r'^\s*//## File "([^"]*)", line (\d+)')
 _TYPE_FUNC_RE = re.compile(r"^\s*\.type\s+(\S+),@function")
 _GUARD_RE = re.compile(r"^@(!?U?P(?:\d+|T))\s+")
 _TARGET_RE = re.compile(r"`\(([^)]*)\)")
+# a jump table's targets, printed after a BRX: (*"BRANCH_TARGETS .L_x_29,.L_x_30,.L_x_31"*)
+_BRANCH_TARGETS_RE = re.compile(r'\(\*"BRANCH_TARGETS\s+([^"]*)"\*\)')
 
 
 def parse_listing(text: str) -> list[Function]:
@@ -198,6 +208,10 @@ def _parse_instruction(pc: int, body: str, file: str | None, line: int | None) -
         guard = m.group(1)
         body = body[m.end() :]
     targets = _TARGET_RE.findall(body)
+    m = _BRANCH_TARGETS_RE.search(body)
+    if m:
+        targets.append(m.group(1))
+        body = (body[: m.start()] + body[m.end() :]).strip()
     body_no_targets = _TARGET_RE.sub("", body).strip()
     parts = body_no_targets.split(None, 1)
     opcode = parts[0] if parts else ""
@@ -239,16 +253,17 @@ def _check_pcs(fn: Function) -> None:
         raise DecodeError(f"nvdisasm listing of {fn.name}: PCs are not strictly increasing", source="sass")
 
 
-def select_function(functions: list[Function], kernel: str | None) -> Function:
+def select_function(functions: list[Function], kernel: str | None, source: str | None = None) -> Function:
     """The function named `kernel` (exact, else unique substring match); with None, the only one."""
+    source = source or "cubin"
     if not functions:
-        raise DecodeError("the cubin has no code sections", source="cubin")
+        raise DecodeError("the cubin has no code sections", source=source)
     if kernel is None:
         if len(functions) == 1:
             return functions[0]
         raise DecodeError(
             "the cubin has several kernels; choose one with kernel=...: " + ", ".join(f.name for f in functions),
-            source="cubin",
+            source=source,
         )
     exact = [f for f in functions if f.name == kernel]
     if exact:
@@ -259,5 +274,229 @@ def select_function(functions: list[Function], kernel: str | None) -> Function:
     raise DecodeError(
         f"kernel {kernel!r} {'is ambiguous' if partial else 'not found'}; kernels: "
         + ", ".join(f.name for f in functions),
-        source="cubin",
+        source=source,
     )
+
+
+# ================================================================================================
+# Register operands and which instructions define what
+# ================================================================================================
+
+_REG_RE = re.compile(r"^(U?R)(\d+|Z)$")
+TIMER_SR_RE = re.compile(r"SR_GLOBALTIMER")
+STORE_OPS = {"STG", "ST", "STS", "STAS"}
+NO_DEST_OPS = STORE_OPS | {
+    "STL",
+    "RED",
+    "REDG",
+    "REDAS",
+    "BRA",
+    "BRX",
+    "JMP",
+    "JMX",
+    "CALL",
+    "RET",
+    "EXIT",
+    "BAR",
+    "BSYNC",
+    "BSSY",
+    "WARPSYNC",
+    "NOP",
+    "MEMBAR",
+    "FENCE",
+    "ERRBAR",
+    "CCTL",
+    "CCTLL",
+    "DEPBAR",
+    "YIELD",
+    "BPT",
+    "KILL",
+    "UTMALDG",
+    "UTMASTG",
+    "UTMAPF",
+    "UTMACCTL",
+    "UBLKCP",
+    "UBLKPF",
+    "WARPGROUP",
+    "LDGDEPBAR",
+    "NANOSLEEP",
+    "PMTRIG",
+    "BREAK",
+    "ACQBULK",
+    "BMOV",
+    "UTMACMDFLUSH",
+    "ARRIVES",
+    "SYNCS",
+    "WARPGROUPSET",
+    "CGAERRBAR",
+}
+MMA_OPS = {"HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "QGMMA", "IGMMA", "BGMMA", "GMMA", "OMMA", "UTCHMMA", "UTCQMMA"}
+
+
+def reg_name(token: str) -> str | None:
+    """'R8' / 'R8.reuse' / '-R8' / '~UR4' / '|R3|' / 'R26.64' -> 'R8' ...; None if not a GPR/uniform reg."""
+    t = token.strip().lstrip("-~!|").rstrip("|")
+    t = t.split(".", 1)[0]
+    m = _REG_RE.match(t)
+    if not m or m.group(2) == "Z":
+        return None
+    return t
+
+
+def reg_plus(reg: str, k: int) -> str:
+    m = _REG_RE.match(reg)
+    return f"{m.group(1)}{int(m.group(2)) + k}"
+
+
+def reg_width(opcode: str) -> int:
+    mods = opcode.split(".")[1:]
+    for mod, w in (("256", 8), ("128", 4), ("64", 2), ("WIDE", 2)):
+        if mod in mods:
+            return w
+    return 1
+
+
+_GMMA_SHAPE_RE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+
+
+def mma_dest_registers(opcode: str) -> int:
+    """Accumulator registers an MMA writes per thread, from its shape and accumulator type:
+    HGMMA.64x128x16.F32 (a warpgroup: 64*128/128 = 64 values) -> 64; HMMA.16816.F32 (a warp) -> 4.
+    16-bit accumulators (the type right after the shape) pack two values per register. Unknown
+    shapes: 255 (every register)."""
+    mods = opcode.split(".")[1:]
+    for k, mod in enumerate(mods):
+        packed = mods[k + 1 : k + 2] in (["F16"], ["BF16"])  # the accumulator type follows the shape
+        m = _GMMA_SHAPE_RE.match(mod)
+        if m:  # wgmma: M=64 over 128 threads
+            values = int(m.group(1)) * int(m.group(2)) // 128
+            return max(1, values // 2 if packed else values)
+        if mod.isdigit() and len(mod) in (3, 4, 5):  # mma.sync shapes: 884, 1688, 16816, 16832
+            mm, nn = (int(mod[:2]), int(mod[2])) if mod.startswith("16") else (int(mod[0]), int(mod[1]))
+            values = mm * nn // 32
+            if opcode.startswith("DMMA"):
+                return 2 * values
+            return max(1, values // 2 if packed else values)
+    return 255
+
+
+def may_defs(ins: Instruction) -> list[str]:
+    """Registers an instruction may write (over-approximated: widths from modifiers, MMA ranges)."""
+    if ins.base in NO_DEST_OPS or not ins.operands:
+        return []
+    dest = reg_name(ins.operands[0])
+    if dest is None:
+        return []
+    if ins.base in MMA_OPS:
+        width = mma_dest_registers(ins.opcode)
+    elif ins.base == "CS2R":
+        width = 1 if ".32" in ins.opcode else 2
+    else:
+        width = reg_width(ins.opcode)
+    return [reg_plus(dest, k) for k in range(width)]
+
+
+INT_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
+_PRED_RE = re.compile(r"^!?U?P(\d+|T)$")
+
+
+def mentions_pred(x: Instruction, guard: str) -> bool:
+    """Whether `x` names the guard's predicate register in its operands (may write it)."""
+    pred = guard.lstrip("!")
+    return any(o.lstrip("!") == pred for o in x.operands) or x.base in ("R2P", "UR2UP", "CALL")
+
+
+def conditional(x: Instruction) -> bool:
+    """May the instruction not take effect: a guard (`@P0 BRA`) or, on sm_100-style listings, a
+    predicate operand (`BRA.U !UP0, target`)."""
+    if x.never:
+        return False
+    if x.predicated:
+        return True
+    return x.base in ("BRA", "JMP", "EXIT", "RET", "BRX", "JMX", "CALL") and any(
+        is_pred(o) and o.lstrip("!") not in ("PT", "UPT") for o in x.operands
+    )
+
+
+def is_pred(token: str) -> bool:
+    return bool(_PRED_RE.match(token.strip()))
+
+
+def copy_source(x: Instruction) -> str | None:
+    ops = x.operands
+    if x.base in ("MOV", "R2UR") and len(ops) >= 2:
+        return reg_name(ops[1]) if not ops[1].startswith(("-", "~", "|")) else None
+    if (
+        x.base == "IMAD"
+        and x.opcode in ("IMAD.MOV.U32", "IMAD.U32", "IMAD.MOV")
+        and len(ops) == 4
+        and ops[1] == "RZ"
+        and ops[2] == "RZ"
+        and not ops[3].startswith(("-", "~", "|"))
+    ):
+        return reg_name(ops[3])
+    return None
+
+
+SIDE_EFFECT_OPS = NO_DEST_OPS | {
+    "ATOM",
+    "ATOMG",
+    "ATOMS",
+    "LDGSTS",
+    "UTMALDG",
+    "SETMAXREG",
+    "USETMAXREG",
+    "VOTE",
+    "VOTEU",
+    "SHFL",
+    "MATCH",
+    "REDUX",
+    "S2R_BAR",
+    "ELECT",
+    "LDSM",
+    "STSM",
+}
+ALL_REGS = "*"
+_REG_TOKEN_RE = re.compile(r"\b(U?R\d+|U?P\d)\b")
+
+
+def uses(x: Instruction) -> set[str]:
+    """Registers and predicates an instruction may read: each register token, plus the registers
+    after it where the operand or the opcode is 64/128-bit wide; MMA-like ops read 'everything'."""
+    if x.base in MMA_OPS:
+        return {ALL_REGS}
+    first_is_dest = x.base not in NO_DEST_OPS and bool(x.operands)
+    wide_op = any(t in x.opcode for t in ("64", "128", "WIDE")) or x.base in ("DADD", "DFMA", "DMUL", "DSETP")
+    out: set[str] = set()
+    for k, op in enumerate(x.operands):
+        if k == 0 and first_is_dest and "[" not in op:
+            continue
+        for tok in _REG_TOKEN_RE.findall(op):
+            out.add(tok)
+            if "R" not in tok:
+                continue
+            if x.base in STORE_OPS and k == len(x.operands) - 1:
+                out.update(reg_plus(tok, w) for w in range(1, reg_width(x.opcode)))
+            elif wide_op or ".64" in op or ".128" in op:  # a register pair (or more) may be read
+                out.update(reg_plus(tok, w) for w in range(1, 4 if ".128" in op or "128" in x.opcode else 2))
+    if x.predicated:
+        out.add(x.guard.lstrip("!"))
+    return out
+
+
+def writes(x: Instruction) -> list[str]:
+    """Registers / predicates written: the GPR destinations plus leading predicate destinations."""
+    out = list(may_defs(x))
+    if x.base in NO_DEST_OPS or not x.operands:
+        return out
+    for k, op in enumerate(x.operands[:3]):
+        if is_pred(op) and not op.startswith("!") and op not in ("PT", "UPT") and (k == 0 or out):
+            out.append(op)
+        elif k > 0:
+            break
+    return out
+
+
+
+def ends_flow(x: Instruction) -> bool:
+    return x.base in ("EXIT", "BRA", "RET", "BRX", "JMX", "JMP", "KILL") and not conditional(x) and not x.never

@@ -14,20 +14,33 @@ Inputs, all optional but the trace:
 * the kernel's source text: each line coloured by the regions of its instructions (map line info) or,
   without a map, by the marker calls found in the text.
 
-Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report.py reads back:
-  kernel {facts}, loss {...}, regions [per (group, event) row], analysis {...} | null,
-  sm [per-SM rows], hardware {join summary} | null, paths [per region path], pcs {columnar} | null,
-  source {path, lines, line_paths, line_cost, origin} | null, missing {view: how to collect} .
+Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report*.py read back:
+  kernel {facts}, loss {...}, regions [per (group, event) row: stats, histogram (hist_log: geometric
+  bins), exclusive_ns, parent_key, hw {.., shared_by} ], analysis {...} | null, sm [per-SM rows],
+  hardware {join summary} | null, paths [per region path], pcs {columnar} | null,
+  source {path, lines, line_paths, line_cost, origin, line_time, def_lines} | null,
+  missing {view: how to collect}, and one key per registered extra view (REPORT_VIEWS: "timeline",
+  host_decode.reports.timeline).
+
+Invariants, and the tests that guard them:
+- a region's exclusive time is its time minus the spans directly inside it (span_parents), so the
+  exclusive times of one group add up to at most its lane time
+  (tests/test_report_timeline.py::test_nesting_and_exclusive_time, ::test_region_rows_exclusive_and_parent);
+- per-PC numbers belong to code paths: groups that run one region share its numbers and say so
+  (::test_samples_shared_by_groups_running_the_same_code);
+- the page fits 1600x1000 in every view with nothing cut (tests/test_report_layout_browser.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import html
 import json
 import math
 import re
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +55,10 @@ HIST_BINS = 24
 MAX_LOSS_LANES = 50
 MAX_SOURCE_LINES = 20_000
 
-# Thresholds of the "biggest bottleneck" heuristic (README, "ikp report", explains them).
+# Thresholds of the "what stands out" flags (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
+LOG_BINS_RATIO = 8  # max / min duration above which histogram bins grow geometrically
 
 HOW_TO = {
     "map": (
@@ -60,7 +74,8 @@ HOW_TO = {
         "cupti.json."
     ),
     "source": "No source: pass --source kernel.py (the file the kernel was compiled from).",
-    "analysis": "host_decode.analysis.regions is not available in this install: bubbles, overlap and imbalance are left out.",
+    "analysis": ("host_decode.analysis.regions is not available in this install: bubbles, overlap and imbalance "
+                 "are left out."),
     "sm": (
         "No SM ids: the capture has no finalize records with SM ids (a lane that never called finalize() or "
         "a buffer written by another tool). Call prof.finalize() at the end of the kernel."
@@ -83,8 +98,10 @@ def build_report_data(
     pc_files: dict[int, str | None] | None = None,
     capture_path: str | None = None,
     force_join: bool = False,
+    timeline_blocks: list[int] | None = None,
 ) -> dict:
-    """Everything the page shows, as JSON-ready Python data (see the module docstring)."""
+    """Everything the page shows, as JSON-ready Python data (see the module docstring).
+    `timeline_blocks`: blocks the Timeline tab draws (default: the fastest, median and slowest)."""
     missing: dict[str, str] = {}  # view key -> what is missing and how to collect it
     data: dict[str, Any] = {
         "format": REPORT_FORMAT,
@@ -95,19 +112,22 @@ def build_report_data(
         "groups": {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()},
     }
     data.update(_timeline_analysis(trace, missing))
-    data["kernel"]["launch_ns"] = (data["analysis"] or {}).get("launch", {}).get("launch_ns", trace.end_ns - trace.start_ns)
+    launch = (data["analysis"] or {}).get("launch", {})
+    data["kernel"]["launch_ns"] = launch.get("launch_ns", trace.end_ns - trace.start_ns)
     data.update(_hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, missing))
     if data["hardware"] is not None:
         _attach_hardware_to_regions(data["regions"], data["hardware"])
     for row in data["regions"]:
-        row["bottleneck"] = bottleneck(row)
+        row["stands_out"] = stands_out(row)
     if source_text is None:
         missing["source"] = HOW_TO["source"]
         data["source"] = None
     else:
         data["source"] = source_data(source_text, source_path, data["pcs"], trace)
+    options = {"timeline_blocks": timeline_blocks}
+    for view in REPORT_VIEWS:
+        data[view.key] = view.build(trace, options)
     data["missing"] = missing
-    data["waits"] = pipeline_waits_view(trace)
     return jsonable(data)
 
 
@@ -128,7 +148,8 @@ def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, miss
     if region_map is None:
         missing["map"] = HOW_TO["map"]
         missing["hardware"] = (HOW_TO["hardware"] if pc_table is None else
-                               "Per-PC data was given without a pc2region map (--map or --cubin): it cannot be split by region.")
+                               "Per-PC data was given without a pc2region map (--map or --cubin): "
+                               "it cannot be split by region.")
         return {"paths": [], "hardware": None, "pcs": None}
     out = {"paths": path_rows(trace, region_map), "hardware": None,
            "pcs": pc_columns(region_map, pc_table, sass_text, pc_files)}
@@ -156,7 +177,9 @@ def render_html(data: dict) -> str:
     # confuse the script element, and JSON.parse reads the same string
     blob = blob.replace("<", "\\u003c")
     title = f"ikp report: {data.get('kernel', {}).get('name') or 'kernel'}"
-    css, js, waits_js = (_asset(name) for name in ("report.css", "report.js", "waits.js"))
+    css, js = (_asset(name) for name in ("report.css", "report.js"))
+    # each extra view's script runs after the page's and adds its tab (window.__ikp.addView)
+    js += "".join(f"\n{_asset(view.asset)}" for view in REPORT_VIEWS)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -164,7 +187,7 @@ def render_html(data: dict) -> str:
         f"<title>{html.escape(title)}</title>\n<style>\n{css}\n</style></head>\n<body>\n"
         f"<script type=\"application/json\" id=\"{DATA_ELEMENT_ID}\">{blob}</script>\n"
         "<div id=\"app\"><noscript>This report needs JavaScript (inline, no network).</noscript></div>\n"
-        f"<script>\n{js}\n;\n{waits_js}\n</script>\n</body></html>\n"
+        f"<script>\n{js}\n</script>\n</body></html>\n"
     )
 
 
@@ -196,6 +219,36 @@ def extract_data(page: str) -> dict:
     if not m:
         raise ValueError(f"no <script id={DATA_ELEMENT_ID!r}> data element in the page")
     return json.loads(m.group(1))
+
+
+# ================================================================================================
+# Views beyond the four built-in tabs: a registry
+# ================================================================================================
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportView:
+    """An extra tab of the page: ``build(trace, options)`` (options: build_report_data's view options)
+    gives the JSON-ready data the page embeds under ``key`` (None: nothing to show), and ``asset`` (a file
+    in reports/assets/) is the script that draws it; the script registers its tab with
+    ``window.__ikp.addView(key, label, render)`` (tests/test_report_timeline.py::
+    test_view_registry_embeds_data_and_script)."""
+
+    key: str
+    asset: str
+    build: Callable[[Trace, dict], Any]
+
+
+REPORT_VIEWS: list[ReportView] = []
+
+
+def register_view(view: ReportView) -> None:
+    """Add (or replace, by key) an extra tab; views keep the order they were first registered in."""
+    for i, v in enumerate(REPORT_VIEWS):
+        if v.key == view.key:
+            REPORT_VIEWS[i] = view
+            return
+    REPORT_VIEWS.append(view)
 
 
 # ================================================================================================
@@ -241,16 +294,21 @@ def region_rows(trace: Trace) -> list[dict]:
     rows = summary_rows(summary, trace.names)
     sp = trace.spans
     dur = sp["end_ns"] - sp["start_ns"]
+    parent = span_parents(sp)
+    exclusive = exclusive_durations(sp, parent)
+    parent_event = np.where(parent >= 0, sp["event"][np.maximum(parent, 0)], -1)
     lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
     window_by_group = {
-        int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum()) for g in np.unique(lanes["group"])
+        int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
+        for g in np.unique(lanes["group"])
     }
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
         mask = (sp["group"] == g) & (sp["event"] == e)
-        counts, edges = duration_histogram(dur[mask])
+        counts, edges, geometric = duration_histogram(dur[mask])
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
+        row["hist_log"] = geometric
         window = window_by_group.get(g, 0)
         row["share_of_group_time"] = r["total_ns"] / window if window else None
         row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
@@ -259,27 +317,74 @@ def region_rows(trace: Trace) -> list[dict]:
         row["blocks"] = int(per_block.size)
         row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
         row["key"] = f"{g}:{e}"
+        row["exclusive_ns"] = int(exclusive[mask].sum())
+        # the region this one runs inside most often (its row is indented under that one); -1: a root
+        pe = parent_event[mask]
+        top = np.bincount(pe + 1).argmax() - 1 if pe.size else -1
+        row["parent_key"] = f"{g}:{int(top)}" if top >= 0 else None
+        row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
     return rows
 
 
-def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list]:
-    """Counts and edges (ns). Durations read off %globaltimer are multiples of its step (32 ns): bins
-    are then whole steps centred on the values, so no bin is empty only because no multiple of 32 fell
-    in it (the comb a plain linspace gives)."""
+def span_parents(sp: np.ndarray) -> np.ndarray:
+    """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
+    order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
+    lane, then begin in program order (core.model); tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
+    n = sp.size
+    parent = np.full(n, -1, np.int64)
+    if n == 0:
+        return parent
+    order = np.argsort(sp["lane"], kind="stable")  # already in lane order for decoded traces
+    depth, lane = sp["depth"][order].astype(np.int64), sp["lane"][order]
+    pos = np.arange(n)
+    for d in range(1, int(depth.max()) + 1):
+        kids, cands = pos[depth == d], pos[depth == d - 1]
+        if not kids.size or not cands.size:
+            continue
+        k = np.searchsorted(cands, kids) - 1
+        ok = k >= 0
+        found = cands[np.maximum(k, 0)]
+        ok &= lane[found] == lane[kids]
+        parent[order[kids[ok]]] = order[found[ok]]
+    return parent
+
+
+def exclusive_durations(sp: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each span's duration minus the time of the spans directly inside it (never below 0: regions of
+    other ids that overlap without nesting can cover more than their parent)."""
+    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
+    inner = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=sp.size).astype(np.int64)
+    return np.maximum(dur - inner, 0)
+
+
+def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list, bool]:
+    """Counts, edges (ns) and whether the bins grow geometrically. Durations read off %globaltimer are
+    multiples of its step (32 ns): bins are then whole steps centred on the values, so no bin is empty
+    only because no multiple of 32 fell in it (the comb a plain linspace gives). When the longest
+    duration is more than LOG_BINS_RATIO x the shortest, bin widths grow geometrically (still whole
+    steps), so a 2 µs tail beside 200 ns regions gets bins of its own instead of one flat bar. Edges are
+    bin boundaries, half a step off the values (the page labels values, never a negative one)."""
     d = np.asarray(d, np.int64)
     if d.size == 0:
-        return [], []
+        return [], [], False
     lo, hi = int(d.min()), int(d.max())
+    geometric = False
     if step > 1 and not np.any(d % step):
-        width = step * max(1, -(-(hi - lo + step) // (bins * step)))
-        n = (hi - lo) // width + 1
-        edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
+        steps = (hi - lo) // step + 1  # values lo, lo + step, ..., hi
+        if steps > bins and (hi + step) / max(lo, step) > LOG_BINS_RATIO:
+            k = np.unique(np.rint(np.geomspace(1, steps + 1, bins + 1)).astype(np.int64)) - 1
+            edges = lo - step / 2 + step * k.astype(np.float64)
+            geometric = True
+        else:
+            width = step * max(1, -(-(hi - lo + step) // (bins * step)))
+            n = (hi - lo) // width + 1
+            edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
     elif hi > lo:
         edges = np.linspace(lo, hi, bins + 1)
     else:
         edges = np.array([lo - 0.5, hi + 0.5])
     counts, edges = np.histogram(d, edges)
-    return [int(c) for c in counts], [float(x) for x in edges]
+    return [int(c) for c in counts], [float(x) for x in edges], geometric
 
 
 def analysis_data(trace: Trace, analysis_mod: Any) -> tuple[dict, list[dict]]:
@@ -325,7 +430,13 @@ def hardware_data(trace: Trace, result: Any) -> dict:
 
 
 def _attach_hardware_to_regions(regions: list[dict], hw: dict) -> None:
-    """Each trace region gets the inclusive hardware numbers of the paths that end in its event."""
+    """Each trace region gets the inclusive hardware numbers of the paths that end in its event.
+    Per-PC samples belong to code, not to warp groups: when groups run the same region (same event
+    id, same instructions), each of their rows carries the same numbers, and ``shared_by`` names the
+    groups, so the page says so instead of showing one code path's share as if each group had it."""
+    groups_of_event: dict[int, list[str]] = {}
+    for row in regions:
+        groups_of_event.setdefault(row["event"], []).append(row["group_name"])
     for row in regions:
         agg = hw["by_event"].get(str(row["event"]))
         if not agg:
@@ -334,7 +445,8 @@ def _attach_hardware_to_regions(regions: list[dict], hw: dict) -> None:
         total = sum(stalls.values())
         top = sorted(((r, v / total) for r, v in stalls.items() if v), key=lambda kv: -kv[1])[:3] if total else []
         row["hw"] = {"samples": agg["samples"], "samples_share": agg["samples_share"],
-                     "inst_executed": agg["inst_executed"], "top_stalls": top, "paths": agg["paths"]}
+                     "inst_executed": agg["inst_executed"], "top_stalls": top, "paths": agg["paths"],
+                     "shared_by": groups_of_event[row["event"]] if len(groups_of_event[row["event"]]) > 1 else None}
 
 
 def pc_columns(region_map: Any, pc_table: Any, sass_text: dict[int, str] | None,
@@ -440,6 +552,52 @@ def source_data(text: str, path: str | None, pcs: dict | None, trace: Trace) -> 
     # the marker calls' nesting is shown too (a stripe beside the line numbers): CuTe DSL line info
     # is sparse, and the calls say where each region opens and closes in the text
     out.update(marker_lines(lines, trace.names.events))
+    out["line_time"] = marker_line_time(out["marker_calls"], trace)
+    if out["origin"] == "map":
+        out["def_lines"] = def_line_attribution(lines, out["line_paths"], pcs, mine, out["line_cost"])
+    return out
+
+
+def marker_line_time(calls: list[dict], trace: Trace) -> dict[str, dict]:
+    """The line of each region-opening marker call -> that region's timeline totals (summed over
+    groups): what the Code view shows on the line when there is no map to put instructions there."""
+    sp = trace.spans
+    dur = sp["end_ns"] - sp["start_ns"]
+    total = np.bincount(sp["event"], weights=dur) if sp.size else np.zeros(0)
+    count = np.bincount(sp["event"]) if sp.size else np.zeros(0, np.int64)
+    out = {}
+    for c in calls:
+        e = c["event"]
+        if c["call"] == "end" or e >= total.size or count[e] == 0:
+            continue
+        out[str(c["line"])] = {"event": e, "total_ns": int(total[e]), "count": int(count[e])}
+    return out
+
+
+_DEF_LINE_RE = re.compile(r"^\s*(@\s*cute\.(jit|kernel)\b|def\s)")
+
+
+def def_line_attribution(lines: list[str], line_paths: dict, pcs: dict, rows: list[int], line_cost: dict) -> dict:
+    """Lines that are a `@cute.jit` / `@cute.kernel` decorator or a `def`, yet own instructions: the
+    DSL gives code it inlines without a location of its own (argument unpacking, library helpers, the
+    jitted function's prologue) the location of the function itself. The map still knows each such
+    instruction's region: per line, instructions and cost by region path, so the page can attribute
+    them (tests/test_report_timeline.py::test_def_line_attribution)."""
+    out = {}
+    wanted = {int(k) for k in line_paths if 1 <= int(k) <= len(lines) and _DEF_LINE_RE.match(lines[int(k) - 1])}
+    if not wanted:
+        return out
+    metric = "samples_attributed" if "samples_attributed" in pcs.get("metrics", {}) else (
+        "inst_executed" if "inst_executed" in pcs.get("metrics", {}) else None)
+    for i in rows:
+        line = pcs["line"][i]
+        if line not in wanted:
+            continue
+        entry = out.setdefault(str(line), {"by_path": {}, "metric": metric})
+        slot = entry["by_path"].setdefault(str(pcs["path"][i]), [0, 0.0])
+        slot[0] += 1
+        if metric:
+            slot[1] += float(pcs["metrics"][metric][i])
     return out
 
 
@@ -520,15 +678,17 @@ def marker_lines(lines: list[str], events: dict[int, str]) -> dict:
 # ================================================================================================
 
 
-def bottleneck(row: dict) -> dict:
-    """The biggest bottleneck named for one region, with its evidence. Hardware stall data wins when
-    present (it says what the warps waited on); else the timeline's strongest signal."""
+def stands_out(row: dict) -> dict:
+    """What stands out for one region, with its evidence: its top stall reason (hardware data, when
+    present: what the warps waited on), else the timeline's strongest flag: a long tail or an
+    imbalance across blocks. None of these proves the region is the kernel's bottleneck; the page
+    calls them what they are."""
     flags = []
     if row.get("tail_ratio") and row["tail_ratio"] >= TAIL_RATIO_FLAG:
         flags.append(("tail", row["tail_ratio"], f"long tail: p99 = {row['tail_ratio']:.1f}x p50"))
     if row.get("block_imbalance") and row["block_imbalance"] >= BLOCK_IMBALANCE_FLAG:
         flags.append(("imbalance", row["block_imbalance"],
-                      f"uneven across blocks: max/mean = {row['block_imbalance']:.2f}"))
+                      f"imbalance across blocks: max/mean = {row['block_imbalance']:.2f}"))
     hw = row.get("hw")
     if hw and hw.get("top_stalls"):
         reason, frac = hw["top_stalls"][0]
@@ -536,9 +696,10 @@ def bottleneck(row: dict) -> dict:
                 "text": f"stall {reason}: {100 * frac:.0f}% of its samples",
                 "also": [f[2] for f in flags]}
     if flags:
-        kind, value, text = max(flags, key=lambda f: f[1] / (TAIL_RATIO_FLAG if f[0] == "tail" else BLOCK_IMBALANCE_FLAG))
+        threshold = {"tail": TAIL_RATIO_FLAG, "imbalance": BLOCK_IMBALANCE_FLAG}
+        kind, value, text = max(flags, key=lambda f: f[1] / threshold[f[0]])
         return {"kind": kind, "value": value, "text": text, "also": [f[2] for f in flags if f[0] != kind]}
-    return {"kind": "none", "value": None, "text": "steady (no tail or imbalance flag; no stall data)", "also": []}
+    return {"kind": "none", "value": None, "text": "steady (no tail or imbalance; no stall data)", "also": []}
 
 
 def jsonable(x: Any) -> Any:
@@ -568,3 +729,13 @@ def read_sass_listing(cubin: bytes, kernel: str | None = None) -> tuple[dict[int
 def read_sass_text(cubin: bytes, kernel: str | None = None) -> dict[int, str]:
     """pc -> instruction text of one kernel of a cubin."""
     return read_sass_listing(cubin, kernel)[0]
+
+
+def _timeline_view(trace: Trace, options: dict) -> dict | None:
+    from host_decode.reports.timeline import timeline_data
+
+    return timeline_data(trace, options.get("timeline_blocks"))
+
+
+register_view(ReportView("timeline", "timeline.js", _timeline_view))
+register_view(ReportView("waits", "waits.js", lambda trace, options: pipeline_waits_view(trace)))

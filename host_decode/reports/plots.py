@@ -30,12 +30,17 @@ def _color_table(n: int):
     return [cmap(i % 20) for i in range(n)]
 
 
+LOG_X_RATIO = 8  # max / min duration above which a panel gets geometric bins on a log axis (as the report)
+
+
 def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x: bool | None = None) -> Path:
-    """One panel per (group, event): histogram of span durations (ns) with p50 / p99 marked.
-    `log_x` default: geometric bins when a region's max/min > 20."""
+    """One panel per (group, event): histogram of span durations (ns), counts on the y axis, p50 / p99
+    marked. `log_x` default: geometric bins on a log axis when a region's max/min > LOG_X_RATIO, so a
+    long tail is not squeezed into the last bin."""
     plt = _plt()
     sp = trace.spans
-    keys = np.unique(np.stack([sp["group"].astype(np.int64), sp["event"].astype(np.int64)], 1), axis=0) if sp.size else np.zeros((0, 2), np.int64)
+    pairs = np.stack([sp["group"].astype(np.int64), sp["event"].astype(np.int64)], 1)
+    keys = np.unique(pairs, axis=0) if sp.size else np.zeros((0, 2), np.int64)
     n = max(len(keys), 1)
     cols = min(3, n)
     rows = -(-n // cols)
@@ -44,7 +49,7 @@ def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x
     for ax, (g, e) in zip(axes.flat, keys):
         d = dur[(sp["group"] == g) & (sp["event"] == e)]
         lo, hi = max(int(d.min()), 1), max(int(d.max()), 1)
-        geometric = log_x if log_x is not None else hi / lo > 20
+        geometric = log_x if log_x is not None else hi / lo > LOG_X_RATIO
         if geometric and hi > lo:
             edges = np.geomspace(lo, hi + 1, bins + 1)
         elif hi - lo < bins:  # few distinct ns values: one bin per ns, centred
@@ -57,7 +62,8 @@ def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x
         for q, style in ((50, "-"), (99, "--")):
             ax.axvline(np.percentile(d, q), color="k", linestyle=style, linewidth=1, label=f"p{q}")
         ax.set_title(f"{trace.names.group(g)} / {trace.names.event(e)}  (n={d.size})", fontsize=9)
-        ax.set_xlabel("duration (ns)")
+        ax.set_xlabel("duration (ns)" + (", log scale" if geometric and hi > lo else ""))
+        ax.set_ylabel("count")
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")

@@ -1,43 +1,78 @@
-"""ikp decode BUFFER.npy: loss report + region summary; optional trace, CSV and JSON outputs."""
+"""ikp decode BUFFER.npy: loss report + region summary; optional trace, spans CSV and loss JSON outputs."""
 
 NAME = "decode"
-HELP = "decode a raw v1 buffer (.npy): loss report, region summary, optional Perfetto/JSON trace and CSV"
+HELP = "decode a raw v1 buffer (.npy): loss report, region summary, Perfetto/JSON trace, spans CSV"
+EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then open basic.pftrace in ui.perfetto.dev"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present")
-    p.add_argument("-o", "--output", help="trace file: .pftrace (Perfetto protobuf) or .json (Chrome JSON), optionally .gz")
-    p.add_argument("--csv", help="write one row per span: block,group,event,start_ns,end_ns,duration_ns (ids)")
-    p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
-    p.add_argument("--report-json", help="write the loss report as JSON")
+    from host_decode.cli.common import add_force, add_progress
+
+    p.add_argument(
+        "buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present"
+    )
+    p.add_argument(
+        "-o", "--output", help="trace file: .pftrace (Perfetto protobuf) or .json (Chrome JSON), optionally .gz"
+    )
+    p.add_argument(
+        "--spans-csv",
+        metavar="FILE",
+        help="also write one row per span: block,group,event,start_ns,end_ns,duration_ns (ids)",
+    )
+    p.add_argument("--loss-json", metavar="FILE", help="also write the loss report as JSON")
+    p.add_argument("--names", help="JSON names file {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
     p.add_argument("--write-stride", type=int, help="lane layout stride (default: sidecar, else inferred)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
+    add_force(p)
+    add_progress(p)
 
 
 def run(args) -> int:
-    from pathlib import Path
-
+    from host_decode.cli.common import Step, console, next_step, outputs, read_names, show_progress
     from host_decode.core.decoder import load_capture
-    from host_decode.core.model import Names
 
-    names = Names.read(args.names) if args.names else None
-    trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
-    if not args.quiet:
-        from host_decode.reports.text import print_loss, print_summary
+    with outputs(args, args.buffer, args.names) as out:
+        if args.output:
+            from host_decode.writers import trace_format
 
-        print_loss(trace)
-        print_summary(trace)
-    if args.report_json:
-        Path(args.report_json).write_text(trace.loss.dumps())
-    if args.csv:
-        write_spans_csv(trace, args.csv)
-    if args.output:
-        from host_decode.writers import write_trace
-
-        extras, note = pipeline_extras(trace, write_trace)
-        write_trace(trace, args.output, **extras)
+            trace_format(args.output)  # an unknown extension fails before the decode, not after
+        trace_tmp = out.add(args.output) if args.output else None
+        csv_tmp = out.add(args.spans_csv) if args.spans_csv else None
+        loss_tmp = out.add(args.loss_json) if args.loss_json else None
+        names = read_names(args.names) if args.names else None
+        with Step(f"decoding {args.buffer}", args):
+            trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
-            print(f"wrote {args.output}" + (f" ({note})" if note else ""))
+            from host_decode.reports.text import print_loss, print_summary
+
+            con = console()
+            print_loss(trace, con)
+            print_summary(trace, con)
+        if loss_tmp:
+            loss_tmp.write_text(trace.loss.dumps())
+        if csv_tmp:
+            write_spans_csv(trace, csv_tmp)
+        note = ""
+        if trace_tmp:
+            from host_decode.writers import write_trace
+
+            extras, note = pipeline_extras(trace, write_trace)
+            write_trace(trace, trace_tmp, progress=show_progress(args), **extras)
+    if not args.quiet:
+        for path in (args.output, args.spans_csv, args.loss_json):
+            if path:
+                print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""))
+    if args.output:
+        next_step(
+            f"open {args.output} at https://ui.perfetto.dev (Open trace file); ikp stats {args.buffer} for statistics",
+            args,
+        )
+    else:
+        next_step(
+            f"ikp decode {args.buffer} -o trace.pftrace to view it in Perfetto; "
+            f"ikp report {args.buffer} -o report.html for an HTML page",
+            args,
+        )
     return 0
 
 
@@ -70,5 +105,7 @@ def write_spans_csv(trace, path) -> None:
     import numpy as np
 
     s = trace.spans
-    cols = np.column_stack([s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]])
+    cols = np.column_stack(
+        [s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]]
+    )
     np.savetxt(path, cols, fmt="%d", delimiter=",", header="block,group,event,start_ns,end_ns,duration_ns", comments="")

@@ -2,23 +2,44 @@
 
 NAME = "diff"
 HELP = "compare two captures (or sessions) of the same kernel: per-region deltas, significance, --fail-above PCT gate"
+EXAMPLE = "ikp diff examples/insight/launch_0.npy examples/insight/launch_1.npy --fail-above 5"
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.commands.stats import add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress
 
     p.add_argument("a", nargs="+", help="baseline capture(s): BUFFER.npy or a directory of them (a session)")
     p.add_argument("--vs", dest="b", nargs="+", help="candidate capture(s), when A or B is a session of several files")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 if a region got significantly slower by more than PCT percent (CI gate)")
-    p.add_argument("--metric", choices=("mean", "p50"), default="mean",
-                   help="duration compared: mean (Welch t test) or p50 (Mann-Whitney U); default mean")
+    add_format(p)
+    p.add_argument("-o", "--output", help="also write the comparison as JSON to this file")
+    p.add_argument(
+        "--fail-above",
+        type=float,
+        metavar="PCT",
+        help="exit 1 if a region got significantly slower by more than PCT percent (CI gate); "
+        "exit 2 when no region is in both A and B (a gate that cannot fail is an error)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=("mean", "p50"),
+        default="mean",
+        help="duration compared: mean (Welch t test) or p50 (Mann-Whitney U); default mean",
+    )
     p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
-    p.add_argument("--unit", choices=("span", "lane"), default="span",
-                   help="samples: every span, or each lane's mean (spans of a lane are correlated); default span")
-    p.add_argument("--min-delta", type=float, default=0.0, metavar="PCT",
-                   help="smaller deltas are reported as 'same' even when significant (default 0)")
+    p.add_argument(
+        "--unit",
+        choices=("span", "lane"),
+        default="span",
+        help="samples: every span, or each lane's mean (spans of a lane are correlated); default span",
+    )
+    p.add_argument(
+        "--min-delta",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="smaller deltas are reported as 'same' even when significant (default 0)",
+    )
+    add_force(p)
     add_progress(p)
 
 
@@ -27,36 +48,60 @@ def split_args(args) -> tuple[list, list]:
     if args.b:
         return list(args.a), list(args.b)
     if len(args.a) != 2:
-        raise ValueError(f"give two captures (ikp diff A B) or sessions with --vs (ikp diff A1 A2 --vs B1 B2); got {len(args.a)} path(s)")
+        raise ValueError(
+            "give two captures (ikp diff A B) or sessions with --vs (ikp diff A1 A2 --vs B1 B2); "
+            f"got {len(args.a)} path(s)"
+        )
     return [args.a[0]], [args.a[1]]
 
 
 def run(args) -> int:
-    import json
+    import sys
 
     from host_decode.analysis import diff
-    from host_decode.cli.commands.stats import _jsonable
-    from host_decode.reports.text import make_console
     from host_decode.analysis.sessions import load_trace
+    from host_decode.cli.common import console, dumps, next_step, outputs
 
     pa, pb = split_args(args)
-    a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
-    rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
-    launches = diff.compare_launches(a, b, alpha=args.alpha)
-    bad = diff.regressions(rows, args.fail_above, args.metric) if args.fail_above is not None else []
-    if args.json:
-        import numpy as np
-
-        print(json.dumps(_jsonable({"regions": rows, "launch": launches, "regressions": bad,
-                                    "fail_above_pct": args.fail_above, "metric": args.metric}, np), indent=1))
+    with outputs(args, pa, pb) as out:
+        tmp = out.add(args.output) if args.output else None
+        a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
+        rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
+        launches = diff.compare_launches(a, b, alpha=args.alpha)
+        bad = diff.regressions(rows, args.fail_above, args.metric) if args.fail_above is not None else []
+        doc = {
+            "regions": rows,
+            "launch": launches,
+            "regressions": bad,
+            "fail_above_pct": args.fail_above,
+            "metric": args.metric,
+        }
+        if tmp:
+            tmp.write_text(dumps(doc))
+    if args.format == "json":
+        print(dumps(doc))
     else:
-        print_table(rows, launches, args, make_console())
+        print_table(rows, launches, args, console())
+    if args.output:
+        print(f"wrote {args.output}")
+    matched = [r for r in rows if r["status"] not in ("only_a", "only_b")]
+    if args.fail_above is not None and not matched:
+        print(
+            f"ikp diff: error: no region is in both A and B ({len(rows)} region(s), each in one side only): "
+            "--fail-above cannot check anything (same kernel? same names?)",
+            file=sys.stderr,
+        )
+        return 2
     if bad:
-        import sys
-
-        names = ", ".join(f"{r['group']}/{r['event']} {r['delta_pct' if args.metric == 'mean' else 'delta_p50_pct']:+.1f}%" for r in bad)
-        print(f"ikp diff: {len(bad)} region(s) slower than +{args.fail_above}% ({args.metric}): {names}", file=sys.stderr)
+        names = ", ".join(
+            f"{r['group']}/{r['event']} {r['delta_pct' if args.metric == 'mean' else 'delta_p50_pct']:+.1f}%"
+            for r in bad
+        )
+        print(
+            f"ikp diff: {len(bad)} region(s) slower than +{args.fail_above}% ({args.metric}): {names}", file=sys.stderr
+        )
         return 1
+    next_step("ikp report CAPTURE.npy for one capture's details; --fail-above PCT makes this a CI gate", args)
     return 0
 
 
@@ -65,19 +110,29 @@ def _v(x, fmt="{:.0f}"):
 
 
 def print_table(rows, launches, args, console) -> None:
-    from rich.table import Table
+    """Per-region deltas; on a narrow terminal the secondary columns (counts, CI, p50, Mann-Whitney) go."""
+    from host_decode.cli.common import table
 
-    t = Table(title=f"A -> B per region ({args.metric}, samples per {args.unit}, alpha {args.alpha})", title_justify="left")
-    for c in ("group", "region", "n A", "n B", "mean A ns", "mean B ns", "delta", "95% CI", "p50 delta", "p (Welch)", "p (MW)", "verdict"):
-        t.add_column(c, justify="left" if c in ("group", "region", "verdict") else "right")
+    headers = ["group", "region", "n A", "n B", "mean A ns", "mean B ns", "delta", "95% CI", "p50 delta", "p (Welch)",
+               "p (MW)", "verdict"]
     style = {"slower": "red", "faster": "green", "only_a": "yellow", "only_b": "yellow"}
+    cells = []
     for r in rows:
-        ci = f"[{_v(r.get('ci_low_pct'), '{:+.1f}')}, {_v(r.get('ci_high_pct'), '{:+.1f}')}]%" if "ci_low_pct" in r else "-"
-        t.add_row(r["group"], r["event"], str(r["n_a"]), str(r["n_b"]), _v(r.get("mean_a")), _v(r.get("mean_b")),
-                  _v(r.get("delta_pct"), "{:+.2f}%"), ci, _v(r.get("delta_p50_pct"), "{:+.2f}%"),
-                  _v(r.get("p_welch"), "{:.2g}"), _v(r.get("p_mw"), "{:.2g}"), r["status"], style=style.get(r["status"]))
+        ci = (
+            f"[{_v(r.get('ci_low_pct'), '{:+.1f}')}, {_v(r.get('ci_high_pct'), '{:+.1f}')}]%"
+            if "ci_low_pct" in r
+            else "-"
+        )
+        cells.append({"style": style.get(r["status"]), "cells": [
+            r["group"], r["event"], str(r["n_a"]), str(r["n_b"]), _v(r.get("mean_a")), _v(r.get("mean_b")),
+            _v(r.get("delta_pct"), "{:+.2f}%"), ci, _v(r.get("delta_p50_pct"), "{:+.2f}%"),
+            _v(r.get("p_welch"), "{:.2g}"), _v(r.get("p_mw"), "{:.2g}"), r["status"]]})
+    t = table(console, f"A -> B per region ({args.metric}, samples per {args.unit}, alpha {args.alpha})", headers,
+              cells, secondary=("n A", "n B", "95% CI", "p50 delta", "p (MW)"), text=("group", "region"))
     console.print(t)
     if launches.get("n_a") and launches.get("n_b"):
-        console.print(f"launch length: A {_v(launches['mean_a'])} ns ({launches['n_a']} launch(es)), "
-                      f"B {_v(launches['mean_b'])} ns ({launches['n_b']}), delta {_v(launches['delta_pct'], '{:+.2f}%')}"
-                      + (f", p {_v(launches.get('p_welch'), '{:.2g}')}" if launches["n_a"] > 1 and launches["n_b"] > 1 else ""))
+        console.print(
+            f"launch length: A {_v(launches['mean_a'])} ns ({launches['n_a']} launch(es)), "
+            f"B {_v(launches['mean_b'])} ns ({launches['n_b']}), delta {_v(launches['delta_pct'], '{:+.2f}%')}"
+            + (f", p {_v(launches.get('p_welch'), '{:.2g}')}" if launches["n_a"] > 1 and launches["n_b"] > 1 else "")
+        )

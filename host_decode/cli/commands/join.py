@@ -4,60 +4,78 @@ from __future__ import annotations
 
 NAME = "join"
 HELP = "join per-PC data (Nsight Compute CSV, CUPTI PC sampling, NVBit JSON) with a pc2region map"
+EXAMPLE = (
+    "ikp join --map tests/fixtures/pc/tiles_real_ncu.map.json --ncu tests/fixtures/pc/tiles_real_ncu.csv "
+    "-o regions.json"
+)
 
 
 def add_arguments(p) -> None:
+    from host_decode.cli.common import add_force, add_format
+
     p.add_argument("--map", required=True, help="pc2region map JSON (ikp pc2region ... -o map.json)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--ncu", help="ncu source-page CSV (ncu -i rep --page source --csv --print-source sass)")
     src.add_argument("--cupti", help="CUPTI PC sampling JSON (host_decode.hardware.adapters.cupti.PcSampler)")
     src.add_argument("--nvbit", help="NVBit-style per-PC JSON")
-    p.add_argument("--kernel", help="kernel name in the data file (default: the map's kernel when present)")
-    p.add_argument("--json", help="write the per-region results as JSON here")
+    p.add_argument(
+        "--kernel", help="kernel name in the data file (default: the map's kernel, else the file's only one)"
+    )
+    p.add_argument("-o", "--output", help="write the per-region results as JSON here")
+    add_format(p)
     p.add_argument("--inclusive", action="store_true", help="print inclusive rows (a path plus all below it)")
-    p.add_argument("--force", action="store_true", help="join even if the data does not match the map's cubin")
+    p.add_argument("--allow-mismatch", action="store_true", help="join even if the data does not match the map's cubin")
     p.add_argument(
         "--no-move",
         action="store_true",
         help="keep samples where they are (no move off zero-execution PCs / PCs after EXIT)",
     )
     p.add_argument("--trace", help="a capture (BUFFER.npy): its event names name the regions")
+    add_force(p)
 
 
 def run(args) -> int:
-    import json
-
+    from host_decode.cli.common import console, dumps, load_map, next_step, outputs, read_pc_table
     from host_decode.hardware import join
 
-    from host_decode.hardware import pc2region
-    from host_decode.hardware.adapters import cupti, ncu, nvbit
+    kind = "ncu" if args.ncu else "cupti" if args.cupti else "nvbit"
+    data = getattr(args, kind)
+    with outputs(args, args.map, data, args.trace) as out:
+        tmp = out.add(args.output) if args.output else None
+        region_map = load_map(args.map)
+        table = read_pc_table(kind, data, args.kernel, region_map, allow_mismatch=args.allow_mismatch)
+        result = join.join(region_map, table, force=args.allow_mismatch, move_samples=not args.no_move)
+        if args.trace:
+            from host_decode.core.decoder import load_capture
 
-    region_map = pc2region.load_map(args.map)
-    if args.ncu:
-        table = _read(ncu.read_ncu_csv, args.ncu, args.kernel, region_map.kernel)
-    elif args.cupti:
-        table = _read(cupti.read_cupti_json, args.cupti, args.kernel, region_map.kernel)
+            result = result.renamed({**result.events, **load_capture(args.trace).names.events})
+        if tmp:
+            tmp.write_text(dumps(result.to_json()))
+    if args.format == "json":
+        print(dumps(result.to_json()))
     else:
-        table = _read(nvbit.read_nvbit_json, args.nvbit, args.kernel, region_map.kernel)
-    result = join.join(region_map, table, force=args.force, move_samples=not args.no_move)
-    if args.trace:
-        from host_decode.core.decoder import load_capture
-
-        result = result.renamed({**result.events, **load_capture(args.trace).names.events})
-    join.render_table(result, inclusive=args.inclusive)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result.to_json(), f, indent=1)
+        print_table(join.table(result, inclusive=args.inclusive), console())
+    if args.output:
+        print(f"wrote {args.output}")
+    next_step(
+        f"ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o report.html to see these per region "
+        "next to the timeline",
+        args,
+    )
     return 0 if result.check["ok"] else 1
 
 
-def _read(reader, path, kernel, map_kernel):
-    """Use the explicit --kernel; else try the map's kernel symbol, then the file's only kernel."""
-    from host_decode.core.errors import DecodeError
+def print_table(jt, console) -> None:
+    """join.table's cells with rich. Below 100 columns the numbers stay and long text folds."""
+    from rich.table import Table
 
-    if kernel:
-        return reader(path, kernel=kernel)
-    try:
-        return reader(path, kernel=map_kernel)
-    except DecodeError:
-        return reader(path)
+    narrow = console.width < 100
+    folding = {"region": {"min_width": 12, "overflow": "fold"}, "markers' own share": {"overflow": "fold"}}
+    folding["top stalls (of the region's samples)"] = {"overflow": "fold", "ratio": 1 if narrow else None}
+    t = Table(title=jt.title, title_justify="left")
+    for header, justify in jt.columns:
+        t.add_column(header, justify=justify, **folding.get(header, {"no_wrap": True}))
+    for row in jt.rows:
+        t.add_row(*row)
+    console.print(t)
+    console.print(jt.footer)

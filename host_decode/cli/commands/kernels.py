@@ -13,67 +13,132 @@ import sys
 
 NAME = "kernels"
 HELP = "kernel-level analysis of a PyTorch profiler trace: where the GPU time and the idle gaps go"
+EXAMPLE = (
+    "ikp kernels examples/insight/torch_trace.json.gz --top 10\n"
+    "  ikp kernels TRACE.json.gz --format csv --table pairs -o pairs.csv"
+)
 
-CSV_TABLES = ("kernels", "runtime", "streams", "pairs", "histogram")
+CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="torch.profiler Chrome trace (.json or .json.gz)")
-    p.add_argument("--sort", choices=("count", "total", "mean", "share", "max", "std"), default="total",
-                   help="kernel/runtime table order, descending (default: total)")
+    p.add_argument(
+        "--sort",
+        choices=("count", "total", "mean", "share", "max", "std"),
+        default="total",
+        help="kernel/runtime table order, descending (default: total)",
+    )
     p.add_argument("--top", type=int, default=30, help="rows per table (0: all; default 30)")
     p.add_argument("--step", type=int, default=None, help="only ProfilerStep#N (GPU rows by their launch)")
     p.add_argument("--stream", type=int, default=None, help="only this stream (tid for CPU categories)")
     p.add_argument("--device", type=int, default=None, help="only this device (pid for CPU categories)")
-    p.add_argument("--category", default=None,
-                   help="comma-separated event categories to tabulate instead of GPU activity "
-                        "(default kernel,gpu_memcpy,gpu_memset; e.g. cpu_op)")
+    p.add_argument(
+        "--category",
+        default=None,
+        help="comma-separated event categories to tabulate instead of kernels "
+        "(default kernel; memcpy/memset have their own table; e.g. cpu_op)",
+    )
     p.add_argument("--gap-min", type=float, default=0.0, help="gap histogram/pairs range start, us (default 0)")
     p.add_argument("--gap-max", type=float, default=math.inf, help="gap histogram/pairs range end, us (default inf)")
     p.add_argument("--bins", type=int, default=10, help="gap histogram bins (default 10)")
     p.add_argument("--linear", action="store_true", help="linear gap histogram bins (default: log-spaced)")
-    p.add_argument("--pairs-by", choices=("count", "mean", "max", "std", "total"), default="count",
-                   help="order of the A -> B gap pairs (default: count)")
+    p.add_argument(
+        "--pairs-by",
+        choices=("count", "mean", "max", "std", "total"),
+        default="count",
+        help="order of the A -> B gap pairs (default: count)",
+    )
     p.add_argument("--no-gaps", action="store_true", help="skip the gap analysis")
     p.add_argument("-v", "--verbose", action="store_true", help="full kernel names; say what the cache did")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="all tables as JSON")
-    out.add_argument("--csv", nargs="?", const="kernels", choices=CSV_TABLES, default=None,
-                     help="one table as CSV (default: kernels)")
-    p.add_argument("-o", "--output", default=None, help="write the report/JSON/CSV (or --merge trace) to FILE")
+    from host_decode.cli.common import add_force, add_format, add_progress
+
+    add_format(p, ("table", "json", "csv"))
+    p.add_argument(
+        "--table", choices=CSV_TABLES, default="kernels", help="the table --format csv prints (default kernels)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help="write the report (in --format) to FILE instead of stdout; with --merge, the merged trace",
+    )
+    add_force(p)
+    add_progress(p)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write TRACE.ikpcache.npz")
-    p.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                   help="parser processes for large traces (default: min(2, CPUs))")
-    p.add_argument("--parser", choices=("auto", "orjson", "msgspec"), default="auto",
-                   help="JSON parser for the bulk of the events (auto: msgspec when installed, else orjson)")
-    p.add_argument("--capture", default=None,
-                   help="an ikp capture (BUFFER.npy) of the same run: summarize its regions under the kernel "
-                        "row whose name contains the capture's sidecar 'kernel'")
-    p.add_argument("--merge", default=None, metavar="CAPTURE",
-                   help="write TRACE merged with this ikp capture to -o FILE (host_decode.analysis.align)")
-    p.add_argument("--occurrence", type=int, default=None,
-                   help="with --merge: which launch (0-based) of the kernel the capture is, when not unique")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="parser processes for large traces (default: min(2, CPUs))",
+    )
+    p.add_argument(
+        "--parser",
+        choices=("auto", "orjson", "msgspec"),
+        default="auto",
+        help="JSON parser for the bulk of the events (auto: msgspec when installed, else orjson)",
+    )
+    p.add_argument(
+        "--capture",
+        default=None,
+        help="an ikp capture (BUFFER.npy) of the same run: summarize its regions under the kernel "
+        "row whose name contains the capture's sidecar 'kernel'",
+    )
+    p.add_argument(
+        "--merge",
+        default=None,
+        metavar="CAPTURE",
+        help="write TRACE merged with this ikp capture to -o FILE (host_decode.analysis.align)",
+    )
+    p.add_argument(
+        "--occurrence",
+        type=int,
+        default=None,
+        help="with --merge: which launch (0-based) of the kernel the capture is, when not unique",
+    )
 
 
 def run(args) -> int:
+    from host_decode.cli.common import Step, next_step, outputs
     from host_decode.torch_traces import trace as tt
 
     if args.merge:
         return _merge(args)
-    trace = tt.load_torch_trace(args.trace, cache=not args.no_cache, workers=max(args.jobs, 1), parser=args.parser)
-    report = build_report(trace, args)
-    if args.capture:
-        report["capture"] = _capture_summary(args.capture, report["kernels"])
-    if args.json:
-        text = json.dumps(report, indent=1, default=_jsonable)
-    elif args.csv:
-        text = _csv(report, args.csv)
+    with outputs(args, args.trace, args.capture) as out:
+        tmp = out.add(args.output) if args.output else None
+        with Step("reading the profiler trace", args):
+            trace = tt.load_torch_trace(
+                args.trace, cache=not args.no_cache, workers=max(args.jobs, 1), parser=args.parser
+            )
+        report = build_report(trace, args)
+        if args.capture:
+            report["capture"] = _capture_summary(args.capture, report["kernels"])
+        if args.format == "json":
+            text = json.dumps(report, indent=1, default=_jsonable, allow_nan=False)
+        elif args.format == "csv":
+            text = _csv(report, args.table)
+        else:
+            text = None
+        if tmp is not None:
+            if text is None:
+                from host_decode.cli.common import console
+
+                with open(tmp, "w") as f:
+                    _render(console(file=f), report, args)
+            else:
+                tmp.write_text(text)
+    if args.output:
+        print(f"wrote {args.output}", file=sys.stderr)
+    elif text is not None:
+        sys.stdout.write(text)
     else:
-        text = None
-    if text is not None:
-        _emit(text, args.output)
-        return 0
-    _print_report(report, args)
+        from host_decode.cli.common import console
+
+        _render(console(), report, args)
+    next_step(
+        "ikp kernels ... --merge CAPTURE.npy -o merged.json.gz puts an ikp capture's regions into this trace", args
+    )
     return 0
 
 
@@ -82,29 +147,59 @@ def build_report(trace, args) -> dict:
     from host_decode.torch_traces import trace as tt
 
     top = None if args.top == 0 else args.top
-    cats = [c.strip() for c in args.category.split(",")] if args.category else None
-    sel = tt.select(trace, categories=cats, step=args.step, stream=args.stream, device=args.device)
-    report = {"trace": trace.source, "events": len(trace), "phases": trace.meta.get("phases", {}),
-              "skipped": trace.meta.get("skipped", {}), "cache": trace.meta.get("cache"),
-              "parser": trace.meta.get("parser"),
-              "selection": {"categories": cats or sorted(tt.DEVICE_CATS), "step": args.step,
-                            "stream": args.stream, "device": args.device, "rows": int(len(sel.rows)), **sel.note},
-              "devices": tt.busy_summary(trace, sel)}
+    cats = [c.strip() for c in args.category.split(",")] if args.category else sorted(tt.KERNEL_CATS)
+    where = dict(step=args.step, stream=args.stream, device=args.device)
+    sel = tt.select(trace, categories=cats, **where)
+    # device time and stream gaps count every device activity (a memcpy keeps its stream busy too)
+    device_sel = sel if args.category else tt.select(trace, categories=sorted(tt.DEVICE_CATS), **where)
+    report = {
+        "trace": trace.source,
+        "events": len(trace),
+        "phases": trace.meta.get("phases", {}),
+        "skipped": trace.meta.get("skipped", {}),
+        "cache": trace.meta.get("cache"),
+        "parser": trace.meta.get("parser"),
+        "selection": {
+            "categories": cats,
+            "step": args.step,
+            "stream": args.stream,
+            "device": args.device,
+            "rows": int(len(sel.rows)),
+            **sel.note,
+        },
+        "devices": tt.busy_summary(trace, device_sel),
+    }
     report["kernels"] = _rows(tt.name_table(trace, sel, sort=args.sort, top=top, verbose=args.verbose))
+    if not args.category:
+        mem = tt.select(trace, categories=sorted(tt.MEMORY_CATS), **where)
+        report["memory"] = _rows(tt.name_table(trace, mem, sort=args.sort, top=top, verbose=args.verbose))
     rt = tt.select(trace, categories=list(tt.RUNTIME_CATS), step=args.step)
     report["runtime"] = _rows(tt.name_table(trace, rt, sort=args.sort, top=top, verbose=args.verbose))
     if not args.no_gaps:
-        gaps = tt.gap_analysis(trace, sel, gap_min_us=args.gap_min, gap_max_us=args.gap_max, bins=args.bins,
-                               log_bins=not args.linear, pair_sort=args.pairs_by, top=top, verbose=args.verbose)
+        gaps = tt.gap_analysis(
+            trace,
+            device_sel,
+            gap_min_us=args.gap_min,
+            gap_max_us=args.gap_max,
+            bins=args.bins,
+            log_bins=not args.linear,
+            pair_sort=args.pairs_by,
+            top=top,
+            verbose=args.verbose,
+        )
         hist = gaps["histogram"]
         lo, hi = gaps["range_us"]
-        report["gaps"] = {"n_gaps": gaps["n_gaps"], "n_in_range": gaps["n_in_range"],
-                          "range_us": [lo, hi if math.isfinite(hi) else None],  # JSON has no infinity
-                          "zero_or_overlap_in_range": hist["zero"]}
+        report["gaps"] = {
+            "n_gaps": gaps["n_gaps"],
+            "n_in_range": gaps["n_in_range"],
+            "range_us": [lo, hi if math.isfinite(hi) else None],  # JSON has no infinity
+            "zero_or_overlap_in_range": hist["zero"],
+        }
         report["streams"] = _rows(gaps["streams"])
         edges = list(hist["edges_us"])
-        report["histogram"] = [{"lo_us": edges[i], "hi_us": edges[i + 1], "count": int(c)}
-                               for i, c in enumerate(hist["counts"])]
+        report["histogram"] = [
+            {"lo_us": edges[i], "hi_us": edges[i + 1], "count": int(c)} for i, c in enumerate(hist["counts"])
+        ]
         report["pairs"] = _rows(gaps["pairs"])
     return report
 
@@ -116,11 +211,9 @@ def _rows(table: dict) -> list:
 
 
 def _jsonable(value):
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
+    from host_decode.cli.common import jsonable
+
+    return jsonable(value)
 
 
 def _csv(report: dict, table: str) -> str:
@@ -133,64 +226,63 @@ def _csv(report: dict, table: str) -> str:
     return buf.getvalue()
 
 
-def _emit(text: str, output) -> None:
-    if output:
-        with open(output, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-
-
-# ---------------------------------------------------------------------------------------- text report
-
-
-def _print_report(report: dict, args) -> None:
-    from host_decode.reports.text import make_console
-
-    if args.output:
-        with open(args.output, "w") as f:
-            _render(make_console(file=f), report, args)
-    else:
-        _render(make_console(), report, args)
-
-
 def _render(console, report: dict, args) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     sel = report["selection"]
-    console.print(f"[bold]{escape(report['trace'])}[/]: {report['events']:,} complete events; phases {report['phases']}"
-                  + (f"; skipped {report['skipped']}" if report["skipped"] else ""))
+    console.print(
+        f"[bold]{escape(report['trace'])}[/]: {report['events']:,} complete events; phases {report['phases']}"
+        + (f"; skipped {report['skipped']}" if report["skipped"] else "")
+    )
     if args.verbose:
         console.print(f"cache: {report['cache']}; parsed with {report['parser']}")
     if "step_assignment" in sel:
         s = sel["step_assignment"]
-        console.print(f"ProfilerStep#{s['number']}: {s['by_launch']} rows by their launch's correlation id, "
-                      f"{s['by_time']} by start time (no launch row); {s['in_no_step']} selected rows are in no step")
+        console.print(
+            f"ProfilerStep#{s['number']}: {s['by_launch']} rows by their launch's correlation id, "
+            f"{s['by_time']} by start time (no launch row); {s['in_no_step']} selected rows are in no step"
+        )
     for dev, d in report["devices"].items():
         util = d["union_us"] / d["span_us"] if d["span_us"] else 0.0
-        console.print(f"device {dev}: {d['events']:,} rows, sum of durations {d['sum_us']:,.1f} us, busy (union) "
-                      f"{d['union_us']:,.1f} us of {d['span_us']:,.1f} us span ({util:.1%})")
+        console.print(
+            f"device {dev}: {d['events']:,} rows, sum of durations {d['sum_us']:,.1f} us, busy (union) "
+            f"{d['union_us']:,.1f} us of {d['span_us']:,.1f} us span ({util:.1%})"
+        )
     title = f"{', '.join(sel['categories'])}: {sel['rows']:,} rows"
-    console.print(_name_table(Table, report["kernels"], title))
+    console.print(_name_table(console, report["kernels"], title))
+    if report.get("memory"):
+        console.print(_name_table(console, report["memory"], "memory operations (memcpy, memset)"))
     if report["runtime"]:
-        console.print(_name_table(Table, report["runtime"], "CUDA runtime / driver (CPU side)"))
+        console.print(_name_table(console, report["runtime"], "CUDA runtime / driver (CPU side)"))
     if "capture" in report:
         _render_capture(console, Table, report["capture"])
     if "streams" not in report:
         return
-    t = Table(title="idle gaps per stream (gap = start - latest earlier end on the stream)")
+    t = Table(
+        title="idle gaps per stream (gap = start - latest earlier end on the stream; kernels and memory operations)"
+    )
     for col in ("device", "stream", "count", "busy us", "idle us", "span us", "idle %", "overlaps"):
         t.add_column(col, justify="right")
     for r in report["streams"]:
-        t.add_row(str(r["device"]), str(r["stream"]), f"{r['count']:,}", f"{r['busy_us']:,.1f}",
-                  f"{r['idle_us']:,.1f}", f"{r['span_us']:,.1f}", f"{r['idle_share']:.1%}", str(r["overlaps"]))
+        t.add_row(
+            str(r["device"]),
+            str(r["stream"]),
+            f"{r['count']:,}",
+            f"{r['busy_us']:,.1f}",
+            f"{r['idle_us']:,.1f}",
+            f"{r['span_us']:,.1f}",
+            f"{r['idle_share']:.1%}",
+            str(r["overlaps"]),
+        )
     console.print(t)
     g = report["gaps"]
     lo, hi = g["range_us"]
     hi = "inf" if hi is None else hi
-    t = Table(title=f"gap histogram: {g['n_in_range']:,} of {g['n_gaps']:,} gaps in [{lo}, {hi}] us; "
-                    f"{g['zero_or_overlap_in_range']:,} of them 0 (back-to-back or overlap)")
+    t = Table(
+        title=f"gap histogram: {g['n_in_range']:,} of {g['n_gaps']:,} gaps in [{lo}, {hi}] us; "
+        f"{g['zero_or_overlap_in_range']:,} of them 0 (back-to-back or overlap)"
+    )
     for col in ("from us", "to us", "count", ""):
         t.add_column(col, justify="right" if col else "left")
     peak = max([h["count"] for h in report["histogram"]] or [1]) or 1
@@ -201,22 +293,31 @@ def _render(console, report: dict, args) -> None:
     for col in ("A", "B", "count", "total us", "mean us", "std us", "min us", "max us"):
         t.add_column(col, justify="left" if col in ("A", "B") else "right", overflow="fold")
     for r in report["pairs"]:
-        t.add_row(escape(r["prev"]), escape(r["next"]), f"{r['count']:,}", f"{r['total_us']:,.2f}",
-                  f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}")
+        t.add_row(
+            escape(r["prev"]),
+            escape(r["next"]),
+            f"{r['count']:,}",
+            f"{r['total_us']:,.2f}",
+            f"{r['mean_us']:.3f}",
+            f"{r['std_us']:.3f}",
+            f"{r['min_us']:.3f}",
+            f"{r['max_us']:.3f}",
+        )
     console.print(t)
 
 
-def _name_table(Table, rows: list, title: str):
+def _name_table(console, rows: list, title: str):
+    """Per-name table; on a narrow terminal std/min/max and the launch share go, names fold."""
     from rich.markup import escape
 
-    t = Table(title=escape(title))
-    for col in ("name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"):
-        t.add_column(col, justify="left" if col in ("name", "kind") else "right", overflow="fold")
-    for r in rows:
-        t.add_row(escape(r["name"]), r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
-                  f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}",
-                  f"{r['time_share']:.1%}")
-    return t
+    from host_decode.cli.common import table
+
+    headers = ["name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"]
+    cells = [[escape(r["name"]), r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
+              f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}",
+              f"{r['time_share']:.1%}"] for r in rows]
+    return table(console, escape(title), headers, cells, secondary=("launch %", "std us", "min us", "max us"),
+                 text=("name", "kind"))
 
 
 # ------------------------------------------------------------------------------- link to captures
@@ -225,8 +326,8 @@ def _name_table(Table, rows: list, title: str):
 def _capture_summary(capture_path: str, kernel_rows: list) -> dict:
     """Regions of an ikp capture, attached to the kernel row whose full name contains the capture's
     sidecar 'kernel' name (substring match)."""
-    from host_decode.core.decoder import load_capture
     from host_decode.analysis.stats import region_summary, summary_rows
+    from host_decode.core.decoder import load_capture
 
     trace = load_capture(capture_path)
     kernel = str(trace.meta.get("kernel") or "")
@@ -243,22 +344,31 @@ def _render_capture(console, Table, cap: dict) -> None:
     for col in ("group", "region", "count", "total us", "mean us", "p50 us", "p99 us", "max us"):
         t.add_column(col, justify="left" if col in ("group", "region") else "right")
     for r in cap["regions"]:
-        t.add_row(escape(str(r["group_name"])), escape(str(r["region"])), f"{r['count']:,}",
-                  f"{r['total_ns'] / 1e3:,.2f}",
-                  f"{r['mean_ns'] / 1e3:.3f}", f"{r['p50_ns'] / 1e3:.3f}", f"{r['p99_ns'] / 1e3:.3f}",
-                  f"{r['max_ns'] / 1e3:.3f}")
+        t.add_row(
+            escape(str(r["group_name"])),
+            escape(str(r["region"])),
+            f"{r['count']:,}",
+            f"{r['total_ns'] / 1e3:,.2f}",
+            f"{r['mean_ns'] / 1e3:.3f}",
+            f"{r['p50_ns'] / 1e3:.3f}",
+            f"{r['p99_ns'] / 1e3:.3f}",
+            f"{r['max_ns'] / 1e3:.3f}",
+        )
     console.print(t)
 
 
 def _merge(args) -> int:
-    if not args.output:
-        raise ValueError("--merge needs -o FILE for the merged trace")
-    try:
-        from host_decode.analysis.align import merge_with_torch_trace
-    except ImportError as err:
-        raise ValueError(f"--merge needs host_decode.analysis.align.merge_with_torch_trace, not available ({err})") from None
+    """Same as `ikp merge CAPTURE --torch TRACE -o OUT`."""
+    from host_decode.analysis.align import merge_with_torch_trace
+    from host_decode.cli.common import ensure_gzip, next_step, outputs
     from host_decode.core.decoder import load_capture
 
-    merge_with_torch_trace(args.trace, load_capture(args.merge), args.output, occurrence=args.occurrence)
+    if not args.output:
+        raise ValueError("--merge needs -o FILE for the merged trace")
+    with outputs(args, args.trace, args.merge) as out:
+        tmp = out.add(args.output)
+        merge_with_torch_trace(args.trace, load_capture(args.merge), tmp, occurrence=args.occurrence)
+        ensure_gzip(tmp)
     print(f"wrote {args.output}", file=sys.stderr)
+    next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
     return 0

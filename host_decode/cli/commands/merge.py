@@ -1,29 +1,60 @@
 """ikp merge: sessions over many launches, several ranks/GPUs, or one capture into a torch.profiler trace."""
 
 NAME = "merge"
-HELP = ("merge captures into one Chrome JSON trace: launches / ranks as track groups on a shared timeline, "
-        "or into a torch.profiler trace (--torch) with the kernel slice containing its regions")
+HELP = (
+    "merge captures into one Chrome JSON trace: launches / ranks as track groups on a shared timeline, "
+    "or into a torch.profiler trace (--torch) with the kernel slice containing its regions"
+)
+EXAMPLE = (
+    "ikp merge examples/insight/launch_0.npy examples/insight/launch_1.npy -o session.json.gz\n"
+    "  ikp merge examples/insight/launch_0.npy --torch examples/insight/torch_trace.json.gz --occurrence 0 \\\n"
+    "        -o merged.json.gz"
+)
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.commands.stats import add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy files or directories of them")
     p.add_argument("-o", "--output", required=True, help="merged Chrome JSON trace (.json or .json.gz)")
-    p.add_argument("--by", choices=("launch", "rank"), default="launch",
-                   help="one track group per launch (sidecar launch_index) or per rank (sidecar rank); default launch")
-    p.add_argument("--mode", choices=("timeline", "stacked"), default="timeline",
-                   help="timeline: shared clock (absolute globaltimer, else host_ns); stacked: each rebased to its start")
-    p.add_argument("--clock-offset", action="append", default=[], metavar="RANK=NS",
-                   help="ns added to a rank's times before merging (measured per-GPU clock offset); repeatable")
+    p.add_argument(
+        "--by",
+        choices=("launch", "rank"),
+        default="launch",
+        help="one track group per launch (sidecar launch_index) or per rank (sidecar rank); default launch",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("timeline", "stacked"),
+        default="timeline",
+        help="timeline: shared clock (absolute globaltimer, else host_ns); stacked: each rebased to its start",
+    )
+    p.add_argument(
+        "--clock-offset",
+        action="append",
+        default=[],
+        metavar="RANK=NS",
+        help="ns added to a rank's times before merging (measured per-GPU clock offset); repeatable",
+    )
     p.add_argument("--torch", metavar="TRACE", help="torch.profiler Chrome trace of the same run: merge into it")
-    p.add_argument("--kernel", help="kernel name (or unique substring) in the profiler trace (default: sidecar 'kernel')")
-    p.add_argument("--occurrence", type=int, help="index of the kernel slice of the (first) launch among slices of that name")
-    p.add_argument("--placement", choices=("mid", "start"), default="mid",
-                   help="offset within the feasible interval: its middle, or kernel start + --launch-latency")
-    p.add_argument("--launch-latency", type=int, metavar="NS", help="kernel start -> first record, for --placement start")
+    p.add_argument(
+        "--kernel", help="kernel name (or unique substring) in the profiler trace (default: sidecar 'kernel')"
+    )
+    p.add_argument(
+        "--occurrence", type=int, help="index of the kernel slice of the (first) launch among slices of that name"
+    )
+    p.add_argument(
+        "--placement",
+        choices=("mid", "start"),
+        default="mid",
+        help="offset within the feasible interval: its middle, or kernel start + --launch-latency",
+    )
+    p.add_argument(
+        "--launch-latency", type=int, metavar="NS", help="kernel start -> first record, for --placement start"
+    )
     p.add_argument("--max-lanes", type=int, default=4096, help="lanes written per launch at most (the rest counted)")
-    p.add_argument("--json", action="store_true", help="print the alignment / merge summary as JSON")
+    add_format(p)
+    add_force(p)
     add_progress(p)
 
 
@@ -38,34 +69,58 @@ def _offsets(items) -> dict:
 
 
 def run(args) -> int:
-    import json
-
     from host_decode.analysis import sessions as multi
+    from host_decode.cli.common import Step, dumps, ensure_gzip, next_step, outputs
 
-    parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
-    offsets = _offsets(args.clock_offset)
-    if args.torch:
-        from host_decode.analysis.align import merge_with_torch_trace
+    with outputs(args, args.captures, args.torch) as out:
+        tmp = out.add(args.output)
+        parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
+        offsets = _offsets(args.clock_offset)
+        if args.torch:
+            from host_decode.analysis.align import merge_with_torch_trace
 
-        trace = parts[0].trace if len(parts) == 1 else multi.concat(parts, mode="timeline", clock_offsets_ns=offsets)
-        result = merge_with_torch_trace(args.torch, trace, args.output, args.kernel, args.occurrence,
-                                        placement=args.placement, launch_latency_ns=args.launch_latency,
-                                        max_lanes=args.max_lanes)
-        summary = result.to_json()
-        if not args.json:
-            state = "consistent" if result.consistent else "INCONSISTENT (regions longer than the kernel slice)"
-            print(f"aligned {len(result.occurrences)} launch(es) of {result.kernel_name[:80]!r} (slices {result.occurrences}): "
-                  f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
-                  f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}")
+            trace = (
+                parts[0].trace if len(parts) == 1 else multi.concat(parts, mode="timeline", clock_offsets_ns=offsets)
+            )
+            with Step("merging into the profiler trace", args):
+                result = merge_with_torch_trace(
+                    args.torch,
+                    trace,
+                    tmp,
+                    args.kernel,
+                    args.occurrence,
+                    placement=args.placement,
+                    launch_latency_ns=args.launch_latency,
+                    max_lanes=args.max_lanes,
+                )
+            summary = result.to_json()
+        else:
+            summary = multi.write_chrome(
+                parts,
+                tmp,
+                mode=args.mode,
+                clock_offsets_ns=offsets,
+                max_lanes_per_part=args.max_lanes,
+                progress=args.progress,
+            )
+        ensure_gzip(tmp)
+    if args.format == "json":
+        print(dumps(summary))
+    elif args.torch:
+        state = "consistent" if result.consistent else "INCONSISTENT (regions longer than the kernel slice)"
+        print(
+            f"aligned {len(result.occurrences)} launch(es) of {result.kernel_name[:80]!r} "
+            f"(slices {result.occurrences}): "
+            f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
+            f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}"
+        )
     else:
-        summary = multi.write_chrome(parts, args.output, mode=args.mode, clock_offsets_ns=offsets,
-                                     max_lanes_per_part=args.max_lanes, progress=args.progress)
-        if not args.json:
-            left = sum(p["lanes_left_out"] for p in summary["parts"])
-            print(f"merged {len(parts)} {args.by}(s) ({args.mode}) into {args.output}"
-                  + (f"; {left} lane(s) over --max-lanes left out" if left else ""))
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    else:
+        left = sum(p["lanes_left_out"] for p in summary["parts"])
+        print(
+            f"merged {len(parts)} {args.by}(s) ({args.mode}) into {args.output}"
+            + (f"; {left} lane(s) over --max-lanes left out" if left else "")
+        )
+    if args.format != "json":
         print(f"wrote {args.output}")
+    next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
     return 0

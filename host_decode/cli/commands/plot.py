@@ -2,32 +2,47 @@
 
 NAME = "plot"
 HELP = "PNG plots of a capture or session: per-region duration histograms, per-SM Gantt of one launch, group overlap"
+EXAMPLE = "ikp plot examples/insight/launch_0.npy examples/insight/launch_1.npy -o plots"
+
+FILES = ("histograms.png", "gantt.png", "overlap.png")
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.commands.stats import add_progress
+    from host_decode.cli.common import add_force, add_progress
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) or directories of them (several = a session)")
-    p.add_argument("-o", "--output", required=True, help="directory for the PNGs (created)")
+    p.add_argument(
+        "-o", "--output", required=True, help=f"directory for {', '.join(FILES)} (created when its parent exists)"
+    )
     p.add_argument("--launch", type=int, default=0, help="which launch of a session the Gantt chart shows (default 0)")
     p.add_argument("--bins", type=int, default=40, help="histogram bins (default 40)")
+    add_force(p)
     add_progress(p)
 
 
 def run(args) -> int:
     from pathlib import Path
 
-    from host_decode.reports import plots
     from host_decode.analysis.sessions import load_trace
+    from host_decode.cli.common import next_step, outputs, progress
+    from host_decode.reports import plots
 
-    trace = load_trace(args.captures, progress=args.progress)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [
-        plots.plot_histograms(trace, out / "histograms.png", bins=args.bins),
-        plots.plot_gantt(trace, out / "gantt.png", launch=args.launch),
-        plots.plot_overlap(trace, out / "overlap.png"),
-    ]
-    for p in written:
-        print(f"wrote {p}")
+    out_dir = Path(args.output)
+    with outputs(args, args.captures) as out:
+        if out_dir.is_dir():  # each PNG replaced atomically, and only with --force
+            tmp = out.add_dir(out_dir, FILES)
+        else:  # a new directory: written whole under a temporary name, renamed into place at the end
+            tmp_dir = out.add_new_dir(out_dir)
+            tmp = {name: tmp_dir / name for name in FILES}
+        trace = load_trace(args.captures, progress=args.progress)
+        steps = [
+            lambda: plots.plot_histograms(trace, tmp["histograms.png"], bins=args.bins),
+            lambda: plots.plot_gantt(trace, tmp["gantt.png"], launch=args.launch),
+            lambda: plots.plot_overlap(trace, tmp["overlap.png"]),
+        ]
+        for step in progress(steps, "plot", args):
+            step()
+    for name in FILES:
+        print(f"wrote {out_dir / name}")
+    next_step(f"open {out_dir / 'gantt.png'}; ikp stats {args.captures[0]} for the numbers behind the plots", args)
     return 0

@@ -1,33 +1,35 @@
 """ikp stats CAPTURE...: region percentiles + histograms, bubbles, overlap, tail/imbalance, critical lanes."""
 
 NAME = "stats"
-HELP = "statistics of one capture or a session of captures: percentiles, histograms, bubbles, overlap, tail, critical lanes"
+HELP = ("statistics of one capture or a session of captures: percentiles, histograms, bubbles, overlap, tail, "
+        "critical lanes")
+
+EXAMPLE = "ikp stats examples/basic/capture.npy            # or a directory of captures (a session)"
 
 SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) (sidecar BUFFER.json read) or directories of them; several = one session")
-    p.add_argument("--json", action="store_true", help="print JSON (machines) instead of tables")
-    p.add_argument("-o", "--output", help="also write the JSON to this file")
+    from host_decode.cli.common import add_force, add_format, add_progress
+
+    p.add_argument(
+        "captures",
+        nargs="+",
+        help="BUFFER.npy file(s) (sidecar BUFFER.json read) or directories of them; several = one session",
+    )
+    add_format(p)
+    p.add_argument("-o", "--output", help="also write the statistics as JSON to this file")
     p.add_argument("--top-gaps", type=int, default=10, help="largest gaps to list (default 10)")
     p.add_argument("--bins", type=int, default=16, help="histogram bins per region (default 16)")
+    add_force(p)
     add_progress(p)
-
-
-def add_progress(p) -> None:
-    import argparse
-
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bars while decoding/writing (default: when stderr is a terminal)")
 
 
 def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
     """Everything `ikp stats` reports, JSON-ready."""
-    import numpy as np
-
     from host_decode.analysis import regions as analysis
     from host_decode.analysis.stats import region_summary, summary_rows
+    from host_decode.cli.common import jsonable
 
     summary = region_summary(trace)
     regions = summary_rows(summary, trace.names)
@@ -45,35 +47,28 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
         "regions": regions,
     }
     out.update(analysis.analyze(trace, top_gaps=top_gaps))
-    return _jsonable(out, np)
-
-
-def _jsonable(x, np):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v, np) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v, np) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and x != x:
-        return None  # NaN -> null (strict JSON)
-    return x
+    return jsonable(out)
 
 
 def run(args) -> int:
-    import json
-
     from host_decode.analysis.sessions import load_trace
+    from host_decode.cli.common import Step, dumps, next_step, outputs
 
-    trace = load_trace(args.captures, progress=args.progress)
-    data = collect(trace, args.top_gaps, args.bins)
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(data, f, indent=1)
-    if args.json:
-        print(json.dumps(data, indent=1))
+    with outputs(args, args.captures) as out:
+        tmp = out.add(args.output) if args.output else None
+        trace = load_trace(args.captures, progress=args.progress)
+        with Step("statistics", args):
+            data = collect(trace, args.top_gaps, args.bins)
+        if tmp:
+            tmp.write_text(dumps(data))
+    if args.format == "json":
+        print(dumps(data))
     else:
         print_report(data)
+    if args.output:
+        print(f"wrote {args.output}")
+    first = args.captures[0]
+    next_step(f"ikp report {first} -o report.html for an HTML explorer; ikp diff A B to compare two captures", args)
     return 0
 
 
@@ -106,22 +101,44 @@ def _pct(x) -> str:
 def print_report(d: dict, console=None) -> None:
     from rich.table import Table
 
-    from host_decode.reports.text import make_console
+    from host_decode.cli.common import console as make_console
 
     console = console or make_console()
-    head = f"{d.get('kernel') or 'kernel'}: {d['num_blocks']} blocks x {d['num_groups']} groups, {d['launches']} launch(es)"
+    head = (f"{d.get('kernel') or 'kernel'}: {d['num_blocks']} blocks x {d['num_groups']} groups, "
+            f"{d['launches']} launch(es)")
     if d["records_lost"]:
         head += f", [red]{d['records_lost']} records lost[/red] (see `ikp decode`)"
     console.print(head)
 
     if not d["regions"]:
-        console.print("[yellow]no regions recorded[/yellow] (every lane is all bubble; see `ikp decode` for what was read)")
-    t = Table(title="regions (durations)", title_justify="left")
-    for c in ("group", "region", "count", "total", "mean", "p50", "p90", "p99", "max", "cv", "histogram (min..max)"):
-        t.add_column(c, justify="left" if c in ("group", "region", "histogram (min..max)") else "right")
-    for r in d["regions"]:
-        t.add_row(r["group_name"], r["region"], str(r["count"]), _ns(r["total_ns"]), _ns(r["mean_ns"]), _ns(r["p50_ns"]),
-                  _ns(r["p90_ns"]), _ns(r["p99_ns"]), _ns(r["max_ns"]), f"{r['cv']:.2f}", spark(r["hist_counts"]))
+        console.print(
+            "[yellow]no regions recorded[/yellow] (every lane is all bubble; see `ikp decode` for what was read)"
+        )
+    from host_decode.cli.common import table
+
+    t = table(
+        console,
+        "regions (durations)",
+        ["group", "region", "count", "total", "mean", "p50", "p90", "p99", "max", "cv", "histogram (min..max)"],
+        [
+            [
+                r["group_name"],
+                r["region"],
+                str(r["count"]),
+                _ns(r["total_ns"]),
+                _ns(r["mean_ns"]),
+                _ns(r["p50_ns"]),
+                _ns(r["p90_ns"]),
+                _ns(r["p99_ns"]),
+                _ns(r["max_ns"]),
+                f"{r['cv']:.2f}",
+                spark(r["hist_counts"]),
+            ]
+            for r in d["regions"]
+        ],
+        secondary=("total", "p90", "cv", "histogram (min..max)"),
+        text=("group", "region"),
+    )
     if d["regions"]:
         console.print(t)
 
@@ -136,8 +153,16 @@ def print_report(d: dict, console=None) -> None:
         ("tail", _ns(L.get("tail_ns")), "last block end - median block end"),
         ("tail share", _pct(L.get("tail_frac")), "tail / launch length"),
         ("tail SM utilization", _pct(L.get("tail_sm_utilization")), "SMs holding a block during the tail"),
-        ("imbalance, block end", f"{L['imbalance_block_end']:.3f}" if L.get("imbalance_block_end") else "-", "max / mean block end"),
-        ("imbalance, SM busy", f"{L['imbalance_sm_busy']:.3f}" if L.get("imbalance_sm_busy") else "-", "max / mean SM busy time"),
+        (
+            "imbalance, block end",
+            f"{L['imbalance_block_end']:.3f}" if L.get("imbalance_block_end") else "-",
+            "max / mean block end",
+        ),
+        (
+            "imbalance, SM busy",
+            f"{L['imbalance_sm_busy']:.3f}" if L.get("imbalance_sm_busy") else "-",
+            "max / mean SM busy time",
+        ),
         ("waves (max per SM)", _num(L.get("waves_max")), "blocks on an SM / most resident at once"),
     ]
     for r in rows:
@@ -149,14 +174,24 @@ def print_report(d: dict, console=None) -> None:
     for c in ("group", "lanes", "bubble share", "worst lane", "largest gap"):
         t.add_column(c, justify="left" if c == "group" else "right")
     for g in B["per_group"]:
-        t.add_row(g["group"], str(g["lanes"]), _pct(g["bubble_frac"]), _pct(g["bubble_frac_max"]), _ns(g["largest_gap_ns"]))
+        t.add_row(
+            g["group"], str(g["lanes"]), _pct(g["bubble_frac"]), _pct(g["bubble_frac_max"]), _ns(g["largest_gap_ns"])
+        )
     console.print(t)
     if B["largest_gaps"]:
         t = Table(title="largest gaps", title_justify="left")
         for c in ("block", "group", "lane", "at (from trace start)", "length", "after", "before"):
             t.add_column(c)
         for g in B["largest_gaps"]:
-            t.add_row(str(g["block"]), g["group"], str(g["lane"]), _ns(g["start_ns"]), _ns(g["dur_ns"]), g["after"], g["before"])
+            t.add_row(
+                str(g["block"]),
+                g["group"],
+                str(g["lane"]),
+                _ns(g["start_ns"]),
+                _ns(g["dur_ns"]),
+                g["after"],
+                g["before"],
+            )
         console.print(t)
 
     if d["overlap"]:
@@ -164,15 +199,25 @@ def print_report(d: dict, console=None) -> None:
         for c in ("A", "B", "blocks", "A overlapped by B", "worst block", "B overlapped by A", "worst block "):
             t.add_column(c)
         for o in d["overlap"]:
-            t.add_row(o["group_a"], o["group_b"], str(o["blocks"]), _pct(o["a_overlapped"]), _pct(o["a_overlapped_min"]),
-                      _pct(o["b_overlapped"]), _pct(o["b_overlapped_min"]))
+            t.add_row(
+                o["group_a"],
+                o["group_b"],
+                str(o["blocks"]),
+                _pct(o["a_overlapped"]),
+                _pct(o["a_overlapped_min"]),
+                _pct(o["b_overlapped"]),
+                _pct(o["b_overlapped_min"]),
+            )
         console.print(t)
 
     C = d["critical"]
-    console.print("critical lanes (last to finish in their block): by group "
-                  + ", ".join(f"{k}: {v}" for k, v in C["blocks_by_group"].items())
-                  + "; last region " + ", ".join(f"{k}: {v}" for k, v in C["last_event"].items())
-                  + f"; median lead over the next lane {_ns(C['slack_ns_p50'])}")
+    console.print(
+        "critical lanes (last to finish in their block): by group "
+        + ", ".join(f"{k}: {v}" for k, v in C["blocks_by_group"].items())
+        + "; last region "
+        + ", ".join(f"{k}: {v}" for k, v in C["last_event"].items())
+        + f"; median lead over the next lane {_ns(C['slack_ns_p50'])}"
+    )
     if C["regions"]:
         t = Table(title="time of the critical lanes by region (inclusive)", title_justify="left")
         for c in ("group", "region", "spans", "total", "share"):

@@ -16,12 +16,14 @@ Enable before the kernel's module is loaded where possible (CUPTI attributes sam
 File format (``format: "ikp-cupti-pcsampling-v1"``)::
 
     {"format": ..., "stall_reasons": {"<index>": "smsp__pcsamp_warps_issue_stalled_long_scoreboard", ...},
-     "mapped_cubin_crc": int | null, "total_samples": N, "dropped_samples": N, "non_user_kernel_samples": N, "hardware_buffer_full": false,
+     "mapped_cubin_crc": int | null, "total_samples": N, "dropped_samples": N, "non_user_kernel_samples": N,
+     "hardware_buffer_full": false,
      "records": [{"cubin_crc": int, "function_name": str, "function_index": int, "pc_offset": int,
                   "stalls": {"<index>": samples, ...}}, ...]}
 
 ``pc_offset`` is function-relative. ``mapped_cubin_crc`` (optional, from ``PcSampler.cubin_crc``) is
-CUPTI's CRC of the cubin that was mapped: the reader then keeps only that cubin's records. Stall names map onto Nsight Compute's short names (``long_sb``,
+CUPTI's CRC of the cubin that was mapped: the reader then keeps only that cubin's records. Stall names
+map onto Nsight Compute's short names (``long_sb``,
 ...); ``*_not_issued`` reasons go to ``stalls_not_issued``. Samples of a PC = sum of its (issued +
 not-issued) reasons, i.e. of the reasons without the ``_not_issued`` suffix.
 """
@@ -38,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 
 FORMAT = "ikp-cupti-pcsampling-v1"
 _PREFIX = "smsp__pcsamp_warps_issue_stalled_"

@@ -10,6 +10,10 @@ Layout (ncu 2025.3; older versions differ only in column names, handled below): 
 instruction. ``Address`` is absolute, so PCs are rebased on the block's first row (the function's
 first instruction). Counts may carry thousands separators ("1,024"); "-" means not applicable.
 Several blocks of the same kernel (several launches) are summed.
+
+Invariants (tests/test_cli_errors.py): binary data or a broken CSV is a DecodeError naming the file; a row
+with fewer cells than the header (a file cut short) is an error, never padded; a table that stops before
+the kernel's last instruction is caught against the map by the caller (host_decode.cli.common).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import re
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable
 
 # display name -> our counter name (first match wins; older ncu said "Cycles" where 2025.x says "Samples")
 COUNTER_COLUMNS = {
@@ -71,7 +75,12 @@ def read_ncu_csv(path_or_text: str, kernel: str | None = None) -> PcTable:
 
 
 def _blocks(text: str, source: str) -> list[tuple[str | None, list[str], list[list[str]], int]]:
-    rows = list(csv.reader(io.StringIO(text)))
+    if "\x00" in text or "\ufffd" in text:
+        raise DecodeError("not an ncu CSV: binary data (NUL or invalid UTF-8 bytes)", source=source)
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:
+        raise DecodeError(f"not a CSV file: {e}", source=source) from None
     blocks = []
     i = 0
     while i < len(rows):
@@ -136,8 +145,9 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
     opcodes: list[str] = []
     for r, row in enumerate(rows):
         line_no = header_line + 1 + r
-        if len(row) < len(header):
-            row = row + [""] * (len(header) - len(row))
+        if len(row) < len(header):  # ncu writes every cell: a short row is a file cut short
+            raise DecodeError(f"line {line_no}: {len(row)} of {len(header)} columns (the file is cut short or "
+                              "edited; export it again with ncu -i ... --page source --csv)", source=source)
         try:
             addr[r] = int(row[i_addr].strip(), 16) if row[i_addr].strip().lower().startswith("0x") else int(row[i_addr])
         except ValueError:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 from host_decode.core.errors import DecodeError
+from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
 
 FORMAT = "ikp-nvbit-pc-v1"
 _COUNT_FIELDS = {
@@ -45,9 +45,9 @@ def read_nvbit_json(path_or_obj: Any, kernel: str | None = None) -> PcTable:
     if isinstance(path_or_obj, str):
         source = path_or_obj
         try:
-            with open(path_or_obj) as f:
-                obj = json.load(f)
-        except json.JSONDecodeError as e:
+            with open(path_or_obj, "rb") as f:
+                obj = json.loads(f.read().decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:  # binary data too: an error naming the file
             raise DecodeError(f"not JSON: {e}", source=source) from None
     else:
         obj = path_or_obj

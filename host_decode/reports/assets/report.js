@@ -25,7 +25,7 @@
   }
   function svg(tag, attrs, ...kids) {
     const n = document.createElementNS(SVGNS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) n.setAttribute(k, v);
+    for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) n.setAttribute(k, v);
     for (const c of kids.flat()) if (c !== null && c !== undefined) n.append(c instanceof Node ? c : document.createTextNode(String(c)));
     return n;
   }
@@ -85,20 +85,41 @@
   const swatch = (c) => el("span", { class: "swatch", style: "background:" + c });
 
   // ---------------------------------------------------------------- charts (inline SVG)
-  function histogram(counts, edges, color) {
-    const W = 300, H = 90, L = 4, B = 16;
+  function histogram(r, color) {
+    // bars by bin; geometric bins (r.hist_log) get equal slots, so the axis reads as a log axis.
+    // y: counts (0 and the max); x: the range's ends, p50 / p99 ticks; labels never below 0 ns
+    const counts = r.hist_counts, edges = r.hist_edges_ns;
+    const W = 300, H = 84, L = 30, R = 6, B = 34;
     const n = counts.length, max = Math.max(1, ...counts);
-    const bw = (W - 2 * L) / Math.max(1, n);
+    const bw = (W - L - R) / Math.max(1, n);
     const s = svg("svg", { width: W, height: H + B, viewBox: `0 0 ${W} ${H + B}`, class: "hist" });
+    const lab = (x) => fmtNs(Math.max(0, x));
     counts.forEach((c, i) => {
       const h = (H - 4) * (c / max);
       s.append(svg("rect", { x: L + i * bw + 0.5, y: H - h, width: Math.max(1, bw - 1), height: h, fill: color },
-        svg("title", {}, `${fmtNs(edges[i])} – ${fmtNs(edges[i + 1])}: ${c}`)));
+        svg("title", {}, `${lab(edges[i])} – ${lab(edges[i + 1])}: ${c}`)));
     });
-    s.append(svg("line", { x1: L, x2: W - L, y1: H, y2: H, stroke: "#999" }));
+    // x position of a duration: its bin slot, linear inside the bin
+    const xOf = (v) => {
+      let i = 0;
+      while (i < n - 1 && v >= edges[i + 1]) i++;
+      const f = Math.min(1, Math.max(0, (v - edges[i]) / ((edges[i + 1] - edges[i]) || 1)));
+      return L + (i + f) * bw;
+    };
+    s.append(svg("line", { x1: L, x2: W - R, y1: H, y2: H, stroke: "#999" }));
+    s.append(svg("line", { x1: L, x2: L, y1: 2, y2: H, stroke: "#999" }));
+    s.append(svg("text", { x: L - 3, y: 10, "text-anchor": "end" }, fmtNum(max)));
+    s.append(svg("text", { x: L - 3, y: H, "text-anchor": "end" }, "0"));
     if (edges.length) {
-      s.append(svg("text", { x: L, y: H + 12 }, fmtNs(edges[0])));
-      s.append(svg("text", { x: W - L, y: H + 12, "text-anchor": "end" }, fmtNs(edges[edges.length - 1])));
+      s.append(svg("text", { x: L, y: H + 11 }, lab(r.min_ns)));
+      s.append(svg("text", { x: W - R, y: H + 11, "text-anchor": "end" }, lab(r.max_ns) + (r.hist_log ? " (log bins)" : "")));
+      for (const [q, v] of [["p50", r.p50_ns], ["p99", r.p99_ns]]) {
+        const x = xOf(v);
+        s.append(svg("line", { x1: x, x2: x, y1: 2, y2: q === "p50" ? H + 14 : H + 24, stroke: q === "p50" ? "#1d2330" : "#b42318", "stroke-dasharray": q === "p50" ? null : "3 2", class: "tick-" + q }));
+        const right = x > W - 70;  // near the right edge: the label ends at the tick
+        s.append(svg("text", { x: right ? x - 2 : x + 2, y: q === "p50" ? H + 22 : H + 31, "text-anchor": right ? "end" : "start",
+          fill: q === "p50" ? "#1d2330" : "#b42318", class: "q" }, `${q} ${lab(v)}`));
+      }
     }
     return s;
   }
@@ -126,7 +147,10 @@
     return s;
   }
   const STALL_COLORS = {};
-  function stallColor(r, i) { return STALL_COLORS[r] || (STALL_COLORS[r] = PALETTE[(i + 3) % PALETTE.length]); }
+  // stall reasons get hues of their own (the region palette has near-twins, e.g. two yellows)
+  const STALL_PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac", "#17becf", "#8c564b", "#bcbd22", "#1f3a93", "#d62728", "#7f7f7f"];
+  function stallColor(r, i) { return STALL_COLORS[r] || (STALL_COLORS[r] = STALL_PALETTE[i % STALL_PALETTE.length]); }
   function stackedBars(rows, reasons) {
     // rows: [{label, parts: {reason: value}}] -> horizontal 100% bars + legend
     const W = 640, RH = 18, L = 170, top = 4;
@@ -154,30 +178,59 @@
   }
 
   // ---------------------------------------------------------------- header and routing
+  // built-in tabs; more come from assets that call IKP.addView (html.py REPORT_VIEWS)
   const VIEWS = [["overview", "Overview"], ["regions", "Regions"], ["hardware", "Hardware"], ["code", "Code"]];
+  const RENDER = {};
   const state = { view: "overview", sel: null };
   const K = D.kernel;
   const header = el("header", {},
     el("h1", {}, "ikp report: " + (K.name || "kernel")),
     el("span", { class: "sub" }, `${K.num_blocks} blocks × ${K.num_groups} groups · ${fmtNs(K.launch_ns)} · ${D.generated_utc}`),
-    el("nav", {}, VIEWS.map(([id, label]) => el("a", { href: "#" + id, id: "tab-" + id }, label))));
+    el("nav", { id: "tabs" }, VIEWS.map(([id, label]) => el("a", { href: "#" + id, id: "tab-" + id }, label))));
   const mainEl = el("main", {});
   app.replaceChildren(header, mainEl);
   const rendered = {};
+  Object.assign(RENDER, { overview: renderOverview, regions: renderRegions, hardware: renderHardware, code: (root) => renderCode(root) });
   function show(view) {
     if (!VIEWS.some(([id]) => id === view)) view = "overview";
     state.view = view;
     for (const [id] of VIEWS) document.getElementById("tab-" + id).classList.toggle("active", id === view);
     if (!rendered[view]) {
       rendered[view] = el("section", { id: "view-" + view });
-      ({ overview: renderOverview, regions: renderRegions, hardware: renderHardware, code: renderCode })[view](rendered[view]);
+      RENDER[view](rendered[view]);
     }
     mainEl.replaceChildren(rendered[view]);
     if (view === "code") applySelection();
   }
   window.addEventListener("hashchange", () => show(location.hash.slice(1)));
+  // an extra tab, inserted before "Hardware"; shown at once when the URL asks for it
+  IKP.addView = function (id, label, render) {
+    if (VIEWS.some(([v]) => v === id)) return;
+    const at = VIEWS.findIndex(([v]) => v === "hardware");
+    VIEWS.splice(at, 0, [id, label]);
+    RENDER[id] = (root) => { try { render(root, IKP); } catch (e) { IKP.errors.push(String(e && e.stack || e)); throw e; } };
+    document.getElementById("tabs").insertBefore(el("a", { href: "#" + id, id: "tab-" + id }, label), document.getElementById("tab-hardware"));
+    if (location.hash.slice(1) === id) show(id);
+  };
 
   // ---------------------------------------------------------------- overview
+  function treeOrder(regions) {
+    // rows as a forest: each under the region it runs in most often (parent_key), children in data order
+    const byKey = new Map(regions.map((r) => [r.key, r]));
+    const kids = new Map();
+    const roots = [];
+    for (const r of regions) {
+      if (r.parent_key && byKey.has(r.parent_key) && r.parent_key !== r.key) {
+        if (!kids.has(r.parent_key)) kids.set(r.parent_key, []);
+        kids.get(r.parent_key).push(r);
+      } else roots.push(r);
+    }
+    const out = [], seen = new Set();
+    const walk = (r, d) => { if (seen.has(r.key)) return; seen.add(r.key); out.push([r, d]); (kids.get(r.key) || []).forEach((k) => walk(k, d + 1)); };
+    roots.forEach((r) => walk(r, 0));
+    regions.forEach((r) => walk(r, 0)); // a parent cycle: still listed once
+    return out;
+  }
   function regionLabel(r) {
     return (D.kernel.num_groups > 1 || Object.keys(D.groups).length > 1) ? `${r.group_name} / ${r.region}` : r.region;
   }
@@ -211,18 +264,29 @@
           Object.keys(D.missing).map(missingBox))));
     root.append(el("h2", {}, "Regions (click a row to see its code)"));
     const hasHw = D.regions.some((r) => r.hw);
-    const heads = ["region", "count", "total", "share of group time", "mean", "p50", "p99", "cv", "biggest bottleneck"];
-    if (hasHw) heads.splice(8, 0, "% samples");
-    const rows = D.regions.map((r) => {
-      const cells = [el("span", {}, swatch(eventColor(r.event)), regionLabel(r)), r.count, fmtNs(r.total_ns), pct(r.share_of_group_time),
-        fmtNs(r.mean_ns), fmtNs(r.p50_ns), fmtNs(r.p99_ns), fix(r.cv, 2),
-        el("span", { class: r.bottleneck.kind === "none" ? "note" : "warn" }, r.bottleneck.text,
-          (r.bottleneck.also || []).length ? el("span", { class: "note" }, " · " + r.bottleneck.also.join("; ")) : null)];
-      if (hasHw) cells.splice(8, 0, r.hw ? pct(r.hw.samples_share) : "–");
-      return { key: r.key, cells, onclick: () => gotoEvent(r.event) };
+    const heads = ["region", "count", "total", "share of group time", "exclusive", "excl. share", "mean", "p50", "p99", "cv", "what stands out"];
+    if (hasHw) heads.splice(10, 0, "% samples (code path)");
+    const shownShared = new Set();
+    const rows = treeOrder(D.regions).map(([r, depth]) => {
+      let samples = "–";
+      if (r.hw && r.hw.shared_by && shownShared.has(r.event))
+        samples = el("span", { class: "note", title: "per-PC samples belong to code, not to warp groups" }, `same code as ${r.hw.shared_by[0]}`);
+      else if (r.hw) {
+        shownShared.add(r.event);
+        samples = el("span", {}, pct(r.hw.samples_share),
+          r.hw.shared_by ? el("span", { class: "note" }, ` (code shared by ${r.hw.shared_by.join(", ")})`) : null);
+      }
+      const cells = [el("span", { class: "tree", style: `padding-left:${depth * 16}px` }, depth ? el("span", { class: "note" }, "└ ") : null,
+          swatch(eventColor(r.event)), regionLabel(r)), r.count, fmtNs(r.total_ns), pct(r.share_of_group_time),
+        fmtNs(r.exclusive_ns), pct(r.exclusive_share_of_group_time), fmtNs(r.mean_ns), fmtNs(r.p50_ns), fmtNs(r.p99_ns), fix(r.cv, 2),
+        el("span", { class: r.stands_out.kind === "none" ? "note" : "warn" }, r.stands_out.text,
+          (r.stands_out.also || []).length ? el("span", { class: "note" }, " · " + r.stands_out.also.join("; ")) : null)];
+      if (hasHw) cells.splice(10, 0, samples);
+      return { key: r.key, cells, onclick: () => gotoEvent(r.event), depth };
     });
     root.append(table(heads, rows, { id: "overview-regions", lastLeft: true }));
-    root.append(el("p", { class: "note" }, "Bottleneck: the region's top stall reason when per-PC data is joined; otherwise a long tail (p99/p50 ≥ 2) or uneven time across blocks (max/mean ≥ 1.5)."));
+    root.append(el("p", { class: "note" }, "Nested regions are indented under the region they run in; \"exclusive\" is a region's time minus the regions directly inside it (shares of one group add up in that column, not in \"total\"). " +
+      "What stands out: the region's top stall reason when per-PC data is joined; otherwise a long tail (p99/p50 ≥ 2) or an imbalance across blocks (max/mean of per-block time ≥ 1.5). These are leads, not proof of a bottleneck."));
   }
 
   // ---------------------------------------------------------------- regions
@@ -230,10 +294,11 @@
     root.append(el("h2", {}, "Duration per region and group"));
     root.append(el("div", { class: "grid" }, D.regions.map((r) => el("div", { class: "card", "data-key": r.key },
       el("h3", {}, swatch(eventColor(r.event)), regionLabel(r)),
-      histogram(r.hist_counts, r.hist_edges_ns, eventColor(r.event)),
-      table(["count", "min", "p50", "p90", "p95", "p99", "max"],
-        [{ cells: [r.count, fmtNs(r.min_ns), fmtNs(r.p50_ns), fmtNs(r.p90_ns), fmtNs(r.p95_ns), fmtNs(r.p99_ns), fmtNs(r.max_ns)] }], { left: 0 }),
-      el("p", { class: "note" }, `over ${r.blocks} blocks, max/mean per block ${fix(r.block_imbalance, 2)}; p99/p50 ${fix(r.tail_ratio, 2)}`)))));
+      histogram(r, eventColor(r.event)),
+      table(["count", "min", "p50", "p90"], [{ cells: [fmtNum(r.count), fmtNs(r.min_ns), fmtNs(r.p50_ns), fmtNs(r.p90_ns)] }], { left: 0, cls: "stats" }),
+      table(["p95", "p99", "max", "mean"], [{ cells: [fmtNs(r.p95_ns), fmtNs(r.p99_ns), fmtNs(r.max_ns), fmtNs(r.mean_ns)] }], { left: 0, cls: "stats" }),
+      el("p", { class: "note" }, `over ${r.blocks} blocks, max/mean per block ${fix(r.block_imbalance, 2)}` +
+        (r.block_imbalance >= 1.5 ? " (imbalance)" : "") + `; p99/p50 ${fix(r.tail_ratio, 2)}`)))));
     const A = D.analysis;
     if (!A) { root.append(missingBox("analysis")); return; }
     root.append(el("h2", {}, "Overlap between groups"));
@@ -369,7 +434,7 @@
   }
   function renderCode(root) {
     root.append(el("div", { id: "selection" }, "Click a region, a source line or an instruction."));
-    const layout = el("div", { class: "code-layout" });
+    const layout = el("div", { class: "code-layout" + (P ? "" : " nomap") });
     root.append(layout);
     // regions list: trace regions (by event) then map paths
     const list = el("div", { class: "reglist" });
@@ -392,12 +457,23 @@
     if (!S) srcPane.append(el("h3", {}, "Source"), missingBox("source"));
     else {
       const maxCost = Math.max(0, ...Object.values(S.line_cost || {}));
+      // without per-line cost (no map / no hardware data): the timeline total of the region each
+      // marker line opens, so the source still says where the time went
+      const LT = S.line_time || {};
+      const useTime = !maxCost && Object.keys(LT).length > 0;
+      const maxTime = Math.max(0, ...Object.values(LT).map((t) => t.total_ns));
+      const DL = S.def_lines || {};
       srcPane.append(el("h3", {}, `Source: ${S.path || "(text)"}`, el("span", { class: "note" },
         S.origin === "map" ? ` · colours from the map's line info${S.cost_metric ? ", bar = " + (S.cost_metric === "inst_executed" ? "instructions executed" : "samples") : ""}` : " · colours from marker calls (no map)")),
-        S.file_note ? el("div", { class: "note", id: "file-note" }, S.file_note) : "");
+        S.file_note ? el("div", { class: "note", id: "file-note" }, S.file_note) : "",
+        useTime ? el("div", { class: "note" }, "No per-line cost (no map or no hardware data): each line that opens a region shows the region's total time on the timeline (all groups), bar scaled to the largest.") : "",
+        Object.keys(DL).length ? el("div", { class: "note", id: "def-note" }, defLineNote(DL)) : "");
       code.lines = S.lines.map((t, i) => {
-        const no = i + 1, c = lineColor(no), cost = (S.line_cost || {})[no];
-        const bar = el("span", { class: "cost" }, cost ? el("i", { style: `width:${Math.max(2, 52 * cost / (maxCost || 1))}px` }) : null, cost ? fmtNum(cost) : "");
+        const no = i + 1, c = lineColor(no), cost = (S.line_cost || {})[no], lt = useTime ? LT[no] : null;
+        const bar = lt ? el("span", { class: "cost time", title: `${eventName[lt.event] || "event_" + lt.event}: ${lt.count} spans, ${fmtNs(lt.total_ns)} in all` },
+            el("i", { style: `width:${Math.max(2, 52 * lt.total_ns / (maxTime || 1))}px` }), fmtNs(lt.total_ns))
+          : el("span", { class: "cost", title: DL[no] ? "instructions the DSL gave this function's own line (see the note above)" : null },
+            cost ? el("i", { style: `width:${Math.max(2, 52 * cost / (maxCost || 1))}px` }) : null, cost ? fmtNum(cost) : "", DL[no] ? " †" : "");
         return el("div", { class: "ln", "data-line": no, onclick: () => select({ kind: "line", line: no }) },
           el("span", { class: "no" }, no), markerStripe(no), bar,
           el("span", { class: "tx", style: c ? `border-left-color:${c};background:${c}22` : null }, t || " "));
@@ -416,7 +492,12 @@
       // tens of thousands of rows: one HTML string (every value escaped), one delegated click handler,
       // and rows in chunks of 256 with `content-visibility: auto`, so the browser lays out and paints
       // only the chunks in view (a 20k-row <table> took seconds to lay out at every selection)
-      const widths = [76, 120, 124].concat(metricCols.map(() => 70), stallKeys.length ? [80] : [], [460]);
+      // every column as wide as its longest value (7 px a character at 12 px monospace), so nothing is cut
+      const longest = (xs) => xs.reduce((a, x) => Math.max(a, String(x).length), 0);
+      const px = (chars) => Math.ceil(7.4 * chars) + 16;
+      const pathW = Math.min(280, px(longest(D.paths.map((p) => p.path))));
+      const lineW = Math.max(44, px(longest(P.pc.map((_, i) => lineLabel(i)))));
+      const widths = [76, pathW, lineW].concat(metricCols.map(() => 70), stallKeys.length ? [px(longest(stallKeys))] : [], [460]);
       const heads = ["PC", "region", "line"].concat(metricCols.map((k) => k === "inst_executed" ? "exec" : "samples"))
         .concat(stallKeys.length ? ["top stall"] : [], ["instruction"]);
       const grid = `--cols:${widths.map((w) => w + "px").join(" ")}`;
@@ -450,6 +531,16 @@
     layout.append(sassPane);
     code.list = list;
   }
+  function defLineNote(DL) {
+    // lines like `@cute.jit` / `def launch_tiles(...)` that own instructions: say why and where they belong
+    const parts = Object.entries(DL).map(([line, d]) => {
+      const byPath = Object.entries(d.by_path).sort((a, b) => (b[1][1] - a[1][1]) || (b[1][0] - a[1][0]));
+      const what = byPath.slice(0, 3).map(([p, [n, c]]) => `${D.paths[+p].path} ${n} instr.` + (d.metric ? `, ${fmtNum(c)} ${d.metric === "inst_executed" ? "executed" : "samples"}` : "")).join("; ");
+      return `line ${line}: ${what}`;
+    });
+    return "† Decorator / def lines with instructions: CuTe DSL gives code it inlines without a location of its own (argument unpacking, library helpers, the function's prologue) the jitted function's own line. " +
+      "Their cost is real but not on that line; the map still knows their regions: " + parts.join(" · ") + ".";
+  }
   function select(sel) { state.sel = sel; applySelection(true); }
   function applySelection(fromClick) {
     const sel = state.sel, box = document.getElementById("selection");
@@ -480,7 +571,7 @@
       const first = [...pcs].sort((a, b) => a - b)[0];
       if (first !== undefined && code.rows) code.rows[first].scrollIntoView({ block: "center" });
       const fl = [...lines].sort((a, b) => a - b)[0];
-      if (fl !== undefined && code.lines && code.lines[fl - 1] && sel.kind !== "line") code.lines[fl - 1].scrollIntoView({ block: "nearest" });
+      if (fl !== undefined && code.lines && code.lines[fl - 1] && sel.kind !== "line") code.lines[fl - 1].scrollIntoView({ block: "center" });
     }
   }
   function describe(sel, pcs, lines) {
@@ -506,6 +597,7 @@
 
   IKP.select = select; // for tests and the console
   IKP.show = show;
+  Object.assign(IKP, { el, svg, fmtNs, fmtNum, pct, fix, table, missingBox, eventColor, eventName, swatch, regionLabel });
   show(location.hash.slice(1) || "overview");
   IKP.ready = true;
   document.body.setAttribute("data-ready", "1");

@@ -23,7 +23,7 @@ def overhead_kernel(
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     bdim, _, _ = cute.arch.block_dim()
-    prof = Profiler(spec, prof_buf, group=cute.arch.warp_idx())
+    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx())
     idx = bidx * bdim + tidx
     acc = x[idx]
     b = acc * 0.25  # x in [0, 1): the chain converges, no inf or denormals
@@ -82,41 +82,49 @@ def launch_iket_overhead(
     iket_overhead_kernel(x, iters, regions).launch(grid=[grid, 1, 1], block=[block, 1, 1])
 
 
-def sass_instructions_per_event(mode: str, **spec_kw) -> float:
-    """Marginal SASS instructions per record, counted from cubins compiled on the CPU: the loop body with
-    8 regions vs 4 (16 vs 8 records, loop not unrolled), minus the same difference for the
-    uninstrumented kernel (the FMAs)."""
+def _compile(spec, regions: int):
     from cutlass.cute.runtime import make_fake_compact_tensor
 
-    from ikp_cute import ProfileSpec, disabled, fake_buffer, sass
+    from ikp_cute.testing import sass
 
-    def count(spec, regions):
-        x = make_fake_compact_tensor(Float32, (528 * 256,))
-        compiled = cute.compile(
-            launch_overhead,
-            x,
-            Int32(256),
-            fake_buffer(spec),
-            spec,
-            regions,
-            1,
-            528,
-            256,
-            options=sass.keep_options(),
-        )
-        return sass.count(compiled.__cubin__)
+    x = make_fake_compact_tensor(Float32, (528 * 256,))
+    from ikp_cute import fake_buffer
 
-    def make():
-        return ProfileSpec(
-            mode=mode,
-            num_groups=8,
-            num_blocks=528,
-            write_stride=528 * 8,
-            records_per_lane=520,
-            warps_per_group=1,
-            **spec_kw,
-        )
+    return cute.compile(
+        launch_overhead, x, Int32(256), fake_buffer(spec), spec, regions, 1, 528, 256, options=sass.keep_options()
+    )
 
-    instrumented = count(make(), 8) - count(make(), 4)
-    bare = count(disabled(), 8) - count(disabled(), 4)
-    return (instrumented - bare) / 8
+
+def overhead_spec(mode: str, **spec_kw):
+    """The spec the overhead benchmark uses: 528 blocks x 8 warps, every warp a lane, 256 regions each."""
+    from ikp_cute import ProfileSpec, disabled
+
+    if mode is None:
+        return disabled()
+    return ProfileSpec(
+        mode=mode, num_groups=8, num_blocks=528, records_per_lane=520, warps_per_group=1, **spec_kw
+    )
+
+
+def opcodes_per_event(mode: str, **spec_kw) -> dict[str, float]:
+    """Where the SASS instructions of a record go: marginal instructions per record by opcode (the loop
+    body with 8 regions vs 4: 16 vs 8 records, loop not unrolled), minus the same difference for the
+    uninstrumented kernel (the FMAs). Negative entries are instructions the recording displaced."""
+    from collections import Counter
+
+    from ikp_cute.testing import sass
+
+    def opcodes(spec, regions):
+        return Counter(sass.opcode(ins).split(".")[0] for ins in sass.disassemble(_compile(spec, regions).__cubin__))
+
+    instrumented = opcodes(overhead_spec(mode, **spec_kw), 8) - Counter()
+    instrumented.subtract(opcodes(overhead_spec(mode, **spec_kw), 4))
+    bare = opcodes(overhead_spec(None), 8)
+    bare.subtract(opcodes(overhead_spec(None), 4))
+    instrumented.subtract(bare)
+    return {op: n / 8 for op, n in sorted(instrumented.items()) if n}
+
+
+def sass_instructions_per_event(mode: str, **spec_kw) -> float:
+    """Marginal SASS instructions per record (the sum of opcodes_per_event)."""
+    return sum(opcodes_per_event(mode, **spec_kw).values())

@@ -36,10 +36,11 @@ def count(cubin: bytes, opcode: str | None = None) -> int:
     instructions = disassemble(cubin)
     if opcode is None:
         return len(instructions)
-    return sum(1 for ins in instructions if _opcode(ins).startswith(opcode))
+    return sum(1 for ins in instructions if opcode(ins).startswith(opcode))
 
 
-def _opcode(instruction: str) -> str:
+def opcode(instruction: str) -> str:
+    """The opcode of an instruction line, predicate guard removed (`@P0 STG.E.64 ...` -> `STG.E.64`)."""
     words = instruction.split()
     if words and words[0].startswith("@"):
         words = words[1:]

@@ -6,7 +6,7 @@ records "producer" inside an `if warp_idx == ...` branch. Expected records per l
 2 anchors + iters * (2 + 2 + 1) [+ 2 for group 1 per iteration] + finalize.
 """
 
-import copy
+import dataclasses
 
 import cutlass
 from cutlass import Int32, cute
@@ -20,7 +20,7 @@ def structured_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Cons
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
     group = warp // 4
-    prof = Profiler(spec, prof_buf, group=group)
+    prof = Profiler.create(spec, prof_buf, group=group)
     acc = x[bidx * 256 + tidx]
     for i in cutlass.range(iters):
         with profile_region(prof, "outer", index=2 * i):
@@ -53,7 +53,7 @@ def warp_specialized_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlas
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4)
+    prof = Profiler.create(spec, prof_buf, group=warp // 4)
     acc = x[bidx * 256 + tidx]
     if warp < 4:
         for i in cutlass.range(iters):
@@ -93,7 +93,7 @@ def carried_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constex
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     acc = x[bidx * 256 + tidx]
-    prof = Profiler(spec, prof_buf, group=cute.arch.warp_idx() // 4)
+    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx() // 4)
     for i in cutlass.range(iters, unroll=1):
         with profile_region(prof, "outer"):
             acc = acc * 1.0001 + 0.5
@@ -116,11 +116,10 @@ def launch_carried(
 def _with_fresh_cursor(prof, start):
     """A copy of `prof` whose cursor starts from `start` in a new register tensor: used inside a loop
     body it models a cursor that is not carried (each iteration starts from the pre-loop value)."""
-    cursor = cute.make_rmem_tensor(cute.make_layout(1), Int32)
-    cursor[0] = start
-    clone = copy.copy(prof)
-    object.__setattr__(clone, "_cursor", cursor)
-    return clone
+    room = cute.make_rmem_tensor(cute.make_layout(1), Int32)
+    room[0] = start
+    recorder = dataclasses.replace(prof.recorder, room=room)
+    return dataclasses.replace(prof, recorder=recorder)
 
 
 @cute.kernel
@@ -131,8 +130,8 @@ def stale_cursor_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     acc = x[bidx * 256 + tidx]
-    prof = Profiler(spec, prof_buf, group=cute.arch.warp_idx() // 4)
-    start = prof._cursor[0]
+    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx() // 4)
+    start = prof.recorder.room[0]
     for i in cutlass.range(iters, unroll=1):
         stale = _with_fresh_cursor(prof, start)
         with profile_region(stale, "outer"):
@@ -176,14 +175,26 @@ def structured_program(iters: int, group: int) -> list[tuple[str, str, int | Non
 
 
 def expected_dropped(iters: int, group: int, mode: str, records_per_lane: int) -> int:
-    """Records of one lane that do not fit: cursor/atomic fill slots 2.. in order; static puts record
-    (index i) at slot 2+2i (+1 for an end) and drops those at or past records_per_lane - 2."""
+    """Records of one lane that do not fit, worked out from the program and each mode's rule:
+    cursor/deferred/smem/lean: records take slots 2.. in program order (a deferred begin takes its slot
+    at the begin), the ones past the capacity are dropped; atomic: a region reserves two slots at its
+    begin and stores both only if both fit, a mark reserves one; static: record (index i) at slot 2+2i
+    (+1 for an end), dropped at or past records_per_lane - 2."""
     program = structured_program(iters, group)
-    last_user_slot = records_per_lane - 2
-    if mode in ("cursor", "atomic"):
-        return max(0, len(program) - (last_user_slot - 2))
+    trailer = records_per_lane - 2
+    if mode in ("cursor", "deferred", "smem", "lean"):
+        return max(0, len(program) - (trailer - 2))
+    if mode == "atomic":
+        slot, kept = 2, 0
+        for kind, _, _ in program:
+            if kind == "end":
+                continue
+            n = 2 if kind == "begin" else 1
+            kept += n if slot + n <= trailer else 0
+            slot += n
+        return len(program) - kept
     slots = [2 + 2 * index + (kind == "end") for kind, _, index in program]
-    return sum(slot >= last_user_slot for slot in slots)
+    return sum(slot >= trailer for slot in slots)
 
 
 @cute.kernel
@@ -194,7 +205,7 @@ def multi_writer_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
     bidx, _, _ = cute.arch.block_idx()
     warp = cute.arch.warp_idx()
     lane_id = cute.arch.lane_idx()
-    prof = Profiler(spec, prof_buf, group=warp // 4, leader=lane_id == 0)
+    prof = Profiler.create(spec, prof_buf, group=warp // 4, leader=lane_id == 0)
     acc = x[bidx * 256 + tidx]
     for i in cutlass.range(iters):
         with profile_region(prof, "work"):

@@ -1,0 +1,25 @@
+"""ikp view FILE: open a capture or a trace in the Perfetto UI served from this machine (host_decode.reports.viewer)."""
+
+NAME = "view"
+EXAMPLE = "ikp view examples/basic/capture.npy   (prints the URL; Ctrl-C stops)"
+HELP = "open a capture (.npy) or trace (.pftrace / .json) in a Perfetto UI served offline from this machine"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("file", help="capture BUFFER.npy (decoded to a temporary .pftrace), "
+                   "or a .pftrace / .json trace (served as is)")
+    p.add_argument("--port", type=int, default=0, help="TCP port to serve on (default 0: a free port)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--no-browser", action="store_true", help="only print the URL; do not open a browser")
+    p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} for a capture "
+                   "(overrides BUFFER.json's)")
+
+
+def run(args) -> int:
+    from host_decode.core.model import Names
+    from host_decode.reports.viewer import serve
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: not a TCP port (0..65535; 0 picks a free one)")
+    names = Names.read(args.names) if args.names else None
+    return serve(args.file, port=args.port, bind=args.bind, open_browser=not args.no_browser, names=names)

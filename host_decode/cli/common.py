@@ -1,0 +1,252 @@
+"""What every `ikp` command shares: the flags of one grammar, safe outputs, progress, the console, one
+JSON-safe converter and the "next step" line. Commands import from here, never from each other.
+
+Grammar (guarded by tests/test_cli_grammar.py):
+- `-o/--output FILE` is the command's main output file, written through `outputs()` (never over an
+  input, atomic, replaced only with `-f/--force`; host_decode.core.files).
+- `--format table|json|csv` chooses what is printed to stdout wherever a table is printed; no flag
+  is both a switch and a path.
+- `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any, Iterable
+
+from host_decode.core.files import OutputFiles
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
+
+
+def add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bars on slow steps (default: when stderr is a terminal)",
+    )
+
+
+def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), default: str = "table") -> None:
+    p.add_argument(
+        "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
+    )
+
+
+def outputs(args, *inputs: Any) -> OutputFiles:
+    """The OutputFiles of a command: `inputs` are every path it reads (None entries and lists allowed)."""
+    flat: list = []
+    for x in inputs:
+        if isinstance(x, (list, tuple)):
+            flat.extend(x)
+        else:
+            flat.append(x)
+    return OutputFiles(flat, force=bool(getattr(args, "force", False)))
+
+
+def show_progress(args=None) -> bool:
+    value = getattr(args, "progress", None) if args is not None else None
+    return sys.stderr.isatty() if value is None else bool(value)
+
+
+def progress(items: Iterable, desc: str, args=None, total: int | None = None):
+    """tqdm over `items` when bars are on (see show_progress), else `items` unchanged."""
+    if not show_progress(args):
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, total=total, leave=False, file=sys.stderr)
+
+
+class Step:
+    """A spinner-like line on stderr for one slow step without a natural count (off when not a terminal)."""
+
+    def __init__(self, desc: str, args=None):
+        self.desc, self.on = desc, show_progress(args)
+
+    def __enter__(self):
+        if self.on:
+            print(f"{self.desc} ...", end="\r", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            print(" " * (len(self.desc) + 4), end="\r", file=sys.stderr, flush=True)
+        return False
+
+
+def console(file=None):
+    """The rich console every command prints with: the terminal's width on a terminal (tables switch
+    to their narrow layout below reports.text.NARROW_COLUMNS), 160 columns when piped, no colour codes in files."""
+    from host_decode.reports.text import make_console
+
+    return make_console(file=file)
+
+
+def is_narrow(con) -> bool:
+    from host_decode.reports.text import is_narrow as narrow
+
+    return narrow(con)
+
+
+def table(con, title: str, headers: list, rows: list, **kw):
+    """host_decode.reports.text.table: the one table helper (readable at 80 columns)."""
+    from host_decode.reports.text import table as make
+
+    return make(con, title, headers, rows, **kw)
+
+
+def jsonable(x: Any) -> Any:
+    """One JSON-safe converter for every command: numpy scalars/arrays -> Python, dict keys -> str,
+    tuples -> lists, and the one NaN rule: NaN and +-inf -> null (strict JSON has neither)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # numpy scalar or array
+        return jsonable(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def dumps(x: Any) -> str:
+    import json
+
+    return json.dumps(jsonable(x), indent=1, allow_nan=False)
+
+
+def next_step(text: str, args=None) -> None:
+    """One line after a command saying what to do next (stderr, so stdout stays machine-readable)."""
+    if getattr(args, "quiet", False):
+        return
+    print(f"next: {text}", file=sys.stderr)
+
+
+def read_names(path) -> "object":
+    """A --names file: a JSON object with 'events' and/or 'groups' (a capture sidecar is one); anything
+    else is an error naming the file, never silently no names."""
+    import json
+
+    from host_decode.core.errors import DecodeError
+    from host_decode.core.model import Names
+
+    try:
+        with open(path, "rb") as f:
+            obj = json.loads(f.read().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DecodeError(f"not a JSON names file: {e}", source=str(path)) from None
+    if not isinstance(obj, dict) or not ({"events", "groups"} & set(obj)):
+        got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with keys {sorted(obj)[:6]}"
+        raise DecodeError(
+            f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",
+            source=str(path),
+        )
+    try:
+        return Names.from_json(obj)
+    except ValueError as e:
+        raise DecodeError(f"not a names file: {e}", source=str(path)) from None
+
+
+def read_pc_table(
+    kind: str,
+    path,
+    kernel: str | None,
+    region_map=None,
+    *,
+    default_kernel: str | None = None,
+    allow_mismatch: bool = False,
+):
+    """Per-PC data of `kind` (ncu | cupti | nvbit) for one kernel: the explicit --kernel; else the kernel
+    with markers (the map's, else `default_kernel`, e.g. the capture's sidecar kernel) when the file has
+    it; else the file's only kernel. An ncu table lists every instruction: one that covers fewer than the
+    map's is a file cut short (error unless allow_mismatch)."""
+    from host_decode.core.errors import DecodeError
+    from host_decode.hardware.adapters import cupti, ncu, nvbit
+
+    reader = {"ncu": ncu.read_ncu_csv, "cupti": cupti.read_cupti_json, "nvbit": nvbit.read_nvbit_json}[kind]
+    preferred = region_map.kernel if region_map is not None and region_map.kernel else default_kernel
+    if kernel or not preferred:
+        table = reader(str(path), kernel=kernel)
+    else:
+        try:
+            table = reader(str(path), kernel=preferred)
+        except DecodeError as first:
+            try:
+                table = reader(str(path))
+            except DecodeError:
+                raise first from None
+    if kind == "ncu" and region_map is not None and table.pc.size < region_map.pc.size and not allow_mismatch:
+        last = int(table.pc.max()) if table.pc.size else -1
+        raise DecodeError(
+            f"lists {table.pc.size} of the kernel's {region_map.pc.size} instructions (last PC {last:#x}, "
+            f"code ends at {int(region_map.pc.max()):#x}): the CSV is cut short or of another build "
+            "(--allow-mismatch joins anyway)",
+            source=str(path),
+        )
+    return table
+
+
+def load_map(path):
+    """A pc2region map file; errors name the file (a binary file is not a UTF-8 codec error)."""
+    from host_decode.core.errors import DecodeError
+    from host_decode.hardware import pc2region
+
+    try:
+        return pc2region.load_map(str(path))
+    except UnicodeDecodeError:
+        raise DecodeError("not a pc2region map: binary data, not JSON", source=str(path)) from None
+
+
+def cubin_errors(cubin_path):
+    """Context: DecodeErrors inside name the user's cubin, never a temporary copy of it."""
+    import contextlib
+    import re
+
+    from host_decode.core.errors import DecodeError
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except DecodeError as e:
+            reason = re.sub(r"\S*ikp_sass_\S*", str(cubin_path), e.reason)
+            raise DecodeError(reason, source=str(cubin_path)) from None
+
+    return guard()
+
+
+def read_cubin_map(cubin_path, **build_args):
+    """(cubin bytes, RegionMap built from it); errors name the user's cubin."""
+    from host_decode.hardware import pc2region
+
+    data = pc2region.read_cubin(str(cubin_path))
+    with cubin_errors(cubin_path):
+        return data, pc2region.build_map(data, **build_args)
+
+
+def ensure_gzip(path) -> None:
+    """A file whose name ends in .gz is gzip: compress it in place when a writer wrote plain text."""
+    import gzip
+    import os
+    import shutil
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.name.endswith(".gz"):
+        return
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return
+    packed = path.with_name(path.name + ".gzip")
+    try:
+        with open(path, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(packed, path)
+    finally:
+        packed.unlink(missing_ok=True)

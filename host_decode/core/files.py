@@ -1,0 +1,200 @@
+"""Output files of every `ikp` command: complete or absent, never over an input.
+
+Invariants (each guarded by tests/test_cli_safety.py):
+- An output never resolves, by path or by inode (hard links, symlinks), to one of the command's inputs
+  or an input's sidecar (BUFFER.npy <-> BUFFER.json, TRACE -> TRACE.ikpcache.npz): `OutputError`.
+- Every output is written to a temporary file in its target directory and renamed into place only when
+  the whole command succeeded; on any failure (full disk, Ctrl-C, a bug) the temporaries are removed and
+  a previous file of that name is left untouched.
+- An existing output is replaced only with `force=True` (`-f/--force`); the error says so.
+- A missing output directory is an error (never created silently).
+
+How a command uses it (new commands must do the same; `host_decode.cli.common.outputs` builds one from
+the parsed arguments):
+
+    with OutputFiles(inputs=[args.capture], force=args.force) as out:
+        tmp = out.add(args.output)       # checked now, before any slow work; a temp path, same suffixes
+        write_something(tmp)
+    # here every added output is in place; after an exception none is
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+TEMP_PREFIX = ".ikp-tmp-"
+CACHE_SUFFIX = ".ikpcache.npz"  # torch trace cache, host_decode.torch_traces
+
+
+class OutputError(ValueError):
+    """An output that would destroy data or cannot be written; names the path and what to do."""
+
+
+def sidecars(path: str | os.PathLike) -> list[Path]:
+    """Files that travel with an input: a capture's BUFFER.json (and a sidecar's BUFFER.npy), a torch
+    trace's cache."""
+    p = Path(path)
+    out = [Path(str(p) + CACHE_SUFFIX)]
+    if p.suffix == ".npy":
+        out.append(p.with_suffix(".json"))
+    elif p.suffix == ".json":
+        out.append(p.with_suffix(".npy"))
+    return out
+
+
+def expand_inputs(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
+    """Inputs as files: a directory (a session) stands for the captures (*.npy) directly inside it, as
+    host_decode.analysis.sessions.load_parts reads it (their sidecars follow from sidecars())."""
+    files: list[Path] = []
+    for p in paths:
+        if p is None:
+            continue
+        p = Path(p)
+        if p.is_dir():
+            files.extend(q for q in p.glob("*.npy") if q.is_file())
+        else:
+            files.append(p)
+    return files
+
+
+def _identity(p: Path) -> tuple[int, int] | None:
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class OutputFiles:
+    """The outputs of one command, written all-or-nothing (see the module docstring)."""
+
+    def __init__(self, inputs: Iterable[str | os.PathLike | None] = (), *, force: bool = False):
+        self.force = force
+        self._protected: dict[Path, str] = {}
+        self._inodes: dict[tuple[int, int], str] = {}
+        for f in expand_inputs(inputs):
+            self._protect(f, f"an input ({f})")
+            for s in sidecars(f):
+                self._protect(s, f"the sidecar of input {f}")
+        self._pending: list[tuple[Path, Path]] = []  # (temporary, final)
+
+    def _protect(self, p: Path, why: str) -> None:
+        self._protected.setdefault(p.resolve(), why)
+        ident = _identity(p)
+        if ident is not None:
+            self._inodes.setdefault(ident, why)
+
+    def check(self, path: str | os.PathLike) -> Path:
+        """The final path of an output after every refusal rule (OutputError otherwise)."""
+        final = Path(path)
+        if str(path) in ("", "-"):
+            raise OutputError("no output file named (give -o FILE)")
+        resolved = final.resolve()
+        why = self._protected.get(resolved) or self._inodes.get(_identity(final) or (-1, -1))
+        if why is not None:
+            raise OutputError(f"{path}: refusing to write over {why}; choose another output name")
+        if any(resolved == f.resolve() for _, f in self._pending):
+            raise OutputError(f"{path}: named twice as an output of this command")
+        parent = resolved.parent
+        if not parent.is_dir():
+            raise OutputError(f"{path}: output directory {parent} does not exist (create it first)")
+        if final.is_dir():
+            raise OutputError(f"{path}: is a directory; name a file")
+        if final.exists() and not self.force:
+            raise OutputError(f"{path}: exists; use -f/--force to replace it")
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"{path}: output directory {parent} is not writable")
+        return final
+
+    def add(self, path: str | os.PathLike) -> Path:
+        """Check `path` now and return the temporary path to write it to (same directory, same
+        suffixes, so writers that pick the format from the name behave alike). The temporary is
+        created empty here: a directory that cannot be written fails now, naming `path`."""
+        final = self.check(path)
+        tmp = self._temp(final)
+        try:
+            open(tmp, "xb").close()
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+        self._pending.append((tmp, final))
+        return tmp
+
+    def add_new_dir(self, path: str | os.PathLike) -> Path:
+        """A new output directory, built under a temporary name and renamed into place on success."""
+        final = self.check(path)
+        tmp = self._temp(final)
+        try:
+            tmp.mkdir()
+        except OSError as e:
+            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+        self._pending.append((tmp, final))
+        return tmp
+
+    @staticmethod
+    def _temp(final: Path) -> Path:
+        return final.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{final.name}"
+
+    def add_dir(self, path: str | os.PathLike, names: Iterable[str]) -> dict[str, Path]:
+        """Outputs named `names` inside directory `path` (which must exist): {name: temporary path}."""
+        d = Path(path)
+        if not d.is_dir():
+            if d.exists():
+                raise OutputError(f"{path}: not a directory")
+            raise OutputError(f"{path}: output directory does not exist (create it first)")
+        return {n: self.add(d / n) for n in names}
+
+    def commit(self) -> list[Path]:
+        """Rename every temporary into place (each rename is atomic); returns the final paths."""
+        done = []
+        for tmp, final in self._pending:
+            if not tmp.exists():
+                raise OutputError(f"{final}: the command produced no output (internal error)")
+        for tmp, final in self._pending:
+            os.replace(tmp, final)
+            done.append(final)
+        self._pending = []
+        return done
+
+    def abort(self) -> None:
+        """Remove every temporary (nothing of this command is left behind)."""
+        for tmp, _ in self._pending:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                try:
+                    tmp.unlink()
+                except FileNotFoundError:
+                    pass
+        self._pending = []
+
+    def __enter__(self) -> "OutputFiles":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                self.commit()
+            except BaseException:
+                self.abort()
+                raise
+            return False
+        temps = {str(t): f for t, f in self._pending}
+        self.abort()
+        if isinstance(exc, OSError) and temps and (exc.filename is None or str(exc.filename) in temps):
+            # a failed write (a full disk has no file name in the error): name the outputs, not temporaries
+            finals = [temps[str(exc.filename)]] if exc.filename is not None else list(temps.values())
+            names = ", ".join(str(f) for f in finals)
+            raise OutputError(f"{names}: write failed ({exc.strerror or exc}); nothing was written and any "
+                              "previous file of that name is untouched") from exc
+        return False
+
+
+def write_text(path: str | os.PathLike, text: str, *, inputs: Iterable = (), force: bool = False) -> Path:
+    """One text output, atomically, under the rules above."""
+    with OutputFiles(inputs, force=force) as out:
+        out.add(path).write_text(text, encoding="utf-8")
+    return Path(path)

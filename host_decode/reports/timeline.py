@@ -1,0 +1,137 @@
+"""The Timeline tab's data (html.py embeds it under "timeline"; assets/timeline.js draws it): a few
+blocks span by span, and the launch's lanes-in-region curves.
+
+Invariants, and the tests that guard them (tests/test_report_timeline.py):
+- a block's embedded spans are exactly the trace's spans of that block (times from the launch start),
+  unless it has more than TIMELINE_MAX_SPANS (then the longest, and ``left_out`` says how many were not)
+  (test_timeline_view_data);
+- "fastest" / "median" / "slowest" are by first begin to last end of the block's spans; with at most
+  TIMELINE_ALL_SPANS spans in the trace every block is embedded, so the page can show any of them
+  (test_timeline_view_data, test_only_chosen_blocks_embedded_when_large);
+- each curve point is the most lanes inside the region at any time of its bin, a lane inside nested
+  regions of one id counted once (test_timeline_view_data, against a brute-force count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from host_decode.core.model import Trace
+
+TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
+TIMELINE_ALL_SPANS = 10_000  # up to this many spans in the trace, every block is embedded (pick any on the page)
+CURVE_POINTS = 400  # lanes-in-region curves: at most this many points per region
+
+
+def block_windows(trace: Trace) -> np.ndarray:
+    """One row per block with spans: block, sm, start_ns, end_ns (first begin .. last end)."""
+    sp = trace.spans
+    out = np.zeros(0, [("block", np.int64), ("sm", np.int64), ("start_ns", np.int64), ("end_ns", np.int64)])
+    if sp.size == 0:
+        return out
+    order = np.argsort(sp["block"], kind="stable")
+    b = sp["block"][order]
+    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    out = np.zeros(first.size, out.dtype)
+    out["block"] = b[first]
+    out["start_ns"] = np.minimum.reduceat(sp["start_ns"][order], first)
+    out["end_ns"] = np.maximum.reduceat(sp["end_ns"][order], first)
+    lanes = trace.lanes
+    sm = np.full(int(out["block"].max()) + 1, -1, np.int64)
+    known = (lanes["sm"] >= 0) & (lanes["block"] <= out["block"].max())
+    sm[lanes["block"][known]] = lanes["sm"][known]
+    out["sm"] = sm[out["block"]]
+    return out
+
+
+def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
+    """The blocks shown first (by default the fastest, median and slowest by first begin to last end;
+    `blocks` picks others), every block when the trace is small (TIMELINE_ALL_SPANS), each with its
+    spans relative to the launch start, and the launch's lanes-in-region curves."""
+    sp = trace.spans
+    if sp.size == 0:
+        return None
+    origin = int(trace.start_ns)
+    win = block_windows(trace)
+    length = win["end_ns"] - win["start_ns"]
+    if blocks is None:
+        order = np.argsort(length, kind="stable")
+        chosen = [("fastest", order[0]), ("median", order[order.size // 2]), ("slowest", order[-1])]
+    else:
+        where = {int(b): i for i, b in enumerate(win["block"])}
+        missing = [b for b in blocks if b not in where]
+        if missing:
+            raise ValueError(f"timeline blocks {missing}: no spans in these blocks (blocks with spans: "
+                             f"{int(win['block'].min())}..{int(win['block'].max())})")
+        chosen = [("picked", where[b]) for b in blocks]
+    label_of: dict[int, str] = {}
+    for label, i in chosen:
+        label_of.setdefault(int(i), label)
+    rows = list(label_of)
+    if sp.size <= TIMELINE_ALL_SPANS:  # the rest too, by block index, for the page's block picker
+        rows += [i for i in range(win.size) if i not in label_of]
+    by_block = np.argsort(sp["block"], kind="stable")
+    bounds = np.searchsorted(sp["block"][by_block], win["block"], side="left")
+    ends = np.searchsorted(sp["block"][by_block], win["block"], side="right")
+    out_blocks = []
+    for i in rows:
+        mine = np.sort(by_block[bounds[i]:ends[i]])
+        left_out = max(0, mine.size - TIMELINE_MAX_SPANS)
+        if left_out:
+            longest = np.argsort(-(sp["end_ns"][mine] - sp["start_ns"][mine]), kind="stable")[:TIMELINE_MAX_SPANS]
+            mine = np.sort(mine[longest])
+        s = sp[mine]
+        out_blocks.append({
+            "label": label_of.get(i, ""), "shown": i in label_of, "block": int(win["block"][i]),
+            "sm": int(win["sm"][i]), "start_ns": int(win["start_ns"][i] - origin),
+            "end_ns": int(win["end_ns"][i] - origin), "groups": sorted(int(g) for g in np.unique(s["group"])),
+            "spans": {"group": s["group"].tolist(), "event": s["event"].tolist(), "depth": s["depth"].tolist(),
+                      "start": (s["start_ns"] - origin).tolist(), "dur": (s["end_ns"] - s["start_ns"]).tolist()},
+            "left_out": left_out,
+        })
+    return {
+        "launch_ns": int(trace.end_ns - origin),
+        "blocks": out_blocks,
+        "num_blocks": int(win.size),
+        "all_blocks": len(out_blocks) == win.size,
+        "curves": lanes_inside_curves(trace),
+    }
+
+
+def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
+    """Per region: how many lanes are inside it over the launch, as the maximum in each of `points`
+    equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
+    first). Times are ns from the launch start. One sort of all spans; then per region, whole arrays."""
+    sp = trace.spans
+    origin = int(trace.start_ns)
+    span = max(int(trace.end_ns) - origin, 1)
+    edges = np.linspace(0, span, points + 1).round().astype(np.int64)
+    out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
+    order = np.lexsort((sp["start_ns"], sp["lane"], sp["event"]))
+    event = sp["event"][order]
+    cuts = np.flatnonzero(np.r_[True, event[1:] != event[:-1], True])
+    for lo_i, hi_i in zip(cuts[:-1], cuts[1:]):
+        o = order[lo_i:hi_i]
+        lane = sp["lane"][o].astype(np.int64)
+        a, b = sp["start_ns"][o] - origin, sp["end_ns"][o] - origin
+        key = lane * (span + 2)  # per-lane offset: one running maximum serves every lane
+        run = np.maximum.accumulate(b + key) - key
+        new = np.ones(a.size, bool)
+        new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
+        first = np.flatnonzero(new)
+        last = np.r_[first[1:] - 1, a.size - 1]
+        # boundaries in time order, a lane leaving before one entering at the same time: key 2t / 2t+1
+        t = np.concatenate([a[first], run[last]])
+        step = np.concatenate([np.ones(first.size, np.int64), -np.ones(first.size, np.int64)])
+        o2 = np.argsort(2 * t + (step > 0), kind="stable")
+        t, level = t[o2], np.cumsum(step[o2])
+        before = np.searchsorted(t, edges[:-1], side="right") - 1
+        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
+        lo = np.searchsorted(t, edges[:-1], side="left")
+        hi = np.searchsorted(t, edges[1:], side="left")
+        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
+        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
+        e = int(event[lo_i])
+        out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
+                              "max": int(peak.max()) if peak.size else 0})
+    return out

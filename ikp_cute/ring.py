@@ -1,0 +1,259 @@
+"""Capture windows and the launch ring (pure Python + torch ops on the session buffer; no cutlass).
+
+A spec with ``window_slots=R > 0`` gives its Session a buffer that starts with a small control block,
+followed by a ring of R slots, each one complete single-launch buffer (the v1 buffer + the stray word,
+``spec.total_slots`` int64 words, layout unchanged)::
+
+    int64 words [0, CONTROL_WORDS64(R))   control block, int32 words:
+        [EPOCH]        launches seen so far (the launch index of the running launch), advanced on the
+                       device by the last lane to finalize
+        [FILLED_EVERY] filled (slots used, low 16 bits; device) | every (high 16 bits; host)
+        [START]        first launch of the window (host)
+        [STOP]         first launch past the window (host; 0xFFFFFFFF = open-ended)
+        [DONE]         lanes that finalized in the running launch (device, reset by the last one)
+        [LOST]         launches in the window that found the ring full (device): NOT recorded, counted
+        [8 + s]        launch index recorded in slot s (device)
+    then R slots of spec.total_slots words; slot s holds the s-th recorded launch.
+
+The rule, evaluated on the device once per lane (one predicated 16-byte load of the first four words,
+:func:`decide` is its reference)::
+
+    in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0
+    recording = in_window and filled < R        (slot = filled)
+
+Invariants a change could break, and the tests that guard them:
+* A launch is recorded only into a fresh (zeroed) slot: never over an earlier launch. When the ring is
+  full the launch is counted in LOST (tests/test_ring.py::test_ring_full_counts_and_never_overwrites,
+  GPU: tests/test_ring_gpu.py::test_ring_full_is_counted).
+* The window rule of the device PTX equals :func:`decide` (GPU: test_window_rule_matches_reference).
+* Every host change of the control block is a stream-ordered torch op on the device (no host sync,
+  capturable in a CUDA graph), so window changes apply exactly at launch boundaries of that stream
+  (test_host_updates_are_device_ops).
+* Every filled slot is decoded as its own launch (launch_index = its recorded launch index), and the
+  loss report of each launch is exact as for a single launch (test_launches_decode_each_slot).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+
+EPOCH, FILLED_EVERY, START, STOP, DONE, LOST = 0, 1, 2, 3, 4, 5
+SLOT_EPOCHS = 8  # int32 word of slot 0's launch index
+HEADER_WORDS32 = 8
+MAX_SLOTS = 0xFFFF  # filled and every share one int32 word (16 bits each)
+MAX_EVERY = 0x7FFF  # stays positive in the int32 word
+OPEN_ENDED = 0xFFFFFFFF
+U32 = 1 << 32
+
+
+def control_words64(slots: int) -> int:
+    """int64 words of the control block for `slots` ring slots (kept a multiple of 2: 16-byte aligned ring)."""
+    words32 = HEADER_WORDS32 + slots
+    words64 = (words32 + 1) // 2
+    return words64 + (words64 % 2)
+
+
+def check_slots(slots: int) -> None:
+    if not isinstance(slots, int) or not 0 <= slots <= MAX_SLOTS:
+        raise ValueError(f"window_slots={slots!r}: expected an int in 0..{MAX_SLOTS} (0 = no window)")
+
+
+def decide(control: np.ndarray, slots: int) -> tuple[bool, bool, int]:
+    """(in_window, recording, slot) of the launch about to run, from the control block's int32 words:
+    the reference of the device rule (ikp_cute/window.py)."""
+    c = np.asarray(control).astype(np.int64) % U32
+    epoch, filled_every, start, stop = (int(c[i]) for i in (EPOCH, FILLED_EVERY, START, STOP))
+    filled, every = filled_every & 0xFFFF, max(filled_every >> 16, 1)
+    in_window = start <= epoch < stop and ((epoch - start) % U32) % every == 0
+    recording = in_window and filled < slots
+    return in_window, recording, filled if recording else 0
+
+
+def close_launch(control: np.ndarray, slots: int) -> None:
+    """What the device's last finalizing lane does to the control block (reference, in place): record the
+    slot's launch index, advance filled or LOST, advance EPOCH."""
+    in_window, recording, slot = decide(control, slots)
+    epoch = int(control[EPOCH]) % U32
+    if recording:
+        control[SLOT_EPOCHS + slot] = _i32(epoch)
+        control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
+    elif in_window:
+        control[LOST] = _i32(int(control[LOST]) % U32 + 1)
+    control[DONE] = 0
+    control[EPOCH] = _i32(epoch + 1)
+
+
+def _i32(value: int) -> int:
+    value %= U32
+    return value - U32 if value >= 1 << 31 else value
+
+
+class Ring:
+    """The host's handle on a windowed Session's buffer (``session.ring``): window control, arming, and
+    reading the filled slots. All writes are torch ops on the buffer's device, in stream order."""
+
+    def __init__(self, session):
+        spec = session.spec
+        self.session = session
+        self.slots = spec.window_slots
+        self.control_words64 = control_words64(self.slots)
+        self.slot_words = spec.total_slots
+        self.control = session.buffer[: self.control_words64].view(_torch().int32)
+        self.ring = session.buffer[self.control_words64 :].view(self.slots, self.slot_words)
+
+    # --- window control (stream-ordered device writes) ------------------------------------------------
+
+    def window(self, start: int, count: int, every: int = 1, relative: bool = False) -> None:
+        """Record launches start, start+every, ..., start+(count-1)*every. Launch indices count every launch
+        of the kernel since the session was created; relative=True counts from the next launch on the
+        stream (start=0: the next one), without reading the counter back."""
+        for name, value, low in (("start", start, 0), ("count", count, 0), ("every", every, 1)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"window({name}={value!r}): expected an int >= {low}")
+        if every > MAX_EVERY:
+            raise ValueError(f"window(every={every}): at most {MAX_EVERY}")
+        span = 0 if count == 0 else (count - 1) * every + 1
+        if start + span >= 1 << 31:
+            raise ValueError(f"window: launch {start + span} is past the launch counter's range")
+        if relative:
+            self.control[START].copy_(self.control[EPOCH] + start)
+            self.control[STOP].copy_(self.control[START] + span)
+            self._set_every(every, _torch())
+        else:
+            self._set(start=start, stop=start + span, every=every)
+
+    def close(self) -> None:
+        """No launch records from the next one on."""
+        self._set(start=0, stop=0, every=1)
+
+    def open(self) -> None:
+        """Every launch from the next one on records (until the ring is full)."""
+        torch = _torch()
+        self.control[START].copy_(self.control[EPOCH])
+        self.control[STOP].fill_(_i32(OPEN_ENDED))
+        self._set_every(1, torch)
+
+    @contextlib.contextmanager
+    def record_while(self):
+        """``with session.record_while(): ...``: launches issued on this stream inside the block record."""
+        self.open()
+        try:
+            yield self
+        finally:
+            self.control[STOP].copy_(self.control[EPOCH])
+
+    def _set(self, start: int, stop: int, every: int) -> None:
+        self.control[START].fill_(_i32(start))
+        self.control[STOP].fill_(_i32(stop))
+        self._set_every(every, _torch())
+
+    def _set_every(self, every: int, torch) -> None:
+        filled = torch.bitwise_and(self.control[FILLED_EVERY], 0xFFFF)
+        self.control[FILLED_EVERY].copy_(filled + (every << 16))
+
+    # --- arming and reading ---------------------------------------------------------------------------
+
+    def arm(self, reset_epoch: bool = False) -> None:
+        """Zero every slot (pre-writing its header) and mark the ring empty; LOST back to 0. Keeps the window
+        and, unless reset_epoch, the launch counter."""
+        from host_decode.core import wire
+
+        torch = _torch()
+        self.ring.zero_()
+        self.ring[:, 0] = wire.pack_header(self.session.spec.num_blocks, self.session.spec.num_groups)
+        self.control[FILLED_EVERY].copy_(torch.bitwise_and(self.control[FILLED_EVERY], ~0xFFFF))
+        self.control[DONE].zero_()
+        self.control[LOST].zero_()
+        self.control[SLOT_EPOCHS:].zero_()
+        if reset_epoch:
+            self.control[EPOCH].zero_()
+
+    def state(self) -> dict:
+        """Control block as numbers (synchronizes): epoch, filled, lost, window, slot launch indices."""
+        c = self.control.cpu().numpy().astype(np.int64) % U32
+        filled = int(c[FILLED_EVERY] & 0xFFFF)
+        return {
+            "epoch": int(c[EPOCH]),
+            "filled": filled,
+            "lost_launches": int(c[LOST]),
+            "window": {"start": int(c[START]), "stop": int(c[STOP]), "every": max(int(c[FILLED_EVERY] >> 16), 1)},
+            "lanes_done": int(c[DONE]),
+            "slot_launches": [int(v) for v in c[SLOT_EPOCHS : SLOT_EPOCHS + filled]],
+            "ring_slots": self.slots,
+        }
+
+    def launches(self) -> list[tuple[int, np.ndarray, int]]:
+        """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order."""
+        state = self.state()
+        if state["lanes_done"]:
+            raise RuntimeError(
+                f"ring: {state['lanes_done']} lanes finalized in a launch that has not finished: read the ring "
+                "after the launch completes (and every lane must call prof.finalize() once)"
+            )
+        spec = self.session.spec
+        host = self.ring[: state["filled"]].cpu().numpy()
+        return [
+            (launch, host[s, : spec.v1_slots].view(np.uint64).copy(), int(host[s, spec.stray_slot]))
+            for s, launch in enumerate(state["slot_launches"])
+        ]
+
+    def decode(self) -> list:
+        """One host_decode Trace per filled slot; meta carries launch_index and the ring counts."""
+        from host_decode.core.decoder import decode
+
+        state = self.state()
+        traces = []
+        for launch, records, stray in self.launches():
+            meta = self._meta(launch, stray, state)
+            write_stride = self.session.spec.write_stride
+            traces.append(decode(records, names=self.session.names(), write_stride=write_stride, meta=meta))
+        return traces
+
+    def save(self, directory: str | Path, prefix: str = "launch", force: bool = False) -> list[Path]:
+        """One capture per filled slot: DIRECTORY/PREFIX_<launch>.npy + sidecar (launch_index, ring counts);
+        ``ikp stats DIRECTORY`` reads them as one session. A directory that already holds PREFIX_*.npy is
+        refused (it would mix two sessions) unless force=True, which removes those files first."""
+        from host_decode.core.capture import save_capture
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        stale = sorted(directory.glob(f"{prefix}_*.npy"))
+        if stale and not force:
+            raise FileExistsError(
+                f"ring.save({str(directory)!r}): it already holds {len(stale)} {prefix}_*.npy captures (e.g. "
+                f"{stale[0].name}); `ikp stats` would read them as launches of this session. Use an empty "
+                "directory, or force=True to remove them first"
+            )
+        for old in stale:
+            old.unlink()
+            old.with_suffix(".json").unlink(missing_ok=True)
+        state = self.state()
+        paths = []
+        for launch, records, stray in self.launches():
+            meta = self._meta(launch, stray, state)
+            meta.pop("format", None)
+            paths.append(save_capture(directory / f"{prefix}_{launch:06d}.npy", records, self.session.names(), **meta))
+        return paths
+
+    def _meta(self, launch: int, stray: int, state: dict) -> dict:
+        meta = self.session.meta_for_slot(stray)
+        meta.update(
+            launch_index=launch,
+            ring={
+                "slots": self.slots,
+                "filled": state["filled"],
+                "lost_launches": state["lost_launches"],
+                "window": state["window"],
+                "launches_seen": state["epoch"],
+            },
+        )
+        return meta
+
+
+def _torch():
+    import torch
+
+    return torch

@@ -1,0 +1,201 @@
+"""Bad input -> one clear line naming the file (exit 2), never a traceback or a silent wrong result.
+One test per item of issue 15, each reproduced on the shipped data before the fix (docs/cli_safety.md)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from host_decode.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PC = ROOT / "tests" / "fixtures" / "pc"
+BASIC = ROOT / "examples" / "basic" / "capture.npy"
+INSIGHT = ROOT / "examples" / "insight"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def one_error_line(err: str, *needles) -> bool:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    return len(lines) == 1 and "Traceback" not in err and all(str(n) in lines[0] for n in needles)
+
+
+def capture_copy(tmp_path, sidecar_text: str | None = None) -> Path:
+    cap = tmp_path / "cap.npy"
+    shutil.copy(BASIC, cap)
+    if sidecar_text is not None:
+        cap.with_suffix(".json").write_text(sidecar_text)
+    return cap
+
+
+def test_merge_torch_on_a_json_list(tmp_path, capsys):
+    bad = tmp_path / "list.json"
+    bad.write_text("[1, 2, 3]")
+    rc, _, err = run(capsys, "merge", BASIC, "--torch", bad, "-o", tmp_path / "m.json")
+    assert rc == 2 and one_error_line(err, "list.json", "not an event object")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_join_ncu_on_random_bytes(tmp_path, capsys):
+    bad = tmp_path / "random.csv"
+    bad.write_bytes(os.urandom(4000) + b"\n\x00" + os.urandom(100))
+    for flag in ("--ncu", "--cupti", "--nvbit"):
+        rc, _, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", flag, bad)
+        assert rc == 2 and one_error_line(err, "random.csv"), (flag, err)
+
+
+@pytest.mark.parametrize(
+    "other", [{"traceEvents": []}, {"regions": [], "launch": {}, "bubbles": {}}], ids=["chrome-trace", "stats-output"]
+)
+def test_sidecar_that_is_some_other_json_object(tmp_path, capsys, other):
+    cap = capture_copy(tmp_path, json.dumps(other))
+    for cmd in (["decode", cap], ["stats", cap], ["report", cap, "-o", tmp_path / "r.html"]):
+        rc, _, err = run(capsys, *cmd)
+        assert rc == 2 and one_error_line(err, "cap.json", "not an ikp capture sidecar"), (cmd, err)
+
+
+@pytest.mark.parametrize("text", ['{"kernel": "x"}', "[1, 2]", '{"events": 5}', "\x00\x01 binary"])
+def test_names_of_the_wrong_shape(tmp_path, capsys, text):
+    names = tmp_path / "names.json"
+    names.write_text(text)
+    rc, _, err = run(capsys, "decode", BASIC, "--names", names)
+    assert rc == 2 and one_error_line(err, "names.json", "names")
+
+
+@pytest.mark.parametrize("text", ['{"traceEvents": []}', '{"kernel": "x"}', "[[0, 1]]"])
+def test_pc2region_names_and_marker_table_of_the_wrong_shape(tmp_path, capsys, text):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    flag = "--marker-table" if text.startswith("{") else "--names"
+    for f in ("--names", "--marker-table") if flag == "--marker-table" else ("--names",):
+        rc, _, err = run(capsys, "pc2region", PC / "tiles_real_ncu.cubin", f, bad)
+        assert rc == 2 and one_error_line(err, "bad.json", "not a"), (f, err)
+
+
+def test_ncu_csv_cut_in_half(tmp_path, capsys):
+    text = (PC / "tiles_real_ncu.csv").read_text()
+    mid_line = tmp_path / "mid.csv"
+    mid_line.write_text(text[: len(text) // 2])
+    at_line = tmp_path / "line.csv"
+    at_line.write_text(text[: text.rfind("\n", 0, len(text) // 2) + 1])
+    rc, _, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", mid_line)
+    assert rc == 2 and one_error_line(err, "mid.csv", "cut short")
+    rc, out, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", at_line)
+    assert rc == 2 and one_error_line(err, "line.csv", "of the kernel's 200 instructions")
+    rc, out, err = run(capsys, "join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv")
+    assert rc == 0 and "cubin check: ok" in out
+
+
+def test_diff_fail_above_with_no_matching_region(capsys):
+    rc, _, err = run(capsys, "diff", BASIC, ROOT / "examples" / "megakernel" / "capture.npy", "--fail-above", "1")
+    assert rc == 2 and "no region is in both A and B" in err
+    rc, _, _ = run(capsys, "diff", BASIC, BASIC, "--fail-above", "1")
+    assert rc == 0
+
+
+def test_merge_gz_writes_real_gzip(tmp_path, capsys):
+    out = tmp_path / "s.json.gz"
+    rc, _, _ = run(capsys, "merge", INSIGHT / "launch_0.npy", INSIGHT / "launch_1.npy", "-o", out)
+    assert rc == 0 and out.read_bytes()[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(out.read_bytes()))["traceEvents"]
+    out2 = tmp_path / "t.json.gz"
+    rc, _, _ = run(
+        capsys,
+        "merge",
+        INSIGHT / "launch_0.npy",
+        "--torch",
+        INSIGHT / "torch_trace.json.gz",
+        "--occurrence",
+        "0",
+        "-o",
+        out2,
+    )
+    assert rc == 0 and json.loads(gzip.decompress(out2.read_bytes()))["ikp_alignment"]
+
+
+def test_random_bytes_npy_never_suggest_allow_pickle(tmp_path, capsys):
+    import random
+
+    bad = tmp_path / "random.npy"
+    header = b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (3,), }" + b" " * 50 + b"\n"
+    for seed in range(20):  # deterministic fuzz: plain garbage, and a numpy header followed by garbage
+        rng = random.Random(seed)
+        for blob in (rng.randbytes(3000), header + rng.randbytes(64), header[:10] + rng.randbytes(200)):
+            bad.write_bytes(blob)
+            rc, _, err = run(capsys, "decode", bad)
+            assert rc == 2 and one_error_line(err, "random.npy") and "pickle" not in err.lower(), (seed, err)
+
+
+def test_missing_file_names_the_file(tmp_path, capsys):
+    for cmd in (
+        ["decode", tmp_path / "nope.npy"],
+        ["stats", tmp_path / "nope.npy"],
+        ["kernels", tmp_path / "nope.json"],
+        ["join", "--map", tmp_path / "nope.json", "--ncu", "x.csv"],
+        ["pc2region", tmp_path / "nope.cubin"],
+    ):
+        rc, _, err = run(capsys, *cmd)
+        assert rc == 2 and one_error_line(err, "nope."), (cmd, err)
+        assert not err.split("error: ", 1)[1].startswith("[Errno"), err
+
+
+def test_cubin_errors_name_the_users_file(tmp_path, capsys):
+    random_cubin = tmp_path / "random.cubin"
+    random_cubin.write_bytes(os.urandom(3000))
+    elf = tmp_path / "elf.cubin"  # an ELF that is not a cubin: nvdisasm's own error used a temporary path
+    elf.write_bytes(Path(shutil.which("python3") or "/bin/sh").resolve().read_bytes()[:200000])
+    for cubin in (random_cubin, elf):
+        for cmd in (["pc2region", cubin], ["report", BASIC, "--cubin", cubin, "-o", tmp_path / "r.html"]):
+            rc, _, err = run(capsys, *cmd)
+            assert rc == 2 and one_error_line(err, cubin.name) and "ikp_sass_" not in err, (cmd, err)
+
+
+def test_binary_map_names_the_file(tmp_path, capsys):
+    bad = tmp_path / "binary.map"
+    bad.write_bytes(b"\xff\xfe" + os.urandom(500))
+    rc, _, err = run(capsys, "join", "--map", bad, "--ncu", PC / "tiles_real_ncu.csv")
+    assert rc == 2 and one_error_line(err, "binary.map", "not a pc2region map")
+    rc, _, err = run(capsys, "report", BASIC, "--map", bad, "-o", tmp_path / "r.html")
+    assert rc == 2 and one_error_line(err, "binary.map")
+
+
+def test_report_cupti_defaults_to_the_kernel_with_markers(tmp_path, capsys):
+    """The CUPTI file holds samples of four functions; --kernel defaults to the map's (with markers)."""
+    from host_decode.reports.html import extract_data
+
+    out = tmp_path / "r.html"
+    rc, _, err = run(
+        capsys,
+        "report",
+        BASIC,
+        "--map",
+        PC / "tiles_real_cupti.map.json",
+        "--cupti",
+        PC / "tiles_real_cupti.json.gz",
+        "-o",
+        out,
+    )
+    assert rc == 0, err
+    data = extract_data(out.read_text())
+    assert data["hardware"]["kernel"].startswith("kernel_cutlass_tiles")
+
+
+def test_ctrl_c_at_any_command(monkeypatch, capsys, tmp_path):
+    import host_decode.torch_traces.loader as loader
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loader, "_parse", interrupted)
+    rc, _, err = run(capsys, "kernels", INSIGHT / "torch_trace.json.gz", "--no-cache")
+    assert rc == 130 and err.strip() == "ikp kernels: interrupted (no output written)"

@@ -1,0 +1,159 @@
+"""One grammar across `ikp` commands (host_decode/cli/common.py): -o/--output is the main output file,
+--format table|json|csv where a table is printed, no flag both a switch and a path, --version, an
+example in every help, workflow order, tables readable at 80 columns, progress only on a terminal, and
+one "next:" line after each command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from host_decode.cli import WORKFLOW, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+BASIC = ROOT / "examples" / "basic" / "capture.npy"
+FA4 = ROOT / "examples" / "fa4_sm90" / "capture.npy"
+PC = ROOT / "tests" / "fixtures" / "pc"
+
+
+def subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, action
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.startswith("ikp ")
+
+
+def test_workflow_order_and_an_example_each():
+    parser, action = subparsers()
+    names = list(action.choices)
+    known = [n for n in names if n in WORKFLOW]
+    assert known == [n for n in WORKFLOW if n in names]  # workflow order
+    assert names[: len(known)] == known  # commands added later come after
+    for name, p in action.choices.items():
+        assert "example:" in (p.epilog or "") and f"ikp {name}" in p.epilog, name
+
+
+def test_one_meaning_per_flag():
+    _, action = subparsers()
+    meaning = {}
+    for name, p in action.choices.items():
+        for a in p._actions:
+            for flag in a.option_strings:
+                takes_value = a.nargs != 0
+                if flag in ("--json", "--csv"):
+                    pytest.fail(f"ikp {name} {flag}: use --format (and -o for a file)")
+                if flag in ("-o", "--output"):
+                    assert takes_value and "output" == a.dest, name
+                if flag in ("-f", "--force"):
+                    assert not takes_value and a.dest == "force" and "replace" in a.help, name
+                if flag == "--format":
+                    assert set(a.choices) <= {"table", "json", "csv"} and "table" in a.choices, name
+                meaning.setdefault(flag, set()).add(takes_value)
+    assert all(len(v) == 1 for v in meaning.values()), {k: v for k, v in meaning.items() if len(v) > 1}
+    writers = [n for n, p in action.choices.items() if any("-o" in a.option_strings for a in p._actions)]
+    for name in writers:
+        assert any("--force" in a.option_strings for a in action.choices[name]._actions), f"ikp {name} lacks -f"
+
+
+def run_cli(*argv, columns=80, tty=False):
+    """ikp in a subprocess with a given terminal width; stdout is a pipe (not a terminal)."""
+    env = dict(os.environ, COLUMNS=str(columns), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "host_decode.cli", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+
+
+def test_tables_readable_at_80_columns(tmp_path):
+    # stdout is a pipe here, so the console is 160 wide; the narrow layout is what a terminal of 80 gets
+    from rich.console import Console
+
+    from host_decode.cli.commands import join as join_command
+    from host_decode.cli.commands import stats
+    from host_decode.core.decoder import load_capture
+    from host_decode.hardware import join
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+    from host_decode.hardware.pc2region import load_map
+    from host_decode.reports.text import print_loss, print_summary
+
+    trace = load_capture(FA4)
+    for show in (
+        lambda c: (print_loss(trace, c), print_summary(trace, c)),
+        lambda c: stats.print_report(stats.collect(trace), c),
+        lambda c: join_command.print_table(
+            join.table(
+                join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv")))
+            ),
+            c,
+        ),
+    ):
+        con = Console(width=80, record=True, file=open(os.devnull, "w"))
+        show(con)
+        text = con.export_text()
+        assert max(len(line) for line in text.splitlines()) <= 80
+        if "regions (" in text:
+            assert "consumer_0" in text and "mainloop" in text  # names whole, not cut to 3 letters
+        if "cubin check" in text:
+            assert "instructions" in text and "%" in text  # numeric columns kept
+
+
+def test_every_table_command_fits_80_columns_end_to_end():
+    ins = ROOT / "examples" / "insight"
+    for argv in (["decode", FA4], ["stats", FA4], ["diff", ins / "launch_0.npy", ins / "launch_1.npy"],
+                 ["join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv"],
+                 ["kernels", ROOT / "tests" / "fixtures" / "torch" / "torch_gpu_2streams.json.gz", "--no-cache"],
+                 ["pc2region", PC / "tiles_real_ncu.cubin"]):
+        r = run_cli(*argv, columns=80)
+        assert r.returncode == 0, (argv, r.stderr)
+        wide = [line for line in r.stdout.splitlines() if len(line) > 80]
+        assert not wide, (argv[0], wide[:3])
+
+
+def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
+    r = run_cli("decode", BASIC, "-o", tmp_path / "t.pftrace")
+    assert r.returncode == 0
+    assert "\r" not in r.stderr and "decoding" not in r.stderr
+    nexts = [ln for ln in r.stderr.splitlines() if ln.startswith("next: ")]
+    assert len(nexts) == 1 and "ui.perfetto.dev" in nexts[0]
+    r = run_cli("stats", BASIC, "--format", "json")
+    assert json.loads(r.stdout)["regions"]  # stdout stays machine-readable: "next:" goes to stderr
+    assert r.stderr.startswith("next: ")
+
+
+def test_progress_shown_when_asked(tmp_path):
+    """--progress forces the progress lines (what a terminal gets by default) on each slow step."""
+    for argv, text in ((["decode", BASIC, "-o", tmp_path / "t.pftrace"], "decoding"),
+                       (["stats", BASIC], "statistics"),
+                       (["report", BASIC, "-o", tmp_path / "r.html"], "writing the report"),
+                       (["kernels", ROOT / "examples" / "insight" / "torch_trace.json.gz", "--no-cache"],
+                        "reading the profiler trace")):
+        r = run_cli(*argv, "--progress")
+        assert r.returncode == 0 and text in r.stderr, (argv[0], r.stderr[-500:])
+
+
+def test_format_json_everywhere_a_table_is_printed(tmp_path, capsys):
+    cases = [
+        ["stats", BASIC],
+        ["diff", BASIC, BASIC],
+        ["merge", BASIC, "-o", tmp_path / "m.json"],
+        ["join", "--map", PC / "tiles_real_ncu.map.json", "--ncu", PC / "tiles_real_ncu.csv"],
+        ["kernels", ROOT / "examples" / "insight" / "torch_trace.json.gz", "--no-cache"],
+    ]
+    for argv in cases:
+        assert main([str(a) for a in argv] + ["--format", "json"]) == 0, argv
+        json.loads(capsys.readouterr().out)

@@ -1,0 +1,301 @@
+"""Data safety of every `ikp` command (host_decode.core.files): never over an input or its sidecar,
+outputs complete or absent, -f/--force to replace, a missing output directory is an error.
+Each case was reproduced on the shipped data before the fix (docs/cli_safety.md)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from host_decode.cli import main
+from host_decode.core.files import TEMP_PREFIX, OutputError, OutputFiles
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture
+def data(tmp_path):
+    """Copies of shipped inputs (tests must never touch the repository's files)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    for name in ("capture.npy", "capture.json"):
+        shutil.copy(ROOT / "examples" / "basic" / name, d / name)
+    for name in ("launch_0.npy", "launch_0.json", "launch_1.npy", "launch_1.json", "torch_trace.json.gz"):
+        shutil.copy(ROOT / "examples" / "insight" / name, d / name)
+    for name in ("tiles_real_ncu.cubin", "tiles_real_ncu.csv", "tiles_real_ncu.map.json"):
+        shutil.copy(FIX / "pc" / name, d / name)
+    return d
+
+
+def digest(d: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.iterdir()) if p.is_file()}
+
+
+def no_temporaries(*dirs: Path) -> bool:
+    return not any(p.name.startswith(TEMP_PREFIX) for d in dirs for p in d.iterdir())
+
+
+def over_input_cases(d: Path) -> list:
+    cap, side = str(d / "capture.npy"), str(d / "capture.json")
+    l0, l1 = str(d / "launch_0.npy"), str(d / "launch_1.npy")
+    torch = str(d / "torch_trace.json.gz")
+    cubin, csv, cmap = (
+        str(d / "tiles_real_ncu.cubin"),
+        str(d / "tiles_real_ncu.csv"),
+        str(d / "tiles_real_ncu.map.json"),
+    )
+    return [
+        ["stats", cap, "-o", cap],
+        ["stats", cap, "-o", side],
+        ["report", cap, "-o", cap],
+        ["report", cap, "-o", side],
+        ["decode", cap, "-o", side],
+        ["decode", cap, "-o", str(d / "t.pftrace"), "--spans-csv", cap],
+        ["decode", cap, "--loss-json", side],
+        ["decode", cap, "--spans-csv", side],
+        ["merge", l0, l1, "-o", str(d / "launch_1.json")],
+        ["merge", str(d), "-o", str(d / "launch_0.json")],
+        ["merge", l0, "--torch", torch, "-o", torch],
+        ["kernels", torch, "-o", torch],
+        ["kernels", torch, "-o", torch + ".ikpcache.npz"],
+        ["kernels", torch, "--merge", l0, "-o", torch],
+        ["pc2region", cubin, "-o", cubin],
+        ["join", "--map", cmap, "--ncu", csv, "-o", cmap],
+        ["join", "--map", cmap, "--ncu", csv, "-o", csv],
+        ["plot", cap, "-o", cap],
+        ["diff", l0, l1, "-o", l1],
+    ]
+
+
+def test_every_command_refuses_to_write_over_its_input(data, capsys):
+    before = digest(data)
+    for argv in over_input_cases(data):
+        for force in ([], ["-f"]):
+            assert main(argv + force) == 2, argv + force
+            err = capsys.readouterr().err
+            assert "refusing to write over" in err and err.count("\n") == 1, (argv, err)
+    assert digest(data) == before and no_temporaries(data)
+
+
+def test_links_to_an_input_are_refused(data, capsys):
+    cap = data / "capture.npy"
+    (data / "link.json").symlink_to(data / "capture.json")
+    os.link(cap, data / "hard.npy")
+    before = digest(data)
+    assert main(["stats", str(cap), "-o", str(data / "link.json"), "-f"]) == 2
+    assert main(["stats", str(cap), "-o", str(data / "hard.npy"), "-f"]) == 2  # same inode, other name
+    assert capsys.readouterr().err.count("refusing to write over") == 2
+    assert digest(data) == before
+
+
+def test_existing_output_needs_force_and_missing_directory_is_an_error(data, tmp_path, capsys):
+    cap = str(data / "capture.npy")
+    out = tmp_path / "s.json"
+    assert main(["stats", cap, "-o", str(out)]) == 0
+    first = out.read_text()
+    out.write_text("previous")
+    assert main(["stats", cap, "-o", str(out)]) == 2
+    assert "exists; use -f/--force to replace it" in capsys.readouterr().err
+    assert out.read_text() == "previous"
+    assert main(["stats", cap, "-o", str(out), "--force"]) == 0 and out.read_text() == first
+    missing = tmp_path / "no" / "such"
+    for argv in (
+        ["stats", cap, "-o", str(missing / "s.json")],
+        ["decode", cap, "-o", str(missing / "t.pftrace")],
+        ["report", cap, "-o", str(missing / "r.html")],
+        ["plot", cap, "-o", str(missing / "png")],
+        ["merge", cap, "-o", str(missing / "m.json")],
+    ):
+        assert main(argv) == 2, argv
+        assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
+def _make_unwritable(d: Path) -> bool:
+    """chmod 555, and as root (who ignores modes) the immutable attribute; True when it took."""
+    d.chmod(0o555)
+    probe = d / "probe"
+    try:
+        probe.touch()
+    except OSError:
+        return True
+    probe.unlink()
+    if shutil.which("chattr") and subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0:
+        try:
+            probe.touch()
+        except OSError:
+            return True
+        probe.unlink()
+    return False
+
+
+def _make_writable(d: Path) -> None:
+    if shutil.which("chattr"):
+        subprocess.run(["chattr", "-i", str(d)], capture_output=True)
+    d.chmod(0o755)
+
+
+def test_read_only_output_directory(data, tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if not _make_unwritable(ro):
+        pytest.skip("cannot make a directory read-only here")
+    try:
+        cap = str(data / "capture.npy")
+        for argv in (
+            ["decode", cap, "-o", str(ro / "t.pftrace")],
+            ["stats", cap, "-o", str(ro / "s.json")],
+            ["plot", cap, "-o", str(ro / "png")],
+            ["report", cap, "-o", str(ro / "r.html")],
+        ):
+            assert main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert str(ro) in err and "Traceback" not in err, err
+        assert list(ro.iterdir()) == []
+    finally:
+        _make_writable(ro)
+
+
+def _half_then_enospc(path, text):
+    Path(path).write_bytes(text[: len(text) // 2].encode() if isinstance(text, str) else text[: len(text) // 2])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("case", ["decode-json", "decode-pftrace", "spans-csv", "stats", "merge", "plot", "report"])
+def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data, tmp_path, monkeypatch, capsys, case):
+    import host_decode.analysis.sessions as sessions
+    import host_decode.cli.commands.decode as decode_cmd
+    import host_decode.reports.html as html
+    import host_decode.reports.plots as plots
+    import host_decode.writers as writers
+
+    cap, l0, l1 = str(data / "capture.npy"), str(data / "launch_0.npy"), str(data / "launch_1.npy")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    if case.startswith("decode"):
+        out = out_dir / ("t.json" if case == "decode-json" else "t.pftrace")
+        argv = ["decode", cap, "-o", str(out), "-f", "-q"]
+        monkeypatch.setattr(
+            writers, "write_trace", lambda trace, path, **k: _half_then_enospc(path, '{"traceEvents":[' * 50)
+        )
+    elif case == "spans-csv":
+        out = out_dir / "spans.csv"
+        argv = ["decode", cap, "--spans-csv", str(out), "-f", "-q"]
+        monkeypatch.setattr(decode_cmd, "write_spans_csv", lambda trace, path: _half_then_enospc(path, "1,2,3\n" * 50))
+    elif case == "stats":
+        out = out_dir / "s.json"
+        argv = ["stats", cap, "-o", str(out), "-f", "--format", "json"]
+        real = Path.write_text
+        monkeypatch.setattr(
+            Path,
+            "write_text",
+            lambda self, text, *a, **k: (
+                _half_then_enospc(self, text) if self.name.startswith(TEMP_PREFIX) else real(self, text, *a, **k)
+            ),
+        )
+    elif case == "merge":
+        out = out_dir / "m.json"
+        argv = ["merge", l0, l1, "-o", str(out), "-f"]
+        monkeypatch.setattr(sessions, "write_chrome", lambda parts, path, **k: _half_then_enospc(path, "[" * 99))
+    elif case == "report":
+        out = out_dir / "r.html"
+        argv = ["report", cap, "-o", str(out), "-f"]
+        monkeypatch.setattr(html, "write_report", lambda path, trace, **k: _half_then_enospc(path, "<html>" * 20))
+    else:  # plot: two PNGs written, the third fails
+        out = out_dir / "png"
+        out.mkdir()
+        for name in ("histograms.png", "gantt.png", "overlap.png"):
+            (out / name).write_text("previous")
+        argv = ["plot", l0, l1, "-o", str(out), "-f"]
+        monkeypatch.setattr(plots, "plot_overlap", lambda trace, path, **k: _half_then_enospc(path, b"\x89PNG" * 10))
+    if case != "plot":
+        out.write_text("previous")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "untouched" in err and err.count("\n") == 1, err
+    if case == "plot":
+        assert sorted(p.read_text() for p in out.iterdir()) == ["previous"] * 3
+        assert no_temporaries(out)
+    else:
+        assert out.read_text() == "previous"
+    assert no_temporaries(out_dir)
+
+
+def test_plot_builds_a_new_directory_whole(data, tmp_path, monkeypatch):
+    import host_decode.reports.plots as plots
+
+    out = tmp_path / "png"
+    monkeypatch.setattr(plots, "plot_overlap", lambda trace, path, **k: _half_then_enospc(path, b"x" * 10))
+    assert main(["plot", str(data / "capture.npy"), "-o", str(out)]) == 2
+    assert not out.exists() and no_temporaries(tmp_path)
+    monkeypatch.undo()
+    assert main(["plot", str(data / "capture.npy"), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["gantt.png", "histograms.png", "overlap.png"]
+
+
+def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(data, tmp_path, monkeypatch, capsys):
+    import host_decode.core.decoder as decoder
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(decoder, "load_capture", interrupted)
+    out = tmp_path / "t.pftrace"
+    assert main(["decode", str(data / "capture.npy"), "-o", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "ikp decode: interrupted (no output written)"
+    assert not out.exists() and no_temporaries(tmp_path)
+
+
+def test_output_files_api_for_new_commands(tmp_path):
+    """The API other commands use (host_decode.core.files): check early, temp in place, all or nothing."""
+    src = tmp_path / "a.npy"
+    src.write_bytes(b"x")
+    with pytest.raises(OutputError, match="sidecar"):
+        OutputFiles([src]).add(tmp_path / "a.json")
+    with OutputFiles([src]) as out:
+        t1, t2 = out.add(tmp_path / "one.txt"), out.add(tmp_path / "two.json.gz")
+        assert t1.parent == tmp_path and t2.name.endswith("-two.json.gz") and t1.exists()
+        t1.write_text("1")
+        t2.write_text("2")
+        assert not (tmp_path / "one.txt").exists()  # nothing in place before the end
+    assert (tmp_path / "one.txt").read_text() == "1" and (tmp_path / "two.json.gz").read_text() == "2"
+    with pytest.raises(RuntimeError):
+        with OutputFiles([src], force=True) as out:
+            out.add(tmp_path / "one.txt").write_text("new")
+            raise RuntimeError("boom")
+    assert (tmp_path / "one.txt").read_text() == "1" and no_temporaries(tmp_path)
+    with pytest.raises(OutputError, match="named twice"):
+        with OutputFiles(force=True) as out:
+            out.add(tmp_path / "x")
+            out.add(tmp_path / "x")
+
+
+def test_save_capture_is_atomic(data, monkeypatch):
+    """host_decode.core.capture.save_capture: an interrupted save leaves the previous capture whole."""
+    import numpy as np
+
+    from host_decode.core import capture
+
+    cap = data / "capture.npy"
+    before = digest(data)
+    buf = np.load(cap)
+
+    def half(f, arr, allow_pickle=False):
+        f.write(b"\x93NUMPY" + b"\x00" * 20)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(capture.np, "save", half)
+    with pytest.raises(OutputError, match="No space left"):
+        capture.save_capture(cap, buf, names={"events": {"0": "x"}})
+    assert digest(data) == before and no_temporaries(data)
+    monkeypatch.undo()
+    capture.save_capture(data / "again.npy", buf, names={"events": {"0": "x"}})
+    assert np.array_equal(np.load(data / "again.npy"), buf) and (data / "again.json").exists()

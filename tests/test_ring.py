@@ -1,0 +1,313 @@
+"""Capture windows and the launch ring (ikp_cute/ring.py, ikp_cute/window.py), CPU only.
+
+Compile-time properties of the device side (sm_90a PTX without a GPU), and the host's ring logic on a
+CPU torch buffer driven by the reference of the device rule (ring.decide / ring.close_launch); the GPU
+twin of the rule is tests/test_ring_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from host_decode.core import wire
+from tests.buffers import B, BufferBuilder, E, F
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from ikp_cute import ProfileSpec, ring  # noqa: E402
+
+
+def spec_of(**kw):
+    base = {"num_groups": 2, "num_blocks": 4, "write_stride": 8, "records_per_lane": 16, "window_slots": 3}
+    base.update(kw)
+    return ProfileSpec(**base)
+
+
+# --- spec ------------------------------------------------------------------------------------------------
+
+
+def test_spec_geometry_with_ring():
+    spec = spec_of(window_slots=3)
+    assert spec.buffer_slots == ring.control_words64(3) + 3 * spec.total_slots
+    assert ring.control_words64(3) * 2 >= ring.HEADER_WORDS32 + 3
+    assert ring.control_words64(3) % 2 == 0  # the ring starts 16-byte aligned
+    assert spec_of(window_slots=0).buffer_slots == spec_of(window_slots=0).total_slots
+    assert repr(spec) == "ikp_cursor_ring3"
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [({"window_slots": -1}, "window_slots"), ({"window_slots": 70000}, "window_slots"),
+     ({"window_slots": 2, "mode": "lean"}, "lean")],
+)
+def test_spec_rejects_bad_window(kw, match):
+    with pytest.raises(ValueError, match=match):
+        spec_of(**kw)
+
+
+# --- the rule (reference) ------------------------------------------------------------------------------------
+
+
+def control(epoch=0, filled=0, every=1, start=0, stop=0, slots=4):
+    c = np.zeros(ring.HEADER_WORDS32 + slots, np.int32)
+    c[ring.EPOCH], c[ring.FILLED_EVERY] = epoch, filled | (every << 16)
+    c[ring.START], c[ring.STOP] = start, ring._i32(stop)
+    return c
+
+
+def run_launches(c, slots, n):
+    recorded = []
+    for _ in range(n):
+        in_window, recording, slot = ring.decide(c, slots)
+        if recording:
+            recorded.append(int(c[ring.EPOCH]))
+        ring.close_launch(c, slots)
+    return recorded
+
+
+def test_rule_window_every_and_ring_full():
+    c = control(start=3, stop=3 + 3 * 2 + 1, every=2, slots=2)  # launches 3, 5, 7, 9
+    assert run_launches(c, 2, 20) == [3, 5]
+    assert c[ring.LOST] == 2 and c[ring.EPOCH] == 20
+    assert list(c[ring.SLOT_EPOCHS : ring.SLOT_EPOCHS + 2]) == [3, 5]
+
+
+def test_rule_open_ended_and_closed():
+    c = control(start=0, stop=ring.OPEN_ENDED, slots=4)
+    assert run_launches(c, 4, 6) == [0, 1, 2, 3] and c[ring.LOST] == 2
+    c = control(start=0, stop=0, slots=4)
+    assert run_launches(c, 4, 5) == [] and c[ring.LOST] == 0
+
+
+# --- host side on a CPU torch buffer ---------------------------------------------------------------------
+
+
+def session_of(spec):
+    pytest.importorskip("torch")  # CI without torch still runs the rule and compile tests
+    from ikp_cute import Session
+
+    return Session(spec, groups=["producer", "consumer"], device="cpu", kernel="toy")
+
+
+def fake_launch(session, t0: int):
+    """What one launch of a 4-block x 2-group kernel does, following the reference rule: each lane writes
+    anchors, one region, finalize into its slot if the launch records; then the last lane closes."""
+    import torch
+
+    spec, r = session.spec, session.ring
+    c = r.control.numpy()  # shares memory with the buffer (CPU)
+    _, recording, slot = ring.decide(c, spec.window_slots)
+    if recording:
+        b = BufferBuilder(spec.num_blocks, spec.num_groups, spec.records_per_lane, spec.write_stride)
+        for lane in range(spec.num_lanes):
+            b.anchor(lane, t0 + lane)
+            b.put(lane, t0 + lane + 10, 0, B).put(lane, t0 + lane + 110, 0, E)
+            b.put(lane, t0 + lane + 120, 3, F, k=spec.records_per_lane - 1)
+        r.ring[slot, : spec.v1_slots] = torch.from_numpy(b.buf.view(np.int64))
+    ring.close_launch(c, spec.window_slots)
+
+
+def test_window_on_host_records_launches_k_to_k_plus_n():
+    session = session_of(spec_of(window_slots=4))
+    session.window(start=5, count=3)
+    for i in range(12):
+        fake_launch(session, 1_000_000 * (i + 1))
+    state = session.ring.state()
+    assert state["epoch"] == 12 and state["filled"] == 3 and state["slot_launches"] == [5, 6, 7]
+    assert [launch for launch, _, _ in session.launches()] == [5, 6, 7]
+
+
+def test_relative_window_counts_from_the_next_launch():
+    session = session_of(spec_of(window_slots=4))
+    for i in range(7):
+        fake_launch(session, 1_000_000 * (i + 1))
+    session.window(start=2, count=2, every=3, relative=True)  # launches 7+2=9 and 12
+    for i in range(7, 20):
+        fake_launch(session, 1_000_000 * (i + 1))
+    assert session.ring.state()["slot_launches"] == [9, 12]
+
+
+def test_ring_full_counts_and_never_overwrites():
+    session = session_of(spec_of(window_slots=2))
+    session.window(start=0, count=5)
+    for i in range(8):
+        fake_launch(session, 1_000_000 * (i + 1))
+    state = session.ring.state()
+    assert state["filled"] == 2 and state["lost_launches"] == 3
+    traces = session.ring.decode()
+    # slot 0 still holds launch 0's records (t0 = 1e6), slot 1 launch 1's: nothing overwritten
+    assert [t.meta["launch_index"] for t in traces] == [0, 1]
+    assert [int(t.spans["start_ns"].min()) for t in traces] == [1_000_010, 2_000_010]
+    assert all(t.meta["ring"]["lost_launches"] == 3 for t in traces)
+
+
+def test_rearm_empties_ring_and_keeps_counting_launches():
+    session = session_of(spec_of(window_slots=2))
+    session.window(start=0, count=100)
+    for i in range(3):
+        fake_launch(session, 1_000_000 * (i + 1))
+    session.reset()  # = ring.arm(): slots zeroed, filled and LOST back to 0, window and epoch kept
+    state = session.ring.state()
+    assert state["filled"] == 0 and state["lost_launches"] == 0 and state["epoch"] == 3
+    assert not session.ring.ring[:, 1:].any()
+    header = wire.pack_header(4, 2)
+    assert (session.ring.ring[:, 0] == header).all()
+    fake_launch(session, 9_000_000)
+    assert session.ring.state()["slot_launches"] == [3]
+
+
+def test_record_while_records_the_block_only():
+    session = session_of(spec_of(window_slots=8))
+    for i in range(3):
+        fake_launch(session, 1_000_000 * (i + 1))
+    with session.record_while():
+        for i in range(3, 5):
+            fake_launch(session, 1_000_000 * (i + 1))
+    for i in range(5, 7):
+        fake_launch(session, 1_000_000 * (i + 1))
+    assert session.ring.state()["slot_launches"] == [3, 4]
+
+
+def test_host_updates_are_device_ops(monkeypatch):
+    """window()/record_while()/arm() never read the control block back: on a CUDA buffer they are
+    stream-ordered device ops (no sync, capturable in a graph). Any read-back is caught here."""
+    session = session_of(spec_of(window_slots=2))
+    import torch
+
+    reads = []
+    for name in ("cpu", "numpy", "item", "tolist", "__int__", "__bool__"):
+        real = getattr(torch.Tensor, name)
+        def probe(self, *a, _real=real, _name=name, **k):
+            reads.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, probe)
+    session.window(start=2, count=3, every=2)
+    with session.record_while():
+        pass
+    session.ring.arm()
+    assert reads == []
+    session.ring.state()  # the probe itself works: state() reads back
+    assert reads
+
+
+def test_single_launch_calls_refuse_a_ring_session():
+    session = session_of(spec_of(window_slots=2))
+    with pytest.raises(RuntimeError, match="ring"):
+        session.decode()
+    with pytest.raises(RuntimeError, match="window_slots"):
+        session_of(spec_of(window_slots=0)).window(0, 1)
+
+
+def test_save_refuses_to_mix_sessions(tmp_path):
+    session = session_of(spec_of(window_slots=2))
+    session.window(start=0, count=2)
+    for i in range(2):
+        fake_launch(session, 1_000_000 * (i + 1))
+    first = session.ring.save(tmp_path)
+    with pytest.raises(FileExistsError, match="launch_"):
+        session.ring.save(tmp_path)
+    assert session.ring.save(tmp_path, force=True) == first
+    expected = [p.name for p in first] + [p.with_suffix(".json").name for p in first]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
+
+
+def test_launches_decode_each_slot_and_stats_reads_the_session(tmp_path, capsys):
+    from host_decode.cli import main
+
+    session = session_of(spec_of(window_slots=4))
+    session.window(start=1, count=3, every=2)  # launches 1, 3, 5
+    for i in range(8):
+        fake_launch(session, 1_000_000 * (i + 1))
+    paths = session.ring.save(tmp_path / "cap")
+    assert [p.name for p in paths] == ["launch_000001.npy", "launch_000003.npy", "launch_000005.npy"]
+    side = json.loads(paths[0].with_suffix(".json").read_text())
+    assert side["launch_index"] == 1 and side["ring"]["slots"] == 4 and side["ring"]["launches_seen"] == 8
+    for t in session.ring.decode():
+        assert t.loss.lost == 0 and len(t.spans) == 8
+    assert main(["stats", str(tmp_path / "cap"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["launches"] == 3 and out["records_lost"] == 0
+    assert sum(row["count"] for row in out["regions"]) == 24  # 3 launches x 8 lanes, one span each
+
+
+# --- compile-time (sm_90a PTX, no GPU) --------------------------------------------------------------------
+
+
+def compile_ws(spec):
+    pytest.importorskip("cutlass")
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute import fake_buffer
+    from ikp_cute.testing import sass
+    from ikp_cute.testing.kernels import structured
+
+    x = make_fake_compact_tensor(Float32, (1024,))
+    return cute.compile(structured.launch_warp_specialized, x, Int32(3), fake_buffer(spec), spec, (4, 1, 1),
+                        options=sass.keep_options())
+
+
+def _lines(ptx_text, needle):
+    """PTX statements (inline asm puts several on one line) that contain `needle`."""
+    statements = (st.strip(" {}\t") for line in ptx_text.splitlines() for st in line.split("//")[0].split(";"))
+    return [st for st in statements if needle in st]
+
+
+@pytest.mark.parametrize("mode", ["cursor", "static", "atomic"])
+def test_window_is_one_predicated_load_per_lane_and_records_are_unchanged(mode):
+    windowed = compile_ws(spec_of(mode=mode, window_slots=4)).__ptx__
+    plain = compile_ws(spec_of(mode=mode, window_slots=0)).__ptx__
+    loads = _lines(windowed, ".v4.u32")
+    # create: one predicated v4 load; finalize: the last lane's predicated re-read
+    assert len(loads) == 2 and all(re.match(r"@!?%?\w+ ld\.", line) for line in loads), loads
+    assert len(_lines(windowed, "atom.acq_rel.gpu.global.add.u32")) == 1
+    assert _lines(plain, ".v4.u32") == [] and _lines(plain, "atom.acq_rel") == []
+    # every record store of the kernel is still there, unchanged in number
+    records = lambda text: [line for line in _lines(text, "st.global") if "relaxed" not in line]  # noqa: E731
+    assert len(records(windowed)) == len(records(plain))
+
+
+def test_disabled_spec_with_window_is_the_uninstrumented_kernel():
+    pytest.importorskip("cutlass")
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing import ptx, sass
+    from ikp_cute.testing.kernels import plain, structured
+
+    x = make_fake_compact_tensor(Float32, (1024,))
+    off = cute.compile(structured.launch_structured, x, Int32(3), None, ProfileSpec(enabled=False, window_slots=4),
+                       (4, 1, 1), options=sass.keep_options())
+    bare = cute.compile(plain.launch_structured, x, Int32(3), (4, 1, 1), options=sass.keep_options())
+    assert ptx.normalize(off.__ptx__) == ptx.normalize(bare.__ptx__)
+
+
+def test_window_rule_in_ptx_uses_the_ring_layout():
+    text = compile_ws(spec_of(window_slots=5)).__ptx__
+    assert "setp.lt.and.u32 r, filled, 5, w;" in text  # the ring size is a compile-time constant
+    assert f"[$1+{4 * ring.DONE}]" not in text  # operands were substituted
+    assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[%rd\d+\+{4 * ring.DONE}\]", text)
+
+
+def test_fa4_with_capture_window_compiles_and_differs_only_by_profiler():
+    """FA4's sm90 forward (examples/fa4_sm90 subclass, baked address) with window_slots: compiles for
+    sm_90a, adds only profiler code, and the window costs its two predicated loads + one atomic."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
+    from tests import test_examples_compile as tec
+
+    fi = tec._import("fa4_sm90", "fa4_instrumented")
+    nb = fi.num_ctas(1, 1024, 4)
+    spec = tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED, window_slots=10)
+    windowed = tec._compile_fa4(spec, "iter")
+    assert tec.non_profiler_difference(tec._compile_fa4(None, None), windowed) == {}
+    # two Profiler.create sites (producer in load, consumers in mma): per site one load at create, one
+    # re-read by the last finalizer, one DONE atomic
+    assert len(_lines(windowed, ".v4.u32")) == 4 and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
