@@ -29,8 +29,10 @@ REASONS = {
 
 
 def add_arguments(p) -> None:
+    from host_decode.cli.common import add_format
+
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
-    p.add_argument("--format", choices=("table", "json"), default="table", help="tables (default) or JSON")
+    add_format(p)
     p.add_argument("--max-blocks", type=int, default=4096, help="blocks whose critical path is walked (default 4096)")
     p.add_argument(
         "--cluster",
@@ -49,11 +51,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
-
     from host_decode.analysis.pipelines import has_pipelines
     from host_decode.analysis.waits import waits_summary
+    from host_decode.cli.common import dumps, next_step
     from host_decode.core.decoder import load_capture
 
     trace = load_capture(args.capture)
@@ -64,13 +64,13 @@ def run(args) -> int:
         )
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
     if args.format == "json":
-        print(json.dumps(data, indent=1, allow_nan=False))
+        print(dumps(data))
     else:
         print_waits(data)
-    print(
-        f"next: ikp decode {args.capture} -o trace.pftrace (flow arrows and stages-full counters in Perfetto), "
+    next_step(
+        f"ikp decode {args.capture} -o trace.pftrace (flow arrows and stages-full counters in Perfetto), "
         f"ikp report {args.capture} (Waits tab)",
-        file=sys.stderr,
+        args,
     )
     return 0
 
@@ -79,7 +79,7 @@ def print_waits(data: dict, console=None) -> None:
     from rich import box
     from rich.table import Table
 
-    from host_decode.reports.text import make_console
+    from host_decode.cli.common import console as make_console
 
     console = console or make_console()
     st = data["status"]
