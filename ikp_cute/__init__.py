@@ -34,6 +34,8 @@ is None and every profiling call compiles away (the PTX equals the uninstrumente
 pass None), which is how a third-party kernel is instrumented without changing its launch signature.
 Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the call site.
 Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
+Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
+built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md).
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -54,6 +56,7 @@ __all__ = [
     "disabled",
     "fake_buffer",
     "profile_region",
+    "trace_pipelines",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -63,5 +66,6 @@ __getattr__, __dir__ = lazy_exports(
         "profile_region": ".device:profile_region",
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
+        "trace_pipelines": ".pipelines:trace_pipelines",
     },
 )

@@ -1,23 +1,27 @@
-"""FlashAttention-4's Hopper forward, instrumented with ikp_cute without copying a line of it.
+"""FlashAttention-4's Hopper forward: the phase regions that pipelines cannot say, without copying a line.
+
+Waits, signals and stages of FA4's pipelines (K, V, Q), and its warp-scheduler barriers, come from
+`ikp_cute.trace_pipelines` with no subclass at all (examples/fa4_sm90/pipelines.py, docs/pipelines.md).
+What is left here is what no pipeline call marks: the role regions (`producer`, `consumer`), the main
+loop, each n-block iteration, softmax, the TMA issue of K/V (`load_K`, `load_V`) and the epilogue.
 
 `InstrumentedFlashAttentionForwardSm90` subclasses FA4's `FlashAttentionForwardSm90` and overrides the
-seams the kernel already has (`load`, `mma`, the per-n-block steps, `epilogue`). Each override opens a
-profile region and calls the parent's method; waits are timed by handing the parent thin proxies of its
-own pipeline objects whose blocking calls (`consumer_wait`, `producer_acquire`) sit inside a region.
-The overrides are plain Python methods (no ``@cute.jit``): they run while FA4's kernel is traced and add
-nothing but the profiler's records.
+seams the kernel already has (`load`, `mma`, the per-n-block steps, `load_KV`, `epilogue`); each
+override opens a profile region and calls the parent's method (plain Python, no ``@cute.jit``: they run
+while FA4's kernel is traced). Softmax is timed through a thin proxy of FA4's own Softmax object.
 
 The profiler buffer reaches the kernel without changing FA4's launch signature: the session is built
 with ``bake_address=True``, so its address is an immediate in the kernel (one compiled kernel per
 buffer). `patched_interface(spec)` makes `flash_attn.cute.interface` build this class instead of FA4's,
-with a private compile cache for the duration (FA4's cache key does not know about the profiler, so
-sharing it would hand an instrumented kernel to uninstrumented calls, or the reverse).
+with a private compile cache for the duration (FA4's cache key does not know about the profiler).
+It composes with `trace_pipelines` (its own session, per-warp lanes): enter both around one compile.
 
 Lanes: group 0 = producer warp group (leader: lane 0 of warp 0, FA4's TMA warp), groups 1 and 2 = the
 two consumer (MMA) warp groups (leaders: lane 0 of warps 4 and 8). One lane per (CTA, group); FA4's
 sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / tile_m).
 
-Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches; README, "Real kernels"):
+Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches, measured with the earlier
+version that also proxied the pipeline waits; README, "Real kernels"):
 per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
 (`ProfileSpec(mode="lean")`: no profiler state in the consumers' registers across FA4's register-tight main
 loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
@@ -41,7 +45,6 @@ import inspect
 import math
 import weakref
 
-import cutlass
 from cutlass import cute
 from cutlass.base_dsl.utils.mlir_value_tree import (
     extract_mlir_values,
@@ -55,9 +58,9 @@ GROUPS = ("producer", "consumer_0", "consumer_1")
 
 # Detail levels: each adds events to the previous one. Ids are pinned in this order (stable names).
 DETAIL_EVENTS = {
-    "tile": ("producer", "consumer", "wait_Q", "mainloop", "epilogue"),
-    "iter": ("n_block", "wait_K", "wait_V"),
-    "full": ("softmax", "load_K", "load_V", "wait_empty_K", "wait_empty_V", "wait_empty_Q"),
+    "tile": ("producer", "consumer", "mainloop", "epilogue"),
+    "iter": ("n_block",),
+    "full": ("softmax", "load_K", "load_V"),
 }
 DETAILS = tuple(DETAIL_EVENTS)
 
@@ -77,21 +80,9 @@ def num_ctas(batch: int, seqlen_q: int, heads: int, tile_m: int = 128) -> int:
     return batch * heads * math.ceil(seqlen_q / tile_m)
 
 
-@cute.jit
-def _wait_if_blocking(prof: Profiler, name: cutlass.Constexpr, wait, state, token):
-    """FA4 polls with `consumer_try_wait` before `consumer_wait(state, token)`: record the wait only when
-    the poll said the stage is not ready (token == 0), so a wait that does not block costs one branch."""
-    blocked = token == 0
-    if blocked:
-        prof.begin(name)
-    wait(state, token)
-    if blocked:
-        prof.end(name)
-
-
 class _Timed:
-    """Proxy of one of FA4's objects: listed methods run inside a profile region, all else passes through.
-    A `consumer_wait` called with a try-wait token is recorded only when it blocks (`_wait_if_blocking`)."""
+    """Proxy of one of FA4's objects (its Softmax): listed methods run inside a profile region, all else
+    passes through."""
 
     def __init__(self, inner, prof: Profiler, regions: dict[str, str]):
         self._inner, self._prof, self._regions = inner, prof, regions
@@ -105,14 +96,12 @@ class _Timed:
             return value
 
         def timed(*args, **kwargs):
-            if attr == "consumer_wait" and len(args) == 2 and not kwargs and args[1] is not None:
-                return _wait_if_blocking(self._prof, name, value, *args)
             with profile_region(self._prof, name):
                 return value(*args, **kwargs)
 
         return timed
 
-    # FA4 carries its pipelines through `while`/`cutlass.range` loops: be a DynamicExpression whose MLIR
+    # FA4 carries its objects through `while`/`cutlass.range` loops: be a DynamicExpression whose MLIR
     # values are the inner object's, rebuilt around the loop's block arguments.
     def __extract_mlir_values__(self):
         return extract_mlir_values(self._inner)
@@ -178,16 +167,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             return super().load(*args, **kwargs)
         self._prof = Profiler.create(self.profile_spec, None, group=0)
         with self._region("producer"):
-            self._call_parent(
-                "load",
-                args,
-                kwargs,
-                {
-                    "pipeline_k": lambda p: self._timed(p, {"producer_acquire": "wait_empty_K"}),
-                    "pipeline_v": lambda p: self._timed(p, {"producer_acquire": "wait_empty_V"}),
-                    "pipeline_q": lambda p: self._timed(p, {"producer_acquire_w_index_phase": "wait_empty_Q"}),
-                },
-            )
+            super().load(*args, **kwargs)
         self._prof.finalize()
         self._prof = None
 
@@ -210,16 +190,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             return
         self._prof = Profiler.create(self.profile_spec, None, group=warp_group)
         with self._region("consumer"):
-            self._call_parent(
-                "mma",
-                args,
-                kwargs,
-                {
-                    "pipeline_k": lambda p: self._timed(p, {"consumer_wait": "wait_K"}),
-                    "pipeline_v": lambda p: self._timed(p, {"consumer_wait": "wait_V"}),
-                    "pipeline_q": lambda p: self._timed(p, {"consumer_wait_w_index_phase": "wait_Q"}),
-                },
-            )
+            super().mma(*args, **kwargs)
         self._prof.finalize()
         self._prof = None
 

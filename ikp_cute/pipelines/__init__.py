@@ -1,0 +1,125 @@
+"""Pipelines traced automatically: every CuTe DSL pipeline wait and signal, with no source change.
+
+    session = ikp_cute.pipelines.session_for(num_blocks=1024, warps_per_block=12, records_per_lane=512)
+    with ikp_cute.trace_pipelines(session, level="waits") as trace:
+        compiled = cute.compile(...)            # or any host API that compiles (FA4's, quack's)
+    with session.zeroed_then_synced():
+        compiled(...)
+    trace.save(session, "capture.npy")          # v1 buffer + sidecar with `pipelines` / `barriers`
+
+Under the context, every kernel *traced* (compiled) records, for each pipeline built on
+cutlass.pipeline's MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses):
+regions ``acquire_<P>[s]`` (producer waiting for a free stage) and ``wait_<P>[s]`` (consumer waiting
+for data: a wait that a successful ``try_wait`` poll skipped is not a wait and records nothing),
+``bar_sync[i]`` around named-barrier waits; at level "signals" also instants ``commit_<P>[s]``
+(producer arrive / arrive-expect-tx = TMA issue), ``release_<P>[s]`` (consumer arrive) and
+``bar_arrive[i]``; at level "all" also ``poll_<P>[s]`` (every try_wait) and ``bar_sync[0]`` for
+``sync_threads``. Lanes are (block, warp) (see record.py for who records and why).
+
+Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
+(tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
+compiled kernels by its own key (FA4's ``compile_cache``, quack's ``jit_cache``) would hand back a
+kernel compiled without tracing; the context empties nothing itself: give the traced compile its own
+cache (examples/pipelines/compile_cpu.py: ``fa4_private_cache``, ``quack_private_caches``).
+
+Invariants guarded by tests/test_pipelines_catalog.py (ids, names) and test_pipelines_compile.py
+(records per call site in the PTX, off == untouched, the buffer address baked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
+
+__all__ = ["LEVELS", "LEVEL_OPS", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
+
+
+def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
+    """Lane (group) names of a pipeline capture: `wg<G>.w<W>` for warp W of warp group G."""
+    return [f"wg{w // warps_per_group}.w{w % warps_per_group}" for w in range(warps_per_block)]
+
+
+def session_for(num_blocks: int, warps_per_block: int, records_per_lane: int = 256, *, kernel: str | None = None,
+                device: str = "cuda"):
+    """A Session shaped for pipeline lanes: one group per warp (``warps_per_group=1``)."""
+    from ikp_cute import ProfileSpec, Session
+
+    spec = ProfileSpec(num_groups=warps_per_block, num_blocks=num_blocks, records_per_lane=records_per_lane,
+                       warps_per_group=1)
+    return Session(spec, groups=group_names(warps_per_block), kernel=kernel, device=device)
+
+
+class PipelineTrace(contextlib.ContextDecorator):
+    """``with trace_pipelines(session):`` (or ``@trace_pipelines(session)``): kernels compiled inside
+    record their pipelines into `session`'s buffer (address baked into the kernel).
+
+    target:  an ikp_cute Session (its buffer's address is used), or a ProfileSpec with `address=`
+             (compile without a GPU, CI).
+    level:   "waits" (default), "signals" or "all".
+    polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 64 ns)
+             before succeeding (quack's producer and consumers wait inside such polls). Default on.
+    named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
+    ops:     record only these ops of the level (e.g. {"acquire"}: the producers' waits only); None = all.
+    """
+
+    def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: bool = True,
+                 named_barriers: bool = True, ops=None):
+        spec = getattr(target, "spec", target)
+        if address is None:
+            buffer = getattr(target, "buffer", None)
+            if buffer is None:
+                raise ValueError("trace_pipelines: give a Session with a buffer, or a spec and address=")
+            address = int(buffer.data_ptr())
+        if not getattr(spec, "enabled", True):
+            raise ValueError("trace_pipelines: the session is disabled (no buffer to record into)")
+        from .record import Geometry
+
+        self.spec = spec
+        self.level = check_level(level)
+        self.geometry = Geometry.of_spec(spec, address)
+        self.catalog = Catalog(spec.events, level, ops)
+        self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers)}
+        self.ops = None if ops is None else sorted(ops)
+        self._tracer = None
+
+    def __enter__(self):
+        from .hooks import Tracer
+
+        if PipelineTrace._active is not None:
+            raise RuntimeError("trace_pipelines: already tracing (contexts do not nest)")
+        self._tracer = Tracer(self.catalog, self.geometry, **self.options)
+        self._tracer.install()
+        PipelineTrace._active = self
+        return self
+
+    def __exit__(self, *exc):
+        self._tracer.uninstall()
+        PipelineTrace._active = None
+        return False
+
+    _active = None
+
+    # --- results ---------------------------------------------------------------------------------------
+
+    def metadata(self) -> dict:
+        """Sidecar keys (contract): pipelines, barriers, pipeline_level, warps_per_group = 1, ..."""
+        meta = self.catalog.metadata()
+        meta["warps_per_group"] = 1
+        meta["pipeline_lanes"] = "warp"
+        meta["pipeline_options"] = dict(self.options, ops=self.ops)
+        return meta
+
+    def save(self, session, path):
+        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata)."""
+        from host_decode.core.capture import save_capture
+
+        meta = session.meta()
+        meta.pop("format", None)
+        meta.update(self.metadata())
+        return save_capture(path, session.records(), session.names(), **meta)
+
+
+def trace_pipelines(target, level: str = "waits", address: int | None = None, **options) -> PipelineTrace:
+    """Trace every CuTe DSL pipeline of the kernels compiled under it; see the module docstring."""
+    return PipelineTrace(target, level, address, **options)

@@ -1,0 +1,170 @@
+"""What was traced: pipelines, their event-id blocks, named barriers (pure Python: no cutlass, no torch).
+
+The catalog is filled while a kernel is traced under ``trace_pipelines`` and becomes the sidecar's
+``pipelines`` / ``barriers`` keys (/work/coord/PIPELINES_CONTRACT.md, copied into docs/pipelines.md).
+
+Invariants a change could break (tests/test_pipelines_catalog.py guards them):
+* every (pipeline, op) owns one contiguous block of event ids, id = base + stage, named
+  ``<op>_<P>[<stage>]``; named barriers own 16 ids per op (``bar_sync[i]``, ``bar_arrive[i]``);
+* ids come from the session's EventRegistry, so they never collide with other events of the capture;
+* pipeline names are unique within a catalog and stable for a given kernel source (the kernel's
+  ``name=``, else the variable the pipeline is assigned to at its creation site, else class + line).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+OPS = ("acquire", "wait", "commit", "release", "poll")
+LEVELS = ("waits", "signals", "all")
+# Which ops each level records (cumulative). "all" adds `poll` instants (every try_wait, whatever its
+# outcome) and region `bar_sync[0]` for __syncthreads.
+LEVEL_OPS = {
+    "waits": frozenset({"acquire", "wait", "bar_sync"}),
+    "signals": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive"}),
+    "all": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive", "poll", "sync_threads"}),
+}
+NUM_NAMED_BARRIERS = 16
+
+_ASSIGNED = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+
+
+def check_level(level: str) -> str:
+    if level not in LEVELS:
+        raise ValueError(f"trace_pipelines(level={level!r}): expected one of {LEVELS}")
+    return level
+
+
+def short_name(variable: str) -> str:
+    """`pipeline_k` -> `k`, `ab_pipeline` -> `ab`, `mainloop_pipeline` -> `mainloop`; else unchanged."""
+    for prefix in ("pipeline_", "pipe_"):
+        if variable.startswith(prefix) and len(variable) > len(prefix):
+            return variable[len(prefix):]
+    for suffix in ("_pipeline", "_pipe"):
+        if variable.endswith(suffix) and len(variable) > len(suffix):
+            return variable[: -len(suffix)]
+    return variable
+
+
+def assigned_variable(source_line: str) -> str | None:
+    """The variable a source line assigns to (`pipeline_k = X.create(` -> `pipeline_k`), or None."""
+    match = _ASSIGNED.match(source_line or "")
+    return match.group(1) if match else None
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """One traced pipeline (or a lone mbarrier array that no pipeline object owns)."""
+
+    name: str
+    cls: str
+    site: str
+    num_stages: int
+    producer_arrivals: int | None = None
+    consumer_arrivals: int | None = None
+    tx_bytes: int | None = None
+    op_type: str | None = None
+    ids: dict[str, int] = dataclasses.field(default_factory=dict)
+    call_sites: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        out = {
+            "name": self.name,
+            "class": self.cls,
+            "site": self.site,
+            "num_stages": self.num_stages,
+            "producer_arrivals": self.producer_arrivals,
+            "consumer_arrivals": self.consumer_arrivals,
+            "tx_bytes": self.tx_bytes,
+            "ids": dict(self.ids),
+            "call_sites": {op: list(sites) for op, sites in self.call_sites.items()},
+        }
+        if self.op_type is not None:
+            out["op_type"] = self.op_type
+        return out
+
+
+class Catalog:
+    """Pipelines and barriers seen while tracing, with their id blocks in `events` (an EventRegistry)."""
+
+    def __init__(self, events, level: str = "waits", ops=None):
+        self.events = events
+        self.level = check_level(level)
+        known = LEVEL_OPS["all"]
+        if ops is not None and not set(ops) <= known:
+            raise ValueError(
+                f"trace_pipelines(ops=...): unknown ops {sorted(set(ops) - known)}; known: {sorted(known)}")
+        self.ops = None if ops is None else frozenset(ops)
+        self.pipelines: dict[object, Pipeline] = {}
+        self.barrier_ids: dict[str, int] = {}
+        self.barrier_names: dict[int, str] = {}
+        self.barrier_sites: dict[str, list[str]] = {}
+        self.unrecorded: list[str] = []
+
+    def records(self, op: str) -> bool:
+        return op in LEVEL_OPS[self.level] and (self.ops is None or op in self.ops)
+
+    def _unique(self, name: str) -> str:
+        taken = {p.name for p in self.pipelines.values()}
+        if name not in taken:
+            return name
+        n = 2
+        while f"{name}_{n}" in taken:
+            n += 1
+        return f"{name}_{n}"
+
+    def pipeline(self, key, make) -> Pipeline:
+        """The pipeline registered under `key`, created by `make()` (-> Pipeline) on first sight."""
+        if key not in self.pipelines:
+            pipe = make()
+            pipe.name = self._unique(pipe.name)
+            self.pipelines[key] = pipe
+        return self.pipelines[key]
+
+    def _block(self, names: list[str]) -> int:
+        """Ids for `names` from the registry; they must come out contiguous (id = base + index)."""
+        ids = [self.events.id(n) for n in names]
+        if ids != list(range(ids[0], ids[0] + len(ids))):
+            raise ValueError(
+                f"trace_pipelines: event ids for {names[0]}..{names[-1]} are not contiguous ({ids}); "
+                "declare the session's other events after tracing, or pin them above the pipelines' ids"
+            )
+        return ids[0]
+
+    def op_base(self, pipe: Pipeline, op: str, site: str) -> int:
+        """Base id of `op` on `pipe` (allocated on first use), and remember the call site."""
+        if op not in pipe.ids:
+            pipe.ids[op] = self._block([f"{op}_{pipe.name}[{s}]" for s in range(pipe.num_stages)])
+        sites = pipe.call_sites.setdefault(op, [])
+        if site not in sites:
+            sites.append(site)
+        return pipe.ids[op]
+
+    def barrier_base(self, op: str, site: str, barrier_id=None, name: str | None = None) -> int:
+        """Base id of `bar_sync` / `bar_arrive` (16 ids each, id = base + barrier id)."""
+        if op not in self.barrier_ids:
+            self.barrier_ids[op] = self._block([f"{op}[{i}]" for i in range(NUM_NAMED_BARRIERS)])
+        sites = self.barrier_sites.setdefault(op, [])
+        if site not in sites:
+            sites.append(site)
+        if isinstance(barrier_id, int) and name and barrier_id not in self.barrier_names:
+            self.barrier_names[barrier_id] = name
+        return self.barrier_ids[op]
+
+    def metadata(self) -> dict:
+        """The sidecar keys of the contract: `pipelines`, `barriers` (when traced), and what was not."""
+        out: dict = {
+            "pipelines": [p.as_json() for p in self.pipelines.values()],
+            "pipeline_level": self.level,
+        }
+        if self.barrier_ids:
+            out["barriers"] = {
+                "base_sync": self.barrier_ids.get("bar_sync"),
+                "base_arrive": self.barrier_ids.get("bar_arrive"),
+                "names": {str(k): v for k, v in sorted(self.barrier_names.items())},
+                "call_sites": {op: list(s) for op, s in self.barrier_sites.items()},
+            }
+        if self.unrecorded:
+            out["pipeline_unrecorded"] = list(self.unrecorded)
+        return out

@@ -1,0 +1,496 @@
+"""Trace-time hooks: where every CuTe DSL pipeline passes, and how a call becomes records.
+
+Hooked (for the duration of ``trace_pipelines`` only; the originals are restored on exit, so kernels
+compiled outside it are untouched):
+* ``cutlass.pipeline.MbarrierArray``: ``wait`` (region), ``try_wait`` (a region when the poll blocked,
+  the begin of the wait it gates when it failed; instant ``poll`` at level "all"), the arrive family
+  ``arrive`` / ``arrive_mbarrier`` / ``arrive_and_expect_tx`` / ``arrive_and_expect_tx_with_dst`` /
+  ``arrive_cp_async_mbarrier`` / ``arrive_tcgen05mma`` (instant; only the outermost of nested calls
+  records), and ``__init__`` / ``__new_from_mlir_values__`` / ``recast_to_new_op_type`` so every
+  array carries a trace-time tag through loops and rebuilds.
+  Every pipeline class of cutlass.pipeline (sm90, sm100) and the ones kernels define (FA4's, quack's)
+  is built on MbarrierArray: no list of class names.
+* ``MbarrierArray.get_barrier`` and ``cute.arch.mbarrier_{arrive, arrive_and_expect_tx, wait, try_wait}``:
+  a raw call on a pointer a pipeline handed out (``producer_get_barrier(state)``, as quack's tile
+  scheduler commits) is traced as that pipeline's op on that stage.
+* ``cute.arch.barrier`` (region ``bar_sync[id]``), ``cute.arch.barrier_arrive`` (instant
+  ``bar_arrive[id]``), ``cute.arch.sync_threads`` (region ``bar_sync[0]`` at level "all"):
+  NamedBarrier and kernels calling ``cute.arch.barrier`` directly (FA4's warp scheduler) pass there.
+
+Roles: a call on array X is classified by the pipeline object that owns X, found on the Python call
+stack at trace time (a frame whose ``self`` has ``sync_object_full is X`` or ``sync_object_empty is
+X``): empty.wait = producer *acquire*, full.wait = consumer *wait*, full.arrive = producer *commit*,
+empty.arrive = consumer *release*. An array no pipeline owns is traced as its own pipeline
+(wait -> wait, arrive -> commit).
+
+Invariants a change could break (tests/test_pipelines_compile.py guards them):
+* outside the context every hook is gone (test_off_is_untouched, and the FA4 / quack / sm100 tests
+  compile again after tracing and compare PTX);
+* each call site of each op gets its markers, regions paired, at every level, for a kernel-defined
+  subclass and a raw mbarrier arrive (test_every_call_site_has_its_markers,
+  test_kernel_defined_subclass_and_names);
+* call sites and names are the kernel's own lines and variables (test_kernel_defined_subclass_and_names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import linecache
+import os
+import sys
+
+from .catalog import Catalog, Pipeline, assigned_variable, short_name
+from .record import BEGIN, INSTANT, Geometry, KernelState, event_bits
+
+_TAG = "_ikp_pipeline_tag"
+POLL_BLOCKED_NS = 64  # a try_wait that took >= 2 timer steps (32 ns each on H100/H200) blocked
+_SKIP_FUNCTIONS = {"create", "_make_sync_object", "__init__", "__post_init__", "wrapper", "_override_create"}
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import cutlass
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (os.path.dirname(os.path.abspath(cutlass.__file__)) + os.sep, here + os.sep, contextlib.__file__,
+            os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py")
+
+
+# Functions the DSL generates from a kernel's `if` / `for` / `while` bodies keep the kernel's file and
+# line numbers: they are call sites, but their names say nothing (never used as a barrier's name).
+_GENERATED = ("then_", "else_", "elif_", "if_region", "loop_", "while_", "for_body")
+_ANONYMOUS = ("<lambda>", "<genexpr>")
+
+
+def _is_sync_object(obj) -> bool:
+    """A pipeline (owns mbarrier arrays) or a barrier helper object: frames of its methods are library
+    code for the purpose of naming a call site, whichever package defines the class."""
+    return obj is not None and (
+        hasattr(obj, "sync_object_full") or hasattr(obj, "sync_object_empty") or hasattr(obj, "barrier_storage")
+        or (hasattr(obj, "barrier_id") and hasattr(obj, "num_threads"))
+    )
+
+
+def _user_frame(dirs, skip_functions=frozenset()):
+    """The innermost frame of kernel code: outside cutlass / this package, not a method of a pipeline or
+    barrier object (FA4's and quack's own pipeline modules included), not a DSL-generated or skipped
+    function."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if not (
+            code.co_filename.startswith(dirs)
+            or code.co_name in skip_functions
+            or code.co_name in _ANONYMOUS
+            or _is_sync_object(frame.f_locals.get("self"))
+        ):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _site(frame) -> str:
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _function_name(frame, dirs=()) -> str:
+    """The kernel function a call sits in (`warp_scheduler_barrier_sync`), past DSL-generated bodies and
+    the DSL's own frames; its file:line when that function is only the kernel's entry (`kernel`)."""
+    named = frame
+    while named is not None and (named.f_code.co_name.startswith(_GENERATED + _ANONYMOUS)
+                                 or (dirs and named.f_code.co_filename.startswith(dirs))):
+        named = named.f_back
+    name = named.f_code.co_name if named is not None else "?"
+    return _site(frame) if name in ("kernel", "__call__", "?") else name
+
+
+def _creation_variable(frame) -> str | None:
+    """The name a pipeline is known by at its creation: the variable assigned (`pipeline_k = X.create(`);
+    for `return X.create(` in a maker method, the variable its caller assigns, else the maker's name
+    without `make_` (`make_ab_pipeline` -> `ab_pipeline`)."""
+    if frame is None:
+        return None
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    variable = assigned_variable(line)
+    if variable is not None or not line.strip().startswith("return"):
+        return variable
+    caller = frame.f_back
+    while caller is not None and caller.f_code.co_name.startswith(_GENERATED + _ANONYMOUS):
+        caller = caller.f_back
+    if caller is not None:
+        variable = assigned_variable(linecache.getline(caller.f_code.co_filename, caller.f_lineno))
+    if variable is None and frame.f_code.co_name.startswith("make_"):  # quack: make_ab_pipeline
+        variable = frame.f_code.co_name[len("make_"):]
+    return variable
+
+
+def _kernel_op():
+    """The `cuda.kernel` op being traced (None outside a kernel body)."""
+    from cutlass._mlir import ir
+
+    try:
+        op = ir.InsertionPoint.current.block.owner
+    except ValueError:  # no insertion point: not inside a kernel being traced
+        return None
+    while op is not None:
+        if op.operation.name == "cuda.kernel":
+            return op.operation
+        op = op.operation.parent
+    return None
+
+
+class Tracer:
+    """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
+
+    def __init__(self, catalog: Catalog, geometry: Geometry, polls: bool = True, named_barriers: bool = True):
+        self.catalog = catalog
+        self.geometry = geometry
+        self.polls = polls
+        self.named_barriers = named_barriers
+        self._kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
+        self._saved: list[tuple[object, str, object]] = []
+        self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
+        self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
+        self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
+        self._dirs = _library_dirs()
+
+    # --- recording state per kernel ---------------------------------------------------------------------
+
+    def _state(self) -> KernelState | None:
+        """The kernel's state; its prologue is emitted at the kernel's entry on first use."""
+        from cutlass._mlir import ir
+
+        kernel = _kernel_op()
+        if kernel is None:
+            return None
+        for known, state in self._kernels:
+            if known == kernel:
+                return state
+        entry = kernel.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(entry), ir.Location.unknown():
+            state = KernelState.create(self.geometry)
+        self._kernels.append((kernel, state))
+        return state
+
+    def _record(self, bits, label: str) -> None:
+        state = self._state()
+        if state is not None:
+            state.record(bits, label)
+
+    # --- which pipeline, which op -------------------------------------------------------------------------
+
+    def _tag(self, mbar) -> dict:
+        tag = getattr(mbar, _TAG, None)
+        if tag is None:  # built before the trace started, or by a path we do not hook: tag it now
+            tag = {"site": "?", "variable": None}
+            object.__setattr__(mbar, _TAG, tag)
+        return tag
+
+    def _owner(self, mbar):
+        """(pipeline object, 'full'|'empty') owning `mbar`, from the call stack; (None, None) if none."""
+        frame = sys._getframe(2)
+        for _ in range(40):
+            if frame is None:
+                break
+            obj = frame.f_locals.get("self")
+            if obj is not None and obj is not mbar:
+                if getattr(obj, "sync_object_full", None) is mbar:
+                    return obj, "full"
+                if getattr(obj, "sync_object_empty", None) is mbar:
+                    return obj, "empty"
+            frame = frame.f_back
+        return None, None
+
+    def _pipeline(self, mbar, owner, role) -> Pipeline:
+        if owner is not None:
+            full = getattr(owner, "sync_object_full", None)
+            empty = getattr(owner, "sync_object_empty", None)
+            key = tuple(id(self._tag(array)) if array is not None else None for array in (full, empty))
+            origin = self._tag(full if full is not None else mbar)
+        else:
+            key = (id(self._tag(mbar)),)
+            origin = self._tag(mbar)
+
+        def make() -> Pipeline:
+            given = (getattr(mbar, "name", "") or "").rsplit(".", 1)[0] if getattr(mbar, "name", "") else ""
+            cls = type(owner).__name__ if owner is not None else "MbarrierArray"
+            fallback = f"{cls}_{origin['site'].replace('.py:', '_')}"
+            name = given or (short_name(origin["variable"]) if origin.get("variable") else fallback)
+            full = getattr(owner, "sync_object_full", None) if owner is not None else mbar
+            empty = getattr(owner, "sync_object_empty", None) if owner is not None else None
+            return Pipeline(
+                name=name,
+                cls=cls,
+                site=origin["site"],
+                num_stages=int(getattr(owner, "num_stages", None) or getattr(mbar, "num_stages", 1)),
+                producer_arrivals=_int_or_none(getattr(full, "arrive_count", None)),
+                consumer_arrivals=_int_or_none(getattr(empty, "arrive_count", None)),
+                tx_bytes=_int_or_none(getattr(full, "tx_count", None)),
+                op_type=str(getattr(getattr(full, "op_type", None), "name", None)),
+            )
+
+        return self.catalog.pipeline(key, make)
+
+    def _op(self, mbar, kind: str, owned=None):
+        """(pipeline, op name) of a call of `kind` ('wait'|'arrive'|'poll') on `mbar`; `owned`: its
+        (owner, role) when already known."""
+        owner, role = owned if owned is not None else self._owner(mbar)
+        pipe = self._pipeline(mbar, owner, role)
+        if kind == "poll":
+            return pipe, "poll"
+        if role == "empty":
+            return pipe, "acquire" if kind == "wait" else "release"
+        return pipe, "wait" if kind == "wait" else "commit"
+
+    def _bits(self, mbar, kind: str, index, event_type, owned=None):
+        """(bits, label) of a call of `kind` on `mbar`, or None when the level does not record it."""
+        pipe, op = self._op(mbar, kind, owned)
+        if not self.catalog.records(op):
+            return None
+        site = _site(_user_frame(self._dirs, _SKIP_FUNCTIONS))
+        base = self.catalog.op_base(pipe, op, site)
+        return event_bits(base, index, event_type), f"{op}_{pipe.name}@{site}"
+
+    def _region(self, marker, orig, args, kwargs, begin=None):
+        """Records around `orig(*args, **kwargs)`: time and lane state read before, BEGIN and END stored
+        after (END = BEGIN bits + 1; see record.KernelState.open_region). `begin`: an earlier begin
+        time (the failed poll that led to this wait)."""
+        bits, label = marker
+        state = self._state()
+        if state is None:
+            return orig(*args, **kwargs)
+        token = state.open_region(f"{label} begin")
+        if begin is not None:
+            token = (begin, token[1])
+        result = orig(*args, **kwargs)
+        state.close_region(token, bits, f"{label} end")
+        return result
+
+    def _poll(self, mbar, marker, orig, args, kwargs):
+        """A try_wait that blocked: time it in registers; when it succeeded after >= POLL_BLOCKED_NS,
+        store it as a region of the wait/acquire op (branch around the store: a poll that passes costs
+        two timer reads and a compare). A failed poll leaves its begin time for the wait that follows."""
+        from cutlass import Int32
+        from cutlass.cutlass_dsl import if_generate
+
+        bits, label = marker
+        state = self._state()
+        if state is None:
+            return orig(*args, **kwargs)
+        begin = state.timer(f"{label} poll-begin")
+        result = orig(*args, **kwargs)
+        end = state.timer()
+        blocked = (Int32(result) != 0) & ((end - begin) >= POLL_BLOCKED_NS)
+        if_generate(blocked, lambda: state.close_region((begin, state.load_state()), bits, f"{label} poll-end"))
+        self._pending[id(result)] = (result, begin)
+        return result
+
+    def _pending_begin(self):
+        """The begin time of the failed poll whose result gated this wait, else None. The poll's result
+        object must be a local of a calling frame (`consumer_wait(state, try_wait_token)`): then it is
+        the same SSA value, so the begin time (read just before the poll, in the same block) is usable
+        here too. A token carried through a loop is a new object: the wait then begins on its own."""
+        frame = sys._getframe(2)
+        for _ in range(12):
+            if frame is None:
+                break
+            for value in frame.f_locals.values():
+                entry = self._pending.get(id(value))
+                if entry is not None and entry[0] is value:
+                    return entry[1]
+            frame = frame.f_back
+        return None
+
+    # --- the hooks ------------------------------------------------------------------------------------
+
+    def hook_init(self, orig):
+        tracer = self
+
+        def __init__(mbar, *args, **kwargs):
+            orig(mbar, *args, **kwargs)
+            frame = _user_frame(tracer._dirs, _SKIP_FUNCTIONS)
+            object.__setattr__(mbar, _TAG, {"site": _site(frame), "variable": _creation_variable(frame)})
+
+        return __init__
+
+    def hook_copy(self, orig):
+        def copy(mbar, *args, **kwargs):
+            new = orig(mbar, *args, **kwargs)
+            tag = getattr(mbar, _TAG, None)
+            if tag is not None:
+                object.__setattr__(new, _TAG, tag)
+            return new
+
+        return copy
+
+    def hook_wait(self, orig):
+        tracer = self
+
+        def wait(mbar, index, phase, *args, **kwargs):
+            marker = tracer._bits(mbar, "wait", index, BEGIN) if _kernel_op() is not None else None
+            if marker is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            begin = tracer._pending_begin()
+            return tracer._region(marker, orig, (mbar, index, phase, *args), kwargs, begin)
+
+        return tracer._guarded(wait)
+
+    def hook_poll(self, orig):
+        tracer = self
+
+        def try_wait(mbar, index, phase, *args, **kwargs):
+            if _kernel_op() is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            instant = tracer._bits(mbar, "poll", index, INSTANT)
+            if instant is not None:
+                tracer._record(*instant)
+            region = tracer._bits(mbar, "wait", index, BEGIN) if tracer.polls else None
+            if region is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            return tracer._poll(mbar, region, orig, (mbar, index, phase, *args), kwargs)
+
+        return tracer._guarded(try_wait)
+
+    def _guarded(self, hook):
+        """`hook` runs with the nesting depth raised: raw mbarrier calls made inside the pipeline's own
+        method (cute.arch.mbarrier_wait inside MbarrierArray.wait) are not traced a second time."""
+        tracer = self
+
+        def guarded(*args, **kwargs):
+            tracer._depth += 1
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                tracer._depth -= 1
+
+        return guarded
+
+    def hook_get_barrier(self, orig):
+        """Pointers a pipeline hands out (`producer_get_barrier(state)`): remembered, so a kernel that
+        arrives or waits on them with cute.arch.mbarrier_* directly is traced too."""
+        tracer = self
+
+        def get_barrier(mbar, index, *args, **kwargs):
+            pointer = orig(mbar, index, *args, **kwargs)
+            if tracer._depth == 0 and _kernel_op() is not None:
+                tracer._pointers[id(pointer)] = (pointer, mbar, index, tracer._owner(mbar))
+            return pointer
+
+        return get_barrier
+
+    def hook_raw(self, orig, kind: str):
+        """cute.arch.mbarrier_{arrive, arrive_and_expect_tx, wait, try_wait} on a pointer a pipeline handed
+        out, outside the pipeline's own methods: traced as that pipeline's op on that stage."""
+        tracer = self
+
+        def raw(mbar_ptr, *args, **kwargs):
+            known = tracer._pointers.get(id(mbar_ptr))
+            if tracer._depth or known is None or known[0] is not mbar_ptr or _kernel_op() is None:
+                return orig(mbar_ptr, *args, **kwargs)
+            _, mbar, index, owned = known
+            tracer._depth += 1
+            try:
+                if kind == "arrive":
+                    marker = tracer._bits(mbar, "arrive", index, INSTANT, owned)
+                    if marker is not None:
+                        tracer._record(*marker)
+                    return orig(mbar_ptr, *args, **kwargs)
+                if kind == "poll":
+                    region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls else None
+                    if region is None:
+                        return orig(mbar_ptr, *args, **kwargs)
+                    return tracer._poll(mbar, region, orig, (mbar_ptr, *args), kwargs)
+                marker = tracer._bits(mbar, "wait", index, BEGIN, owned)
+                if marker is None:
+                    return orig(mbar_ptr, *args, **kwargs)
+                return tracer._region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin())
+            finally:
+                tracer._depth -= 1
+
+        return raw
+
+    def hook_arrive(self, orig):
+        tracer = self
+
+        def arrive(mbar, index, *args, **kwargs):
+            outermost = tracer._depth == 0
+            tracer._depth += 1
+            try:
+                if outermost and _kernel_op() is not None:
+                    marker = tracer._bits(mbar, "arrive", index, INSTANT)
+                    if marker is not None:
+                        tracer._record(*marker)
+                return orig(mbar, index, *args, **kwargs)
+            finally:
+                tracer._depth -= 1
+
+        return arrive
+
+    def _barrier_marker(self, op: str, barrier_id, event_type):
+        """(bits, label) of a named-barrier call; op: bar_sync | bar_arrive | sync_threads."""
+        if not self.catalog.records(op):
+            return None
+        frame = _user_frame(self._dirs, _SKIP_FUNCTIONS)
+        barrier = 0 if barrier_id is None else barrier_id
+        kind = "bar_arrive" if op == "bar_arrive" else "bar_sync"
+        static = barrier if isinstance(barrier, int) else None
+        base = self.catalog.barrier_base(kind, _site(frame), static, _function_name(frame, self._dirs))
+        if static is None:
+            from cutlass import Int32
+
+            barrier = Int32(barrier)
+        return event_bits(base, barrier, event_type), f"{kind}[{static if static is not None else '?'}]@{_site(frame)}"
+
+    def hook_barrier(self, orig, op: str):
+        tracer = self
+
+        def barrier(*args, **kwargs):
+            if _kernel_op() is None or args or not tracer.named_barriers:
+                return orig(*args, **kwargs)
+            marker = tracer._barrier_marker(op, kwargs.get("barrier_id"), INSTANT if op == "bar_arrive" else BEGIN)
+            if marker is None:
+                return orig(*args, **kwargs)
+            if op == "bar_arrive":
+                tracer._record(*marker)
+                return orig(*args, **kwargs)
+            return tracer._region(marker, orig, args, kwargs)
+
+        return barrier
+
+    # --- patching -------------------------------------------------------------------------------------
+
+    def _patch(self, owner, attr: str, new) -> None:
+        self._saved.append((owner, attr, owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)))
+        setattr(owner, attr, new)
+
+    def install(self) -> None:
+        from cutlass import cute
+        from cutlass.pipeline import helpers
+
+        mb = helpers.MbarrierArray
+        self._patch(mb, "__init__", self.hook_init(mb.__init__))
+        self._patch(mb, "__new_from_mlir_values__", self.hook_copy(mb.__new_from_mlir_values__))
+        self._patch(mb, "recast_to_new_op_type", self.hook_copy(mb.recast_to_new_op_type))
+        self._patch(mb, "wait", self.hook_wait(mb.wait))
+        self._patch(mb, "try_wait", self.hook_poll(mb.try_wait))
+        for name in ("arrive", "arrive_mbarrier", "arrive_and_expect_tx", "arrive_and_expect_tx_with_dst",
+                     "arrive_cp_async_mbarrier", "arrive_tcgen05mma"):
+            self._patch(mb, name, self.hook_arrive(getattr(mb, name)))
+        self._patch(mb, "get_barrier", self.hook_get_barrier(mb.get_barrier))
+        for name, kind in (("mbarrier_arrive", "arrive"), ("mbarrier_arrive_and_expect_tx", "arrive"),
+                           ("mbarrier_wait", "wait"), ("mbarrier_try_wait", "poll")):
+            self._patch(cute.arch, name, self.hook_raw(getattr(cute.arch, name), kind))
+        self._patch(cute.arch, "barrier", self.hook_barrier(cute.arch.barrier, "bar_sync"))
+        self._patch(cute.arch, "barrier_arrive", self.hook_barrier(cute.arch.barrier_arrive, "bar_arrive"))
+        self._patch(cute.arch, "sync_threads", self.hook_barrier(cute.arch.sync_threads, "sync_threads"))
+
+    def uninstall(self) -> None:
+        while self._saved:
+            owner, attr, value = self._saved.pop()
+            setattr(owner, attr, value)
+
+
+def _int_or_none(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

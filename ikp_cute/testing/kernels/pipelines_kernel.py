@@ -1,0 +1,75 @@
+"""A small warp-specialized kernel on cutlass.pipeline, written the way kernels write their own pipeline
+classes (a subclass with its own methods, as FA4 and quack do), plus a named barrier and a direct
+`cute.arch.barrier`: what tests/test_pipelines_compile.py traces without torch (CI has none).
+
+Warp 0 produces into `ring` (STAGES stages) and signals `side` (with a raw cute.arch.mbarrier_arrive on
+the barrier the pipeline hands out, as quack's scheduler does); warps 4-7 (warp group 1) consume both;
+then every thread meets at named barrier 1 and warp groups 0-1 at barrier 2."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cutlass
+from cutlass import Int32, Int64, cute, pipeline
+
+STAGES = 3
+THREADS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class CountedPipeline(pipeline.PipelineAsync):
+    """A kernel-defined subclass: its own constructor and a method the base class does not have."""
+
+    @staticmethod
+    def create(**kwargs) -> CountedPipeline:
+        base = pipeline.PipelineAsync.create(**kwargs)
+        return CountedPipeline(base.sync_object_full, base.sync_object_empty, base.num_stages,
+                               base.producer_mask, base.consumer_mask)
+
+    def consume_one(self, state):
+        self.consumer_wait(state, self.consumer_try_wait(state))
+        self.consumer_release(state)
+
+
+@cute.kernel
+def kernel(out: cute.Tensor, n_iters: Int32):
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128)
+    ring = CountedPipeline.create(
+        num_stages=STAGES, producer_group=producers, consumer_group=consumers,
+        barrier_storage=cute.arch.alloc_smem(Int64, 2 * STAGES, alignment=8),
+    )
+    side = pipeline.PipelineAsync.create(
+        num_stages=1, producer_group=producers, consumer_group=consumers,
+        barrier_storage=cute.arch.alloc_smem(Int64, 2, alignment=8), name="side_named",
+    )
+    if warp == 0:
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, STAGES)
+        for _ in cutlass.range(n_iters):
+            ring.producer_acquire(state)
+            ring.producer_commit(state)
+            state.advance()
+        side_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        side.producer_acquire(side_state)
+        cute.arch.mbarrier_arrive(side.producer_get_barrier(side_state))  # a raw arrive (quack does this)
+    elif warp >= 4:
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, STAGES)
+        for _ in cutlass.range(n_iters):
+            ring.consume_one(state)
+            state.advance()
+        side_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        side.consumer_wait(side_state)
+        side.consumer_release(side_state)
+    pipeline.NamedBarrier(barrier_id=1, num_threads=THREADS).arrive_and_wait()
+    if warp < 8:
+        cute.arch.barrier(barrier_id=2, number_of_threads=THREADS)
+    tid, _, _ = cute.arch.thread_idx()
+    if tid == 0:
+        out[0] = n_iters
+
+
+@cute.jit
+def launch(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])

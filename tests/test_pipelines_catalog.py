@@ -1,0 +1,99 @@
+"""ikp_cute.pipelines.catalog: names, contiguous id blocks, levels, sidecar metadata (pure Python)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ikp_cute.pipelines.catalog import (
+    LEVEL_OPS,
+    LEVELS,
+    Catalog,
+    Pipeline,
+    assigned_variable,
+    short_name,
+)
+from ikp_cute.spec import EventRegistry
+
+
+def _pipe(name="k", stages=2):
+    return Pipeline(name=name, cls="PipelineTmaAsync", site="fa.py:10", num_stages=stages,
+                    producer_arrivals=1, consumer_arrivals=8, tx_bytes=32768)
+
+
+@pytest.mark.parametrize(
+    ("line", "variable"),
+    [
+        ("        pipeline_k = pipeline_custom.PipelineTmaAsync.create(", "pipeline_k"),
+        ("    self.ab_pipeline = make(", "ab_pipeline"),
+        ("    ring: PipelineAsync = X.create(", "ring"),
+        ("    return pipeline_cls.create(", None),
+        ("    if a == b:", None),
+    ],
+)
+def test_assigned_variable(line, variable):
+    assert assigned_variable(line) == variable
+
+
+@pytest.mark.parametrize(("variable", "name"), [("pipeline_k", "k"), ("ab_pipeline", "ab"), ("ring", "ring"),
+                                                ("pipeline_", "pipeline_"), ("sched_pipe", "sched")])
+def test_short_name(variable, name):
+    assert short_name(variable) == name
+
+
+def test_op_blocks_are_contiguous_and_named_per_stage():
+    events = EventRegistry(["user_region"])
+    cat = Catalog(events, "signals")
+    k = cat.pipeline("key_k", lambda: _pipe("k", 3))
+    v = cat.pipeline("key_v", lambda: _pipe("v", 2))
+    base_k = cat.op_base(k, "acquire", "fa.py:20")
+    base_v = cat.op_base(v, "wait", "fa.py:30")
+    assert base_k == 1 and base_v == 4  # after the pre-declared event, in order of first use
+    assert [events.name(base_k + s) for s in range(3)] == ["acquire_k[0]", "acquire_k[1]", "acquire_k[2]"]
+    assert events.name(base_v + 1) == "wait_v[1]"
+    assert cat.op_base(k, "acquire", "fa.py:21") == base_k  # same block for a second call site
+    assert k.call_sites["acquire"] == ["fa.py:20", "fa.py:21"]
+
+
+def test_barrier_blocks_have_16_ids():
+    events = EventRegistry()
+    cat = Catalog(events, "signals")
+    base = cat.barrier_base("bar_sync", "fa.py:5", 3, "warp_scheduler_barrier_sync")
+    assert [events.name(base + i) for i in (0, 15)] == ["bar_sync[0]", "bar_sync[15]"]
+    meta = cat.metadata()["barriers"]
+    assert meta["base_sync"] == base and meta["base_arrive"] is None
+    assert meta["names"] == {"3": "warp_scheduler_barrier_sync"}
+
+
+def test_non_contiguous_block_is_refused():
+    events = EventRegistry({"pinned": 2})
+    cat = Catalog(events, "waits")
+    with pytest.raises(ValueError, match="not contiguous"):
+        cat.op_base(cat.pipeline("p", lambda: _pipe("p", 4)), "acquire", "x.py:1")
+
+
+def test_duplicate_pipeline_names_get_suffixes():
+    cat = Catalog(EventRegistry(), "waits")
+    a = cat.pipeline(1, lambda: _pipe("kv"))
+    b = cat.pipeline(2, lambda: _pipe("kv"))
+    assert (a.name, b.name) == ("kv", "kv_2")
+    assert cat.pipeline(1, lambda: _pipe("other")) is a
+
+
+def test_levels_are_cumulative():
+    assert LEVELS == ("waits", "signals", "all")
+    assert LEVEL_OPS["waits"] < LEVEL_OPS["signals"] < LEVEL_OPS["all"]
+    assert {"acquire", "wait", "bar_sync"} == LEVEL_OPS["waits"]
+    with pytest.raises(ValueError, match="level"):
+        Catalog(EventRegistry(), "everything")
+
+
+def test_metadata_follows_the_contract():
+    cat = Catalog(EventRegistry(), "signals")
+    k = cat.pipeline("k", lambda: _pipe("k", 2))
+    for op in ("acquire", "commit", "wait", "release"):
+        cat.op_base(k, op, "fa.py:1")
+    (entry,) = cat.metadata()["pipelines"]
+    assert {"name", "class", "site", "num_stages", "producer_arrivals", "consumer_arrivals", "tx_bytes",
+            "ids"} <= set(entry)
+    assert entry["ids"] == {"acquire": 0, "commit": 2, "wait": 4, "release": 6}
+    assert cat.metadata()["pipeline_level"] == "signals"

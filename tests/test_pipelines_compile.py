@@ -1,0 +1,306 @@
+"""trace_pipelines on real compiles (CPU, sm_90a / sm_100a): records at every pipeline call site, nothing
+outside the context, the sidecar metadata (the device half of tests/test_pipelines_*.py).
+
+* a small kernel on cutlass.pipeline with a kernel-defined subclass (ikp_cute/testing/kernels/pipelines_kernel.py):
+  runs in CI (cutlass only);
+* FA4's Hopper forward, quack's sm90 GEMM (through their own host APIs, torch FakeTensorMode) and FA4's
+  Blackwell forward (sm_100a, in a subprocess): skipped without torch / flash_attn / quack.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")  # read when flash_attn is imported
+os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
+pytest.importorskip("cutlass")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
+BAKED = 0x7F0012340000
+MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end)? \*/")
+
+
+def markers(ptx: str) -> collections.Counter:
+    """(label, site, begin|end|poll-begin|poll-end|'') -> occurrences in the PTX (unrolled loops repeat
+    a call site)."""
+    return collections.Counter((m.group(1), m.group(2), m.group(3) or "") for m in MARKER.finditer(ptx))
+
+
+def check_call_sites(ptx: str, meta: dict, level_ops) -> None:
+    """Every recorded call site of every pipeline op has its markers; regions pair begin with end."""
+    found = markers(ptx)
+    assert found, "no pipeline markers in the PTX"
+    for pipe in meta["pipelines"]:
+        for op, sites in pipe["call_sites"].items():
+            assert op in level_ops
+            for site in sites:
+                label = f"{op}_{pipe['name']}"
+                if op in ("acquire", "wait"):
+                    begins, ends = found[(label, site, "begin")], found[(label, site, "end")]
+                    polls = found[(label, site, "poll-begin")], found[(label, site, "poll-end")]
+                    assert begins + polls[0] >= 1 and begins == ends and polls[0] == polls[1], (label, site)
+                else:
+                    assert found[(label, site, "")] >= 1, (label, site)
+    ops_in_ptx = {label.split("_")[0] for label, _, _ in found} - {"bar"}
+    assert ops_in_ptx <= set(level_ops)
+
+
+def _spec(num_groups, num_blocks, records_per_lane=64):
+    from ikp_cute import ProfileSpec
+
+    return ProfileSpec(num_groups=num_groups, num_blocks=num_blocks, write_stride=num_groups * num_blocks,
+                       records_per_lane=records_per_lane, warps_per_group=1)
+
+
+# --- the small kernel (CI) --------------------------------------------------------------------------------
+
+
+def _compile_small(trace=None):
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    out = make_fake_compact_tensor(Int32, (4,))
+    if trace is None:
+        return cute.compile(pk.launch, out, Int32(5), 4, options="--keep-ptx").__ptx__
+    with trace:
+        return cute.compile(pk.launch, out, Int32(5), 4, options="--keep-ptx").__ptx__
+
+
+@pytest.fixture(scope="module")
+def small():
+    from ikp_cute.pipelines import trace_pipelines
+
+    plain = _compile_small()
+    traces = {level: trace_pipelines(_spec(8, 4), level=level, address=BAKED) for level in ("waits", "signals", "all")}
+    ptx = {level: _compile_small(tr) for level, tr in traces.items()}
+    return {"plain": plain, "after": _compile_small(), "ptx": ptx, "traces": traces}
+
+
+def test_off_is_untouched(small):
+    """Outside the context nothing is patched: a compile after tracing equals the one before."""
+    assert small["after"] == small["plain"]
+    assert "ikp" not in small["plain"]
+    assert small["ptx"]["waits"] != small["plain"]
+
+
+@pytest.mark.parametrize("level", ["waits", "signals", "all"])
+def test_every_call_site_has_its_markers(small, level):
+    from ikp_cute.pipelines import LEVEL_OPS
+
+    check_call_sites(small["ptx"][level], small["traces"][level].metadata(), LEVEL_OPS[level])
+
+
+def test_levels_record_what_they_say(small):
+    ops = {level: {label.split("_")[0] for label, _, _ in markers(ptx)} for level, ptx in small["ptx"].items()}
+    assert ops["waits"] == {"acquire", "wait", "bar"}
+    assert ops["signals"] == {"acquire", "wait", "commit", "release", "bar"}
+    assert ops["all"] == ops["signals"] | {"poll"}
+
+
+def _line(text: str) -> str:
+    """`pipelines_kernel.py:<line>` of the first line of the test kernel containing `text`."""
+    lines = (ROOT / "ikp_cute" / "testing" / "kernels" / "pipelines_kernel.py").read_text().splitlines()
+    return f"pipelines_kernel.py:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
+def test_kernel_defined_subclass_and_names(small):
+    meta = small["traces"]["signals"].metadata()
+    by_name = {p["name"]: p for p in meta["pipelines"]}
+    assert set(by_name) == {"ring", "side_named"}  # the variable it is assigned to; the kernel's name=
+    ring = by_name["ring"]
+    assert ring["class"] == "CountedPipeline" and ring["num_stages"] == 3
+    assert ring["site"] == _line("ring = CountedPipeline.create(")
+    assert ring["producer_arrivals"] == 32 and ring["consumer_arrivals"] == 128
+    assert set(ring["ids"]) == {"acquire", "commit", "wait", "release"}
+    # consume_one (a method of the subclass) is not the call site: the kernel line that calls it is
+    assert ring["call_sites"]["wait"] == [_line("ring.consume_one(state)")]
+    assert meta["barriers"]["call_sites"]["bar_sync"] == [_line(".arrive_and_wait()"), _line("cute.arch.barrier(")]
+    # a raw cute.arch.mbarrier_arrive on the pointer side.producer_get_barrier() returned is side's commit
+    assert by_name["side_named"]["call_sites"]["commit"] == [_line("cute.arch.mbarrier_arrive(")]
+    assert meta["warps_per_group"] == 1
+
+
+def test_ids_are_registered_in_the_session_events(small):
+    trace = small["traces"]["signals"]
+    events = trace.spec.events
+    for pipe in trace.metadata()["pipelines"]:
+        for op, base in pipe["ids"].items():
+            assert [events.name(base + s) for s in range(pipe["num_stages"])] == [
+                f"{op}_{pipe['name']}[{s}]" for s in range(pipe["num_stages"])]
+
+
+def test_buffer_address_is_baked_and_state_is_in_shared_memory(small):
+    ptx = small["ptx"]["waits"]
+    assert str(BAKED + 8) in ptx  # first lane slot: the kernel's signature is unchanged
+    assert ptx.count("%lanemask_lt") >= 2  # lowest active lane of each warp records
+    assert "ld.volatile.shared.v2.u64" in ptx and "ld.local" not in ptx
+    assert ptx.count(str(BAKED + 8)) == 1  # only the prologue holds the address: records read it from shared memory
+
+
+def test_contexts_do_not_nest():
+    from ikp_cute.pipelines import trace_pipelines
+
+    outer, inner = trace_pipelines(_spec(8, 1), address=BAKED), trace_pipelines(_spec(8, 1), address=BAKED)
+    with outer, pytest.raises(RuntimeError, match="nest"), inner:
+        pass
+
+
+def test_bad_arguments_are_refused():
+    from ikp_cute import ProfileSpec
+    from ikp_cute.pipelines import trace_pipelines
+
+    with pytest.raises(ValueError, match="level"):
+        trace_pipelines(_spec(8, 1), level="everything", address=BAKED)
+    with pytest.raises(ValueError, match="address"):
+        trace_pipelines(_spec(8, 1))
+    with pytest.raises(ValueError, match="disabled"):
+        trace_pipelines(ProfileSpec(enabled=False), address=BAKED)
+    with pytest.raises(ValueError, match="32"):
+        trace_pipelines(_spec(33, 1), address=BAKED)
+
+
+# --- FA4 and quack (torch + their packages) ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fa4():
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
+    import compile_cpu as cc
+
+    from ikp_cute.pipelines import trace_pipelines
+
+    cc.sm90_env()
+    trace = trace_pipelines(_spec(12, 32, 256), level="signals", address=BAKED)
+    plain = cc.fa4_compile().__ptx__
+    traced = cc.fa4_compile(trace).__ptx__
+    return {"plain": plain, "traced": traced, "after": cc.fa4_compile().__ptx__, "meta": trace.metadata()}
+
+
+def test_fa4_sm90_traced_with_no_source_change(fa4):
+    from ikp_cute.pipelines import LEVEL_OPS
+
+    assert fa4["after"] == fa4["plain"]
+    check_call_sites(fa4["traced"], fa4["meta"], LEVEL_OPS["signals"])
+    by_name = {p["name"]: p for p in fa4["meta"]["pipelines"]}
+    assert set(by_name) == {"q", "k", "v"}
+    assert by_name["k"]["class"] == "PipelineTmaAsync"  # FA4's own subclass (flash_attn/cute/pipeline.py)
+    assert by_name["k"]["tx_bytes"] == 128 * 128 * 2
+    for name in ("k", "v"):
+        assert set(by_name[name]["ids"]) == {"acquire", "commit", "wait", "release"}
+        assert all(site.startswith("flash_fwd_sm90.py:") for sites in by_name[name]["call_sites"].values()
+                   for site in sites)
+    assert fa4["meta"]["barriers"]["base_sync"] is not None  # warp-scheduler barriers (cute.arch.barrier)
+
+
+def test_fa4_phase_subclass_and_pipelines_compose(fa4):
+    """examples/fa4_sm90/pipelines.py --phases: the phase subclass (its own baked session) and
+    trace_pipelines in one compiled kernel; the subclass no longer proxies pipeline waits."""
+    import compile_cpu as cc
+
+    import ikp_cute
+    from ikp_cute.pipelines import trace_pipelines
+
+    sys.path.insert(0, str(ROOT / "examples" / "fa4_sm90"))
+    import fa4_instrumented as fi
+
+    assert not any(name.startswith("wait") for name in fi.events_for("full"))
+    assert ikp_cute.trace_pipelines is trace_pipelines
+    spec = ikp_cute.ProfileSpec(num_groups=3, num_blocks=32, write_stride=96, records_per_lane=64,
+                                events=ikp_cute.EventRegistry(fi.events_for("full")), baked_address=BAKED + (1 << 24))
+    trace = trace_pipelines(_spec(12, 32, 256), address=BAKED)
+    with fi.patched_interface(spec, "full"):
+        ptx = cc.fa4_compile(trace).__ptx__
+    assert str(BAKED + 8) in ptx and str(BAKED + (1 << 24)) in ptx  # both buffers baked
+    assert {p["name"] for p in trace.metadata()["pipelines"]} == {"q", "k", "v"}
+    assert markers(ptx)
+
+
+@pytest.fixture(scope="module")
+def quack():
+    pytest.importorskip("torch")
+    pytest.importorskip("quack.gemm_interface")
+    import compile_cpu as cc
+
+    from ikp_cute.pipelines import trace_pipelines
+
+    trace = trace_pipelines(_spec(12, 132, 512), level="signals", address=BAKED)
+    plain = cc.quack_compile().__ptx__
+    traced = cc.quack_compile(trace).__ptx__
+    return {"plain": plain, "traced": traced, "after": cc.quack_compile().__ptx__, "meta": trace.metadata()}
+
+
+def test_quack_sm90_gemm_traced_with_no_source_change(quack):
+    from ikp_cute.pipelines import LEVEL_OPS
+
+    assert quack["after"] == quack["plain"]
+    check_call_sites(quack["traced"], quack["meta"], LEVEL_OPS["signals"])
+    by_name = {p["name"]: p for p in quack["meta"]["pipelines"]}
+    assert {"ab", "sched"} <= set(by_name)  # make_ab_pipeline's result; quack's scheduler pipeline
+    assert set(by_name["ab"]["ids"]) == {"acquire", "commit", "wait", "release"}
+
+
+_SM100 = """
+import json, re, collections, sys
+sys.path.insert(0, {examples!r}); sys.path.insert(0, {tests!r})
+import compile_cpu as cc
+cc.sm100_env()
+from test_pipelines_compile import _spec, markers
+from ikp_cute.pipelines import trace_pipelines
+trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked})
+plain = cc.fa4_sm100_compile()
+traced = cc.fa4_sm100_compile(trace)
+after = cc.fa4_sm100_compile()
+print(json.dumps({{"identical_after": after.__ptx__ == plain.__ptx__, "meta": trace.metadata(),
+                  "markers": [list(k) + [v] for k, v in markers(traced.__ptx__).items()],
+                  "cubin": len(traced.__cubin__ or b"")}}))
+"""
+
+
+def test_fa4_sm100_compiles_with_tracing():
+    """FA4's Blackwell forward compiled for sm_100a (a subprocess: the arch is fixed at import)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_fwd_sm100")
+    code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), tests=str(ROOT / "tests"), baked=BAKED)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env.pop("CUTE_DSL_ARCH", None)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["identical_after"] and result["cubin"] > 0
+    by_name = {p["name"]: p for p in result["meta"]["pipelines"]}
+    assert {"q", "kv", "s_p_o", "o_acc"} <= set(by_name)
+    assert {"PipelineTmaUmma", "PipelineUmmaAsync", "PipelineAsync"} <= {p["class"] for p in by_name.values()}
+    found = {(label, site) for label, site, _, _ in result["markers"]}
+    for pipe in by_name.values():
+        for op, sites in pipe["call_sites"].items():
+            for site in sites:
+                assert (f"{op}_{pipe['name']}", site) in found
+
+
+def test_decorator_form():
+    """@trace_pipelines(spec) on a function that compiles: same records as the with-statement form."""
+    from ikp_cute.pipelines import trace_pipelines
+
+    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+
+    @trace
+    def build():
+        return _compile_small()
+
+    ptx = build()
+    assert {p["name"] for p in trace.metadata()["pipelines"]} == {"ring", "side_named"}
+    assert markers(ptx) and _compile_small() == _compile_small()  # hooks gone after the call
