@@ -686,7 +686,8 @@ def test_decode_passes_flows_and_counters_to_the_writer(tmp_path):
 
 
 def test_ikp_decode_writes_the_flows(tmp_path):
-    """End to end through the real Perfetto writer: each flow leaves the signalling lane's track at the signal and ends on the waiting lane's track."""
+    """End to end through the real Perfetto writer: each flow leaves the signalling lane's track at the signal and
+    ends on the waiting lane's track."""
     from host_decode.cli import main
 
     pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
