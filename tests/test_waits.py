@@ -11,7 +11,7 @@ from host_decode.analysis import waits as ws
 from host_decode.core import wire
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode
-from tests.buffers import B, BufferBuilder, E, F, I
+from tests.buffers import INST, B, BufferBuilder, E, F
 
 TICK = 32
 ACQ, WAIT, COMMIT, RELEASE = 10, 20, 30, 40  # first event id of each op of pipeline K (stage s: id + s)
@@ -50,7 +50,7 @@ class Capture:
         return self
 
     def instant(self, block, group, event, t):
-        self.lane(block, group).append((t, event, I))
+        self.lane(block, group).append((t, event, INST))
         return self
 
     def overflow(self, block, group, keep, dropped):
@@ -71,7 +71,7 @@ class Capture:
                 b.put(lane, self.base + tick * TICK, event, etype)
                 last = tick
             if lane in self.dropped:
-                b.put(lane, self.dropped[lane], wire.DROPPED_EVENT_ID, I)
+                b.put(lane, self.dropped[lane], wire.DROPPED_EVENT_ID, INST)
             b.put(lane, self.base + last * TICK, 0, F)
         return b.buf
 
