@@ -2,7 +2,7 @@
 
 * every module lives in the folder of its stage, and none is over MAX_LINES lines;
 * imports between the stages only run downstream of the data flow, by LAYERS:
-  core <- writers / analysis / hardware / torch_traces <- reports <- cli (a stage imports its own
+  core <- writers / analysis / hardware / torch_traces / interop <- reports <- cli (a stage imports its own
   folder and the stages of a lower rank; stages of one rank do not import each other; the package's
   facade, host_decode/__init__.py, names anything, lazily);
 * no module imports another module's private (_underscore) names, nor reads them off an imported module;
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
 MAX_LINES = 900
-LAYERS = {"core": 0, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "reports": 2, "cli": 3}
+LAYERS = {"core": 0, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "interop": 1, "reports": 2, "cli": 3}
 # (from stage, to stage) of one rank that may import each other on purpose, one direction each:
 # clock alignment (analysis/align.py) reads torch traces through the one torch reader (torch_traces/loader.py)
 SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces")}
