@@ -390,8 +390,6 @@ def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
 def test_out_of_order_mode_travels_through_the_sidecar(tmp_path):
     # the README's C++ route: save_capture(..., mode="static") then load_capture (or `ikp decode`); the
     # nested region's slot comes after the outer END (a step back in time) and must decode in place
-    from host_decode.core.decoder import load_capture
-
     b = BufferBuilder(1, 1, 8)
     b.put(0, 100, 1, B).put(0, 500, 1, E).put(0, 200, 2, B).put(0, 300, 2, E)
     path = save_capture(tmp_path / "static.npy", b.buf, mode="static")
