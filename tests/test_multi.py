@@ -96,6 +96,17 @@ def test_load_parts_from_decoded_captures_and_cli(tmp_path):
     assert main(["stats", str(tmp_path), "--format", "json", "--no-progress"]) == 0
 
 
+def test_a_session_directory_without_captures_is_an_error(tmp_path):
+    # one of two session directories is empty (a typo'd run folder): refused, not dropped silently
+    full, empty = tmp_path / "run1", tmp_path / "run2"
+    full.mkdir()
+    empty.mkdir()
+    _capture(full, "l0.npy", 1_790_000_000_000_000_000, 0)
+    with pytest.raises(ValueError, match="run2: directory holds no captures"):
+        multi.load_parts([full, empty], progress=False)
+    assert main(["stats", str(full), str(empty), "--no-progress"]) != 0
+
+
 def test_chrome_overlapping_regions_get_their_own_thread():
     # lane 0: ev1 [0,100] with ev2 [10,20] nested (same thread) and ev3 [50,150] crossing ev1's end
     t = multi.trace_from_spans([(0, 0, 1, 0, 100), (0, 0, 2, 10, 20, 1), (0, 0, 3, 50, 150, 1)], num_groups=1,
