@@ -119,3 +119,17 @@ def test_chrome_overlapping_regions_get_their_own_thread():
     assert {e["name"]: e["ts"] for e in x} == {"a": 1.5, "b": 1.51, "c": 1.55}
     names = [json.loads(e)["args"]["name"] for e in ev if "thread_name" in e]
     assert names == ["block 0 group_0", "block 0 group_0 (overlap 1)"]
+
+
+def test_keep_lanes_counts_the_instants_it_leaves_out():
+    from host_decode.core.decoder import decode
+    from host_decode.writers.chrome_json import keep_lanes
+    from tests.buffers import I
+
+    bb = BufferBuilder(num_blocks=3, num_groups=1, records_per_lane=8)
+    for lane in range(3):
+        bb.put(lane, 100, 1, B).put(lane, 150, 2, I).put(lane, 160, 2, I).put(lane, 400, 1, E)
+    t = decode(bb.buf)
+    kept, left = keep_lanes(t, 1)
+    assert left == {"lanes_left_out": 2, "spans_left_out": 2, "instants_left_out": 4}
+    assert kept.instants.size + left["instants_left_out"] == t.instants.size

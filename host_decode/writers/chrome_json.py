@@ -174,8 +174,8 @@ def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, p
 
 def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     """The trace restricted to its first max_lanes lanes with regions (by lane id), and what was left out:
-    {"lanes_left_out", "spans_left_out"}."""
-    left = {"lanes_left_out": 0, "spans_left_out": 0}
+    {"lanes_left_out", "spans_left_out", "instants_left_out"} (tests/test_multi.py)."""
+    left = {"lanes_left_out": 0, "spans_left_out": 0, "instants_left_out": 0}
     if max_lanes is None:
         return trace, left
     lanes = od.present(trace.spans["lane"].astype(np.int64))
@@ -183,9 +183,10 @@ def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
         return trace, left
     last = lanes[max_lanes - 1]
     kept = trace.spans["lane"] <= last
-    left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()))
-    instants = trace.instants[trace.instants["lane"] <= last]
-    return dataclasses.replace(trace, spans=trace.spans[kept], instants=instants), left
+    keep_instant = trace.instants["lane"] <= last
+    left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()),
+                instants_left_out=int(keep_instant.size - keep_instant.sum()))
+    return dataclasses.replace(trace, spans=trace.spans[kept], instants=trace.instants[keep_instant]), left
 
 
 # --- documents -------------------------------------------------------------------------------------
