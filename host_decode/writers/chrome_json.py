@@ -250,7 +250,7 @@ def write_chrome_parts(parts: Sequence[tuple[Trace, str, int]], path: str | Path
     """One Chrome JSON trace, one process per part (pid = part index, named by its label): parts are
     (trace, label, shift_ns), the shift putting the part on the merged timeline; ts 0 is the earliest
     shifted start (``otherData.origin_ns``, with other_data's keys). Returns {"origin_ns", "parts": [{label,
-    shift_ns, written, lanes, tracks, lanes_left_out, spans_left_out}]}."""
+    shift_ns, written, lanes, tracks, lanes_left_out, spans_left_out, instants_left_out}]}."""
     if not parts:
         raise ValueError("write_chrome_parts needs at least one part")
     origin = int(min(t.start_ns + int(dt) for t, _, dt in parts))
