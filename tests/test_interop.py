@@ -158,3 +158,31 @@ def test_twin_kernel_compiles_on_the_current_device_api():
     compiled = cute.compile(launch_twin, fake(Float32, (blocks * tiles * threads,)), fake(Float32, (blocks * threads,)),
                             Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks, threads, options="--keep-ptx")
     assert "globaltimer" in compiled.__ptx__
+
+
+@pytest.mark.parametrize("path", [IKET_JSON, IKET_PFTRACE, PROTON], ids=["iket-json", "iket-pftrace", "proton"])
+def test_every_command_takes_foreign_traces(path, tmp_path, capsys):
+    from host_decode.cli import main
+    from host_decode.reports.viewer import trace_to_serve
+
+    assert main(["stats", str(path), "--format", "json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats  # the regions of the foreign trace, summarized
+    assert main(["decode", str(path), "-o", str(tmp_path / "x.pftrace"), "--quiet"]) == 0
+    assert (tmp_path / "x.pftrace").stat().st_size > 0
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert main(["diff", str(path), str(path), "--fail-above", "1"]) == 0
+    served = trace_to_serve(path, tmp_path)
+    if path == IKET_PFTRACE:
+        assert served == path  # IKET's own Perfetto layout is served as it is
+    else:
+        assert served.suffix == ".pftrace" and served.parent == tmp_path
+
+
+def test_names_do_not_apply_to_foreign_traces(tmp_path):
+    from host_decode.cli import main
+
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"events": {"0": "x"}}))
+    assert main(["decode", str(IKET_JSON), "--names", str(names)]) == 2

@@ -22,10 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
 MAX_LINES = 900
-LAYERS = {"core": 0, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "interop": 1, "reports": 2, "cli": 3}
+LAYERS = {"core": 0, "interop": 1, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "reports": 2, "cli": 3}
 # (from stage, to stage) of one rank that may import each other on purpose, one direction each:
 # clock alignment (analysis/align.py) reads torch traces through the one torch reader (torch_traces/loader.py)
-SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces")}
+# sessions (analysis/sessions.py) load other tracers' traces through host_decode/interop
+SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces"), ("analysis", "interop")}
 COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.

@@ -288,9 +288,16 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
 
 
 def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None) -> Trace:
-    """One capture -> its Trace; several (or a directory) -> the concat of all launches (meta['parts'])."""
+    """One capture -> its Trace; several (or a directory) -> the concat of all launches (meta['parts']).
+    A single file may also be another tracer's trace (IKET JSON / .pftrace, Proton Chrome trace),
+    recognised by content (host_decode.interop)."""
     paths = list(paths)
     if len(paths) == 1 and not Path(paths[0]).is_dir():
+        from host_decode.interop import detect, read_foreign
+
+        if detect(paths[0]):  # an IKET or Proton trace: one Trace per launch it holds
+            traces = read_foreign(paths[0])
+            return traces[0] if len(traces) == 1 else concat(parts_from_traces(traces), mode=mode)
         from host_decode.core.decoder import load_capture
 
         return load_capture(str(paths[0]))

@@ -128,6 +128,22 @@ def next_step(text: str, args=None) -> None:
     print(f"next: {text}", file=sys.stderr)
 
 
+def load_input(path, names=None, write_stride=None):
+    """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
+    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.interop)."""
+    from host_decode.interop import detect
+
+    if detect(path):
+        if names is not None or write_stride is not None:
+            raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {detect(path)} trace")
+        from host_decode.analysis.sessions import load_trace
+
+        return load_trace([path])
+    from host_decode.core.decoder import load_capture
+
+    return load_capture(path, names=names, write_stride=write_stride)
+
+
 def read_names(path) -> "object":
     """A --names file: a JSON object with 'events' and/or 'groups' (a capture sidecar is one); anything
     else is an error naming the file, never silently no names."""

@@ -163,6 +163,13 @@ def _hardware(trace, region_map, pc_table, sass_text, pc_files, force_join, miss
     return out
 
 
+def pipeline_waits_view(trace: Trace) -> dict | None:
+    """The "Waits" view's data (assets/waits.js), None when the capture has no pipeline metadata."""
+    from host_decode.analysis.waits import view_data
+
+    return view_data(trace)
+
+
 def render_html(data: dict) -> str:
     """The page: the template with the data blob, style and script inlined."""
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False)
@@ -731,3 +738,4 @@ def _timeline_view(trace: Trace, options: dict) -> dict | None:
 
 
 register_view(ReportView("timeline", "timeline.js", _timeline_view))
+register_view(ReportView("waits", "waits.js", lambda trace, options: pipeline_waits_view(trace)))

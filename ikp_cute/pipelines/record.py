@@ -38,6 +38,7 @@ import dataclasses
 from cutlass import Int32, Int64, cute
 
 from host_decode.core import wire
+from ikp_cute import inline_ptx
 
 MAX_WARPS = 32
 STATE_BYTES = 16  # per warp: room (u32), lane (u32), address of the lane's slot 0 (u64)
@@ -46,31 +47,6 @@ BEGIN = int(wire.EventType.BEGIN)
 END = int(wire.EventType.END)
 INSTANT = int(wire.EventType.INSTANT)
 DROPPED_BITS = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
-
-
-def _asm(result_type, operands, text: str, constraints: str):
-    """Inline PTX with side effects: kept where it is written, never merged or hoisted."""
-    from cutlass._mlir.dialects import llvm
-
-    return llvm.inline_asm(
-        result_type,
-        [operand.ir_value() for operand in operands],
-        text,
-        constraints,
-        has_side_effects=True,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-
-
-def _asm_pair(operands, text: str, constraints: str):
-    """Inline PTX with two 64-bit results."""
-    from cutlass._mlir import ir
-    from cutlass._mlir.dialects import llvm
-
-    i64 = Int64.mlir_type
-    pair = _asm(llvm.StructType.get_literal([i64, i64]), operands, text, constraints)
-    return tuple(Int64(llvm.extractvalue(i64, pair, ir.DenseI64ArrayAttr.get([i]))) for i in (0, 1))
 
 
 # The recording thread: the lowest active lane of the warp. Its warp's state: STATE_BYTES * warp.
@@ -160,7 +136,7 @@ class KernelState:
             f" xor.b32 tag, tag, {anchor_lo ^ anchor_hi}; mov.b64 rec, {{tag, thi}};"
             f" @ok st.global.b64 [addr+{g.stride_bytes}], rec; }}"
         )
-        _asm(None, [base], asm, "r")
+        inline_ptx.asm(None, [base], asm, "r")
         return KernelState(base, geometry)
 
     def record(self, bits, label: str = "") -> None:
@@ -185,18 +161,18 @@ class KernelState:
             " sub.s32 room, room, 1;"
             f" @lead st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        _asm(None, [self.state_base, Int32(bits)], asm, "r,r")
+        inline_ptx.asm(None, [self.state_base, Int32(bits)], asm, "r,r")
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value: a region's begin, kept in a register."""
         asm = f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */"
-        return Int32(_asm(Int32.mlir_type, [], asm, "=r"))
+        return Int32(inline_ptx.asm(Int32.mlir_type, [], asm, "=r"))
 
     def load_state(self):
         """This warp's ({room, lane}, lane address) (two Int64). Issued before a blocking call and used
         only after it, its latency hides behind the wait instead of delaying the code that follows."""
         asm = "{ .reg .u32 w, a;" + _STATE_ADDRESS.format(base="$2") + " ld.volatile.shared.v2.u64 {$0, $1}, [a]; }"
-        return _asm_pair([self.state_base], asm, "=l,=l,r")
+        return inline_ptx.asm_pair([self.state_base], asm, "=l,=l,r")
 
     def open_region(self, label: str = ""):
         """Begin of a region, nothing stored: (begin time, warp state) for close_region."""
@@ -217,7 +193,8 @@ class KernelState:
             + _STATE_ADDRESS.format(base="$0")
             + f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        _asm(None, [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)], asm, "r,r,l,l,r")
+        operands = [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)]
+        inline_ptx.asm(None, operands, asm, "r,r,l,l,r")
 
 
 def event_bits(base: int, stage, event_type: int):

@@ -32,8 +32,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, next_step, outputs, read_names, show_progress
-    from host_decode.core.decoder import load_capture
+    from host_decode.cli.common import Step, console, load_input, next_step, outputs, read_names, show_progress
 
     with outputs(args, args.buffer, args.names) as out:
         if args.output:
@@ -45,7 +44,7 @@ def run(args) -> int:
         loss_tmp = out.add(args.loss_json) if args.loss_json else None
         names = read_names(args.names) if args.names else None
         with Step(f"decoding {args.buffer}", args):
-            trace = load_capture(args.buffer, names=names, write_stride=args.write_stride)
+            trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
             from host_decode.reports.text import print_loss, print_summary
 
@@ -56,15 +55,17 @@ def run(args) -> int:
             loss_tmp.write_text(trace.loss.dumps())
         if csv_tmp:
             write_spans_csv(trace, csv_tmp)
+        note = ""
         if trace_tmp:
             from host_decode.writers import write_trace
 
+            extras, note = pipeline_extras(trace)
             write_trace(trace, trace_tmp, args=args.slice_args, progress=show_progress(args),
-                        lane_counters={"auto": None, "on": True, "off": False}[args.lane_counters])
+                        lane_counters={"auto": None, "on": True, "off": False}[args.lane_counters], **extras)
     if not args.quiet:
         for path in (args.output, args.spans_csv, args.loss_json):
             if path:
-                print(f"wrote {path}")
+                print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""))
     if args.output:
         next_step(
             f"open {args.output} at https://ui.perfetto.dev (Open trace file); ikp stats {args.buffer} for statistics",
@@ -77,6 +78,20 @@ def run(args) -> int:
             args,
         )
     return 0
+
+
+def pipeline_extras(trace) -> tuple[dict, str]:
+    """Keyword arguments of write_trace that put the pipelines' flow arrows and stages-full counters into
+    the trace (analysis/pipelines.py; docs/pipeline_waits.md), and a note of what they hold.
+    ({}, "") when the capture has no pipeline metadata."""
+    from host_decode.analysis.pipelines import analyze_pipelines, has_pipelines
+
+    if not has_pipelines(trace):
+        return {}, ""
+    pa = analyze_pipelines(trace)
+    flows = pa.flows()
+    extras = {"flows": flows, "flow_kinds": pa.flow_kinds, "counters": pa.counters}
+    return extras, f"{flows.size} pipeline flows, {len(pa.counters)} stages-full counters"
 
 
 def write_spans_csv(trace, path) -> None:

@@ -42,15 +42,14 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from host_decode.cli.common import Step, next_step, outputs, read_names
-    from host_decode.core.decoder import load_capture
+    from host_decode.cli.common import Step, load_input, next_step, outputs, read_names
     from host_decode.reports.html import write_report
 
     inputs = [args.capture, args.map, args.cubin, args.ncu, args.cupti, args.nvbit, args.source, args.names]
     with outputs(args, inputs) as out:
         tmp = out.add(args.output)
         names = read_names(args.names) if args.names else None
-        trace = load_capture(args.capture, names=names)
+        trace = load_input(args.capture, names=names)
         region_map, sass_text, pc_files = _region_map(args, trace)
         pc_table = _pc_table(args, region_map, trace)
         source_text = None
