@@ -179,3 +179,23 @@ def test_unreadable_profiler_trace_is_a_clear_error(tmp_path):
     (tmp_path / "obj.json").write_text('{"events": []}')
     with pytest.raises(DecodeError, match="no traceEvents"):
         align.load_chrome(tmp_path / "obj.json")
+
+
+def test_merge_torch_says_lanes_left_out(tmp_path, capsys):
+    # --max-lanes cuts lanes out of the merged trace: the file records it and the terminal says it
+    from host_decode.core.capture import save_capture
+    from tests.buffers import B, BufferBuilder, E, F
+
+    t64 = BASE + 7_000_000_000
+    bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
+    lo = t64 & 0xFFFF_FFFF
+    for lane in range(2):
+        bb.anchor(lane, t64)
+        bb.put(lane, lo + 200, 1, B).put(lane, lo + 2_200, 1, E).put(lane, lo + 2_500, 0, F)
+    cap = save_capture(tmp_path / "k.npy", bb.buf, {"events": {"1": "mma"}}, kernel="my_kernel")
+    (tmp_path / "t.json").write_text(json.dumps(profiler_doc([("my_kernel", t64 - 1_000, 4_000)])))
+    out = tmp_path / "o.json"
+    assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(out), "--max-lanes", "1"]) == 0
+    assert "1 lane(s) over the limit of 1 left out of the merged trace (1 regions, 0 instants)" in capsys.readouterr().out
+    left = json.loads(out.read_text())["ikp_alignment"]
+    assert (left["lanes_left_out"], left["spans_left_out"], left["instants_left_out"]) == (1, 1, 0)

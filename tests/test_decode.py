@@ -387,3 +387,12 @@ def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
     np.save(tmp_path / "2d.npy", b.buf[:12].reshape(3, 4))
     with pytest.raises(DecodeError, match="one-dimensional"):
         load_capture(tmp_path / "2d.npy")
+
+
+def test_out_of_order_mode_travels_through_the_sidecar(tmp_path):
+    # the README's C++ route: save_capture(..., mode="static") then load_capture (or `ikp decode`); the
+    # nested region's slot comes after the outer END (a step back in time) and must decode in place
+    b = BufferBuilder(1, 1, 8)
+    b.put(0, 100, 1, B).put(0, 500, 1, E).put(0, 200, 2, B).put(0, 300, 2, E)
+    path = save_capture(tmp_path / "static.npy", b.buf, mode="static")
+    assert spans_of(load_capture(path)) == [(0, 1, 0, 400, 0), (0, 2, 100, 200, 0)]

@@ -140,6 +140,28 @@ def test_proton_bad_events_are_counted(tmp_path):
     assert len(t.spans) == 46 and sum(t.loss.malformed_reasons.values()) == 4
 
 
+def test_twin_kernel_compiles_on_the_current_device_api():
+    """examples/interop/twin_kernel.py (the kernel behind the committed twin fixtures) still compiles for
+    sm_90a on the CPU with ikp_cute's current API (Profiler.create, ProfileSpec): the runner that
+    re-records the fixtures must not rot while nothing in CI runs it."""
+    pytest.importorskip("cutlass")
+    import os
+
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from cutlass import Float32, Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor as fake
+
+    import ikp_cute
+    from examples.interop.twin_kernel import launch_twin
+
+    blocks, threads, tiles = 2, 64, 2
+    spec = ikp_cute.ProfileSpec(num_groups=threads // 32, num_blocks=blocks, warps_per_group=1,
+                                records_per_lane=7 * tiles + 8, events=["tile", "load", "math", "tile_done"])
+    compiled = cute.compile(launch_twin, fake(Float32, (blocks * tiles * threads,)), fake(Float32, (blocks * threads,)),
+                            Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks, threads, options="--keep-ptx")
+    assert "globaltimer" in compiled.__ptx__
+
+
 @pytest.mark.parametrize("path", [IKET_JSON, IKET_PFTRACE, PROTON], ids=["iket-json", "iket-pftrace", "proton"])
 def test_every_command_takes_foreign_traces(path, tmp_path, capsys):
     from host_decode.cli import main

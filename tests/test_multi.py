@@ -96,6 +96,17 @@ def test_load_parts_from_decoded_captures_and_cli(tmp_path):
     assert main(["stats", str(tmp_path), "--format", "json", "--no-progress"]) == 0
 
 
+def test_a_session_directory_without_captures_is_an_error(tmp_path):
+    # one of two session directories is empty (a typo'd run folder): refused, not dropped silently
+    full, empty = tmp_path / "run1", tmp_path / "run2"
+    full.mkdir()
+    empty.mkdir()
+    _capture(full, "l0.npy", 1_790_000_000_000_000_000, 0)
+    with pytest.raises(ValueError, match="run2: directory holds no captures"):
+        multi.load_parts([full, empty], progress=False)
+    assert main(["stats", str(full), str(empty), "--no-progress"]) != 0
+
+
 def test_chrome_overlapping_regions_get_their_own_thread():
     # lane 0: ev1 [0,100] with ev2 [10,20] nested (same thread) and ev3 [50,150] crossing ev1's end
     t = multi.trace_from_spans([(0, 0, 1, 0, 100), (0, 0, 2, 10, 20, 1), (0, 0, 3, 50, 150, 1)], num_groups=1,
@@ -108,3 +119,17 @@ def test_chrome_overlapping_regions_get_their_own_thread():
     assert {e["name"]: e["ts"] for e in x} == {"a": 1.5, "b": 1.51, "c": 1.55}
     names = [json.loads(e)["args"]["name"] for e in ev if "thread_name" in e]
     assert names == ["block 0 group_0", "block 0 group_0 (overlap 1)"]
+
+
+def test_keep_lanes_counts_the_instants_it_leaves_out():
+    from host_decode.core.decoder import decode
+    from host_decode.writers.chrome_json import keep_lanes
+    from tests.buffers import I
+
+    bb = BufferBuilder(num_blocks=3, num_groups=1, records_per_lane=8)
+    for lane in range(3):
+        bb.put(lane, 100, 1, B).put(lane, 150, 2, I).put(lane, 160, 2, I).put(lane, 400, 1, E)
+    t = decode(bb.buf)
+    kept, left = keep_lanes(t, 1)
+    assert left == {"lanes_left_out": 2, "spans_left_out": 2, "instants_left_out": 4}
+    assert kept.instants.size + left["instants_left_out"] == t.instants.size

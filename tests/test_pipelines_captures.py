@@ -1,5 +1,5 @@
 """The committed real captures of examples/pipelines (H100, level "signals", final code) decode with numpy
-alone and carry the contract's metadata (/work/coord/PIPELINES_CONTRACT.md, docs/pipelines.md).
+alone and carry the pipeline metadata of the sidecar (docs/pipelines.md).
 
 fa4_sm90_signals: FA4's Hopper forward, b=1 s=1024 h=2 d=128 non-causal (16 CTAs x 12 warps).
 quack_gemm_sm90_signals: quack's persistent sm90 GEMM 4096x2048x512, trimmed to its first 16 CTAs

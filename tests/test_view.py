@@ -112,6 +112,21 @@ def test_trace_served_as_is(tmp_path):
         assert viewer.trace_to_serve(p, tmp_path / "unused") == p
 
 
+def test_sidecar_views_its_capture(tmp_path):
+    # `ikp view capture.json` names the capture's sidecar, not a Chrome trace: the capture is decoded
+    capture = tmp_path / "capture.npy"
+    capture.write_bytes(CAPTURE.read_bytes())
+    sidecar = capture.with_suffix(".json")
+    sidecar.write_bytes(CAPTURE.with_suffix(".json").read_bytes())
+    work = tmp_path / "work"
+    work.mkdir()
+    out = viewer.trace_to_serve(sidecar, work)
+    assert out.parent == work and out.suffix == ".pftrace" and out.stat().st_size > 0
+    capture.unlink()
+    with pytest.raises(viewer.ViewerError, match="sidecar; its buffer capture.npy is missing"):
+        viewer.trace_to_serve(sidecar, work)
+
+
 @pytest.mark.parametrize("name, message", [("missing.npy", "no such file"), ("notes.txt", "not a capture")])
 def test_bad_inputs_name_the_file(tmp_path, name, message):
     p = tmp_path / name

@@ -33,18 +33,18 @@ def main(argv=None) -> int:
     warps = args.threads // 32
     x = torch.rand(args.blocks * args.tiles * args.threads, device="cuda")
     y = torch.full((args.blocks * args.threads,), float("nan"), device="cuda")
-    session = ikp_cute.Session(
-        groups=[f"warp {w}" for w in range(warps)],
+    spec = ikp_cute.ProfileSpec(
+        num_groups=warps,
         num_blocks=args.blocks,
         warps_per_group=1,
         records_per_lane=7 * args.tiles + 8,
         events=["tile", "load", "math", "tile_done"],
-        kernel="twin_kernel",
     )
+    session = ikp_cute.Session(spec, groups=[f"warp {w}" for w in range(warps)], kernel="twin_kernel")
     xa, ya = from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16)
     compiled = cute.compile(launch_twin, xa, ya, Int32(args.tiles), session.kernel_arg(), session.spec,
                             args.blocks, args.threads)
-    with session:
+    with session.zeroed_then_synced():
         compiled(xa, ya, Int32(args.tiles), session.kernel_arg())
     assert not torch.isnan(y).any(), "kernel left outputs unwritten"
     path = session.save(args.out)

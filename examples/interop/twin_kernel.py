@@ -17,7 +17,7 @@ def twin_kernel(x: cute.Tensor, y: cute.Tensor, tiles: Int32, prof_buf, spec: cu
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     bdim, _, _ = cute.arch.block_dim()
-    prof = Profiler(spec, prof_buf, group=cute.arch.warp_idx())
+    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx())
     acc = Float32(0.0)
     for t in cutlass.range(tiles):
         with profile_region(prof, "tile"):

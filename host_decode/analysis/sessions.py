@@ -160,7 +160,10 @@ def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress:
 
     files: list[Path] = []
     for p in map(Path, paths):
-        files.extend(sorted(p.glob("*.npy")) if p.is_dir() else [p])
+        found = sorted(p.glob("*.npy")) if p.is_dir() else [p]
+        if not found:  # a directory that holds no capture would otherwise drop out of the session silently
+            raise ValueError(f"{p}: directory holds no captures (BUFFER.npy files)")
+        files.extend(found)
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
     traces = [load_capture(str(f)) for f in _progress(files, "decode", progress)]

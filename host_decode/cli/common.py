@@ -266,3 +266,14 @@ def ensure_gzip(path) -> None:
         os.replace(packed, path)
     finally:
         packed.unlink(missing_ok=True)
+
+
+def say_left_out(trace, max_lanes: int | None) -> None:
+    """Print what a merged torch trace leaves out over its lane limit (the file records it in
+    ikp_alignment; the terminal must say it too). tests/test_multi.py::test_merge_torch_says_lanes_left_out"""
+    from host_decode.writers.chrome_json import keep_lanes
+
+    left = keep_lanes(trace, max_lanes)[1]
+    if left["lanes_left_out"]:
+        print(f"{left['lanes_left_out']} lane(s) over the limit of {max_lanes} left out of the merged trace "
+              f"({left['spans_left_out']} regions, {left['instants_left_out']} instants)")

@@ -18,6 +18,7 @@ from host_decode.torch_traces.loader import read_chrome
 from host_decode.writers import chrome_json
 
 TID_BASE = 1_000_000  # tids of region tracks in a profiler trace: far above Kineto's stream ids
+MAX_LANES = 4096  # lanes of a capture written into a merged torch trace by default (the rest counted)
 
 
 def write_session(
@@ -49,7 +50,7 @@ def merge_with_torch_trace(
     *,
     placement: str = "mid",
     launch_latency_ns: int | None = None,
-    max_lanes: int | None = 4096,
+    max_lanes: int | None = MAX_LANES,
 ) -> al.Alignment:
     """Write `out_path` (Chrome JSON; .gz compresses): every event of the profiler trace plus the
     capture's regions, one track per (block, group) in the kernel slice's process, shifted by the

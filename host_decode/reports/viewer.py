@@ -99,6 +99,20 @@ def is_capture(path: str | os.PathLike) -> bool:
     return Path(path).name.lower().endswith(CAPTURE_SUFFIXES)
 
 
+def is_sidecar(path: Path) -> bool:
+    """An ikp capture's BUFFER.json (format "ikp-v1"), which `ikp view` must not serve as a Chrome trace
+    (tests/test_view.py::test_sidecar_views_its_capture)."""
+    if path.suffix.lower() != ".json" or path.stat().st_size > (1 << 20):  # sidecars are small
+        return False
+    import json
+
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == "ikp-v1"
+
+
 def is_trace_file(path: str | os.PathLike) -> bool:
     name = Path(path).name.lower()
     name = name.removesuffix(".gz")
@@ -111,6 +125,11 @@ def trace_to_serve(path: str | os.PathLike, work_dir: str | os.PathLike, names=N
     path = Path(path)
     if not path.is_file():
         raise ViewerError(f"{path}: no such file")
+    if is_sidecar(path):  # BUFFER.json of a capture is no trace: view the capture it describes
+        capture = path.with_suffix(".npy")
+        if not capture.is_file():
+            raise ViewerError(f"{path}: is an ikp capture sidecar; its buffer {capture.name} is missing")
+        path = capture
     from host_decode.interop import detect
 
     foreign = detect(path)

@@ -184,8 +184,8 @@ def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, p
 
 def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     """The trace restricted to its first max_lanes lanes with regions (by lane id), and what was left out:
-    {"lanes_left_out", "spans_left_out"}."""
-    left = {"lanes_left_out": 0, "spans_left_out": 0}
+    {"lanes_left_out", "spans_left_out", "instants_left_out"} (tests/test_multi.py)."""
+    left = {"lanes_left_out": 0, "spans_left_out": 0, "instants_left_out": 0}
     if max_lanes is None:
         return trace, left
     lanes = od.present(trace.spans["lane"].astype(np.int64))
@@ -193,9 +193,10 @@ def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
         return trace, left
     last = lanes[max_lanes - 1]
     kept = trace.spans["lane"] <= last
-    left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()))
-    instants = trace.instants[trace.instants["lane"] <= last]
-    return dataclasses.replace(trace, spans=trace.spans[kept], instants=instants), left
+    keep_instant = trace.instants["lane"] <= last
+    left.update(lanes_left_out=int(lanes.size - max_lanes), spans_left_out=int(kept.size - kept.sum()),
+                instants_left_out=int(keep_instant.size - keep_instant.sum()))
+    return dataclasses.replace(trace, spans=trace.spans[kept], instants=trace.instants[keep_instant]), left
 
 
 # --- documents -------------------------------------------------------------------------------------
@@ -259,7 +260,7 @@ def write_chrome_parts(parts: Sequence[tuple[Trace, str, int]], path: str | Path
     """One Chrome JSON trace, one process per part (pid = part index, named by its label): parts are
     (trace, label, shift_ns), the shift putting the part on the merged timeline; ts 0 is the earliest
     shifted start (``otherData.origin_ns``, with other_data's keys). Returns {"origin_ns", "parts": [{label,
-    shift_ns, written, lanes, tracks, lanes_left_out, spans_left_out}]}."""
+    shift_ns, written, lanes, tracks, lanes_left_out, spans_left_out, instants_left_out}]}."""
     if not parts:
         raise ValueError("write_chrome_parts needs at least one part")
     origin = int(min(t.start_ns + int(dt) for t, _, dt in parts))

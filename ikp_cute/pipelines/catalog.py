@@ -1,7 +1,7 @@
 """What was traced: pipelines, their event-id blocks, named barriers (pure Python: no cutlass, no torch).
 
 The catalog is filled while a kernel is traced under ``trace_pipelines`` and becomes the sidecar's
-``pipelines`` / ``barriers`` keys (/work/coord/PIPELINES_CONTRACT.md, copied into docs/pipelines.md).
+``pipelines`` / ``barriers`` keys (docs/pipelines.md, "What is recorded").
 
 Invariants a change could break (tests/test_pipelines_catalog.py guards them):
 * every (pipeline, op) owns one contiguous block of event ids, id = base + stage, named

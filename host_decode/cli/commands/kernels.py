@@ -359,16 +359,18 @@ def _render_capture(console, Table, cap: dict) -> None:
 
 def _merge(args) -> int:
     """Same as `ikp merge CAPTURE --torch TRACE -o OUT`."""
-    from host_decode.cli.common import ensure_gzip, next_step, outputs
+    from host_decode.cli.common import ensure_gzip, next_step, outputs, say_left_out
     from host_decode.core.decoder import load_capture
-    from host_decode.reports.merged import merge_with_torch_trace
+    from host_decode.reports.merged import MAX_LANES, merge_with_torch_trace
 
     if not args.output:
         raise ValueError("--merge needs -o FILE for the merged trace")
     with outputs(args, args.trace, args.merge) as out:
         tmp = out.add(args.output)
-        merge_with_torch_trace(args.trace, load_capture(args.merge), tmp, occurrence=args.occurrence)
+        capture = load_capture(args.merge)
+        merge_with_torch_trace(args.trace, capture, tmp, occurrence=args.occurrence, max_lanes=MAX_LANES)
         ensure_gzip(tmp)
+    say_left_out(capture, MAX_LANES)
     print(f"wrote {args.output}", file=sys.stderr)
     next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
     return 0

@@ -70,7 +70,7 @@ def _offsets(items) -> dict:
 
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.common import Step, dumps, ensure_gzip, next_step, outputs
+    from host_decode.cli.common import Step, dumps, ensure_gzip, next_step, outputs, say_left_out
 
     with outputs(args, args.captures, args.torch) as out:
         tmp = out.add(args.output)
@@ -116,6 +116,7 @@ def run(args) -> int:
             f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
             f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}"
         )
+        say_left_out(trace, args.max_lanes)
     else:
         left = sum(p["lanes_left_out"] for p in summary["parts"])
         print(
@@ -126,3 +127,4 @@ def run(args) -> int:
         print(f"wrote {args.output}")
     next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
     return 0
+
