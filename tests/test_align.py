@@ -196,6 +196,7 @@ def test_merge_torch_says_lanes_left_out(tmp_path, capsys):
     (tmp_path / "t.json").write_text(json.dumps(profiler_doc([("my_kernel", t64 - 1_000, 4_000)])))
     out = tmp_path / "o.json"
     assert main(["merge", str(cap), "--torch", str(tmp_path / "t.json"), "-o", str(out), "--max-lanes", "1"]) == 0
-    assert "1 lane(s) over the limit of 1 left out of the merged trace (1 regions, 0 instants)" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "1 lane(s) over the limit of 1 left out of the merged trace (1 regions, 0 instants)" in said
     left = json.loads(out.read_text())["ikp_alignment"]
     assert (left["lanes_left_out"], left["spans_left_out"], left["instants_left_out"]) == (1, 1, 0)

@@ -124,11 +124,11 @@ def test_chrome_overlapping_regions_get_their_own_thread():
 def test_keep_lanes_counts_the_instants_it_leaves_out():
     from host_decode.core.decoder import decode
     from host_decode.writers.chrome_json import keep_lanes
-    from tests.buffers import I
+    from tests.buffers import INST
 
     bb = BufferBuilder(num_blocks=3, num_groups=1, records_per_lane=8)
     for lane in range(3):
-        bb.put(lane, 100, 1, B).put(lane, 150, 2, I).put(lane, 160, 2, I).put(lane, 400, 1, E)
+        bb.put(lane, 100, 1, B).put(lane, 150, 2, INST).put(lane, 160, 2, INST).put(lane, 400, 1, E)
     t = decode(bb.buf)
     kept, left = keep_lanes(t, 1)
     assert left == {"lanes_left_out": 2, "spans_left_out": 2, "instants_left_out": 4}
