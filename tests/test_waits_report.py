@@ -4,10 +4,10 @@ available (.ci/browser.sh), the tab, tables and critical-path bar it draws, with
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from support.browser import start_chromium
 from test_waits import GROUPS, TICK, fa_like, k_pipeline
 
 from host_decode.reports.html import build_report_data, render_html
@@ -47,33 +47,11 @@ def test_no_waits_view_without_pipeline_metadata(tmp_path):
     assert data["waits"] is None
 
 
-CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
-DRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    if CHROMIUM is None or DRIVER is None:
-        pytest.skip("Chromium or chromedriver not found (apt-get install chromium chromium-driver; .ci/browser.sh)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed (.ci/browser.sh)")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for f in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(f)
-    opts.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_page_load_timeout(60)
+    driver = start_chromium(tmp_path_factory)
     yield driver
     driver.quit()
 
