@@ -7,8 +7,6 @@ record store land where the region's boundary is (tests/test_device_compile.py c
 
 from __future__ import annotations
 
-from cutlass import Int64
-
 
 def asm(result_type, operands, text: str, constraints: str):
     """One inline PTX block; `result_type` None for a block without results."""
@@ -25,11 +23,12 @@ def asm(result_type, operands, text: str, constraints: str):
     )
 
 
-def asm_pair(operands, text: str, constraints: str) -> tuple:
-    """One inline PTX block with two 64-bit results."""
+def asm_results(result_types, operands, text: str, constraints: str) -> tuple:
+    """One inline PTX block with several results (`result_types`: DSL numeric types, e.g. (Int64, Int32))."""
     from cutlass._mlir import ir
     from cutlass._mlir.dialects import llvm
 
-    i64 = Int64.mlir_type
-    pair = asm(llvm.StructType.get_literal([i64, i64]), operands, text, constraints)
-    return tuple(Int64(llvm.extractvalue(i64, pair, ir.DenseI64ArrayAttr.get([i]))) for i in (0, 1))
+    struct = llvm.StructType.get_literal([t.mlir_type for t in result_types])
+    values = asm(struct, operands, text, constraints)
+    return tuple(t(llvm.extractvalue(t.mlir_type, values, ir.DenseI64ArrayAttr.get([i])))
+                 for i, t in enumerate(result_types))

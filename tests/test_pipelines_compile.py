@@ -144,9 +144,22 @@ def test_ids_are_registered_in_the_session_events(small):
 def test_buffer_address_is_baked_and_state_is_in_shared_memory(small):
     ptx = small["ptx"]["waits"]
     assert str(BAKED + 8) in ptx  # first lane slot: the kernel's signature is unchanged
-    assert ptx.count("%lanemask_lt") >= 2  # lowest active lane of each warp records
+    assert ptx.count("elect.sync") >= 2  # one elected lane of each warp records
     assert "ld.volatile.shared.v2.u64" in ptx and "ld.local" not in ptx
     assert ptx.count(str(BAKED + 8)) == 1  # only the prologue holds the address: records read it from shared memory
+
+
+def test_after_a_blocking_call_only_the_end_time_and_the_stores_remain(small):
+    """record.finish_region: the code after a wait or barrier holds no load, no shared-memory access and
+    no special-register read but the timer (those sit before the call, where the wait hides them, and a
+    shared store after it would have to precede the kernel's next wgmma fence)."""
+    ptx = small["ptx"]["waits"]
+    blocks = re.findall(r"// begin inline asm\n(.*?)// end inline asm", ptx, re.S)
+    ends = [b for b in blocks if re.search(r"/\* ikp \S+ end \*/", b)]
+    assert ends, "no region end in the PTX"
+    for block in ends:
+        assert "shared" not in block and "ld." not in block and "%tid" not in block, block
+        assert block.count("%globaltimer") == 1 and block.count("st.global") == 2, block
 
 
 def test_contexts_do_not_nest():

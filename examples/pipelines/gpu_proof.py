@@ -42,13 +42,14 @@ SLEEP_CYCLES = 400_000  # ~0.2 ms at 1.98 GHz: the host runs ahead, launches que
 # (name, level, options): the default level, two ablations (no poll timing, no named barriers), signals.
 VARIANTS = [
     ("waits", "waits", {}),
-    ("waits_nopoll_nobar", "waits", {"polls": False, "named_barriers": False}),
+    ("waits_passing", "waits", {"passing_waits": True}),
     ("producer_acquire", "waits", {"ops": {"acquire"}}),
     ("consumer_wait", "waits", {"ops": {"wait"}}),
     ("bar_sync", "waits", {"ops": {"bar_sync"}}),
+    ("bar_sync_passing", "waits", {"ops": {"bar_sync"}, "passing_waits": True}),
     ("signals", "signals", {}),
 ]
-QUACK_VARIANTS = ("waits", "waits_nopoll_nobar", "signals")
+QUACK_VARIANTS = ("waits", "waits_passing", "signals")
 
 def log(*args):
     print(*args, flush=True)

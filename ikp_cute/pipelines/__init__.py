@@ -7,14 +7,15 @@
         compiled(...)
     trace.save(session, "capture.npy")          # v1 buffer + sidecar with `pipelines` / `barriers`
 
-Under the context, every kernel *traced* (compiled) records, for each pipeline built on
-cutlass.pipeline's MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses):
-regions ``acquire_<P>[s]`` (producer waiting for a free stage) and ``wait_<P>[s]`` (consumer waiting
-for data: a wait that a successful ``try_wait`` poll skipped is not a wait and records nothing),
-``bar_sync[i]`` around named-barrier waits; at level "signals" also instants ``commit_<P>[s]``
-(producer arrive / arrive-expect-tx = TMA issue), ``release_<P>[s]`` (consumer arrive) and
-``bar_arrive[i]``; at level "all" also ``poll_<P>[s]`` (every try_wait) and ``bar_sync[0]`` for
-``sync_threads``. Lanes are (block, warp) (see record.py for who records and why).
+Under the context, every kernel *traced* (compiled) records, for each pipeline built on cutlass.pipeline's
+MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses): regions ``acquire_<P>[s]``
+(producer waiting for a free stage), ``wait_<P>[s]`` (consumer waiting for data) and ``bar_sync[i]`` (named-
+barrier waits), each when it blocked (>= 128 SM cycles, or after a failed poll; a wait that a successful
+``try_wait`` poll skipped is not a wait and records nothing); at level "signals" also instants
+``commit_<P>[s]`` (producer arrive / arrive-expect-tx = TMA issue), ``release_<P>[s]`` (consumer arrive) and
+``bar_arrive[i]``; at level "all" also ``poll_<P>[s]`` (every try_wait), ``bar_sync[0]`` for
+``sync_threads`` and the waits that passed without blocking. Lanes are (block, warp) (see record.py for who
+records and why).
 
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
 (tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
@@ -57,14 +58,17 @@ class PipelineTrace(contextlib.ContextDecorator):
     target:  an ikp_cute Session (its buffer's address is used), or a ProfileSpec with `address=`
              (compile without a GPU, CI).
     level:   "waits" (default), "signals" or "all".
-    polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 64 ns)
-             before succeeding (quack's producer and consumers wait inside such polls). Default on.
+    polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 128 SM
+             cycles, ~64 ns) before succeeding (quack's producer and consumers wait inside such polls).
+             Default on.
+    passing_waits: record waits, acquires and named-barrier waits that did not block too (default: only
+             at level "all"; each one recorded lengthens the code around the call, docs/pipelines.md).
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
     ops:     record only these ops of the level (e.g. {"acquire"}: the producers' waits only); None = all.
     """
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: bool = True,
-                 named_barriers: bool = True, ops=None):
+                 named_barriers: bool = True, passing_waits: bool | None = None, ops=None):
         spec = getattr(target, "spec", target)
         if address is None:
             buffer = getattr(target, "buffer", None)
@@ -79,7 +83,10 @@ class PipelineTrace(contextlib.ContextDecorator):
         self.level = check_level(level)
         self.geometry = Geometry.of_spec(spec, address)
         self.catalog = Catalog(spec.events, level, ops)
-        self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers)}
+        if passing_waits is None:
+            passing_waits = self.level == "all"
+        self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers),
+                        "passing_waits": bool(passing_waits)}
         self.ops = None if ops is None else sorted(ops)
         self._tracer = None
 

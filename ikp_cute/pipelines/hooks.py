@@ -44,7 +44,7 @@ from .catalog import Catalog, Pipeline, assigned_variable, short_name
 from .record import BEGIN, INSTANT, Geometry, KernelState, event_bits
 
 _TAG = "_ikp_pipeline_tag"
-POLL_BLOCKED_NS = 64  # a try_wait that took >= 2 timer steps (32 ns each on H100/H200) blocked
+POLL_BLOCKED_CYCLES = 128  # a try_wait that took >= 128 SM cycles (~64 ns, two 32 ns timer steps, at 2 GHz) blocked
 _SKIP_FUNCTIONS = {"create", "_make_sync_object", "__init__", "__post_init__", "wrapper", "_override_create"}
 
 
@@ -144,11 +144,13 @@ def _kernel_op():
 class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
-    def __init__(self, catalog: Catalog, geometry: Geometry, polls: bool = True, named_barriers: bool = True):
+    def __init__(self, catalog: Catalog, geometry: Geometry, polls: bool = True, named_barriers: bool = True,
+                 passing_waits: bool = False):
         self.catalog = catalog
         self.geometry = geometry
         self.polls = polls
         self.named_barriers = named_barriers
+        self.passing_waits = passing_waits
         self._kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
         self._saved: list[tuple[object, str, object]] = []
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
@@ -254,36 +256,56 @@ class Tracer:
         return event_bits(base, index, event_type), f"{op}_{pipe.name}@{site}"
 
     def _region(self, marker, orig, args, kwargs, begin=None):
-        """Records around `orig(*args, **kwargs)`: time and lane state read before, BEGIN and END stored
-        after (END = BEGIN bits + 1; see record.KernelState.open_region). `begin`: an earlier begin
-        time (the failed poll that led to this wait)."""
+        """Records around `orig(*args, **kwargs)`: slots reserved before (record.reserve_region), BEGIN and
+        END stored after (END = BEGIN bits + 1). `begin`: an earlier begin time (the failed poll that led
+        to this wait)."""
         bits, label = marker
         state = self._state()
         if state is None:
             return orig(*args, **kwargs)
-        token = state.open_region(f"{label} begin")
-        if begin is not None:
-            token = (begin, token[1])
+        token = state.reserve_region(bits, begin, f"{label} begin")
         result = orig(*args, **kwargs)
-        state.close_region(token, bits, f"{label} end")
+        state.finish_region(token, label=f"{label} end")
         return result
 
-    def _poll(self, mbar, marker, orig, args, kwargs):
-        """A try_wait that blocked: time it in registers; when it succeeded after >= POLL_BLOCKED_NS,
-        store it as a region of the wait/acquire op (branch around the store: a poll that passes costs
-        two timer reads and a compare). A failed poll leaves its begin time for the wait that follows."""
-        from cutlass import Int32
+    def _wait_region(self, marker, orig, args, kwargs, begin=None):
+        """A blocking call (wait, acquire, named barrier): a region when it blocked, i.e. a failed poll
+        led to it (`begin`: that poll's begin time) or it took >= POLL_BLOCKED_CYCLES; every call when
+        `passing_waits` (level "all")."""
+        if begin is not None or self.passing_waits or self._state() is None:
+            return self._region(marker, orig, args, kwargs, begin)
+        return self._when_blocked(marker, orig, args, kwargs)[0]
+
+    def _when_blocked(self, marker, orig, args, kwargs, succeeded=None):
+        """`orig(*args, **kwargs)` stored as a region only when it took >= POLL_BLOCKED_CYCLES (and, for a
+        poll, `succeeded(result)`): a call that passes costs one %globaltimer read whose result it never
+        waits for, two %clock reads, a compare and a branch around the store. Returns (result, begin)."""
         from cutlass.cutlass_dsl import if_generate
 
         bits, label = marker
         state = self._state()
-        if state is None:
-            return orig(*args, **kwargs)
         begin = state.timer(f"{label} poll-begin")
+        started = state.clock()
         result = orig(*args, **kwargs)
-        end = state.timer()
-        blocked = (Int32(result) != 0) & ((end - begin) >= POLL_BLOCKED_NS)
-        if_generate(blocked, lambda: state.close_region((begin, state.load_state()), bits, f"{label} poll-end"))
+        blocked = (state.clock() - started) >= POLL_BLOCKED_CYCLES
+        if succeeded is not None:
+            blocked = succeeded(result) & blocked
+
+        def store():
+            end = state.timer()
+            state.finish_region(state.reserve_region(bits, begin), end, f"{label} poll-end")
+
+        if_generate(blocked, store)
+        return result, begin
+
+    def _poll(self, mbar, marker, orig, args, kwargs):
+        """A try_wait: a region of the wait/acquire op when it succeeded after blocking (_when_blocked). A
+        failed poll leaves its begin time for the wait that follows."""
+        from cutlass import Int32
+
+        if self._state() is None:
+            return orig(*args, **kwargs)
+        result, begin = self._when_blocked(marker, orig, args, kwargs, lambda r: Int32(r) != 0)
         self._pending[id(result)] = (result, begin)
         return result
 
@@ -332,8 +354,7 @@ class Tracer:
             marker = tracer._bits(mbar, "wait", index, BEGIN) if _kernel_op() is not None else None
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            begin = tracer._pending_begin()
-            return tracer._region(marker, orig, (mbar, index, phase, *args), kwargs, begin)
+            return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin())
 
         return tracer._guarded(wait)
 
@@ -405,7 +426,7 @@ class Tracer:
                 marker = tracer._bits(mbar, "wait", index, BEGIN, owned)
                 if marker is None:
                     return orig(mbar_ptr, *args, **kwargs)
-                return tracer._region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin())
+                return tracer._wait_region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin())
             finally:
                 tracer._depth -= 1
 
@@ -455,7 +476,7 @@ class Tracer:
             if op == "bar_arrive":
                 tracer._record(*marker)
                 return orig(*args, **kwargs)
-            return tracer._region(marker, orig, args, kwargs)
+            return tracer._wait_region(marker, orig, args, kwargs)
 
         return barrier
 

@@ -1,34 +1,38 @@
 """Device side of pipeline tracing: per-warp lanes, state in shared memory, one PTX block per record.
 
-Who records: the lowest active lane of each warp that executes a traced call (`%lanemask_lt` against
-`activemask`). Pipeline calls are made by arbitrary subsets of threads (a consumer wait by all 128
-threads of a warp group, a TMA arrive inside `elect_one`, a producer acquire by one warp), so a fixed
-leader would miss calls its warp does not make; every warp that makes a call records it once. Lanes
-are therefore (block, warp): lane = block_linear * warps_per_block + warp (sidecar `warps_per_group: 1`).
+Who records: one lane of each warp that executes a traced call (`elect.sync` on `activemask`). Pipeline
+calls are made by arbitrary subsets of threads (a consumer wait by all 128 threads of a warp group, a TMA
+arrive inside `elect_one`, a producer acquire by one warp), so a fixed leader would miss calls its warp does
+not make; every warp that makes a call records it once. Lanes are therefore (block, warp): lane =
+block_linear * warps_per_block + warp (sidecar `warps_per_group: 1`).
 
 Where state lives: 16 bytes per warp, {room, lane, address of the lane's slot 0}, in 512 bytes of
-static shared memory (32 warps, the most a block has), written by every warp's lowest active lane in a
+static shared memory (32 warps, the most a block has), written by every warp's elected lane in a
 prologue that is inserted at the *entry block* of the kernel the first time a hook fires in it (so it
 dominates every record and runs before any of them whatever branch the first pipeline call sits in).
-Nothing is held in registers between records: each record re-reads %tid.x and its warp's state (the
-kernel's own loops and register allocation see only the record's short-lived temporaries).
+Nothing of ours is held in registers between records: each record re-reads its warp's state (the
+kernel's own loops and register allocation see only the record's short-lived temporaries; %tid.x comes
+from the DSL's thread_idx, which the kernel itself holds or re-reads).
 
 The buffer address is a constant of the prologue only: records take the lane's address from the state,
 so no 64-bit constant is materialized (and kept live by ptxas) across the kernel's loops.
 
 An instant (one inline-PTX block, ~22 SASS instructions, no branch): read %globaltimer, load the state,
-store one v1 word at slot ``1 + lane + (trailer - room) * write_stride`` when room > 0, else overwrite
-the lane's DROPPED slot with the running drop count (1 - room), then store room - 1. A region reads the
-time and the state before the blocking call and stores BEGIN + END after it (open_region /
-close_region). Records of a lane are a prefix in program order; the DROPPED instant says how many were
-lost (no finalize call is needed, and none is written: the kernel's end is not a place a hook can reach).
+store one v1 word at slot ``1 + lane + (trailer - room) * write_stride`` when room > 0, else overwrite the
+lane's DROPPED slot with the running drop count (1 - room), then store room - 1. A region reserves its two
+slots before the blocking call (reserve_region: begin time, state, room - 2, address) and after it only
+reads the end time and stores BEGIN + END (finish_region: no load, no shared-memory access). Records of a
+lane are a prefix in program order; the DROPPED instant says how many were lost (no finalize call is needed,
+and none is written: the kernel's end is not a place a hook can reach).
 
 Invariants a change could break (tests/test_pipelines_compile.py guards them):
 * no profiler state crosses the kernel's code (the record block holds no register across calls);
 * lanes outside the session's geometry (warp >= warps_per_block, lane >= write_stride, a 2-D or 3-D
   block) get lane = 0xFFFFFFFF and never store;
 * the buffer address is an immediate of the prologue only (the kernel's signature is unchanged;
-  test_buffer_address_is_baked_and_state_is_in_shared_memory).
+  test_buffer_address_is_baked_and_state_is_in_shared_memory);
+* after a blocking call only the end time and the two stores remain
+  (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain).
 """
 
 from __future__ import annotations
@@ -49,9 +53,15 @@ INSTANT = int(wire.EventType.INSTANT)
 DROPPED_BITS = (wire.DROPPED_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
 
 
-# The recording thread: the lowest active lane of the warp. Its warp's state: STATE_BYTES * warp.
-_LEADER = " activemask.b32 m; mov.u32 lt, %lanemask_lt; and.b32 lt, lt, m; setp.eq.u32 lead, lt, 0;"
-_STATE_ADDRESS = " mov.u32 w, %tid.x; shr.u32 w, w, 5; mad.lo.u32 a, w, 16, {base};"
+# The recording thread: one active lane of the warp, chosen by `elect.sync` (sm_90+; one instruction,
+# where %lanemask_lt is a variable-latency special-register read). Its warp's state: STATE_BYTES * warp,
+# from %tid.x passed in by the DSL (`thread_idx`, which LLVM shares with the kernel's own reads).
+_LEADER = " activemask.b32 m; elect.sync _|lead, m;"
+_STATE_ADDRESS = " shr.u32 w, {tid}, 5; mad.lo.u32 a, w, 16, {base};"
+
+
+def _thread_x():
+    return Int32(cute.arch.thread_idx()[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,22 +93,6 @@ class Geometry:
         return cls(int(address), spec.num_groups, spec.write_stride, spec.records_per_lane)
 
 
-def _store_pair(g: Geometry) -> str:
-    """PTX that stores a region's BEGIN ($begin time) and END (t1) records from {room, lane} and the lane
-    address `b`, handles drops and leaves the new room in `room` (predicate `ok`: this thread records)."""
-    return (
-        " setp.gt.and.s32 b_live, room, 0, ok; setp.gt.and.s32 e_live, room, 1, ok;"
-        f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 addr, k, {g.stride_bytes}, b;"
-        f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $bits;"
-        " mov.b64 rec, {m, $begin}; @b_live st.global.b64 [addr], rec;"
-        f" add.u32 m, m, 1; mov.b64 rec, {{m, t1}}; @e_live st.global.b64 [addr+{g.stride_bytes}], rec;"
-        # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
-        " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
-        f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
-        f" add.u64 addr, b, {g.trailer_slot * g.stride_bytes}; @full st.global.b64 [addr], rec;"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class KernelState:
     """Per kernel: the shared-memory address (Int32) of its 32 warp states."""
@@ -115,10 +109,10 @@ class KernelState:
         anchor_lo = wire.make_tag(0, wire.ANCHOR_LO_EVENT_ID, INSTANT)
         anchor_hi = wire.make_tag(0, wire.ANCHOR_HI_EVENT_ID, INSTANT)
         asm = (
-            "{ .reg .pred lead, ok; .reg .u32 m, lt, w, a, bx, by, bz, gx, gy, n, blk, lane, room, tag, tlo, thi;"
+            "{ .reg .pred lead, ok; .reg .u32 m, w, a, bx, by, bz, gx, gy, n, blk, lane, room, tag, tlo, thi;"
             " .reg .u64 t, addr, rec;"
             + _LEADER
-            + _STATE_ADDRESS.format(base="$0")
+            + _STATE_ADDRESS.format(base="$0", tid="$1")
             + " mov.u32 bx, %ctaid.x; mov.u32 by, %ctaid.y; mov.u32 bz, %ctaid.z;"
             " mov.u32 gx, %nctaid.x; mov.u32 gy, %nctaid.y;"
             " mad.lo.u32 blk, bz, gy, by; mad.lo.u32 blk, blk, gx, bx;"
@@ -136,7 +130,7 @@ class KernelState:
             f" xor.b32 tag, tag, {anchor_lo ^ anchor_hi}; mov.b64 rec, {{tag, thi}};"
             f" @ok st.global.b64 [addr+{g.stride_bytes}], rec; }}"
         )
-        inline_ptx.asm(None, [base], asm, "r")
+        inline_ptx.asm(None, [base, _thread_x()], asm, "r,r")
         return KernelState(base, geometry)
 
     def record(self, bits, label: str = "") -> None:
@@ -145,11 +139,11 @@ class KernelState:
         records of each call site in the PTX."""
         g = self.geometry
         asm = (
-            "{ .reg .pred lead, ok, live, full; .reg .u32 m, lt, w, a, room, lane, k, tag, tlo, thi;"
+            "{ .reg .pred lead, ok, live, full; .reg .u32 m, w, a, room, lane, k, tag, tlo, thi;"
             " .reg .u64 t, s, b, addr, rec;"
             " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
             + _LEADER
-            + _STATE_ADDRESS.format(base="$0")
+            + _STATE_ADDRESS.format(base="$0", tid="$2")
             + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
             f" setp.lt.u32 ok, lane, {g.write_stride}; and.pred ok, ok, lead;"
             " setp.gt.and.s32 live, room, 0, ok; setp.le.and.s32 full, room, 0, ok;"
@@ -161,40 +155,60 @@ class KernelState:
             " sub.s32 room, room, 1;"
             f" @lead st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        inline_ptx.asm(None, [self.state_base, Int32(bits)], asm, "r,r")
+        inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value: a region's begin, kept in a register."""
         asm = f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */"
         return Int32(inline_ptx.asm(Int32.mlir_type, [], asm, "=r"))
 
-    def load_state(self):
-        """This warp's ({room, lane}, lane address) (two Int64). Issued before a blocking call and used
-        only after it, its latency hides behind the wait instead of delaying the code that follows."""
-        asm = "{ .reg .u32 w, a;" + _STATE_ADDRESS.format(base="$2") + " ld.volatile.shared.v2.u64 {$0, $1}, [a]; }"
-        return inline_ptx.asm_pair([self.state_base], asm, "=l,=l,r")
+    def clock(self):
+        """%clock (SM cycles, fixed latency): cheap enough to test whether a poll blocked on its pass path."""
+        return Int32(inline_ptx.asm(Int32.mlir_type, [], "mov.u32 $0, %clock;", "=r"))
 
-    def open_region(self, label: str = ""):
-        """Begin of a region, nothing stored: (begin time, warp state) for close_region."""
-        return self.timer(label), self.load_state()
-
-    def close_region(self, token, bits, label: str = "") -> None:
-        """End of a region: store its BEGIN (bits) and END (bits + 1) records in two consecutive slots of
-        the lane, from the state read by open_region, and advance the lane by two."""
-        begin, (state, lane_address) = token
+    def reserve_region(self, bits, begin=None, label: str = ""):
+        """Before a blocking call: read the begin time (or take `begin`), the warp's state, and reserve the
+        lane's next two slots (room -= 2 in shared memory, the DROPPED count rewritten when they do not
+        fit). Returns the token for finish_region: (the BEGIN slot's address, the BEGIN record {tag, begin},
+        the room before: BEGIN is stored when > 0, END when > 1, nothing by threads that do not record).
+        Every load and all the bookkeeping happen here, where a wait hides their latency; after the call
+        only the timer read, two compares and the two stores remain (no shared-memory access there: it
+        would have to precede the kernel's next wgmma fence)."""
+        g = self.geometry
+        read_begin = "mov.u64 t, %globaltimer; cvt.u32.u64 tlo, t;" if begin is None else "mov.u32 tlo, $4;"
         asm = (
-            "{ .reg .pred lead, ok, b_live, e_live, full; .reg .u32 w, a, room, lane, k, tag, m, lt, t1;"
-            " .reg .u64 t, b, addr, rec;"
-            " mov.u64 t, %globaltimer; cvt.u32.u64 t1, t;"
-            " mov.b64 {room, lane}, $2; mov.b64 b, $3;"
+            "{ .reg .pred lead, ok, full; .reg .u32 m, w, a, room, lane, k, tag, tlo;"
+            " .reg .u64 t, s, b, addr, rec;"
+            f" {read_begin}"
             + _LEADER
-            + f" setp.lt.and.u32 ok, lane, {self.geometry.write_stride}, lead;"
-            + _store_pair(self.geometry).replace("$bits", "$4").replace("$begin", "$1")
-            + _STATE_ADDRESS.format(base="$0")
-            + f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
+            + _STATE_ADDRESS.format(base="$3", tid="$6")
+            + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
+            f" setp.lt.and.u32 ok, lane, {g.write_stride}, lead; selp.u32 $2, room, 0, ok;"
+            f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 $0, k, {g.stride_bytes}, b;"
+            f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $5; mov.b64 $1, {{m, tlo}};"
+            # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
+            " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
+            f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
+            f" add.u64 addr, b, {g.trailer_slot * g.stride_bytes}; @full st.global.b64 [addr], rec;"
+            f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        operands = [self.state_base, Int32(begin), Int64(state), Int64(lane_address), Int32(bits)]
-        inline_ptx.asm(None, operands, asm, "r,r,l,l,r")
+        operands = [self.state_base, Int32(0 if begin is None else begin), Int32(bits), _thread_x()]
+        return inline_ptx.asm_results((Int64, Int64, Int32), operands, asm, "=l,=l,=r,r,r,r,r")
+
+    def finish_region(self, token, end=None, label: str = "") -> None:
+        """After the blocking call: the END time (or `end`) and the reserved BEGIN / END stores."""
+        address, begin_record, room = token
+        read_end = "mov.u64 t, %globaltimer; cvt.u32.u64 t1, t;" if end is None else "mov.u32 t1, $3;"
+        asm = (
+            "{ .reg .pred b_live, e_live; .reg .u32 m, hi, t1; .reg .u64 t, rec;"
+            f" {read_end}"
+            " setp.gt.s32 b_live, $2, 0; setp.gt.s32 e_live, $2, 1;"
+            " @b_live st.global.b64 [$0], $1;"
+            " mov.b64 {m, hi}, $1; add.u32 m, m, 1; mov.b64 rec, {m, t1};"
+            f" @e_live st.global.b64 [$0+{self.geometry.stride_bytes}], rec; }} /* ikp {label} */"
+        )
+        operands = [Int64(address), Int64(begin_record), Int32(room), Int32(0 if end is None else end)]
+        inline_ptx.asm(None, operands, asm, "l,l,r,r")
 
 
 def event_bits(base: int, stage, event_type: int):
