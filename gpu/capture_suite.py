@@ -14,7 +14,11 @@ skipped when the elapsed time passes --budget):
 5. compile: examples/torch_compile/run.py (custom op, fullgraph=True, window on calls 3-5);
 6. cupti: a worker process records our own kernel (window on all 4 launches) while CUPTI PC sampling
    runs, joins the samples per region (gpu/pc_profile.py's report); a twin worker without CUPTI gives
-   the kernel time without sampling, both measured by ikp's own records.
+   the kernel time without sampling, both measured by ikp's own records;
+7. ncu: the same worker under Nsight Compute (SourceCounters, every launch of the kernel profiled,
+   kernel replay with ncu's memory save/restore) while ikp records each launch into its own ring slot;
+   the source page (per-PC counters) joined per region with the capture of the same launches, and the
+   kernel time under ncu measured by ikp's records against the plain worker's.
 Everything goes under $OUT; results.json holds the numbers; the cost table prints last.
 """
 
@@ -201,6 +205,47 @@ def stage_cupti(out: Path, launches: int = 4) -> dict:
     return result
 
 
+def stage_ncu(out: Path, launches: int = 4) -> dict:
+    import numpy as np
+
+    from gpu.pc_profile import KERNEL_REGEX, find_ncu, report, run
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+
+    ncu = find_ncu()
+    if ncu is None:
+        return {"ok": False, "error": "ncu not found"}
+    d = out / "ncu_beside"
+    worker_dir = d / "worker"
+    d.mkdir(parents=True, exist_ok=True)
+    worker = [sys.executable, str(Path(__file__).resolve()), "--worker", "plain", "--dir", str(worker_dir),
+              "--launches", str(launches)]
+    t0 = time.perf_counter()
+    rc = run([ncu, "--section", "SourceCounters", "--import-source", "yes", "-k", KERNEL_REGEX,
+              "-f", "-o", str(d / "rep"), *worker], d / "ncu_profile.log", timeout=400)
+    result = {"profile_rc": rc, "profile_s": round(time.perf_counter() - t0, 1)}
+    if rc != 0 or not (d / "rep.ncu-rep").exists():
+        result["ok"] = False
+        return result
+    rc = run([ncu, "-i", str(d / "rep.ncu-rep"), "--page", "source", "--csv", "--print-source", "sass"],
+             d / "ncu_export.log", timeout=300, stdout_to=d / "sass.csv")
+    worker_json = worker_dir / "worker.json"
+    if worker_json.exists():
+        result["worker"] = json.loads(worker_json.read_text())
+    try:
+        result["join"] = report("ncu", worker_dir, d / "sass.csv", read_ncu_csv, out)
+    except Exception as e:
+        traceback.print_exc()
+        result["join"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    plain = out / "cupti_beside" / "plain" / "worker.json"
+    if plain.exists() and "worker" in result:
+        a = np.median(result["worker"]["extents_ns"])
+        b = np.median(json.loads(plain.read_text())["extents_ns"])
+        result["kernel_extent_ns"] = {"under_ncu": float(a), "without": float(b), "ratio": float(a / b)}
+    w = result.get("worker", {})
+    result["ok"] = bool(w) and w.get("files") == launches and not any(w.get("lost", [1]))
+    return result
+
+
 # --- driver ---------------------------------------------------------------------------------------------
 
 
@@ -227,6 +272,7 @@ def main(argv=None) -> int:
         ("serving", lambda: stage_serving(out)),
         ("compile", lambda: stage_compile(out)),
         ("cupti", lambda: stage_cupti(out)),
+        ("ncu", lambda: stage_ncu(out)),
     ]
     for name, fn in stages:
         elapsed = time.perf_counter() - t_start
