@@ -27,7 +27,7 @@ pytest.importorskip("cutlass")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
 BAKED = 0x7F0012340000
-MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end)? \*/")
+MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end|call-begin|call-end|gate)? \*/")
 
 
 def markers(ptx: str) -> collections.Counter:
@@ -48,7 +48,10 @@ def check_call_sites(ptx: str, meta: dict, level_ops) -> None:
                 if op in ("acquire", "wait"):
                     begins, ends = found[(label, site, "begin")], found[(label, site, "end")]
                     polls = found[(label, site, "poll-begin")], found[(label, site, "poll-end")]
-                    assert begins + polls[0] >= 1 and begins == ends and polls[0] == polls[1], (label, site)
+                    calls = found[(label, site, "call-begin")], found[(label, site, "call-end")]  # blocked-only
+                    gates = found[(label, site, "gate")]  # polls="begin": a poll's begin time only
+                    assert begins + polls[0] + calls[0] + gates >= 1, (label, site)
+                    assert begins == ends and polls[0] == polls[1] and calls[0] == calls[1], (label, site)
                 else:
                     assert found[(label, site, "")] >= 1, (label, site)
     ops_in_ptx = {label.split("_")[0] for label, _, _ in found} - {"bar"}
@@ -86,6 +89,13 @@ def small():
     traces = {level: trace_pipelines(_spec(8, 4), level=level, address=BAKED) for level in ("waits", "signals", "all")}
     ptx = {level: _compile_small(tr) for level, tr in traces.items()}
     return {"plain": plain, "after": _compile_small(), "ptx": ptx, "traces": traces}
+
+
+@pytest.fixture(scope="module")
+def small_kernel_ptx_by_polls():
+    from ikp_cute.pipelines import POLL_MODES, trace_pipelines
+
+    return {mode: _compile_small(trace_pipelines(_spec(8, 4), address=BAKED, polls=mode)) for mode in POLL_MODES}
 
 
 def test_off_is_untouched(small):
@@ -159,7 +169,7 @@ def test_after_a_blocking_call_only_the_end_time_and_the_stores_remain(small):
     assert ends, "no region end in the PTX"
     for block in ends:
         assert "shared" not in block and "ld." not in block and "%tid" not in block, block
-        assert block.count("%globaltimer") == 1 and block.count("st.global") == 2, block
+        assert "%lanemask" not in block and "activemask" not in block and block.count("st.global") == 2, block
 
 
 def test_contexts_do_not_nest():
@@ -182,6 +192,20 @@ def test_bad_arguments_are_refused():
         trace_pipelines(ProfileSpec(enabled=False), address=BAKED)
     with pytest.raises(ValueError, match="32"):
         trace_pipelines(_spec(33, 1), address=BAKED)
+    with pytest.raises(ValueError, match="polls"):
+        trace_pipelines(_spec(8, 1), address=BAKED, polls=True)
+
+
+def test_poll_modes_differ_only_in_what_a_poll_records(small_kernel_ptx_by_polls):
+    """polls="begin" reads one timer per poll and stores nothing there; "timed" adds the clock test and a
+    region store after the poll; "off" leaves polls untouched."""
+    found = {mode: markers(ptx) for mode, ptx in small_kernel_ptx_by_polls.items()}
+    kinds = {mode: {kind for (_, _, kind) in f} for mode, f in found.items()}
+    assert "gate" in kinds["begin"] and "poll-end" not in kinds["begin"]
+    assert "poll-end" in kinds["timed"] and "gate" not in kinds["timed"]
+    assert "gate" not in kinds["off"] and "poll-end" not in kinds["off"]
+    clocks = {mode: ptx.count("%clock64") for mode, ptx in small_kernel_ptx_by_polls.items()}
+    assert clocks["begin"] < clocks["timed"]  # a "begin" poll reads no clock
 
 
 # --- FA4 and quack (torch + their packages) ---------------------------------------------------------------

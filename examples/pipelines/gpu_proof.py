@@ -39,17 +39,16 @@ OUT = os.environ.get("OUT", "/tmp/pipelines_out")
 os.makedirs(OUT, exist_ok=True)
 RESULTS: dict = {"device": torch.cuda.get_device_name(), "errors": []}
 SLEEP_CYCLES = 400_000  # ~0.2 ms at 1.98 GHz: the host runs ahead, launches queue back to back
-# (name, level, options): the default level, two ablations (no poll timing, no named barriers), signals.
+# (name, level, options): the default level, its ablations (polls timed, every call a region, one op), signals.
 VARIANTS = [
     ("waits", "waits", {}),
+    ("waits_timed", "waits", {"polls": "timed"}),
     ("waits_passing", "waits", {"passing_waits": True}),
-    ("producer_acquire", "waits", {"ops": {"acquire"}}),
     ("consumer_wait", "waits", {"ops": {"wait"}}),
     ("bar_sync", "waits", {"ops": {"bar_sync"}}),
-    ("bar_sync_passing", "waits", {"ops": {"bar_sync"}, "passing_waits": True}),
     ("signals", "signals", {}),
 ]
-QUACK_VARIANTS = ("waits", "waits_passing", "signals")
+QUACK_VARIANTS = ("waits", "waits_timed", "signals")
 
 def log(*args):
     print(*args, flush=True)
@@ -131,12 +130,15 @@ def fa4_case(causal: bool, iters: int, b=2, s=4096, h=16):
     times = bench(variants, iters)
     RESULTS[f"fa4_{tag}_cost"] = cost_rows(times, "fa4")
     # Full-size capture at the default level: one launch into a zeroed buffer.
-    session, trace = sessions["waits"], traces["waits"]
-    with session.zeroed_then_synced():
-        variants["waits"]()
-    path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_waits.npy"))
-    summarize(f"fa4_{tag}", path, session, trace, pipeline="k")
-    _remove_capture(path)  # too large to bring back; its summary is in results.json
+    for name in ("waits", "waits_timed"):
+        if name not in sessions:
+            continue
+        session, trace = sessions[name], traces[name]
+        with session.zeroed_then_synced():
+            variants[name]()
+        path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_{name}.npy"))
+        summarize(f"fa4_{tag}" + ("" if name == "waits" else f"_{name}"), path, session, trace, pipeline="k")
+        _remove_capture(path)  # too large to bring back; its summary is in results.json
     # Full-size signals capture: per n-block time from the producer's commits too.
     session, trace = sessions["signals"], traces["signals"]
     with session.zeroed_then_synced():
@@ -251,12 +253,15 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
         sessions[variant], traces[variant] = session, trace
     times = bench(variants, iters)
     RESULTS["quack_cost"] = cost_rows(times, "quack")
-    session, trace = sessions["waits"], traces["waits"]
-    with session.zeroed_then_synced():
-        variants["waits"]()
-    path = trace.save(session, os.path.join(OUT, "quack_full_waits.npy"))
-    summarize("quack", path, session, trace, pipeline="ab")
-    _remove_capture(path)
+    for name in ("waits", "waits_timed"):
+        if name not in sessions:
+            continue
+        session, trace = sessions[name], traces[name]
+        with session.zeroed_then_synced():
+            variants[name]()
+        path = trace.save(session, os.path.join(OUT, f"quack_full_{name}.npy"))
+        summarize("quack" + ("" if name == "waits" else f"_{name}"), path, session, trace, pipeline="ab")
+        _remove_capture(path)
     session, trace = sessions["signals"], traces["signals"]
     with session.zeroed_then_synced():
         variants["signals"]()

@@ -33,7 +33,9 @@ import contextlib
 
 from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
 
-__all__ = ["LEVELS", "LEVEL_OPS", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
+__all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
+
+POLL_MODES = ("begin", "timed", "off")
 
 
 def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
@@ -58,16 +60,19 @@ class PipelineTrace(contextlib.ContextDecorator):
     target:  an ikp_cute Session (its buffer's address is used), or a ProfileSpec with `address=`
              (compile without a GPU, CI).
     level:   "waits" (default), "signals" or "all".
-    polls:   time every try_wait poll and record it as a wait/acquire region when it blocked (>= 128 SM
-             cycles, ~64 ns) before succeeding (quack's producer and consumers wait inside such polls).
-             Default on.
+    polls:   "begin" (default at levels "waits" and "signals"): a try_wait poll reads the time only; when it
+             fails, the wait it gates begins there. A wait that a poll's hardware suspension absorbs
+             (the poll succeeds after blocking) is not seen. "timed" (default at level "all"): also
+             time every poll and record it as a wait/acquire region when it blocked (>= 128 SM cycles,
+             ~64 ns) before succeeding; costs FA4 ~2 points more (docs/pipelines.md). "off": polls
+             untouched (a wait after a failed poll begins at the wait).
     passing_waits: record waits, acquires and named-barrier waits that did not block too (default: only
              at level "all"; each one recorded lengthens the code around the call, docs/pipelines.md).
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
     ops:     record only these ops of the level (e.g. {"acquire"}: the producers' waits only); None = all.
     """
 
-    def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: bool = True,
+    def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: str | None = None,
                  named_barriers: bool = True, passing_waits: bool | None = None, ops=None):
         spec = getattr(target, "spec", target)
         if address is None:
@@ -85,7 +90,11 @@ class PipelineTrace(contextlib.ContextDecorator):
         self.catalog = Catalog(spec.events, level, ops)
         if passing_waits is None:
             passing_waits = self.level == "all"
-        self.options = {"polls": bool(polls), "named_barriers": bool(named_barriers),
+        if polls is None:
+            polls = "timed" if self.level == "all" else "begin"
+        if polls not in POLL_MODES:
+            raise ValueError(f"trace_pipelines: polls={polls!r}; expected one of {POLL_MODES}")
+        self.options = {"polls": polls, "named_barriers": bool(named_barriers),
                         "passing_waits": bool(passing_waits)}
         self.ops = None if ops is None else sorted(ops)
         self._tracer = None

@@ -144,7 +144,7 @@ def _kernel_op():
 class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
-    def __init__(self, catalog: Catalog, geometry: Geometry, polls: bool = True, named_barriers: bool = True,
+    def __init__(self, catalog: Catalog, geometry: Geometry, polls: str = "begin", named_barriers: bool = True,
                  passing_waits: bool = False):
         self.catalog = catalog
         self.geometry = geometry
@@ -276,7 +276,7 @@ class Tracer:
             return self._region(marker, orig, args, kwargs, begin)
         return self._when_blocked(marker, orig, args, kwargs)[0]
 
-    def _when_blocked(self, marker, orig, args, kwargs, succeeded=None):
+    def _when_blocked(self, marker, orig, args, kwargs, succeeded=None, kind: str = "call"):
         """`orig(*args, **kwargs)` stored as a region only when it took >= POLL_BLOCKED_CYCLES (and, for a
         poll, `succeeded(result)`): a call that passes costs one %globaltimer read whose result it never
         waits for, two %clock reads, a compare and a branch around the store. Returns (result, begin)."""
@@ -284,7 +284,7 @@ class Tracer:
 
         bits, label = marker
         state = self._state()
-        begin = state.timer(f"{label} poll-begin")
+        begin = state.timer(f"{label} {kind}-begin")
         started = state.clock()
         result = orig(*args, **kwargs)
         blocked = (state.clock() - started) >= POLL_BLOCKED_CYCLES
@@ -293,19 +293,26 @@ class Tracer:
 
         def store():
             end = state.timer()
-            state.finish_region(state.reserve_region(bits, begin), end, f"{label} poll-end")
+            state.finish_region(state.reserve_region(bits, begin), end, f"{label} {kind}-end")
 
         if_generate(blocked, store)
         return result, begin
 
     def _poll(self, mbar, marker, orig, args, kwargs):
-        """A try_wait: a region of the wait/acquire op when it succeeded after blocking (_when_blocked). A
-        failed poll leaves its begin time for the wait that follows."""
+        """A try_wait. polls="begin": only its begin time is read, left for the wait it gates when it fails
+        (a wait inside a poll that succeeds is not seen). polls="timed": also a region of the wait/acquire
+        op when it succeeded after blocking (_when_blocked)."""
         from cutlass import Int32
 
-        if self._state() is None:
+        state = self._state()
+        if state is None:
             return orig(*args, **kwargs)
-        result, begin = self._when_blocked(marker, orig, args, kwargs, lambda r: Int32(r) != 0)
+        if self.polls == "begin":
+            begin = state.timer(f"{marker[1]} gate")
+            result = orig(*args, **kwargs)
+            self._pending[id(result)] = (result, begin)
+            return result
+        result, begin = self._when_blocked(marker, orig, args, kwargs, lambda r: Int32(r) != 0, "poll")
         self._pending[id(result)] = (result, begin)
         return result
 
@@ -367,7 +374,7 @@ class Tracer:
             instant = tracer._bits(mbar, "poll", index, INSTANT)
             if instant is not None:
                 tracer._record(*instant)
-            region = tracer._bits(mbar, "wait", index, BEGIN) if tracer.polls else None
+            region = tracer._bits(mbar, "wait", index, BEGIN) if tracer.polls != "off" else None
             if region is None:
                 return orig(mbar, index, phase, *args, **kwargs)
             return tracer._poll(mbar, region, orig, (mbar, index, phase, *args), kwargs)
@@ -419,7 +426,7 @@ class Tracer:
                         tracer._record(*marker)
                     return orig(mbar_ptr, *args, **kwargs)
                 if kind == "poll":
-                    region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls else None
+                    region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls != "off" else None
                     if region is None:
                         return orig(mbar_ptr, *args, **kwargs)
                     return tracer._poll(mbar, region, orig, (mbar_ptr, *args), kwargs)

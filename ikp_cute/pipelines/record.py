@@ -158,13 +158,15 @@ class KernelState:
         inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
 
     def timer(self, label: str = ""):
-        """%globaltimer (low 32 bits) as an SSA value: a region's begin, kept in a register."""
-        asm = f"{{ .reg .u64 t; mov.u64 t, %globaltimer; cvt.u32.u64 $0, t; }} /* ikp {label} */"
-        return Int32(inline_ptx.asm(Int32.mlir_type, [], asm, "=r"))
+        """%globaltimer (low 32 bits) as an SSA value. Read as 64 bits and truncated outside the PTX block:
+        ptxas then reads it with one CS2R.32, where a 32-bit read in the block costs S2UR + NOP."""
+        asm = f"mov.u64 $0, %globaltimer; /* ikp {label} */"
+        return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], asm, "=l")))
 
     def clock(self):
-        """%clock (SM cycles, fixed latency): cheap enough to test whether a poll blocked on its pass path."""
-        return Int32(inline_ptx.asm(Int32.mlir_type, [], "mov.u32 $0, %clock;", "=r"))
+        """%clock64 (SM cycles, truncated; one CS2R): cheap enough to test whether a call blocked on the path
+        of a call that passes."""
+        return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %clock64;", "=l")))
 
     def reserve_region(self, bits, begin=None, label: str = ""):
         """Before a blocking call: read the begin time (or take `begin`), the warp's state, and reserve the
@@ -175,39 +177,39 @@ class KernelState:
         only the timer read, two compares and the two stores remain (no shared-memory access there: it
         would have to precede the kernel's next wgmma fence)."""
         g = self.geometry
-        read_begin = "mov.u64 t, %globaltimer; cvt.u32.u64 tlo, t;" if begin is None else "mov.u32 tlo, $4;"
+        if begin is None:
+            begin = self.timer()
         asm = (
-            "{ .reg .pred lead, ok, full; .reg .u32 m, w, a, room, lane, k, tag, tlo;"
-            " .reg .u64 t, s, b, addr, rec;"
-            f" {read_begin}"
+            "{ .reg .pred lead, ok, full; .reg .u32 m, w, a, room, lane, k, tag;"
+            " .reg .u64 s, b, addr, rec;"
             + _LEADER
             + _STATE_ADDRESS.format(base="$3", tid="$6")
             + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
             f" setp.lt.and.u32 ok, lane, {g.write_stride}, lead; selp.u32 $2, room, 0, ok;"
             f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 $0, k, {g.stride_bytes}, b;"
-            f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $5; mov.b64 $1, {{m, tlo}};"
+            f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 m, tag, $5; mov.b64 $1, {{m, $4}};"
             # Past capacity: the lane's DROPPED slot holds the running count of lost records (-room).
             " sub.s32 room, room, 2; setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
             f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
             f" add.u64 addr, b, {g.trailer_slot * g.stride_bytes}; @full st.global.b64 [addr], rec;"
             f" @ok st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        operands = [self.state_base, Int32(0 if begin is None else begin), Int32(bits), _thread_x()]
+        operands = [self.state_base, Int32(begin), Int32(bits), _thread_x()]
         return inline_ptx.asm_results((Int64, Int64, Int32), operands, asm, "=l,=l,=r,r,r,r,r")
 
     def finish_region(self, token, end=None, label: str = "") -> None:
         """After the blocking call: the END time (or `end`) and the reserved BEGIN / END stores."""
         address, begin_record, room = token
-        read_end = "mov.u64 t, %globaltimer; cvt.u32.u64 t1, t;" if end is None else "mov.u32 t1, $3;"
+        if end is None:
+            end = self.timer()
         asm = (
-            "{ .reg .pred b_live, e_live; .reg .u32 m, hi, t1; .reg .u64 t, rec;"
-            f" {read_end}"
+            "{ .reg .pred b_live, e_live; .reg .u32 m, hi; .reg .u64 rec;"
             " setp.gt.s32 b_live, $2, 0; setp.gt.s32 e_live, $2, 1;"
             " @b_live st.global.b64 [$0], $1;"
-            " mov.b64 {m, hi}, $1; add.u32 m, m, 1; mov.b64 rec, {m, t1};"
+            " mov.b64 {m, hi}, $1; add.u32 m, m, 1; mov.b64 rec, {m, $3};"
             f" @e_live st.global.b64 [$0+{self.geometry.stride_bytes}], rec; }} /* ikp {label} */"
         )
-        operands = [Int64(address), Int64(begin_record), Int32(room), Int32(0 if end is None else end)]
+        operands = [Int64(address), Int64(begin_record), Int32(room), Int32(end)]
         inline_ptx.asm(None, operands, asm, "l,l,r,r")
 
 
