@@ -232,6 +232,7 @@ def test_fa4_sm90_traced_with_no_source_change(fa4):
     assert fa4["after"] == fa4["plain"]
     check_call_sites(fa4["traced"], fa4["meta"], LEVEL_OPS["signals"])
     by_name = {p["name"]: p for p in fa4["meta"]["pipelines"]}
+    assert all(p.get("scope") == "cta" for p in by_name.values())  # FA4 sm90 launches 1-CTA clusters
     assert set(by_name) == {"q", "k", "v"}
     assert by_name["k"]["class"] == "PipelineTmaAsync"  # FA4's own subclass (flash_attn/cute/pipeline.py)
     assert by_name["k"]["tx_bytes"] == 128 * 128 * 2
@@ -287,6 +288,9 @@ def test_quack_sm90_gemm_traced_with_no_source_change(quack):
     by_name = {p["name"]: p for p in quack["meta"]["pipelines"]}
     assert {"ab", "sched"} <= set(by_name)  # make_ab_pipeline's result; quack's scheduler pipeline
     assert set(by_name["ab"]["ids"]) == {"acquire", "commit", "wait", "release"}
+    # quack launches 2-CTA clusters whose consumers release the A/B stage in both CTAs (consumer_mask):
+    # the sidecar says so, so `ikp waits` matches across the cluster without --cluster.
+    assert by_name["ab"]["cluster"] == [2, 1, 1] and "scope" not in by_name["ab"]
 
 
 _SM100 = """

@@ -67,6 +67,9 @@ class Pipeline:
     op_type: str | None = None
     ids: dict[str, int] = dataclasses.field(default_factory=dict)
     call_sites: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # Which CTAs share its barriers: [x, y, z] (the launch's cluster: TMA multicast fills and frees the
+    # stage in every CTA of the cluster), "cta" (block-local), None (not known: the host's --cluster).
+    cluster: list[int] | str | None = None
 
     def as_json(self) -> dict:
         out = {
@@ -82,6 +85,10 @@ class Pipeline:
         }
         if self.op_type is not None:
             out["op_type"] = self.op_type
+        if self.cluster == "cta":
+            out["scope"] = "cta"
+        elif self.cluster is not None:
+            out["cluster"] = list(self.cluster)
         return out
 
 

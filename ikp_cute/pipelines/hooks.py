@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import linecache
+import math
 import os
 import sys
 
@@ -156,6 +157,7 @@ class Tracer:
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
+        self.cluster: list[int] | None = None  # the cluster shape of the kernel being launched (launch hook)
         self._dirs = _library_dirs()
 
     # --- recording state per kernel ---------------------------------------------------------------------
@@ -231,9 +233,20 @@ class Tracer:
                 consumer_arrivals=_int_or_none(getattr(empty, "arrive_count", None)),
                 tx_bytes=_int_or_none(getattr(full, "tx_count", None)),
                 op_type=str(getattr(getattr(full, "op_type", None), "name", None)),
+                cluster=self._scope(owner),
             )
 
         return self.catalog.pipeline(key, make)
+
+    def _scope(self, owner):
+        """[x, y, z] when the pipeline's barriers are shared across the launch's cluster, "cta" when they
+        are block-local, None when unknown. Known for cutlass.pipeline's classes, which keep the multicast
+        destination rank of their consumers' releases in `consumer_mask` (None: the barriers are local)."""
+        if self.cluster is None or owner is None or not hasattr(owner, "consumer_mask"):
+            return None
+        if math.prod(self.cluster) == 1 or getattr(owner, "consumer_mask") is None:
+            return "cta"
+        return list(self.cluster)
 
     def _op(self, mbar, kind: str, owned=None):
         """(pipeline, op name) of a call of `kind` ('wait'|'arrive'|'poll') on `mbar`; `owned`: its
@@ -487,6 +500,23 @@ class Tracer:
 
         return barrier
 
+    def hook_launch(self, orig):
+        """KernelLauncher.launch: remember the cluster shape before the kernel's body is traced (static
+        ints only; a dynamic cluster stays unknown)."""
+        tracer = self
+
+        def launch(launcher, *args, **kwargs):
+            cluster = kwargs.get("cluster")
+            shape = None
+            if cluster is not None:
+                values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
+                if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values) and values:
+                    shape = (values + [1, 1])[:3]
+            tracer.cluster = shape if cluster is not None else [1, 1, 1]
+            return orig(launcher, *args, **kwargs)
+
+        return launch
+
     # --- patching -------------------------------------------------------------------------------------
 
     def _patch(self, owner, attr: str, new) -> None:
@@ -495,8 +525,10 @@ class Tracer:
 
     def install(self) -> None:
         from cutlass import cute
+        from cutlass.cutlass_dsl.cutlass import KernelLauncher
         from cutlass.pipeline import helpers
 
+        self._patch(KernelLauncher, "launch", self.hook_launch(KernelLauncher.launch))
         mb = helpers.MbarrierArray
         self._patch(mb, "__init__", self.hook_init(mb.__init__))
         self._patch(mb, "__new_from_mlir_values__", self.hook_copy(mb.__new_from_mlir_values__))
