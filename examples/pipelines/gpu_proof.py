@@ -178,12 +178,13 @@ def summarize(name, path, session, trace, pipeline):
 
 
 def fa4_small():
-    """The committed FA4 capture: b=1 s=1024 h=2 non-causal (16 CTAs), level signals."""
+    """The committed FA4 capture: b=1 s=1024 h=2 non-causal (16 CTAs), level signals, every wait recorded
+    (passing_waits=True: the occurrence counts of the pipeline protocol are exact, tests/test_pipelines_captures.py)."""
     torch.manual_seed(1)
     b, s, h = 1, 1024, 2
     q, k, v = (torch.randn(b, s, h, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))
     session = session_for(fa4_num_ctas(b, s, h), 12, records_per_lane=128, kernel="fa4_sm90_small")
-    trace = trace_pipelines(session, level="signals")
+    trace = trace_pipelines(session, level="signals", passing_waits=True)
     cache, _ = fa4_build(q, k, v, False, trace)
     with session.zeroed_then_synced():
         fa4_runner(cache, q, k, v, False)()
@@ -273,7 +274,8 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
 
 def quack_small():
     """The committed quack capture: m=4096 n=2048 k=512 (256 tiles over the persistent grid), level
-    signals, trimmed to the first 16 blocks (the v1 layout re-packed; sidecar says so)."""
+    signals with every wait recorded (passing_waits=True), trimmed to the first 16 blocks (the v1 layout
+    re-packed; sidecar says so)."""
     from quack.gemm_interface import gemm
 
     torch.manual_seed(3)
@@ -284,7 +286,7 @@ def quack_small():
     saved = caches.snapshot()
     caches.clear()
     session = session_for(sms, 12, records_per_lane=128, kernel="quack_gemm_sm90_small")
-    trace = trace_pipelines(session, level="signals")
+    trace = trace_pipelines(session, level="signals", passing_waits=True)
     with trace:
         gemm(A, B, tuned=False)
     torch.cuda.synchronize()
