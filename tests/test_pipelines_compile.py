@@ -345,3 +345,18 @@ def test_decorator_form():
     ptx = build()
     assert {p["name"] for p in trace.metadata()["pipelines"]} == {"ring", "side_named"}
     assert markers(ptx) and _compile_small() == _compile_small()  # hooks gone after the call
+
+
+def test_kernels_before_sm90_are_refused_at_trace_time(monkeypatch):
+    """The records elect their lane with elect.sync (sm_90+): an sm_80 compile fails with our message,
+    not in ptxas."""
+    from cutlass.base_dsl import Arch, BaseDSL
+
+    from ikp_cute.pipelines import hooks
+
+    dsl = BaseDSL._get_dsl()
+    monkeypatch.setattr(dsl, "get_arch_enum", lambda: Arch.sm_80)
+    with pytest.raises(RuntimeError, match="sm_80.*elect.sync"):
+        hooks._require_sm90()
+    monkeypatch.setattr(dsl, "get_arch_enum", lambda: Arch.sm_90a)
+    hooks._require_sm90()

@@ -172,6 +172,7 @@ class Tracer:
         for known, state in self._kernels:
             if known == kernel:
                 return state
+        _require_sm90()
         entry = kernel.regions[0].blocks[0]
         with ir.InsertionPoint.at_block_begin(entry), ir.Location.unknown():
             state = KernelState.create(self.geometry)
@@ -550,6 +551,17 @@ class Tracer:
         while self._saved:
             owner, attr, value = self._saved.pop()
             setattr(owner, attr, value)
+
+
+def _require_sm90() -> None:
+    """The recorder elects its lane with `elect.sync` (sm_90+): say so at trace time, not in ptxas."""
+    from cutlass.base_dsl import BaseDSL
+
+    arch = BaseDSL._get_dsl().get_arch_enum()
+    major = arch.value[0] if isinstance(arch.value, tuple) else None
+    if major is not None and major < 9:
+        raise RuntimeError(f"trace_pipelines: kernels for {arch.name} cannot be traced (the records use sm_90 "
+                           "instructions: elect.sync); compile for sm_90a or newer")
 
 
 def _int_or_none(value):
