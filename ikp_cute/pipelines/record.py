@@ -103,7 +103,7 @@ class KernelState:
     @staticmethod
     def create(geometry: Geometry) -> KernelState:
         """Emit the prologue at the current insertion point (the caller puts it at the kernel's entry):
-        every warp's lowest active lane writes its warp's state and the lane's two anchor records."""
+        every warp's elected lane writes its warp's state and the lane's two anchor records."""
         base = Int32(cute.arch.alloc_smem(Int64, 2 * MAX_WARPS, alignment=16).toint())
         g = geometry
         anchor_lo = wire.make_tag(0, wire.ANCHOR_LO_EVENT_ID, INSTANT)
@@ -135,7 +135,7 @@ class KernelState:
 
     def record(self, bits, label: str = "") -> None:
         """One instant record (bits = (event_id << 2) | type, an Int32 or int) by each executing warp's
-        lowest active lane. `label` goes into a PTX comment (``/* ikp <label> */``): how tests count the
+        elected lane. `label` goes into a PTX comment (``/* ikp <label> */``): how tests count the
         records of each call site in the PTX."""
         g = self.geometry
         asm = (
