@@ -30,7 +30,8 @@ def test_nested_overlap_and_every_bucket():
     t = decode(b.buf)
     assert spans_of(t) == [(0, 1, 50, 70, 0), (0, 2, 60, 80, 1), (1, 1, 50, 70, 0), (1, 1, 55, 60, 1)]
     assert t.loss.totals == dict(paired_begin=4, paired_end=4, instant=1, finalize=2, unmatched_begin=2,
-                                 unmatched_end=1, after_finalize=1, malformed=0, impossible_span=0)
+                                 unmatched_end=1, after_finalize=1, malformed=0, impossible_span=0,
+                                 impossible_time=0)
     assert t.loss.nonzero_slots == 15
     assert t.instants["event"].tolist() == [4] and t.instants["lane"].tolist() == [2]
     sm = dict(zip(t.lanes["lane"].tolist(), t.lanes["sm"].tolist()))
@@ -270,6 +271,39 @@ def test_impossible_span_is_set_aside_and_the_rest_written(tmp_path):
 
     assert main(["decode", str(path), "-o", str(tmp_path / "flip.pftrace"), "-q"]) == 0
     assert (tmp_path / "flip.pftrace").stat().st_size > 0
+
+
+@pytest.mark.parametrize("flipped", [2, 4])
+def test_flipped_timer_bit_is_set_aside_and_the_lane_keeps_its_time(tmp_path, flipped):
+    # cursor mode (one writer, unsigned steps): bit 31 of one record's timer flipped. Without the check
+    # the steps into and out of it are both ~2**31 forward, so everything after it lands 2**32 ns late.
+    times = [100, 200, 300, 400, 500, 600]
+    kinds = [(1, B), (2, B), (2, E), (1, E), (5, INST), (0, F)]
+    b = BufferBuilder(1, 1, 8)
+    for k, (ts, (ev, ty)) in enumerate(zip(times, kinds)):
+        b.put(0, ts + (1 << 31) * (k == flipped), ev, ty)
+    t = decode(b.buf)
+    assert t.loss.totals["impossible_time"] == 1
+    assert sum(t.loss.totals[k] for k in LOSS_BUCKETS) == t.loss.nonzero_slots == 6
+    assert t.loss.lost == 1 + (flipped == 2)  # the END's BEGIN is left unmatched
+    assert int(t.lanes["last_ns"][0] - t.lanes["first_ns"][0]) == 500  # the finalize is where it was
+    if flipped == 2:  # inner END: the inner region is gone, the outer one keeps its 300 ns
+        assert spans_of(t) == [(0, 1, 0, 300, 0)] and t.loss.totals["unmatched_begin"] == 1
+        assert t.instants["ts_ns"].tolist() == [400 + int(t.spans["start_ns"][0])]
+    else:  # the instant
+        assert spans_of(t) == [(0, 1, 0, 300, 0), (0, 2, 100, 200, 1)] and t.instants.size == 0
+    path = save_capture(tmp_path / "flip.npy", b.buf)
+    from host_decode.cli import main
+
+    assert main(["decode", str(path), "-o", str(tmp_path / "flip.pftrace"), "-q"]) == 0
+
+
+def test_one_long_step_is_kept_even_between_unrelated_records():
+    # an idle lane: one step of 3 s between an instant and the next region (no way back): kept forward
+    b = BufferBuilder(1, 1, 8)
+    b.put(0, 100, 5, INST).put(0, 100 + 3_000_000_000, 1, B).put(0, 200 + 3_000_000_000, 1, E)
+    t = decode(b.buf)
+    assert spans_of(t) == [(0, 1, 3_000_000_000, 3_000_000_100, 0)] and t.loss.totals["impossible_time"] == 0
 
 
 @pytest.mark.parametrize("stride", ["x", float("nan"), 3.7, "8", 8.0, True, None])

@@ -14,7 +14,10 @@ How it works (no Python loop per record; per chunk of lanes only):
    *unmatched_end*) and a radix sort by nesting level: inside one (event, lane, level) run BEGIN and
    END alternate, so each END pairs with the element before it. Left-over BEGINs are *unmatched_begin*;
    a pair whose END is earlier than its BEGIN (corrupted timer bits) is an *impossible_span* (both
-   records), set aside so that everything else is still written.
+   records), set aside so that everything else is still written. In time-ordered lanes a record whose
+   timer jumps >= 2**31 ns away from both neighbours and back (a flipped high bit) is an
+   *impossible_time* record: set aside (its partner, if any, is then unmatched) and given its
+   predecessor's time, so the rest of its lane keeps its time.
 4. Lanes are put on one 64-bit timeline: from their ANCHOR_LO/ANCHOR_HI pair when present (absolute
    ``%globaltimer`` ns), otherwise by the signed 32-bit distance of each lane's first record to a
    reference lane (lanes of one launch start far less than 2**31 ns apart). Each lane's origin is
@@ -332,6 +335,22 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
         source, lane_untimed = _timed_neighbour(untimed, loc, bounds, lane_loc, nloc)
         t[untimed] = t[source]
         timed[lane_untimed] = False
+    # a record whose timer jumps >= 2**31 ns away from both neighbours of its lane and back (a flipped
+    # high bit) would shift the rest of its lane by 2**32 ns under unsigned steps: set it aside
+    outlier = _timer_outliers(t, bounds) if in_time_order else np.zeros(0, np.int64)
+    out["impossible_time"] = np.zeros(nloc, np.int64)
+    if outlier.size:
+        if t is timer:
+            t = timer.copy()
+        t[outlier] = t[outlier - 1]  # a neutral time: the step out of it becomes neighbour to neighbour
+        outlier = outlier[np.isin(outlier, lo, invert=True) & (etype[outlier] != _FINALIZE)]
+        lost_instants = outlier[np.isin(outlier, user)]
+        user = np.setdiff1d(user, lost_instants, assume_unique=True)
+        inst = np.setdiff1d(inst, lost_instants, assume_unique=True)
+        out["instant"] = per_lane(inst)
+        etype = etype.copy()
+        etype[outlier] = _INSTANT  # out of the pairing: its partner, if any, is left unmatched
+        out["impossible_time"] = per_lane(outlier)
     first_raw = _scatter(nloc, lane_loc, t[starts].astype(np.int64), fill=-1)
     first_raw[~timed] = -1
     out["first_raw"] = first_raw
@@ -385,7 +404,7 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
         out["dropped"] = counts.astype(np.int64)
 
     # pairing
-    not_be = np.concatenate((inst, fin))
+    not_be = np.concatenate((inst, fin, outlier))
     begins, begin_event, ends, depth, unmatched_begin, unmatched_end = _pair(etype, event, loc, bounds, not_be)
     impossible = rel[ends] < rel[begins]  # an END before its BEGIN: corrupted records (bit flips)
     out["impossible_span"] = np.zeros(nloc, np.int64)
@@ -400,6 +419,23 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     out["spans"] = {"event": begin_event, "depth": depth, "start_ns": rel[begins], "end_ns": rel[ends]}
     out["instants"] = {"loc": loc[user], "event": event[user], "ts_ns": rel[user]}
     return out
+
+
+def _timer_outliers(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """Sorted indices of records whose unsigned steps in and out (same lane) are both >= 2**31 ns: a
+    flipped high timer bit (the steps are ~2**31 there and ~2**31 back). A single long step (a region
+    longer than 2**31 ns with nothing inside, a lane idle that long) is kept. The one legal history this
+    sets aside: a lane idle for more than 2**31 ns (2.1 s) just before AND just after one record, which
+    32-bit timers cannot tell from a flipped bit. tests/test_decode.py::test_flipped_timer_bit_*."""
+    if t.size < 3:
+        return np.zeros(0, np.int64)
+    step = np.subtract(t[1:], t[:-1])
+    jump = step >= np.uint32(1 << 31)
+    if not jump.any():
+        return np.zeros(0, np.int64)
+    jump[bounds[1:-1] - 1] = False  # from the last record of a lane to the first of the next
+    into = np.flatnonzero(jump[:-1] & jump[1:]) + 1  # record k: jump into it (k-1 -> k) and out (k -> k+1)
+    return into.astype(np.int64)
 
 
 class _Timeline:

@@ -179,6 +179,7 @@ LOSS_BUCKETS = (
     "after_finalize",
     "malformed",
     "impossible_span",  # both records of a pair whose END is before its BEGIN (corrupted timer bits)
+    "impossible_time",  # a record whose timer jumps >= 2**31 ns from both neighbours and back (a flipped bit)
 )
 
 
@@ -204,7 +205,7 @@ class LossReport:
         t = self.totals
         return (
             t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + t["impossible_span"]
-            + self.dropped_on_device
+            + t["impossible_time"] + self.dropped_on_device
         )
 
     def to_json(self) -> dict:
