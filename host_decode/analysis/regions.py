@@ -132,7 +132,7 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
         v = lifted << 2
         v[:na] |= 2  # side A
         v[0::2] |= 1  # every interval's lo (events alternate lo, hi on both sides)
-        v.sort()
+        v.sort(kind="stable")  # two sorted runs: the stable sort (timsort) merges them in linear time
         side_a, start = (v & 2).astype(bool), (v & 1).astype(bool)
         lifted = v >> 2
         t_min, span = int(t.min()), int((t - t.min()).max()) + 1

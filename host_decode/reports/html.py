@@ -302,9 +302,17 @@ def region_rows(trace: Trace) -> list[dict]:
         int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
         for g in np.unique(lanes["group"])
     }
+    # the spans of each (group, event) row: one stable sort by a combined key, then slices
+    key = sp["group"].astype(np.int64) * (int(sp["event"].max()) + 1 if sp.size else 1) + sp["event"]
+    if key.size and 0 <= int(key.min()) and int(key.max()) < 1 << 15:
+        key = key.astype(np.int16)  # 16-bit keys: numpy's stable sort is a linear-time radix sort
+    by_key = np.argsort(key, kind="stable")
+    sorted_key = key[by_key]
+    del key
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
-        mask = (sp["group"] == g) & (sp["event"] == e)
+        k = g * (int(sp["event"].max()) + 1) + e
+        mask = by_key[np.searchsorted(sorted_key, k, "left"):np.searchsorted(sorted_key, k, "right")]
         counts, edges, geometric = duration_histogram(dur[mask])
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
@@ -331,21 +339,29 @@ def span_parents(sp: np.ndarray) -> np.ndarray:
     order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
     lane, then begin in program order (core.model); tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
     n = sp.size
-    parent = np.full(n, -1, np.int64)
+    index = np.int32 if n < 1 << 31 else np.int64  # indices, half the memory for any real capture
+    parent = np.full(n, -1, index)
     if n == 0:
         return parent
-    order = np.argsort(sp["lane"], kind="stable")  # already in lane order for decoded traces
-    depth, lane = sp["depth"][order].astype(np.int64), sp["lane"][order]
-    pos = np.arange(n)
+    lane = sp["lane"]
+    in_order = bool((lane[1:] >= lane[:-1]).all())  # decoded traces: already in lane order
+    if in_order:
+        order, depth = None, sp["depth"]
+    else:
+        order = np.argsort(lane, kind="stable").astype(index)
+        depth, lane = sp["depth"][order], lane[order]
     for d in range(1, int(depth.max()) + 1):
-        kids, cands = pos[depth == d], pos[depth == d - 1]
+        kids, cands = np.flatnonzero(depth == d).astype(index), np.flatnonzero(depth == d - 1).astype(index)
         if not kids.size or not cands.size:
             continue
         k = np.searchsorted(cands, kids) - 1
         ok = k >= 0
         found = cands[np.maximum(k, 0)]
         ok &= lane[found] == lane[kids]
-        parent[order[kids[ok]]] = order[found[ok]]
+        if in_order:
+            parent[kids[ok]] = found[ok]
+        else:
+            parent[order[kids[ok]]] = order[found[ok]]
     return parent
 
 
