@@ -55,6 +55,7 @@ __all__ = [
     "Session",
     "disabled",
     "fake_buffer",
+    "launch_records",
     "profile_region",
     "trace_pipelines",
 ]
@@ -64,6 +65,7 @@ __getattr__, __dir__ = lazy_exports(
     {
         "Profiler": ".device:Profiler",
         "profile_region": ".device:profile_region",
+        "launch_records": ".device:launch_records",
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",

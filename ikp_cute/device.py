@@ -749,6 +749,24 @@ class Profiler:
             window.close_launch(self.spec, lane.window_buffer, lane.owner if leader is None else (lane.owner & leader))
 
 
+def launch_records(spec: ProfileSpec, buf=None):
+    """Whether this launch records, the same in every thread of the launch: for a spec with a capture
+    window (window_slots > 0) a run-time Boolean (ikp_cute/window.py launch_records: one 16-byte load
+    per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
+    branch on them folds at trace time). Its use: branch once per role into an uninstrumented copy of the
+    body when the window is closed, so a closed launch runs the kernel's own code
+    (examples/fa4_sm90/fa4_instrumented.py). Every lane must still create its Profiler and finalize in
+    that copy: the ring counts a launch when all of its lanes have finalized."""
+    if not isinstance(spec, ProfileSpec):
+        raise TypeError(f"launch_records needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+    if not const_expr(spec.enabled):
+        return False
+    if const_expr(spec.window_slots == 0):
+        return True
+    buffer, _ = _buffer_tensor(spec, buf)
+    return window.launch_records(spec, buffer)
+
+
 class profile_region:
     """``with profile_region(prof, "name"):`` records begin/end of the enclosed code on prof's lane.
 

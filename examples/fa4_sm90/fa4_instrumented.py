@@ -52,7 +52,7 @@ from cutlass.base_dsl.utils.mlir_value_tree import (
 )
 from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
 
-from ikp_cute import Profiler, ProfileSpec, profile_region
+from ikp_cute import Profiler, ProfileSpec, launch_records, profile_region
 
 GROUPS = ("producer", "consumer_0", "consumer_1")
 
@@ -169,11 +169,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def load(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
-        self._prof = Profiler.create(self.profile_spec, None, group=0)
-        with self._region("producer"):
-            super().load(*args, **kwargs)
-        self._prof.finalize()
-        self._prof = None
+        self._role(0, "producer", super().load, args, kwargs)
 
     def load_KV(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
@@ -192,11 +188,34 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             super().mma(*args, **kwargs)
             Profiler.create(self.profile_spec, None, group=warp_group).finalize()
             return
-        self._prof = Profiler.create(self.profile_spec, None, group=warp_group)
-        with self._region("consumer"):
-            super().mma(*args, **kwargs)
-        self._prof.finalize()
-        self._prof = None
+        self._role(warp_group, "consumer", super().mma, args, kwargs)
+
+    def _role(self, group, region: str, body, args, kwargs):
+        """One role's body, recorded. With a capture window the body is traced twice, and each launch
+        branches once (the same way in every thread: ikp_cute.launch_records) into the recorded copy or
+        into FA4's own code, whose lane only creates its Profiler and finalizes after it (the ring counts
+        a launch when every lane has finalized), so a closed window costs a load and a branch per role,
+        and no profiler state is live across FA4's loops there."""
+
+        def recorded():
+            self._prof = Profiler.create(self.profile_spec, None, group=group)
+            with self._region(region):
+                body(*args, **kwargs)
+            self._prof.finalize()
+            self._prof = None
+
+        def plain():
+            on, self._on = self._on, set()  # the per-n-block overrides run inside: keep them silent
+            body(*args, **kwargs)
+            self._on = on
+            Profiler.create(self.profile_spec, None, group=group).finalize()
+
+        if not self.profile_spec.window_slots:
+            recorded()
+            return
+        from cutlass.cutlass_dsl import if_generate
+
+        if_generate(launch_records(self.profile_spec), recorded, plain)
 
     # --- per-n-block steps (consumers) ----------------------------------------------------------------
 
