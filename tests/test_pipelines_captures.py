@@ -1,9 +1,10 @@
-"""The committed real captures of examples/pipelines (H100, level "signals", final code) decode with numpy
-alone and carry the pipeline metadata of the sidecar (docs/pipelines.md).
+"""The committed real captures of examples/pipelines (H200, level "signals" with every wait recorded,
+final code) decode with numpy alone and carry the pipeline metadata of the sidecar (docs/pipelines.md).
 
 fa4_sm90_signals: FA4's Hopper forward, b=1 s=1024 h=2 d=128 non-causal (16 CTAs x 12 warps).
 quack_gemm_sm90_signals: quack's persistent sm90 GEMM 4096x2048x512, trimmed to its first 16 CTAs
-(648 records dropped on device past capacity: the drop accounting is part of what is tested)."""
+at cluster 2 (512 records dropped on device past capacity: the drop accounting is part of what is
+tested; the sidecar says the pipelines are cluster-scoped)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,4 @@ def test_quack_drops_are_counted_and_lanes_stay_prefixes():
     assert (full["records"] >= side["records_per_lane"] - 2).all()  # only lanes that filled up dropped
     by_name = {p["name"]: p for p in side["pipelines"]}
     assert {"ab", "sched"} == set(by_name) and by_name["ab"]["class"] == "PipelineTmaAsync"
+    assert by_name["ab"]["cluster"] == [2, 1, 1]  # trace_pipelines read it from the kernel's launch
