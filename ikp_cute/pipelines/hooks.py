@@ -294,6 +294,7 @@ class Tracer:
         """`orig(*args, **kwargs)` stored as a region only when it took >= POLL_BLOCKED_CYCLES (and, for a
         poll, `succeeded(result)`): a call that passes costs one %globaltimer read whose result it never
         waits for, two %clock reads, a compare and a branch around the store. Returns (result, begin)."""
+        from cutlass import Uint32
         from cutlass.cutlass_dsl import if_generate
 
         bits, label = marker
@@ -301,7 +302,7 @@ class Tracer:
         begin = state.timer(f"{label} {kind}-begin")
         started = state.clock()
         result = orig(*args, **kwargs)
-        blocked = (state.clock() - started) >= POLL_BLOCKED_CYCLES
+        blocked = Uint32(state.clock() - started) >= POLL_BLOCKED_CYCLES  # unsigned: %clock wraps
         if succeeded is not None:
             blocked = succeeded(result) & blocked
 
