@@ -32,3 +32,35 @@ def asm_results(result_types, operands, text: str, constraints: str) -> tuple:
     values = asm(struct, operands, text, constraints)
     return tuple(t(llvm.extractvalue(t.mlir_type, values, ir.DenseI64ArrayAttr.get([i])))
                  for i, t in enumerate(result_types))
+
+
+def kernel_op():
+    """The `cuda.kernel` op being traced (None outside a kernel body)."""
+    from cutlass._mlir import ir
+
+    try:
+        op = ir.InsertionPoint.current.block.owner
+    except ValueError:  # no insertion point: not inside a kernel being traced
+        return None
+    while op is not None:
+        if op.operation.name == "cuda.kernel":
+            return op.operation
+        op = op.operation.parent
+    return None
+
+
+def at_kernel_entry():
+    """Context: emit at the beginning of the traced kernel's entry block (code placed there dominates every
+    use and runs before anything else in the kernel); a null context outside a kernel."""
+    import contextlib
+
+    from cutlass._mlir import ir
+
+    kernel = kernel_op()
+    if kernel is None:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(ir.InsertionPoint.at_block_begin(kernel.regions[0].blocks[0]))
+    stack.enter_context(ir.Location.unknown())
+    return stack
+

@@ -41,6 +41,8 @@ import math
 import os
 import sys
 
+from ikp_cute import inline_ptx
+
 from .catalog import Catalog, Pipeline, assigned_variable, short_name
 from .record import BEGIN, INSTANT, Geometry, KernelState, event_bits
 
@@ -127,21 +129,6 @@ def _creation_variable(frame) -> str | None:
     return variable
 
 
-def _kernel_op():
-    """The `cuda.kernel` op being traced (None outside a kernel body)."""
-    from cutlass._mlir import ir
-
-    try:
-        op = ir.InsertionPoint.current.block.owner
-    except ValueError:  # no insertion point: not inside a kernel being traced
-        return None
-    while op is not None:
-        if op.operation.name == "cuda.kernel":
-            return op.operation
-        op = op.operation.parent
-    return None
-
-
 class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
@@ -164,17 +151,14 @@ class Tracer:
 
     def _state(self) -> KernelState | None:
         """The kernel's state; its prologue is emitted at the kernel's entry on first use."""
-        from cutlass._mlir import ir
-
-        kernel = _kernel_op()
+        kernel = inline_ptx.kernel_op()
         if kernel is None:
             return None
         for known, state in self._kernels:
             if known == kernel:
                 return state
         _require_sm90()
-        entry = kernel.regions[0].blocks[0]
-        with ir.InsertionPoint.at_block_begin(entry), ir.Location.unknown():
+        with inline_ptx.at_kernel_entry():
             state = KernelState.create(self.geometry)
         self._kernels.append((kernel, state))
         return state
@@ -373,7 +357,7 @@ class Tracer:
         tracer = self
 
         def wait(mbar, index, phase, *args, **kwargs):
-            marker = tracer._bits(mbar, "wait", index, BEGIN) if _kernel_op() is not None else None
+            marker = tracer._bits(mbar, "wait", index, BEGIN) if inline_ptx.kernel_op() is not None else None
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
             return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin())
@@ -384,7 +368,7 @@ class Tracer:
         tracer = self
 
         def try_wait(mbar, index, phase, *args, **kwargs):
-            if _kernel_op() is None:
+            if inline_ptx.kernel_op() is None:
                 return orig(mbar, index, phase, *args, **kwargs)
             instant = tracer._bits(mbar, "poll", index, INSTANT)
             if instant is not None:
@@ -417,7 +401,7 @@ class Tracer:
 
         def get_barrier(mbar, index, *args, **kwargs):
             pointer = orig(mbar, index, *args, **kwargs)
-            if tracer._depth == 0 and _kernel_op() is not None:
+            if tracer._depth == 0 and inline_ptx.kernel_op() is not None:
                 tracer._pointers[id(pointer)] = (pointer, mbar, index, tracer._owner(mbar))
             return pointer
 
@@ -430,7 +414,7 @@ class Tracer:
 
         def raw(mbar_ptr, *args, **kwargs):
             known = tracer._pointers.get(id(mbar_ptr))
-            if tracer._depth or known is None or known[0] is not mbar_ptr or _kernel_op() is None:
+            if tracer._depth or known is None or known[0] is not mbar_ptr or inline_ptx.kernel_op() is None:
                 return orig(mbar_ptr, *args, **kwargs)
             _, mbar, index, owned = known
             tracer._depth += 1
@@ -461,7 +445,7 @@ class Tracer:
             outermost = tracer._depth == 0
             tracer._depth += 1
             try:
-                if outermost and _kernel_op() is not None:
+                if outermost and inline_ptx.kernel_op() is not None:
                     marker = tracer._bits(mbar, "arrive", index, INSTANT)
                     if marker is not None:
                         tracer._record(*marker)
@@ -490,7 +474,7 @@ class Tracer:
         tracer = self
 
         def barrier(*args, **kwargs):
-            if _kernel_op() is None or args or not tracer.named_barriers:
+            if inline_ptx.kernel_op() is None or args or not tracer.named_barriers:
                 return orig(*args, **kwargs)
             marker = tracer._barrier_marker(op, kwargs.get("barrier_id"), INSTANT if op == "bar_arrive" else BEGIN)
             if marker is None:
