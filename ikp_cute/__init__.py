@@ -47,7 +47,6 @@ from host_decode.core.lazy import lazy_exports
 from .spec import MODES, EventRegistry, ProfileSpec, ProfileUsageError, disabled
 
 __all__ = [
-    "ClosedLaunch",
     "MODES",
     "EventRegistry",
     "ProfileSpec",
@@ -65,7 +64,6 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "Profiler": ".device:Profiler",
-        "ClosedLaunch": ".device:ClosedLaunch",
         "profile_region": ".device:profile_region",
         "launch_records": ".device:launch_records",
         "Session": ".session:Session",

@@ -171,9 +171,7 @@ class Lane:
 
 
 @cute.jit
-def _identity(spec: cutlass.Constexpr, group, leader, buffer_ok):
-    """(block, group, lane, whether the lane exists, whether this thread claims it): the one place that
-    says which thread a lane belongs to (Lane.create, ClosedLaunch.create)."""
+def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     bx, by, bz = cute.arch.block_idx()
     gx, gy, gz = cute.arch.grid_dim()
     block = Int32(bx + by * gx + bz * gx * gy)
@@ -191,13 +189,6 @@ def _identity(spec: cutlass.Constexpr, group, leader, buffer_ok):
     claims = Boolean(leader)
     if const_expr(buffer_ok is not None):
         claims = claims & buffer_ok
-    return block, group, lane, exists, claims
-
-
-@cute.jit
-def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
-    gx, gy, gz = cute.arch.grid_dim()
-    block, group, lane, exists, claims = _identity(spec, group, leader, buffer_ok)
     owner = claims & exists
     window_buffer = None
     if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
@@ -756,37 +747,6 @@ class Profiler:
         if const_expr(self.spec.window_slots > 0):
             lane = self.recorder.lane
             window.close_launch(self.spec, lane.window_buffer, lane.owner if leader is None else (lane.owner & leader))
-
-
-@dataclasses.dataclass(frozen=True)
-class ClosedLaunch:
-    """A lane's share of the launch count in the copy of a body that runs when the launch does not record
-    (``launch_records`` False), in place of Profiler.create / finalize there: ``create`` arrives on the
-    ring's DONE counter at once and nothing waits for the atomic; ``finalize``, after the body, does the
-    last lane's bookkeeping, by which time the atomic's round trip is long over. It writes nothing else
-    (no anchors: the launch records nothing). Every lane of the spec must create and finalize one, as
-    with Profiler (the ring counts a launch when all its lanes have finalized)."""
-
-    spec: cutlass.Constexpr[ProfileSpec]
-    buffer: cute.Tensor
-    owner: Boolean
-    arrived: Int32
-
-    @staticmethod
-    def create(spec: ProfileSpec, buf=None, group=0, leader=None) -> ClosedLaunch:
-        if not isinstance(spec, ProfileSpec) or not spec.enabled or spec.window_slots == 0:
-            raise ProfileUsageError("ClosedLaunch.create: needs an enabled ProfileSpec with window_slots > 0")
-        if isinstance(group, int) and not 0 <= group < spec.num_groups:
-            raise ProfileUsageError(
-                f"ClosedLaunch.create: group={group} is outside 0..{spec.num_groups - 1} at {_source_site()}"
-            )
-        buffer, buffer_ok = _buffer_tensor(spec, buf)
-        _, _, _, exists, claims = _identity(spec, group, leader, buffer_ok)
-        owner = claims & exists
-        return ClosedLaunch(spec, buffer, owner, window.arrive_launch(spec, buffer, owner))
-
-    def finalize(self) -> None:
-        window.settle_launch(self.spec, self.buffer, self.owner, self.arrived)
 
 
 def launch_records(spec: ProfileSpec, buf=None):

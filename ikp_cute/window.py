@@ -72,27 +72,16 @@ def launch_records(spec: ProfileSpec, buffer):
     return Int32(inline_ptx.asm(Int32.mlir_type, [control], text, "=r,l")) != 0
 
 
-def arrive_launch(spec: ProfileSpec, buffer, owner):
-    """The lane owner's `atom.acq_rel.gpu.add` on DONE; returns the count before it (0xFFFFFFFF for other
-    threads). Nothing waits for the result here: settle_launch uses it, so code placed between the two
-    overlaps the atomic's round trip."""
-    control = Int64(buffer.iterator.toint())
-    text = (
-        "{ .reg .pred p; setp.ne.u32 p, $1, 0; mov.u32 $0, 0xFFFFFFFF;"
-        f" @p atom.acq_rel.gpu.global.add.u32 $0, [$2+{4 * ring.DONE}], 1; }}"
-    )
-    return Int32(inline_ptx.asm(Int32.mlir_type, [Int32(Boolean(owner)), control], text, "=r,r,l"))
-
-
-def settle_launch(spec: ProfileSpec, buffer, owner, arrived):
-    """The launch's last lane (its arrive_launch saw DONE = lanes - 1) closes the launch (module docstring)."""
+def close_launch(spec: ProfileSpec, buffer, owner):
+    """The finalize step of a lane's owner (see the module docstring)."""
     gx, gy, gz = cute.arch.grid_dim()
     lanes = cutlass.min(Int32(gx * gy * gz) * spec.num_groups, Int32(spec.write_stride))
     control = Int64(buffer.iterator.toint())
     text = (
-        "{ .reg .pred p, last, w, r, lost; .reg .u32 e, f, s, t, filled, every, d, n; .reg .u64 a;"
-        " setp.ne.u32 p, $0, 0;"
-        " setp.eq.and.u32 last, $3, $2, p;"
+        "{ .reg .pred p, last, w, r, lost; .reg .u32 old, e, f, s, t, filled, every, d, n; .reg .u64 a;"
+        " setp.ne.u32 p, $0, 0; mov.u32 old, 0;"
+        f" @p atom.acq_rel.gpu.global.add.u32 old, [$1+{4 * ring.DONE}], 1;"
+        " setp.eq.and.u32 last, old, $2, p;"
         " mov.u32 e, 0; mov.u32 f, 0; mov.u32 s, 1; mov.u32 t, 0;"
         " @last ld.relaxed.gpu.global.v4.u32 {e, f, s, t}, [$1];"
         + _rule(spec.window_slots)
@@ -105,9 +94,4 @@ def settle_launch(spec: ProfileSpec, buffer, owner, arrived):
         f" @last st.relaxed.gpu.global.u32 [$1+{4 * ring.DONE}], 0;"
         f" add.u32 e, e, 1; @last st.relaxed.gpu.global.u32 [$1+{4 * ring.EPOCH}], e; }}"
     )
-    inline_ptx.asm(None, [Int32(Boolean(owner)), control, lanes - 1, Int32(arrived)], text, "r,l,r,r")
-
-
-def close_launch(spec: ProfileSpec, buffer, owner):
-    """The finalize step of a lane's owner: arrive, then settle at once (module docstring)."""
-    settle_launch(spec, buffer, owner, arrive_launch(spec, buffer, owner))
+    inline_ptx.asm(None, [Int32(Boolean(owner)), control, lanes - 1], text, "r,l,r")

@@ -52,7 +52,7 @@ from cutlass.base_dsl.utils.mlir_value_tree import (
 )
 from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
 
-from ikp_cute import ClosedLaunch, Profiler, ProfileSpec, launch_records, profile_region
+from ikp_cute import Profiler, ProfileSpec, launch_records, profile_region
 
 GROUPS = ("producer", "consumer_0", "consumer_1")
 
@@ -193,9 +193,9 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def _role(self, group, region: str, body, args, kwargs):
         """One role's body, recorded. With a capture window the body is traced twice, and each launch
         branches once (the same way in every thread: ikp_cute.launch_records) into the recorded copy or
-        into FA4's own code, around which the lane only counts itself for the ring (ikp_cute.ClosedLaunch:
-        the atomic issued before the body, its result used after it), so a closed window costs a load, a
-        branch and an atomic per role, and only that count (two registers) is live across FA4's loops."""
+        into FA4's own code, whose lane only creates its Profiler and finalizes after it (the ring counts
+        a launch when every lane has finalized), so a closed window costs a load and a branch per role,
+        and no profiler state is live across FA4's loops there."""
 
         def recorded():
             self._prof = Profiler.create(self.profile_spec, None, group=group)
@@ -205,11 +205,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             self._prof = None
 
         def plain():
-            count = ClosedLaunch.create(self.profile_spec, None, group=group)  # its atomic overlaps the body
             on, self._on = self._on, set()  # the per-n-block overrides run inside: keep them silent
             body(*args, **kwargs)
             self._on = on
-            count.finalize()
+            Profiler.create(self.profile_spec, None, group=group).finalize()
 
         if not self.profile_spec.window_slots:
             recorded()
