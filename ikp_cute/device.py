@@ -755,25 +755,19 @@ def launch_records(spec: ProfileSpec, buf=None):
     per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
     branch on them folds at trace time). Its use: branch once per role into an uninstrumented copy of the
     body when the window is closed, so a closed launch runs the kernel's own code
-    (examples/fa4_sm90/fa4_instrumented.py); every lane then counts itself with ClosedLaunch (the ring
-    counts a launch when all of its lanes have finalized).
+    (examples/fa4_sm90/fa4_instrumented.py); every lane must still create its Profiler and finalize in
+    that copy (the ring counts a launch when all of its lanes have finalized).
 
-    With a baked address the load is placed at the kernel's entry (it overlaps the kernel's set-up). The
-    value is the same in every thread because the control block changes only after the launch's last
-    lane has finalized; so every thread must have read it before the lane owners of its block finish
-    (arrive): true when a CTA-wide barrier separates the read from the arrive (FA4: the entry read, its
-    set-up `bar.sync 0`, then the roles), and in practice whenever a warp group's collective operations
-    (wgmma, named barriers) come before its owner's arrive."""
+    The value is the same in every thread because the control block changes only once the launch's last
+    lane has finalized; so read it at the start of a role whose lanes finalize at its end, before the
+    role's first collective operation (a warp that has not read it yet then holds back its whole warp
+    group, long before the launch's last lane can finalize)."""
     if not isinstance(spec, ProfileSpec):
         raise TypeError(f"launch_records needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
     if not const_expr(spec.enabled):
         return False
     if const_expr(spec.window_slots == 0):
         return True
-    if buf is None:  # baked address: load at the kernel's entry, overlapping the kernel's own set-up
-        with inline_ptx.at_kernel_entry():
-            buffer, _ = _buffer_tensor(spec, None)
-            return window.launch_records(spec, buffer)
     buffer, _ = _buffer_tensor(spec, buf)
     return window.launch_records(spec, buffer)
 
