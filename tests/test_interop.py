@@ -68,6 +68,32 @@ def test_iket_json_real_launch():
     assert all(v == list(range(TILES)) for v in per_lane.values()) and len(per_lane) == BLOCKS * WARPS
 
 
+def test_iket_pftrace_events_outside_warps_are_counted(tmp_path):
+    """Nothing is dropped silently: an event on a track that is no warp's (other than a grid's kernel
+    slice) is counted in the loss report, and the accounting identity holds."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from host_decode.interop.iket import OUTSIDE_WARPS, read_iket_pftrace
+
+    trace = pb.Trace()
+    trace.ParseFromString(IKET_PFTRACE.read_bytes())
+    grid = next(p.track_descriptor.uuid for p in trace.packet
+                if p.HasField("track_descriptor") and p.track_descriptor.name.startswith("Grid"))
+    before = read_iket_pftrace(IKET_PFTRACE)[0]
+    for k in range(3):  # instants on the grid track: no lane to put them on
+        extra = trace.packet.add()
+        extra.timestamp = 1000 + k
+        extra.track_event.track_uuid = grid
+        extra.track_event.type = extra.track_event.TYPE_INSTANT
+        extra.track_event.name = f"stray {k}"
+    path = tmp_path / "extra.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    after = read_iket_pftrace(path)[0]
+    assert after.loss.malformed_reasons.get(OUTSIDE_WARPS) == 3
+    assert after.loss.totals["malformed"] == before.loss.totals["malformed"] + 3
+    assert after.loss.nonzero_slots == before.loss.nonzero_slots + 3
+    assert after.spans.size == before.spans.size and after.instants.size == before.instants.size
+
+
 def test_iket_pftrace_agrees_with_its_json():
     (j,) = read_foreign(IKET_JSON)
     (p,) = read_foreign(IKET_PFTRACE)
@@ -85,6 +111,23 @@ def test_proton_real_trace():
     depth = dict(zip(names, t.spans["depth"].tolist()))
     assert depth == {"kernel": 0, "load": 1, "math": 1}
     assert t.num_blocks == 4 and t.num_groups == 4 and (t.lanes["sm"] >= 0).all()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), True, "12.5", None])
+def test_proton_bad_times_are_counted_not_fatal(tmp_path, bad):
+    """A ts or dur that is not a finite number (NaN, inf, a bool, a string) is a counted malformed pair of
+    records; the other events still decode (was: NaN raised a bare ValueError)."""
+    doc = json.loads(PROTON.read_text())
+    first = next(i for i, ev in enumerate(doc["traceEvents"]) if ev.get("ph") == "X")
+    (before,) = read_foreign(PROTON)
+    for field in ("ts", "dur"):
+        broken = json.loads(json.dumps(doc))
+        broken["traceEvents"][first][field] = bad
+        path = tmp_path / f"{field}.chrome_trace"
+        path.write_text(json.dumps(broken))
+        (t,) = read_foreign(path)
+        assert t.loss.malformed_reasons.get("event without valid ts/dur") == 2
+        assert t.spans.size == before.spans.size - 1
 
 
 def test_side_by_side_same_launch_ikp_and_iket():

@@ -181,6 +181,7 @@ def _launch_trace(launch: dict, index: int, strings: list, locations: list, path
 # "tile_done(payload=3)", zero-length ranges "load [duration=0]"; one "Warp Life Time" slice per warp.
 DECORATION = re.compile(r"^(?P<name>.*?)(?:\((?:start_)?payload=[^()]*\))?(?: \[duration=\d+\])?$")
 WARP_LIFETIME = "Warp Life Time"
+OUTSIDE_WARPS = "event on a track that is no warp's (not a kernel slice)"
 
 
 def read_iket_pftrace(path: str | Path) -> list[Trace]:
@@ -235,6 +236,7 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
     open_slices: dict[int, list] = {}
     kernels: dict[str, str] = {}
     per_grid: dict[str, dict] = {}
+    outside = 0  # events on tracks that are no warp's, other than each grid's kernel slice: counted, not kept
     order = 0
     for p in trace.packet:
         if not p.HasField("track_event"):
@@ -243,8 +245,11 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
         where = lane_of.get(ev.track_uuid)
         if where is None:
             name = tracks.get(ev.track_uuid, (0, ""))[1]
-            if ev.type == ev.TYPE_SLICE_BEGIN and ev.name.startswith("kernel:") and re.fullmatch(r"Grid\d+", name):
+            on_grid = re.fullmatch(r"Grid\d+", name) is not None
+            if ev.type == ev.TYPE_SLICE_BEGIN and ev.name.startswith("kernel:") and on_grid:
                 kernels[name] = ev.name[len("kernel:"):].split(", gridId:")[0]
+            elif not (ev.type == ev.TYPE_SLICE_END and on_grid):
+                outside += 1
             continue
         grid, cta, warp, sm = where
         g = per_grid.setdefault(grid, {"spans": [], "instants": [], "malformed": {}, "sm": {}, "windows": {}})
@@ -271,6 +276,9 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
             g["malformed"]["slice begin without end"] = g["malformed"].get("slice begin without end", 0) + len(stack)
     if not per_grid:
         raise DecodeError("no IKET warp tracks (Grid > ... > CTA(x, y, z) > WarpNN) in this .pftrace", source=str(path))
+    if outside:  # no lane to put them on: the first grid's loss report carries them
+        first = per_grid[min(per_grid)]["malformed"]
+        first[OUTSIDE_WARPS] = first.get(OUTSIDE_WARPS, 0) + outside
     return [_pftrace_grid(kernels.get(name, name), g, path) for name, g in sorted(per_grid.items())]
 
 

@@ -16,6 +16,7 @@ Proton's default circular buffer overwrites the oldest records when full and cou
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def read_proton_chrome(path: str | Path) -> list[Trace]:
             pid.group("kernel") if pid else str(ev.get("cat", "?")), {"rows": [], "malformed": {}}
         )
         ts, dur = ev.get("ts"), ev.get("dur")
-        if not (pid and tid) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+        if not (pid and tid) or not (_finite(ts) and _finite(dur)) or dur < 0:
             reason = "event without Proton's CTA/warp naming" if not (pid and tid) else "event without valid ts/dur"
             k["malformed"][reason] = k["malformed"].get(reason, 0) + 2
             continue
@@ -102,3 +103,9 @@ def _kernel_trace(kernel: str, k: dict, path, skipped: int) -> Trace:
     }
     return build_trace(tables, Names(events={v: n for n, v in names.items()},
                                      groups={w: f"warp {w}" for w in range(num_groups)}), absolute=False, meta=meta)
+
+
+def _finite(value) -> bool:
+    """A number a time can be made of: int or float, not bool, not NaN or infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
