@@ -130,6 +130,23 @@ def test_proton_bad_times_are_counted_not_fatal(tmp_path, bad):
         assert t.spans.size == before.spans.size - 1
 
 
+def test_proton_cycles_are_labelled_as_cycles():
+    """Proton's times are SM cycles (kept as such): the region table says so instead of "ns"."""
+    import io
+
+    from host_decode.reports.text import make_console, print_summary
+
+    (t,) = read_foreign(PROTON)
+    out = io.StringIO()
+    print_summary(t, make_console(out))
+    text = out.getvalue()
+    assert "p50 cyc" in text and "SM cycles" in text and "p50 ns" not in text
+    (j,) = read_foreign(IKET_JSON)
+    out = io.StringIO()
+    print_summary(j, make_console(out))
+    assert "p50 ns" in out.getvalue()
+
+
 def test_side_by_side_same_launch_ikp_and_iket():
     """ikp and IKET recorded the same launch (twin_kernel.py): the same lanes and occurrences, and each
     region's two durations within two 32 ns timer steps (ikp's records sit outside IKET's for `tile`)."""

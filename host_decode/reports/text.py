@@ -78,12 +78,15 @@ def print_summary(trace: Trace, console=None) -> None:
 
     console = console or make_console()
     rows = summary_rows(region_summary(trace), trace.names)
+    # a foreign trace may keep its own time unit (Proton: SM cycles, interop/proton.py): label it, never "ns"
+    unit, total_unit = ("cyc", "kcyc") if trace.meta.get("time_unit") == "cycles" else ("ns", "us")
     title = (f"regions ({trace.spans.size} spans, {trace.instants.size} instants; "
-             f"{'absolute' if trace.absolute else 'relative'} time)")
+             f"{'absolute' if trace.absolute else 'relative'} time"
+             f"{'; times in SM cycles' if unit == 'cyc' else ''})")
     cells = [[r["group_name"], r["region"], str(r["count"]), f"{r['total_ns'] / 1e3:.1f}", f"{r['mean_ns']:.0f}",
               str(r["min_ns"]), f"{r['p50_ns']:.0f}", f"{r['p90_ns']:.0f}", f"{r['p99_ns']:.0f}", str(r["max_ns"]),
               f"{r['cv']:.2f}"] for r in rows]
-    headers = ["group", "region", "count", "total us", "mean ns", "min ns", "p50 ns", "p90 ns", "p99 ns", "max ns",
-               "cv"]
-    console.print(table(console, title, headers, cells,
-                        secondary=("total us", "min ns", "p90 ns", "cv"), text=("group", "region")))
+    headers = ["group", "region", "count", f"total {total_unit}", f"mean {unit}", f"min {unit}", f"p50 {unit}",
+               f"p90 {unit}", f"p99 {unit}", f"max {unit}", "cv"]
+    secondary = (f"total {total_unit}", f"min {unit}", f"p90 {unit}", "cv")
+    console.print(table(console, title, headers, cells, secondary=secondary, text=("group", "region")))
