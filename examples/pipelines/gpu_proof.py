@@ -129,23 +129,22 @@ def fa4_case(causal: bool, iters: int, b=2, s=4096, h=16):
         sessions[variant], traces[variant] = session, trace
     times = bench(variants, iters)
     RESULTS[f"fa4_{tag}_cost"] = cost_rows(times, "fa4")
-    # Full-size capture at the default level: one launch into a zeroed buffer.
-    for name in ("waits", "waits_timed"):
+    full_captures(f"fa4_{tag}", variants, sessions, traces, pipeline="k")
+
+
+def full_captures(prefix: str, variants: dict, sessions: dict, traces: dict, pipeline: str) -> None:
+    """One full-size launch of the default level, its polls="timed" variant and level signals (per n-block
+    time from the producer's commits too), each into a zeroed buffer, summarized into RESULTS under
+    `prefix` (`prefix_<variant>` but for the default) and removed: too large to bring back."""
+    for name in ("waits", "waits_timed", "signals"):
         if name not in sessions:
             continue
         session, trace = sessions[name], traces[name]
         with session.zeroed_then_synced():
             variants[name]()
-        path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_{name}.npy"))
-        summarize(f"fa4_{tag}" + ("" if name == "waits" else f"_{name}"), path, session, trace, pipeline="k")
-        _remove_capture(path)  # too large to bring back; its summary is in results.json
-    # Full-size signals capture: per n-block time from the producer's commits too.
-    session, trace = sessions["signals"], traces["signals"]
-    with session.zeroed_then_synced():
-        variants["signals"]()
-    path = trace.save(session, os.path.join(OUT, f"fa4_{tag}_full_signals.npy"))
-    summarize(f"fa4_{tag}_signals", path, session, trace, pipeline="k")
-    _remove_capture(path)
+        path = trace.save(session, os.path.join(OUT, f"{prefix}_full_{name}.npy"))
+        summarize(prefix + ("" if name == "waits" else f"_{name}"), path, session, trace, pipeline=pipeline)
+        _remove_capture(path)
 
 
 def _remove_capture(path):
@@ -254,21 +253,7 @@ def quack_case(iters: int, m=8192, n=8192, k=8192):
         sessions[variant], traces[variant] = session, trace
     times = bench(variants, iters)
     RESULTS["quack_cost"] = cost_rows(times, "quack")
-    for name in ("waits", "waits_timed"):
-        if name not in sessions:
-            continue
-        session, trace = sessions[name], traces[name]
-        with session.zeroed_then_synced():
-            variants[name]()
-        path = trace.save(session, os.path.join(OUT, f"quack_full_{name}.npy"))
-        summarize("quack" + ("" if name == "waits" else f"_{name}"), path, session, trace, pipeline="ab")
-        _remove_capture(path)
-    session, trace = sessions["signals"], traces["signals"]
-    with session.zeroed_then_synced():
-        variants["signals"]()
-    path = trace.save(session, os.path.join(OUT, "quack_full_signals.npy"))
-    summarize("quack_signals", path, session, trace, pipeline="ab")
-    _remove_capture(path)
+    full_captures("quack", variants, sessions, traces, pipeline="ab")
     caches.activate(saved)
 
 
