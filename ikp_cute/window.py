@@ -58,18 +58,11 @@ def open_slot(spec: ProfileSpec, buffer, claims):
 
 
 def launch_records(spec: ProfileSpec, buffer):
-    """Boolean: this launch records (in the window, a ring slot free). Every thread loads the control
-    block (the same 16 bytes for the whole launch: one broadcast transaction per warp) and applies the
-    rule, so the value is the same in every thread of the launch (the block only changes after every
-    lane of the launch has finalized): a branch on it never splits a warp group."""
-    control = Int64(buffer.iterator.toint())
-    text = (
-        "{ .reg .pred w, r; .reg .u32 e, f, s, t, filled, every, d;"
-        " ld.global.v4.u32 {e, f, s, t}, [$1];"
-        + _rule(spec.window_slots)
-        + " selp.u32 $0, 1, 0, r; }"
-    )
-    return Int32(inline_ptx.asm(Int32.mlir_type, [control], text, "=r,l")) != 0
+    """Boolean: this launch records (in the window, a ring slot free): open_slot's decision taken by every
+    thread (each loads the control block: the same 16 bytes for the whole launch, one broadcast
+    transaction per warp). The block only changes after every lane of the launch has finalized, so the
+    value is the same in every thread of the launch: a branch on it never splits a warp group."""
+    return open_slot(spec, buffer, True)[1]
 
 
 def close_launch(spec: ProfileSpec, buffer, owner):

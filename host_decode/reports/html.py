@@ -303,7 +303,8 @@ def region_rows(trace: Trace) -> list[dict]:
         for g in np.unique(lanes["group"])
     }
     # the spans of each (group, event) row: one stable sort by a combined key, then slices
-    key = sp["group"].astype(np.int64) * (int(sp["event"].max()) + 1 if sp.size else 1) + sp["event"]
+    ids = int(sp["event"].max()) + 1 if sp.size else 1
+    key = sp["group"].astype(np.int64) * ids + sp["event"]
     if key.size and 0 <= int(key.min()) and int(key.max()) < 1 << 15:
         key = key.astype(np.int16)  # 16-bit keys: numpy's stable sort is a linear-time radix sort
     by_key = np.argsort(key, kind="stable")
@@ -311,7 +312,7 @@ def region_rows(trace: Trace) -> list[dict]:
     del key
     for row, r in zip(rows, summary):
         g, e = int(r["group"]), int(r["event"])
-        k = g * (int(sp["event"].max()) + 1) + e
+        k = g * ids + e
         mask = by_key[np.searchsorted(sorted_key, k, "left"):np.searchsorted(sorted_key, k, "right")]
         counts, edges, geometric = duration_histogram(dur[mask])
         row["hist_counts"] = counts

@@ -75,16 +75,18 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
     if sp.size <= TIMELINE_ALL_SPANS:  # the rest too, by block index, for the page's block picker
         rows += [i for i in range(win.size) if i not in label_of]
     block = sp["block"]
-    if (block[1:] >= block[:-1]).all():  # decoded traces come block by block: no sort needed
-        by_block, sorted_block = np.arange(block.size), block
-    else:
+    by_block = None  # decoded traces come block by block: a block's spans are one slice, no sort needed
+    if not (block[1:] >= block[:-1]).all():
         by_block = np.argsort(block, kind="stable")
-        sorted_block = block[by_block]
-    bounds = np.searchsorted(sorted_block, win["block"], side="left")
-    ends = np.searchsorted(sorted_block, win["block"], side="right")
+        block = block[by_block]
+    bounds = np.searchsorted(block, win["block"], side="left")
+    ends = np.searchsorted(block, win["block"], side="right")
     out_blocks = []
     for i in rows:
-        mine = np.sort(by_block[bounds[i]:ends[i]])
+        if by_block is None:
+            mine = np.arange(bounds[i], ends[i])
+        else:
+            mine = np.sort(by_block[bounds[i]:ends[i]])
         left_out = max(0, mine.size - TIMELINE_MAX_SPANS)
         if left_out:
             longest = np.argsort(-(sp["end_ns"][mine] - sp["start_ns"][mine]), kind="stable")[:TIMELINE_MAX_SPANS]

@@ -158,14 +158,16 @@ class KernelState:
         inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
 
     def timer(self, label: str = ""):
-        """%globaltimer (low 32 bits) as an SSA value. Read as 64 bits and truncated outside the PTX block:
-        ptxas then reads it with one CS2R.32, where a 32-bit read in the block costs S2UR + NOP."""
+        """%globaltimer (low 32 bits) as an SSA value, read as 64 bits and truncated outside the PTX block
+        (as ikp_cute.device does). ptxas still picks the instruction by where the value goes: a value only
+        used in uniform arithmetic (FA4's waits) is read with S2UR + NOP, one that goes into a record's
+        register pair with CS2R.32."""
         asm = f"mov.u64 $0, %globaltimer; /* ikp {label} */"
         return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], asm, "=l")))
 
     def clock(self):
-        """%clock64 (SM cycles, truncated; one CS2R): cheap enough to test whether a call blocked on the path
-        of a call that passes."""
+        """%clock64 (SM cycles, truncated): a fixed-latency counter, cheap enough to test whether a call
+        blocked on the path of a call that passes (the read after the call is one CS2R in FA4)."""
         return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %clock64;", "=l")))
 
     def reserve_region(self, bits, begin=None, label: str = ""):
