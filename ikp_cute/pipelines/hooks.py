@@ -492,13 +492,10 @@ class Tracer:
         tracer = self
 
         def launch(launcher, *args, **kwargs):
-            cluster = kwargs.get("cluster")
-            shape = None
-            if cluster is not None:
-                values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
-                if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values) and values:
-                    shape = (values + [1, 1])[:3]
-            tracer.cluster = shape if cluster is not None else [1, 1, 1]
+            cluster = kwargs.get("cluster") or (1, 1, 1)  # no cluster (or None): one CTA
+            values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
+            static = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+            tracer.cluster = (values + [1, 1])[:3] if static else None
             return orig(launcher, *args, **kwargs)
 
         return launch
