@@ -492,7 +492,8 @@ class Tracer:
         tracer = self
 
         def launch(launcher, *args, **kwargs):
-            cluster = kwargs.get("cluster") or (1, 1, 1)  # no cluster (or None): one CTA
+            cluster = kwargs.get("cluster")
+            cluster = (1, 1, 1) if cluster is None else cluster  # no cluster: one CTA
             values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
             static = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
             tracer.cluster = (values + [1, 1])[:3] if static else None
