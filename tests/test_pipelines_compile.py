@@ -194,18 +194,22 @@ def test_bad_arguments_are_refused():
         trace_pipelines(_spec(33, 1), address=BAKED)
     with pytest.raises(ValueError, match="polls"):
         trace_pipelines(_spec(8, 1), address=BAKED, polls=True)
+    for bad in (0, -64, 64.0, True, "256", 2**31):
+        with pytest.raises(ValueError, match="blocked_ns"):
+            trace_pipelines(_spec(8, 1), address=BAKED, blocked_ns=bad)
+    assert trace_pipelines(_spec(8, 1), address=BAKED, blocked_ns=64).metadata()["pipeline_options"]["blocked_ns"] == 64
 
 
 def test_poll_modes_differ_only_in_what_a_poll_records(small_kernel_ptx_by_polls):
-    """polls="begin" reads one timer per poll and stores nothing there; "timed" adds the clock test and a
-    region store after the poll; "off" leaves polls untouched."""
+    """polls="begin" reads one timer per poll and stores nothing there; "timed" adds an end-time read, the
+    blocked test and a region store after the poll; "off" leaves polls untouched."""
     found = {mode: markers(ptx) for mode, ptx in small_kernel_ptx_by_polls.items()}
     kinds = {mode: {kind for (_, _, kind) in f} for mode, f in found.items()}
     assert "gate" in kinds["begin"] and "poll-end" not in kinds["begin"]
     assert "poll-end" in kinds["timed"] and "gate" not in kinds["timed"]
     assert "gate" not in kinds["off"] and "poll-end" not in kinds["off"]
-    clocks = {mode: ptx.count("%clock64") for mode, ptx in small_kernel_ptx_by_polls.items()}
-    assert clocks["begin"] < clocks["timed"]  # a "begin" poll reads no clock
+    timers = {mode: ptx.count("%globaltimer") for mode, ptx in small_kernel_ptx_by_polls.items()}
+    assert timers["begin"] < timers["timed"]  # a "begin" poll reads no end time
 
 
 # --- FA4 and quack (torch + their packages) ---------------------------------------------------------------
@@ -360,3 +364,41 @@ def test_kernels_before_sm90_are_refused_at_trace_time(monkeypatch):
         hooks._require_sm90()
     monkeypatch.setattr(dsl, "get_arch_enum", lambda: Arch.sm_90a)
     hooks._require_sm90()
+
+
+def _turns_ptx(level: str) -> str:
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    with trace_pipelines(_spec(8, 4), level=level, address=BAKED):
+        return cute.compile(pk.launch_turns, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                            options="--keep-ptx").__ptx__
+
+
+def _positions(ptx: str, pattern: str) -> list[int]:
+    return [m.start() for m in re.finditer(pattern, ptx)]
+
+
+def test_a_blocked_only_check_goes_after_the_next_signal():
+    """Level waits: right after the named-barrier wait only its end time is read; the compare and the store
+    branch come after the group's next signal (the barrier arrive that hands the turn on), so neither the
+    work after the wait nor the arrive waits for them."""
+    ptx = _turns_ptx("waits")
+    (end_time,) = _positions(ptx, r"/\* ikp bar_sync\[\?\]@\S+ call-end-time \*/")
+    (store,) = _positions(ptx, r"/\* ikp bar_sync\[\?\]@\S+ call-end \*/")
+    arrives = _positions(ptx, r"bar(rier)?\.(cta\.)?arrive")
+    assert len(arrives) == 2  # the first turn's (before the wait) and the hand-over
+    assert end_time < arrives[1] < store
+    assert "%clock" not in ptx  # blocked = %globaltimer advanced >= blocked_ns across the call
+
+
+def test_a_check_stays_ahead_of_later_records():
+    """Level signals: the hand-over arrive records an instant, so the check (which may store the wait's
+    region) stays ahead of it: a lane's records remain in program order, which is time order."""
+    ptx = _turns_ptx("signals")
+    (store,) = _positions(ptx, r"/\* ikp bar_sync\[\?\]@\S+ call-end \*/")
+    instants = _positions(ptx, r"/\* ikp bar_arrive\[[^]]*\]@\S+ \*/")
+    assert len(instants) == 2 and instants[0] < store < instants[1]

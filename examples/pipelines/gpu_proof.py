@@ -43,6 +43,7 @@ SLEEP_CYCLES = 400_000  # ~0.2 ms at 1.98 GHz: the host runs ahead, launches que
 VARIANTS = [
     ("waits", "waits", {}),
     ("waits_timed", "waits", {"polls": "timed"}),
+    ("waits_64ns", "waits", {"blocked_ns": 64}),
     ("waits_passing", "waits", {"passing_waits": True}),
     ("consumer_wait", "waits", {"ops": {"wait"}}),
     ("bar_sync", "waits", {"ops": {"bar_sync"}}),

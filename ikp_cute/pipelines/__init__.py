@@ -10,8 +10,9 @@
 Under the context, every kernel *traced* (compiled) records, for each pipeline built on cutlass.pipeline's
 MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses): regions ``acquire_<P>[s]``
 (producer waiting for a free stage), ``wait_<P>[s]`` (consumer waiting for data) and ``bar_sync[i]`` (named-
-barrier waits), each when it blocked (>= 128 SM cycles, or after a failed poll; a wait that a successful
-``try_wait`` poll skipped is not a wait and records nothing); at level "signals" also instants
+barrier waits), each when it blocked (lasted >= ``blocked_ns``, 256 ns by default, or followed a failed
+poll; a wait that a successful ``try_wait`` poll skipped is not a wait and records nothing); at level
+"signals" also instants
 ``commit_<P>[s]`` (producer arrive / arrive-expect-tx = TMA issue), ``release_<P>[s]`` (consumer arrive) and
 ``bar_arrive[i]``; at level "all" also ``poll_<P>[s]`` (every try_wait), ``bar_sync[0]`` for
 ``sync_threads`` and the waits that passed without blocking. Lanes are (block, warp) (see record.py for who
@@ -36,6 +37,7 @@ from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
 __all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
 
 POLL_MODES = ("begin", "timed", "off")
+DEFAULT_BLOCKED_NS = 256  # FA4 at 64 ns: +2.6% / +3.0%; at 256 ns: +1.2% / +2.2% (docs/pipelines.md)
 
 
 def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
@@ -63,9 +65,13 @@ class PipelineTrace(contextlib.ContextDecorator):
     polls:   "begin" (default at levels "waits" and "signals"): a try_wait poll reads the time only; when it
              fails, the wait it gates begins there. A wait that a poll's hardware suspension absorbs
              (the poll succeeds after blocking) is not seen. "timed" (default at level "all"): also
-             time every poll and record it as a wait/acquire region when it blocked (>= 128 SM cycles,
-             ~64 ns) before succeeding; costs FA4 ~2 points more (docs/pipelines.md). "off": polls
-             untouched (a wait after a failed poll begins at the wait).
+             time every poll and record it as a wait/acquire region when it blocked (>= blocked_ns) before
+             succeeding; costs FA4 more (docs/pipelines.md). "off": polls untouched (a wait after a failed
+             poll begins at the wait).
+    blocked_ns: a wait, acquire or named-barrier wait (and a timed poll) is stored when `%globaltimer`
+             advanced at least this much across it (default 256 ns = 8 of its 32 ns steps on H100/H200;
+             64 also catches the short turn-taking waits of a ping-pong schedule, at a cost:
+             docs/pipelines.md). Not used for calls that `passing_waits` records anyway.
     passing_waits: record waits, acquires and named-barrier waits that did not block too (default: only
              at level "all"; each one recorded lengthens the code around the call, docs/pipelines.md).
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
@@ -73,7 +79,8 @@ class PipelineTrace(contextlib.ContextDecorator):
     """
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: str | None = None,
-                 named_barriers: bool = True, passing_waits: bool | None = None, ops=None):
+                 named_barriers: bool = True, passing_waits: bool | None = None, ops=None,
+                 blocked_ns: int = DEFAULT_BLOCKED_NS):
         spec = getattr(target, "spec", target)
         if address is None:
             buffer = getattr(target, "buffer", None)
@@ -94,8 +101,10 @@ class PipelineTrace(contextlib.ContextDecorator):
             polls = "timed" if self.level == "all" else "begin"
         if polls not in POLL_MODES:
             raise ValueError(f"trace_pipelines: polls={polls!r}; expected one of {POLL_MODES}")
+        if isinstance(blocked_ns, bool) or not isinstance(blocked_ns, int) or not 1 <= blocked_ns < 2**31:
+            raise ValueError(f"trace_pipelines: blocked_ns={blocked_ns!r}; expected an int of ns in [1, 2**31)")
         self.options = {"polls": polls, "named_barriers": bool(named_barriers),
-                        "passing_waits": bool(passing_waits)}
+                        "passing_waits": bool(passing_waits), "blocked_ns": blocked_ns}
         self.ops = None if ops is None else sorted(ops)
         self._tracer = None
 

@@ -47,7 +47,6 @@ from .catalog import Catalog, Pipeline, assigned_variable, short_name
 from .record import BEGIN, INSTANT, Geometry, KernelState, event_bits
 
 _TAG = "_ikp_pipeline_tag"
-POLL_BLOCKED_CYCLES = 128  # a try_wait that took >= 128 SM cycles (~64 ns, two 32 ns timer steps, at 2 GHz) blocked
 _SKIP_FUNCTIONS = {"create", "_make_sync_object", "__init__", "__post_init__", "wrapper", "_override_create"}
 
 
@@ -133,16 +132,18 @@ class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
     def __init__(self, catalog: Catalog, geometry: Geometry, polls: str = "begin", named_barriers: bool = True,
-                 passing_waits: bool = False):
+                 passing_waits: bool = False, blocked_ns: int = 256):
         self.catalog = catalog
         self.geometry = geometry
         self.polls = polls
         self.named_barriers = named_barriers
         self.passing_waits = passing_waits
+        self.blocked_ns = blocked_ns
         self._kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
         self._saved: list[tuple[object, str, object]] = []
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
+        self._checks: list[tuple[object, list]] = []  # blocked-only checks a later signal may still move
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
         self.cluster: list[int] | None = None  # the cluster shape of the kernel being launched (launch hook)
         self._dirs = _library_dirs()
@@ -166,6 +167,7 @@ class Tracer:
     def _record(self, bits, label: str) -> None:
         state = self._state()
         if state is not None:
+            self._move_checks(before_record=True)
             state.record(bits, label)
 
     # --- which pipeline, which op -------------------------------------------------------------------------
@@ -261,6 +263,7 @@ class Tracer:
         state = self._state()
         if state is None:
             return orig(*args, **kwargs)
+        self._move_checks(before_record=True)
         token = state.reserve_region(bits, begin, f"{label} begin")
         result = orig(*args, **kwargs)
         state.finish_region(token, label=f"{label} end")
@@ -268,34 +271,91 @@ class Tracer:
 
     def _wait_region(self, marker, orig, args, kwargs, begin=None):
         """A blocking call (wait, acquire, named barrier): a region when it blocked, i.e. a failed poll
-        led to it (`begin`: that poll's begin time) or it took >= POLL_BLOCKED_CYCLES; every call when
+        led to it (`begin`: that poll's begin time) or it took >= blocked_ns; every call when
         `passing_waits` (level "all")."""
         if begin is not None or self.passing_waits or self._state() is None:
             return self._region(marker, orig, args, kwargs, begin)
         return self._when_blocked(marker, orig, args, kwargs)[0]
 
     def _when_blocked(self, marker, orig, args, kwargs, succeeded=None, kind: str = "call"):
-        """`orig(*args, **kwargs)` stored as a region only when it took >= POLL_BLOCKED_CYCLES (and, for a
-        poll, `succeeded(result)`): a call that passes costs one %globaltimer read whose result it never
-        waits for, two %clock reads, a compare and a branch around the store. Returns (result, begin)."""
+        """`orig(*args, **kwargs)` stored as a region only when it took >= blocked_ns (and, for a poll,
+        `succeeded(result)`). On the call's path: a %globaltimer read before it and one after, nothing
+        that waits for either; the compare and the store branch (the check) follow the call, from where
+        the next signal of the same block takes them past itself (_move_checks). Returns (result, begin)."""
         from cutlass import Uint32
         from cutlass.cutlass_dsl import if_generate
 
         bits, label = marker
         state = self._state()
         begin = state.timer(f"{label} {kind}-begin")
-        started = state.clock()
         result = orig(*args, **kwargs)
-        blocked = Uint32(state.clock() - started) >= POLL_BLOCKED_CYCLES  # unsigned: %clock wraps
-        if succeeded is not None:
-            blocked = succeeded(result) & blocked
+        end = state.timer(f"{label} {kind}-end-time")
 
-        def store():
-            end = state.timer()
-            state.finish_region(state.reserve_region(bits, begin), end, f"{label} {kind}-end")
+        def check():
+            blocked = Uint32(end - begin) >= self.blocked_ns  # unsigned: the 32-bit timer wraps
+            if succeeded is not None:
+                blocked = succeeded(result) & blocked
+            if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end,
+                                                             f"{label} {kind}-end"))
 
-        if_generate(blocked, store)
+        self._emit_check(check)
         return result, begin
+
+    # --- where a blocked-only check goes -------------------------------------------------------------------
+    # Right after its call the check is correct but costly: its compare waits for the end-time read, and the
+    # branch holds back the code that follows, which in a ping-pong kernel is the critical path (FA4's
+    # warp-scheduler barrier: the check delayed the next GEMM issue and the barrier arrive that releases
+    # the other warp group). Nothing needs it there: it only decides whether to store two records. So the
+    # next signal (arrive, release, named-barrier arrive) made in the same block takes the check past
+    # itself. Records of a lane stay in program order, which is time order: any record made before that
+    # signal first moves the pending checks ahead of itself (in the same block, or just before the
+    # construct of that block the record sits in).
+
+    def _emit_check(self, check) -> None:
+        from cutlass._mlir import ir
+
+        point = ir.InsertionPoint.current
+        block = point.block
+        if point.ref_operation is not None:  # not appending: the check stays where it is
+            check()
+            return
+        first = len(block.operations)
+        check()
+        self._checks.append((block, [block.operations[i] for i in range(first, len(block.operations))]))
+
+    def _move_checks(self, before_record: bool) -> None:
+        """Move the pending checks to the insertion point when it is in their block (after a signal, or
+        before a record); before a record made in a construct nested in their block, to just before that
+        construct; after a signal made in such a construct, to just after it (still pending: a later signal
+        of their block may take them further). Checks of a block no longer built stay where they are."""
+        if not self._checks:
+            return
+        from cutlass._mlir import ir
+
+        point = ir.InsertionPoint.current
+        here = point.block
+        pending = []
+        for block, ops in self._checks:
+            if block == here:
+                for op in ops:
+                    if point.ref_operation is not None:
+                        op.move_before(point.ref_operation)
+                    else:
+                        op.move_after(here.operations[len(here.operations) - 1])
+                continue
+            construct = _construct_in(block, here)
+            if construct is None:
+                continue
+            if before_record:
+                for op in ops:
+                    op.move_before(construct)
+                continue
+            previous = construct  # a signal inside a construct (an elected thread's arrive): after it
+            for op in ops:
+                op.move_after(previous)
+                previous = op
+            pending.append((block, ops))
+        self._checks = pending
 
     def _poll(self, mbar, marker, orig, args, kwargs):
         """A try_wait. polls="begin": only its begin time is read, left for the wait it gates when it fails
@@ -423,7 +483,9 @@ class Tracer:
                     marker = tracer._bits(mbar, "arrive", index, INSTANT, owned)
                     if marker is not None:
                         tracer._record(*marker)
-                    return orig(mbar_ptr, *args, **kwargs)
+                    result = orig(mbar_ptr, *args, **kwargs)
+                    tracer._move_checks(before_record=False)
+                    return result
                 if kind == "poll":
                     region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls != "off" else None
                     if region is None:
@@ -445,11 +507,15 @@ class Tracer:
             outermost = tracer._depth == 0
             tracer._depth += 1
             try:
-                if outermost and inline_ptx.kernel_op() is not None:
+                traced = outermost and inline_ptx.kernel_op() is not None
+                if traced:
                     marker = tracer._bits(mbar, "arrive", index, INSTANT)
                     if marker is not None:
                         tracer._record(*marker)
-                return orig(mbar, index, *args, **kwargs)
+                result = orig(mbar, index, *args, **kwargs)
+                if traced:
+                    tracer._move_checks(before_record=False)
+                return result
             finally:
                 tracer._depth -= 1
 
@@ -477,10 +543,13 @@ class Tracer:
             if inline_ptx.kernel_op() is None or args or not tracer.named_barriers:
                 return orig(*args, **kwargs)
             marker = tracer._barrier_marker(op, kwargs.get("barrier_id"), INSTANT if op == "bar_arrive" else BEGIN)
-            if marker is None:
-                return orig(*args, **kwargs)
             if op == "bar_arrive":
-                tracer._record(*marker)
+                if marker is not None:
+                    tracer._record(*marker)
+                result = orig(*args, **kwargs)
+                tracer._move_checks(before_record=False)
+                return result
+            if marker is None:
                 return orig(*args, **kwargs)
             return tracer._wait_region(marker, orig, args, kwargs)
 
@@ -534,6 +603,16 @@ class Tracer:
         while self._saved:
             owner, attr, value = self._saved.pop()
             setattr(owner, attr, value)
+
+
+def _construct_in(block, inner):
+    """The operation of `block` that (transitively) holds `inner`, None when `inner` is not nested in it."""
+    op = inner.owner
+    while op is not None:
+        if op.operation.block == block:
+            return op.operation
+        op = op.operation.parent
+    return None
 
 
 def _require_sm90() -> None:

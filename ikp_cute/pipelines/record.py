@@ -165,11 +165,6 @@ class KernelState:
         asm = f"mov.u64 $0, %globaltimer; /* ikp {label} */"
         return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], asm, "=l")))
 
-    def clock(self):
-        """%clock64 (SM cycles, truncated): a fixed-latency counter, cheap enough to test whether a call
-        blocked on the path of a call that passes (the read after the call is one CS2R in FA4)."""
-        return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %clock64;", "=l")))
-
     def reserve_region(self, bits, begin=None, label: str = ""):
         """Before a blocking call: read the begin time (or take `begin`), the warp's state, and reserve the
         lane's next two slots (room -= 2 in shared memory, the DROPPED count rewritten when they do not

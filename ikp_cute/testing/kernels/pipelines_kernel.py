@@ -73,3 +73,21 @@ def kernel(out: cute.Tensor, n_iters: Int32):
 @cute.jit
 def launch(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
     kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@cute.kernel
+def turns_kernel(out: cute.Tensor, n_iters: Int32):
+    """Two warp groups take turns as FA4's do (its warp-scheduler barriers): wait for my turn on my
+    barrier, work, hand the turn to the other group on its barrier (one arrive per barrier use)."""
+    tid, _, _ = cute.arch.thread_idx()
+    group = tid // 128
+    if group == 1:
+        cute.arch.barrier_arrive(barrier_id=1, number_of_threads=THREADS)  # group 0 goes first
+    cute.arch.barrier(barrier_id=1 + group, number_of_threads=THREADS)
+    out[group] = n_iters + group
+    cute.arch.barrier_arrive(barrier_id=2 + group, number_of_threads=THREADS - 128 * group)
+
+
+@cute.jit
+def launch_turns(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    turns_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
