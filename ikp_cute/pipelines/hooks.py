@@ -323,6 +323,20 @@ class Tracer:
         check()
         self._checks.append((block, [block.operations[i] for i in range(first, len(block.operations))]))
 
+    @staticmethod
+    def _movable(block, ops) -> bool:
+        """Nothing outside the check uses a value it defines (a DSL that reused one of the check's
+        constants later in the block would otherwise see it moved past that use)."""
+        for op in ops:
+            for result in op.operation.results:
+                for use in result.uses:
+                    user = use.owner.operation
+                    while user is not None and not user.block == block:
+                        user = user.parent
+                    if user is None or not any(user == other.operation for other in ops):
+                        return False
+        return True
+
     def _move_checks(self, before_record: bool) -> None:
         """Move the pending checks to the insertion point when it is in their block (after a signal, or
         before a record); before a record made in a construct nested in their block, to just before that
@@ -336,6 +350,8 @@ class Tracer:
         here = point.block
         pending = []
         for block, ops in self._checks:
+            if not self._movable(block, ops):
+                continue
             if block == here:
                 for op in ops:
                     if point.ref_operation is not None:
