@@ -144,8 +144,6 @@ class Lane:
     leader:   this thread writes the lane (exactly one thread per lane with the default leader).
     stray:    this thread claims a lane that does not exist (dynamic group out of range, block past
               write_stride); it never writes, and finalize() counts its records in the stray word.
-    owner:    this thread owns an existing lane, whether or not this launch records (capture windows:
-              it finalizes the lane's part of the launch, ikp_cute/window.py).
     """
 
     leader: Boolean
@@ -157,7 +155,6 @@ class Lane:
     group: Int32
     block: Int32
     spec: cutlass.Constexpr[ProfileSpec]
-    owner: Boolean = None
     window_buffer: cute.Tensor = None  # the whole ring buffer (control block first) with capture windows
 
     @staticmethod
@@ -189,11 +186,11 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     claims = Boolean(leader)
     if const_expr(buffer_ok is not None):
         claims = claims & buffer_ok
-    owner = claims & exists
+    owner = claims & exists  # writes the lane if this launch records; counts it in the launch either way
     window_buffer = None
     if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
         window_buffer = buffer
-        buffer, recording = window.open_slot(spec, buffer, claims)
+        buffer, recording = window.open_slot(spec, buffer, claims, owner, lane)
         claims = claims & recording
     leader = claims & exists
     stray = claims & (~exists)
@@ -211,7 +208,7 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     if leader:
         records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
         records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
-    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, owner, window_buffer)
+    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, window_buffer)
 
 
 @cute.jit
@@ -746,7 +743,8 @@ class Profiler:
         self.recorder.finalize(leader)
         if const_expr(self.spec.window_slots > 0):
             lane = self.recorder.lane
-            window.close_launch(self.spec, lane.window_buffer, lane.owner if leader is None else (lane.owner & leader))
+            writer = lane.leader if leader is None else (lane.leader & leader)  # its lane's writer, recording
+            window.close_launch(self.spec, lane.window_buffer, writer)
 
 
 def launch_records(spec: ProfileSpec, buf=None):
@@ -755,13 +753,15 @@ def launch_records(spec: ProfileSpec, buf=None):
     per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
     branch on them folds at trace time). Its use: branch once per role into an uninstrumented copy of the
     body when the window is closed, so a closed launch runs the kernel's own code
-    (examples/fa4_sm90/fa4_instrumented.py); every lane must still create its Profiler and finalize in
-    that copy (the ring counts a launch when all of its lanes have finalized).
+    (examples/fa4_sm90/fa4_instrumented.py); every lane must still create its Profiler in that copy
+    (the create counts the lane in the launch count; best before the body, and finalizing it there is
+    free: nothing is held across the kernel's loops).
 
-    The value is the same in every thread because the control block changes only once the launch's last
-    lane has finalized; so read it at the start of a role whose lanes finalize at its end, before the
-    role's first collective operation (a warp that has not read it yet then holds back its whole warp
-    group, long before the launch's last lane can finalize)."""
+    The value is the same in every thread: the lanes' shares of the launch count never move the launch
+    index within a launch, and the slot count changes only when the last lane of a recording launch
+    finalizes; so read it at the start of a role whose lanes finalize at its end, before the role's
+    first collective operation (a warp that has not read it yet then holds back its whole warp group,
+    long before the launch's last lane can finalize)."""
     if not isinstance(spec, ProfileSpec):
         raise TypeError(f"launch_records needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
     if not const_expr(spec.enabled):

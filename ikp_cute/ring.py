@@ -5,20 +5,22 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
 ``spec.total_slots`` int64 words, layout unchanged)::
 
     int64 words [0, CONTROL_WORDS64(R))   control block, int32 words:
-        [EPOCH]        launches seen so far (the launch index of the running launch), advanced on the
-                       device by the last lane to finalize
+        [TICKS, +1]    64-bit launch counter (device): every launch adds exactly 2**24, split over its
+                       lanes (ikp_cute/window.py); the launch index is TICKS >> 24
         [FILLED_EVERY] filled (slots used, low 16 bits; device) | every (high 16 bits; host)
         [START]        first launch of the window (host)
         [STOP]         first launch past the window (host; 0xFFFFFFFF = open-ended)
-        [DONE]         lanes that finalized in the running launch (device, reset by the last one)
-        [LOST]         launches in the window that found the ring full (device): NOT recorded, counted
+        [DONE]         lanes of the running launch that finalized, in a launch that records (device,
+                       reset by the last one)
+        [LOST, +1]     64-bit: 2**24 per launch in the window that found the ring full (device): NOT
+                       recorded, counted
         [8 + s]        launch index recorded in slot s (device)
     then R slots of spec.total_slots words; slot s holds the s-th recorded launch.
 
-The rule, evaluated on the device once per lane (one predicated 16-byte load of the first four words,
+The rule, evaluated on the device once per lane (one predicated load of the first five words,
 :func:`decide` is its reference)::
 
-    in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0
+    in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0     (EPOCH = TICKS >> 24)
     recording = in_window and filled < R        (slot = filled)
 
 Invariants a change could break, and the tests that guard them:
@@ -40,9 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-EPOCH, FILLED_EVERY, START, STOP, DONE, LOST = 0, 1, 2, 3, 4, 5
+TICKS, FILLED_EVERY, START, STOP, DONE, LOST = 0, 2, 3, 4, 5, 6  # int32 words; TICKS and LOST are 64-bit
 SLOT_EPOCHS = 8  # int32 word of slot 0's launch index
 HEADER_WORDS32 = 8
+TICK_BITS = 24  # a launch adds 2**24 ticks: at least 16 per lane (lanes <= 2**20, the v1 limit)
+LAUNCH_TICKS = 1 << TICK_BITS
 MAX_SLOTS = 0xFFFF  # filled and every share one int32 word (16 bits each)
 MAX_EVERY = 0x7FFF  # stays positive in the int32 word
 OPEN_ENDED = 0xFFFFFFFF
@@ -61,29 +65,53 @@ def check_slots(slots: int) -> None:
         raise ValueError(f"window_slots={slots!r}: expected an int in 0..{MAX_SLOTS} (0 = no window)")
 
 
+def _u64(control: np.ndarray, word: int) -> int:
+    c = np.asarray(control).astype(np.int64) % U32
+    return int(c[word]) | int(c[word + 1]) << 32
+
+
+def launch_index(control: np.ndarray) -> int:
+    """The running launch's index (launches counted so far): TICKS >> 24, as the device reads it (u32)."""
+    return (_u64(control, TICKS) >> TICK_BITS) % U32
+
+
+def lane_share(lane: int, lanes: int) -> int:
+    """Ticks lane `lane` of `lanes` adds to the launch count: the shares of a launch sum to 2**24."""
+    quotient, remainder = divmod(LAUNCH_TICKS, lanes)
+    return quotient + (1 if lane < remainder else 0)
+
+
 def decide(control: np.ndarray, slots: int) -> tuple[bool, bool, int]:
     """(in_window, recording, slot) of the launch about to run, from the control block's int32 words:
     the reference of the device rule (ikp_cute/window.py)."""
     c = np.asarray(control).astype(np.int64) % U32
-    epoch, filled_every, start, stop = (int(c[i]) for i in (EPOCH, FILLED_EVERY, START, STOP))
+    epoch = launch_index(control)
+    filled_every, start, stop = (int(c[i]) for i in (FILLED_EVERY, START, STOP))
     filled, every = filled_every & 0xFFFF, max(filled_every >> 16, 1)
     in_window = start <= epoch < stop and ((epoch - start) % U32) % every == 0
     recording = in_window and filled < slots
     return in_window, recording, filled if recording else 0
 
 
-def close_launch(control: np.ndarray, slots: int) -> None:
-    """What the device's last finalizing lane does to the control block (reference, in place): record the
-    slot's launch index, advance filled or LOST, advance EPOCH."""
+def run_launch(control: np.ndarray, slots: int, lanes: int = 3) -> None:
+    """What one launch's `lanes` lanes do to the control block (reference, in place, lane by lane): every
+    lane adds its share to TICKS at create (and to LOST when the launch is in the window but the ring is
+    full); in a launch that records, the last lane to finalize writes the slot's launch index (that of
+    TICKS - 1: every share is in by then) and advances filled."""
     in_window, recording, slot = decide(control, slots)
-    epoch = int(control[EPOCH]) % U32
+    for lane in range(lanes):
+        share = lane_share(lane, lanes)
+        if in_window and not recording:
+            _add64(control, LOST, share)
+        _add64(control, TICKS, share)
     if recording:
-        control[SLOT_EPOCHS + slot] = _i32(epoch)
+        control[SLOT_EPOCHS + slot] = _i32(((_u64(control, TICKS) - 1) >> TICK_BITS) % U32)
         control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
-    elif in_window:
-        control[LOST] = _i32(int(control[LOST]) % U32 + 1)
-    control[DONE] = 0
-    control[EPOCH] = _i32(epoch + 1)
+
+
+def _add64(control: np.ndarray, word: int, value: int) -> None:
+    total = (_u64(control, word) + value) % (1 << 64)
+    control[word], control[word + 1] = _i32(total), _i32(total >> 32)
 
 
 def _i32(value: int) -> int:
@@ -102,6 +130,7 @@ class Ring:
         self.control_words64 = control_words64(self.slots)
         self.slot_words = spec.total_slots
         self.control = session.buffer[: self.control_words64].view(_torch().int32)
+        self.counters = session.buffer[: self.control_words64]  # int64: [TICKS // 2], [LOST // 2]
         self.ring = session.buffer[self.control_words64 :].view(self.slots, self.slot_words)
 
     # --- window control (stream-ordered device writes) ------------------------------------------------
@@ -119,7 +148,7 @@ class Ring:
         if start + span >= 1 << 31:
             raise ValueError(f"window: launch {start + span} is past the launch counter's range")
         if relative:
-            self.control[START].copy_(self.control[EPOCH] + start)
+            self.control[START].copy_(self._launch_index() + start)
             self.control[STOP].copy_(self.control[START] + span)
             self._set_every(every, _torch())
         else:
@@ -132,7 +161,7 @@ class Ring:
     def open(self) -> None:
         """Every launch from the next one on records (until the ring is full)."""
         torch = _torch()
-        self.control[START].copy_(self.control[EPOCH])
+        self.control[START].copy_(self._launch_index())
         self.control[STOP].fill_(_i32(OPEN_ENDED))
         self._set_every(1, torch)
 
@@ -143,7 +172,11 @@ class Ring:
         try:
             yield self
         finally:
-            self.control[STOP].copy_(self.control[EPOCH])
+            self.control[STOP].copy_(self._launch_index())
+
+    def _launch_index(self):
+        """The next launch's index as a device tensor (int32, TICKS >> 24), without a host read."""
+        return (self.counters[TICKS // 2] >> TICK_BITS).to(_torch().int32)
 
     def _set(self, start: int, stop: int, every: int) -> None:
         self.control[START].fill_(_i32(start))
@@ -166,21 +199,24 @@ class Ring:
         self.ring[:, 0] = wire.pack_header(self.session.spec.num_blocks, self.session.spec.num_groups)
         self.control[FILLED_EVERY].copy_(torch.bitwise_and(self.control[FILLED_EVERY], ~0xFFFF))
         self.control[DONE].zero_()
-        self.control[LOST].zero_()
+        self.counters[LOST // 2].zero_()
         self.control[SLOT_EPOCHS:].zero_()
         if reset_epoch:
-            self.control[EPOCH].zero_()
+            self.counters[TICKS // 2].zero_()
 
     def state(self) -> dict:
         """Control block as numbers (synchronizes): epoch, filled, lost, window, slot launch indices."""
-        c = self.control.cpu().numpy().astype(np.int64) % U32
+        raw = self.control.cpu().numpy()
+        c = raw.astype(np.int64) % U32
         filled = int(c[FILLED_EVERY] & 0xFFFF)
+        ticks, lost = _u64(raw, TICKS), _u64(raw, LOST)
         return {
-            "epoch": int(c[EPOCH]),
+            "epoch": ticks >> TICK_BITS,
             "filled": filled,
-            "lost_launches": int(c[LOST]),
+            "lost_launches": lost >> TICK_BITS,
             "window": {"start": int(c[START]), "stop": int(c[STOP]), "every": max(int(c[FILLED_EVERY] >> 16), 1)},
             "lanes_done": int(c[DONE]),
+            "ticks_pending": ticks % LAUNCH_TICKS + lost % LAUNCH_TICKS,
             "slot_launches": [int(v) for v in c[SLOT_EPOCHS : SLOT_EPOCHS + filled]],
             "ring_slots": self.slots,
         }
@@ -188,10 +224,11 @@ class Ring:
     def launches(self) -> list[tuple[int, np.ndarray, int]]:
         """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order."""
         state = self.state()
-        if state["lanes_done"]:
+        if state["lanes_done"] or state["ticks_pending"]:
             raise RuntimeError(
-                f"ring: {state['lanes_done']} lanes finalized in a launch that has not finished: read the ring "
-                "after the launch completes (and every lane must call prof.finalize() once)"
+                f"ring: a launch has not finished ({state['lanes_done']} lanes finalized, "
+                f"{state['ticks_pending']} of its {LAUNCH_TICKS} launch-count ticks in): read the ring after the "
+                "launch completes (and every lane must create its Profiler once, and finalize it once)"
             )
         spec = self.session.spec
         host = self.ring[: state["filled"]].cpu().numpy()

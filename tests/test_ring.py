@@ -1,7 +1,7 @@
 """Capture windows and the launch ring (ikp_cute/ring.py, ikp_cute/window.py), CPU only.
 
 Compile-time properties of the device side (sm_90a PTX without a GPU), and the host's ring logic on a
-CPU torch buffer driven by the reference of the device rule (ring.decide / ring.close_launch); the GPU
+CPU torch buffer driven by the reference of the device rule (ring.decide / ring.run_launch); the GPU
 twin of the rule is tests/test_ring_gpu.py."""
 
 from __future__ import annotations
@@ -54,33 +54,60 @@ def test_spec_rejects_bad_window(kw, match):
 
 def control(epoch=0, filled=0, every=1, start=0, stop=0, slots=4):
     c = np.zeros(ring.HEADER_WORDS32 + slots, np.int32)
-    c[ring.EPOCH], c[ring.FILLED_EVERY] = epoch, filled | (every << 16)
+    set_launch_index(c, epoch)
+    c[ring.FILLED_EVERY] = filled | (every << 16)
     c[ring.START], c[ring.STOP] = start, ring._i32(stop)
     return c
 
 
-def run_launches(c, slots, n):
+def set_launch_index(c, index):
+    ticks = index << ring.TICK_BITS
+    c[ring.TICKS], c[ring.TICKS + 1] = ring._i32(ticks), ring._i32(ticks >> 32)
+
+
+def lost_launches(c):
+    lost = ring._u64(c, ring.LOST)
+    assert lost % ring.LAUNCH_TICKS == 0  # whole launches only
+    return lost >> ring.TICK_BITS
+
+
+def run_launches(c, slots, n, lanes=3):
     recorded = []
     for _ in range(n):
         in_window, recording, slot = ring.decide(c, slots)
         if recording:
-            recorded.append(int(c[ring.EPOCH]))
-        ring.close_launch(c, slots)
+            recorded.append(ring.launch_index(c))
+        ring.run_launch(c, slots, lanes)
     return recorded
 
 
 def test_rule_window_every_and_ring_full():
     c = control(start=3, stop=3 + 3 * 2 + 1, every=2, slots=2)  # launches 3, 5, 7, 9
-    assert run_launches(c, 2, 20) == [3, 5]
-    assert c[ring.LOST] == 2 and c[ring.EPOCH] == 20
+    assert run_launches(c, 2, 20, lanes=7) == [3, 5]
+    assert lost_launches(c) == 2 and ring.launch_index(c) == 20
     assert list(c[ring.SLOT_EPOCHS : ring.SLOT_EPOCHS + 2]) == [3, 5]
 
 
 def test_rule_open_ended_and_closed():
     c = control(start=0, stop=ring.OPEN_ENDED, slots=4)
-    assert run_launches(c, 4, 6) == [0, 1, 2, 3] and c[ring.LOST] == 2
+    assert run_launches(c, 4, 6) == [0, 1, 2, 3] and lost_launches(c) == 2
     c = control(start=0, stop=0, slots=4)
-    assert run_launches(c, 4, 5) == [] and c[ring.LOST] == 0
+    assert run_launches(c, 4, 5) == [] and lost_launches(c) == 0
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3, 7, 1000, 3 * 1024, 65_537, 1 << 20])
+def test_lane_shares_add_up_to_one_launch_and_never_show_it_early(lanes):
+    """The launch count needs no last lane: the shares of any number of lanes add up to exactly one
+    launch, each lane's is at least 1, and until the last share lands every partial sum (whatever the
+    order) still reads the running launch's index."""
+    shares = np.array([ring.lane_share(lane, lanes) for lane in range(lanes)], np.int64)
+    assert shares.sum() == ring.LAUNCH_TICKS and shares.min() >= 1
+    c = control(epoch=41)
+    start = ring._u64(c, ring.TICKS)
+    partial = np.cumsum(np.random.default_rng(lanes).permutation(shares))[:-1]  # any order, all but the last
+    assert ((start + partial) >> ring.TICK_BITS == 41).all()
+    ring.run_launch(c, 4, lanes)
+    assert ring.launch_index(c) == 42
 
 
 # --- host side on a CPU torch buffer ---------------------------------------------------------------------
@@ -108,7 +135,7 @@ def fake_launch(session, t0: int):
             b.put(lane, t0 + lane + 10, 0, B).put(lane, t0 + lane + 110, 0, E)
             b.put(lane, t0 + lane + 120, 3, F, k=spec.records_per_lane - 1)
         r.ring[slot, : spec.v1_slots] = torch.from_numpy(b.buf.view(np.int64))
-    ring.close_launch(c, spec.window_slots)
+    ring.run_launch(c, spec.window_slots, spec.num_lanes)
 
 
 def test_window_on_host_records_launches_k_to_k_plus_n():
@@ -293,7 +320,10 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     text = compile_ws(spec_of(window_slots=5)).__ptx__
     assert "setp.lt.and.u32 r, filled, 5, w;" in text  # the ring size is a compile-time constant
     assert f"[$1+{4 * ring.DONE}]" not in text  # operands were substituted
-    assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[%rd\d+\+{4 * ring.DONE}\]", text)
+    assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[ctl\+{4 * ring.DONE}\]", text)
+    # every lane counts itself in the launch at create, fire-and-forget
+    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl]")) == 1  # at create, every lane
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}]")) == 1
 
 
 def test_fa4_with_capture_window_runs_its_own_code_when_closed():

@@ -51,7 +51,7 @@ def spans_expected() -> int:
 
 def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
     """Random control blocks (epoch, filled, every, start, stop) written on the device, one launch each:
-    the control block afterwards equals ring.close_launch's, and the slot holds records iff decide()."""
+    the control block afterwards equals ring.run_launch's, and the slot holds records iff decide()."""
     import torch
 
     from ikp_cute import ring
@@ -62,8 +62,8 @@ def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
     for trial in range(trials):
         session.ring.arm()
         c = np.zeros(ring.HEADER_WORDS32 + slots, np.int32)
-        epoch = int(rng.integers(0, 50))
-        c[ring.EPOCH] = epoch
+        ticks = int(rng.integers(0, 50)) << ring.TICK_BITS
+        c[ring.TICKS], c[ring.TICKS + 1] = ring._i32(ticks), ring._i32(ticks >> 32)
         c[ring.FILLED_EVERY] = int(rng.integers(0, slots + 1)) | (int(rng.integers(1, 4)) << 16)
         c[ring.START] = int(rng.integers(0, 50))
         c[ring.STOP] = ring._i32(int(rng.choice([c[ring.START] + int(rng.integers(0, 20)), ring.OPEN_ENDED])))
@@ -72,7 +72,7 @@ def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
         launch()
         torch.cuda.synchronize()
         expected = c.copy()
-        ring.close_launch(expected, slots)
+        ring.run_launch(expected, slots, session.spec.num_lanes)
         got = session.ring.control.cpu().numpy()[: c.size]
         slots_written = session.ring.ring[slot, 1:] if recording else session.ring.ring[:, 1:]
         written = bool(slots_written.any().item())

@@ -193,9 +193,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def _role(self, group, region: str, body, args, kwargs):
         """One role's body, recorded. With a capture window the body is traced twice, and each launch
         branches once (the same way in every thread: ikp_cute.launch_records) into the recorded copy or
-        into FA4's own code, whose lane only creates its Profiler and finalizes after it (the ring counts
-        a launch when every lane has finalized), so a closed window costs a load and a branch per role,
-        and no profiler state is live across FA4's loops there."""
+        into FA4's own code, whose lane creates its Profiler (which counts the lane in the launch count
+        with a fire-and-forget add: ikp_cute/window.py) and finalizes it before the body, so a closed
+        window costs a load and a branch per role, nothing at the end, and no profiler state is live
+        across FA4's loops there."""
 
         def recorded():
             self._prof = Profiler.create(self.profile_spec, None, group=group)
@@ -205,10 +206,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             self._prof = None
 
         def plain():
+            Profiler.create(self.profile_spec, None, group=group).finalize()
             on, self._on = self._on, set()  # the per-n-block overrides run inside: keep them silent
             body(*args, **kwargs)
             self._on = on
-            Profiler.create(self.profile_spec, None, group=group).finalize()
 
         if not self.profile_spec.window_slots:
             recorded()
