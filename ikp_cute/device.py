@@ -168,7 +168,8 @@ class Lane:
 
 
 @cute.jit
-def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
+def _lane_of(spec: cutlass.Constexpr, group, leader):
+    """(block, group, lane, exists, leader) of this thread for `group`; `leader` None: the default one."""
     bx, by, bz = cute.arch.block_idx()
     gx, gy, gz = cute.arch.grid_dim()
     block = Int32(bx + by * gx + bz * gx * gy)
@@ -183,7 +184,13 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
         warp = cute.arch.warp_idx()
         leading_warp = cutlass.select_(group_ok, group * spec.warps_per_group, warp - warp % spec.warps_per_group)
         leader = (warp == leading_warp) & (cute.arch.lane_idx() == 0)
-    claims = Boolean(leader)
+    return block, group, lane, exists, Boolean(leader)
+
+
+@cute.jit
+def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
+    block, group, lane, exists, claims = _lane_of(spec, group, leader)
+    gx, gy, gz = cute.arch.grid_dim()
     if const_expr(buffer_ok is not None):
         claims = claims & buffer_ok
     owner = claims & exists  # writes the lane if this launch records; counts it in the launch either way
@@ -747,15 +754,17 @@ class Profiler:
             window.close_launch(self.spec, lane.window_buffer, writer)
 
 
-def launch_records(spec: ProfileSpec, buf=None):
+def launch_records(spec: ProfileSpec, buf=None, group=None):
     """Whether this launch records, the same in every thread of the launch: for a spec with a capture
     window (window_slots > 0) a run-time Boolean (ikp_cute/window.py launch_records: one 16-byte load
     per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
     branch on them folds at trace time). Its use: branch once per role into an uninstrumented copy of the
     body when the window is closed, so a closed launch runs the kernel's own code
-    (examples/fa4_sm90/fa4_instrumented.py); every lane must still create its Profiler in that copy
-    (the create counts the lane in the launch count; best before the body, and finalizing it there is
-    free: nothing is held across the kernel's loops).
+    (examples/fa4_sm90/fa4_instrumented.py). Every lane is counted in the launch count once per launch:
+    by its Profiler.create, or, with `group=` (the group whose lane this role's threads own, default
+    leader), here when the launch does not record, so that copy needs no Profiler at all and must not
+    create one for that group (a lane counted twice leaves the ring's count off by a fraction of a
+    launch, which `ring.launches()` refuses to read).
 
     The value is the same in every thread: the lanes' shares of the launch count never move the launch
     index within a launch, and the slot count changes only when the last lane of a recording launch
@@ -769,7 +778,14 @@ def launch_records(spec: ProfileSpec, buf=None):
     if const_expr(spec.window_slots == 0):
         return True
     buffer, _ = _buffer_tensor(spec, buf)
-    return window.launch_records(spec, buffer)
+    if group is None:
+        return window.launch_records(spec, buffer)
+    if isinstance(group, int) and not 0 <= group < spec.num_groups:
+        raise ProfileUsageError(
+            f"launch_records: group={group} is outside 0..{spec.num_groups - 1} at {_source_site()}"
+        )
+    _, _, lane, exists, leader = _lane_of(spec, group, None)
+    return window.launch_records(spec, buffer, leader & exists, lane)
 
 
 class profile_region:

@@ -74,10 +74,11 @@ def _lanes(spec: ProfileSpec):
     return cutlass.min(Int32(gx * gy * gz) * spec.num_groups, Int32(spec.write_stride))
 
 
-def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None):
+def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_recording: bool = False):
     """-> (slot buffer: a tensor of spec.total_slots words, recording: Boolean) for the thread `claims`.
     With `owner` (this thread owns lane `lane`): the lane adds its share of the launch count here, after
-    its decision (and to LOST when the window holds the launch but the ring is full)."""
+    its decision (and to LOST when the window holds the launch but the ring is full); `unless_recording`:
+    only when the launch does not record."""
     control = Int64(buffer.iterator.toint())
     count = owner is not None
     text = (
@@ -91,6 +92,7 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None):
     if count:
         text += (
             " setp.ne.u32 c, $3, 0; and.pred lost, c, w; and.pred lost, lost, !r;"
+            + (" and.pred c, c, !r;" if unless_recording else "")
             + _SHARE.format(lane="$4", lanes="$5")
             + " @c red.relaxed.gpu.global.add.u64 [ctl], sh;"
             f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh;"
@@ -104,13 +106,13 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None):
     return slot_buffer, recording
 
 
-def launch_records(spec: ProfileSpec, buffer):
+def launch_records(spec: ProfileSpec, buffer, owner=None, lane=None):
     """Boolean: this launch records (in the window, a ring slot free): open_slot's decision taken by every
     thread (each loads the control block: the same bytes for the whole launch, one broadcast transaction
-    per warp; nothing counted). The block only changes in ways the decision cannot see until every lane
-    of the launch has counted itself, so the value is the same in every thread of the launch: a branch on
-    it never splits a warp group."""
-    return open_slot(spec, buffer, True)[1]
+    per warp). The block only changes in ways the decision cannot see until every lane of the launch has
+    counted itself, so the value is the same in every thread of the launch: a branch on it never splits a
+    warp group. With `owner` / `lane`: that lane is counted here when the launch does not record."""
+    return open_slot(spec, buffer, True, owner, lane, unless_recording=True)[1]
 
 
 def close_launch(spec: ProfileSpec, buffer, recorder):

@@ -330,8 +330,9 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     """FA4's sm90 forward (examples/fa4_sm90 subclass, baked address) with window_slots: each role's body
     is traced twice (ikp_cute.launch_records picks the copy once per role and launch), so a closed window
     runs FA4's own code: the tensor-core work appears exactly twice, the recorded copy records what a
-    window-less build records, and the window costs per role: one launch_records load, and per copy one
-    load at create, one re-read by the last finalizer and one DONE atomic."""
+    window-less build records, and the window costs per role: one launch_records load (which counts the
+    role's lane when the launch does not record), and in the recorded copy one load at create, one re-read
+    by the last finalizer and one DONE atomic; the closed copy holds no Profiler (no timer read)."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
     from tests import test_examples_compile as tec
@@ -343,7 +344,7 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     windowed = tec._compile_fa4(spec, "iter")
     flat = tec._compile_fa4(tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED), "iter")
     assert windowed.count("wgmma.mma_async") == 2 * plain.count("wgmma.mma_async") > 0
-    assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 2 + 2) and len(_lines(windowed, "atom.acq_rel.gpu")) == 4
-    # the plain copies add only their lanes' create + finalize (anchors and the finalize record)
-    per_lane_bookkeeping = tec.timer_reads(windowed) - tec.timer_reads(flat)
-    assert 0 < per_lane_bookkeeping <= 4
+    assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 1 + 1) and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
+    # each launch_records and each create counts its lane (a launch that records: at create only)
+    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl]")) == 2 * 2
+    assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer

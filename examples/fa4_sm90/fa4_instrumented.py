@@ -193,10 +193,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def _role(self, group, region: str, body, args, kwargs):
         """One role's body, recorded. With a capture window the body is traced twice, and each launch
         branches once (the same way in every thread: ikp_cute.launch_records) into the recorded copy or
-        into FA4's own code, whose lane creates its Profiler (which counts the lane in the launch count
-        with a fire-and-forget add: ikp_cute/window.py) and finalizes it before the body, so a closed
-        window costs a load and a branch per role, nothing at the end, and no profiler state is live
-        across FA4's loops there."""
+        into FA4's own code, with no Profiler at all (launch_records(group=) counts the role's lane in
+        the launch count when the launch does not record: a fire-and-forget add, ikp_cute/window.py),
+        so a closed window costs a load and a branch per role, nothing at the end, and no profiler state
+        is live across FA4's loops there."""
 
         def recorded():
             self._prof = Profiler.create(self.profile_spec, None, group=group)
@@ -205,8 +205,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             self._prof.finalize()
             self._prof = None
 
-        def plain():
-            Profiler.create(self.profile_spec, None, group=group).finalize()
+        def plain():  # launch_records(group=) counted this role's lane: no Profiler here
             on, self._on = self._on, set()  # the per-n-block overrides run inside: keep them silent
             body(*args, **kwargs)
             self._on = on
@@ -216,7 +215,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             return
         from cutlass.cutlass_dsl import if_generate
 
-        if_generate(launch_records(self.profile_spec), recorded, plain)
+        if_generate(launch_records(self.profile_spec, group=group), recorded, plain)
 
     # --- per-n-block steps (consumers) ----------------------------------------------------------------
 
