@@ -30,3 +30,27 @@ def test_empty_and_single():
     assert summarize(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
     (r,) = summarize(np.array([2]), np.array([7]), np.array([40]))
     assert (r["group"], r["event"], r["count"], r["p50_ns"], r["p99_ns"], r["cv"]) == (2, 7, 1, 40.0, 40.0, 0.0)
+
+
+@pytest.mark.parametrize("gmin, emin", [(0, 0), (-3, -2), (-1, 7), (5, 900)])
+def test_pair_ids_are_exact_when_the_key_arithmetic_wraps(gmin, emin):
+    """The (group, event) key is built in place in the narrowest unsigned type, offsets wrapping: the ids
+    must still be the pairs' ranks in (group, event) order, whatever the signs of the minimums."""
+    from host_decode.analysis.stats import _dense_ids
+
+    rng = np.random.default_rng([gmin + 10, emin + 10])
+    group = rng.integers(gmin, gmin + 9, 50_000).astype(np.int32)
+    event = rng.integers(emin, emin + 3000, 50_000).astype(np.int16)
+    ids, key_group, key_event = _dense_ids(group, event)
+    pairs, expected = np.unique(np.stack([group, event], 1), axis=0, return_inverse=True)
+    assert (key_group == pairs[:, 0]).all() and (key_event == pairs[:, 1]).all()
+    assert (ids == expected.ravel()).all()
+
+
+def test_positions_in_a_strided_sorted_column_match_searchsorted():
+    from host_decode.core.arrays import positions_in_sorted
+
+    table = np.zeros(100_000, [("event", np.int16), ("lane", np.int32)])
+    table["lane"] = np.sort(np.random.default_rng(3).integers(0, 5000, table.size))
+    keys = np.array([-7, 0, 1, 2500, 4999, 5000, 10**12], np.int64)
+    assert (positions_in_sorted(table["lane"], keys) == np.searchsorted(table["lane"].copy(), keys)).all()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from host_decode.core.arrays import positions_in_sorted
 from host_decode.core.model import Trace
 from host_decode.core.wire import MAX_EVENT_ID
 
@@ -218,7 +219,7 @@ def _block_runs(trace: Trace, chunk_spans: int | None = None):
     g = max(int(trace.num_groups), 1)
     at = np.arange(chunk_spans or CHUNK_SPANS, ordered.size, chunk_spans or CHUNK_SPANS)
     cuts = np.unique((ordered[at].astype(np.int64) // g) * g)  # first lane of a block
-    span_cuts = np.concatenate([[0], np.searchsorted(ordered, cuts), [ordered.size]])
+    span_cuts = np.concatenate([[0], positions_in_sorted(ordered, cuts), [ordered.size]])
     lane_cuts = np.concatenate([[0], np.searchsorted(lanes["lane"], cuts), [lanes.size]])
     for k in range(span_cuts.size - 1):
         a, b = int(span_cuts[k]), int(span_cuts[k + 1])

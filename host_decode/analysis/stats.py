@@ -35,7 +35,13 @@ def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     """One row per (group, event) (or per event with group=-1 when by_group is False)."""
     spans = trace.spans
     group = spans["group"] if by_group else np.full(spans.size, -1, np.int32)
-    return summarize(group, spans["event"], lambda m: spans["end_ns"][m] - spans["start_ns"][m])
+
+    def durations(rows):
+        d = spans["end_ns"][rows]
+        d -= spans["start_ns"][rows]  # in place: one gathered column at a time
+        return d
+
+    return summarize(group, spans["event"], durations)
 
 
 FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
@@ -96,18 +102,36 @@ def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.nda
     span = (gmax - gmin + 1) * width
     if span <= 4 * group.size + (1 << 16):
         dtype = np.uint16 if span <= 1 << 16 else np.int32 if span < 1 << 31 else np.int64
-        key = group.astype(dtype) if gmin >= 0 else (group - gmin).astype(dtype)
-        if gmin > 0:
-            key -= dtype(gmin)
+        # key = (group - gmin) * width + (event - emin), in place in one array of the key's width (the
+        # offsets wrap in unsigned types and come back: the result is in range)
+        key = group.astype(dtype)
+        key -= _wrapped(dtype, gmin)
         key *= dtype(width)
-        key += event.astype(dtype) - dtype(emin) if emin >= 0 else (event - emin).astype(dtype)
-        present = np.bincount(key) > 0
+        np.add(key, event, out=key, casting="unsafe")
+        key -= _wrapped(dtype, emin)
+        present = np.zeros(span, bool)
+        for rows in _chunks(key.size):  # numpy indexes with an intp copy of the index: a chunk at a time
+            present[key[rows]] = True
         k = np.flatnonzero(present)
         lut = (np.cumsum(present) - 1).astype(np.uint8 if k.size <= 1 << 8 else np.int32)  # small ids: small rows
-        return lut[key], gmin + k // width, emin + k % width
+        ids = np.empty(key.size, lut.dtype)
+        for rows in _chunks(key.size):
+            ids[rows] = lut[key[rows]]
+        return ids, gmin + k // width, emin + k % width
     g64, e64 = group.astype(np.int64), event.astype(np.int64)
     keys, ids = np.unique((g64 << 32) | (e64 + (1 << 31)), return_inverse=True)
     return ids.reshape(-1), keys >> 32, (keys & 0xFFFF_FFFF) - (1 << 31)
+
+
+def _chunks(n: int, size: int = 1 << 20):
+    return (slice(i, min(i + size, n)) for i in range(0, n, size))
+
+
+def _wrapped(dtype, value: int):
+    """`value` as a scalar of `dtype`, modulo 2**bits for an unsigned one (its arithmetic wraps)."""
+    if np.issubdtype(dtype, np.unsignedinteger):
+        return dtype(value % (1 << (8 * np.dtype(dtype).itemsize)))
+    return dtype(value)
 
 
 def summary_rows(summary: np.ndarray, names) -> list[dict]:

@@ -38,7 +38,7 @@ import numpy as np
 from host_decode.core.model import Trace
 from host_decode.writers import order as od
 
-CHUNK = 50_000  # events formatted per list: a list of strings costs ~130 B an event
+CHUNK = 25_000  # events formatted per list: a list of strings costs ~130 B an event
 FIRST_TID = 1  # trace processor reads tid 0 as tid = pid (module docstring): never a region's thread
 
 

@@ -26,9 +26,10 @@ import sys
 
 import numpy as np
 
+from host_decode.core.arrays import positions_in_sorted
 from host_decode.core.model import Trace
 
-CHUNK_SPANS = 1 << 17  # spans ordered and encoded at a time (whole lanes): temporaries stay small
+CHUNK_SPANS = 1 << 16  # spans ordered and encoded at a time (whole lanes): temporaries stay ~20 MB
 LANE_COUNTERS_AUTO = 1 << 16  # writers' default: lanes-inside counters (~2 samples a region) up to this many regions
 TRACK_BITS = 20  # LaneTable.tracks packs (lane, sub-track) as lane << TRACK_BITS | sub
 
@@ -551,8 +552,8 @@ def lane_chunks(spans: np.ndarray, instants: np.ndarray, chunk_spans: int | None
         at = np.arange(chunk_spans, inst_lane.size, chunk_spans)
         cut_lanes.append(np.asarray(inst_lane[at], np.int64))
     cuts = np.unique(np.concatenate(cut_lanes))
-    span_cuts = np.concatenate([[0], np.searchsorted(span_lane, cuts), [span_lane.size]]).astype(np.int64)
-    inst_cuts = np.concatenate([[0], np.searchsorted(inst_lane, cuts), [inst_lane.size]]).astype(np.int64)
+    span_cuts = np.concatenate([[0], positions_in_sorted(span_lane, cuts), [span_lane.size]]).astype(np.int64)
+    inst_cuts = np.concatenate([[0], positions_in_sorted(inst_lane, cuts), [inst_lane.size]]).astype(np.int64)
     return LaneChunks(spans, instants, span_perm, inst_perm, span_cuts, inst_cuts)
 
 
