@@ -130,9 +130,13 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
     edges = np.linspace(0, span, points + 1).round().astype(np.int64)
     out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
     order = _by_event_lane_start(sp)
+    if sp.size < 1 << 31:
+        order = order.astype(np.int32)  # held through the loop: half the memory
     event = sp["event"][order]
     cuts = np.flatnonzero(np.r_[True, event[1:] != event[:-1], True])
-    for lo_i, hi_i in zip(cuts[:-1], cuts[1:]):
+    first_event = event[cuts[:-1]].astype(np.int64)
+    del event
+    for lo_i, hi_i, e in zip(cuts[:-1], cuts[1:], first_event.tolist()):
         o = order[lo_i:hi_i]
         lane = sp["lane"][o]
         a = sp["start_ns"][o]
@@ -148,13 +152,19 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
         new = np.ones(a.size, bool)
         new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
         del lane
-        first = np.flatnonzero(new)
-        del new
-        last = np.r_[first[1:] - 1, a.size - 1]
+        closes = np.empty_like(new)  # the last span of each merged interval: the next one opens one
+        closes[:-1] = new[1:]
+        closes[-1:] = True
         # boundaries in time order, a lane leaving before one entering at the same time: key 2t / 2t+1
-        # (a sorted value array, no argsort + gathers: the step is the key's low bit)
-        t = np.concatenate([2 * a[first] + 1, 2 * run[last]])
-        del a, run, first, last
+        # (a sorted value array, no argsort + gathers: the step is the key's low bit); built in place
+        m = int(np.count_nonzero(new))
+        t = np.empty(2 * m, np.int64)
+        np.compress(new, a, out=t[:m])
+        del a, new
+        np.compress(closes, run, out=t[m:])
+        del run, closes
+        t *= 2
+        t[:m] += 1
         t.sort()
         level = (t & 1).astype(np.int8)
         level *= 2
@@ -167,7 +177,6 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
         hi = np.searchsorted(t, edges[1:], side="left")
         inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
         peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
-        e = int(event[lo_i])
         out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
                               "max": int(peak.max()) if peak.size else 0})
     return out
