@@ -34,6 +34,22 @@ def test_nesting_and_exclusive_time():
     assert html.span_parents(spans([(0, 1, 0, 0, 5), (1, 2, 1, 1, 2)])).tolist() == [-1, -1]
 
 
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_runs_of_lanes_change_nothing(tmp_path, monkeypatch, shuffled):
+    """span_parents and region_rows work run of whole lanes by run: runs of 3 spans (a lane split over
+    several runs is never cut: runs hold whole lanes) give what one run gives; a table out of lane order
+    is one run."""
+    trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
+    if shuffled:
+        trace.spans = trace.spans[np.random.default_rng(0).permutation(trace.spans.size)]
+    whole_parents, whole_rows = html.span_parents(trace.spans), html.region_rows(trace)
+    monkeypatch.setattr(html, "LANE_RUN_SPANS", 3)
+    assert (html.span_parents(trace.spans) == whole_parents).all()
+    assert html.region_rows(trace) == whole_rows
+    runs = list(html._lane_runs(trace.spans))
+    assert len(runs) == 1 if shuffled else len(runs) > 10
+
+
 def test_region_rows_exclusive_and_parent(tmp_path):
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
     rows = {r["region"]: r for r in html.region_rows(trace)}

@@ -36,12 +36,12 @@ def test_empty_and_single():
 def test_pair_ids_are_exact_when_the_key_arithmetic_wraps(gmin, emin):
     """The (group, event) key is built in place in the narrowest unsigned type, offsets wrapping: the ids
     must still be the pairs' ranks in (group, event) order, whatever the signs of the minimums."""
-    from host_decode.analysis.stats import _dense_ids
+    from host_decode.analysis.stats import pair_ids
 
     rng = np.random.default_rng([gmin + 10, emin + 10])
     group = rng.integers(gmin, gmin + 9, 50_000).astype(np.int32)
     event = rng.integers(emin, emin + 3000, 50_000).astype(np.int16)
-    ids, key_group, key_event = _dense_ids(group, event)
+    ids, key_group, key_event = pair_ids(group, event)
     pairs, expected = np.unique(np.stack([group, event], 1), axis=0, return_inverse=True)
     assert (key_group == pairs[:, 0]).all() and (key_event == pairs[:, 1]).all()
     assert (ids == expected.ravel()).all()

@@ -57,7 +57,7 @@ def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
     Guarded by tests/test_stats.py (against np.percentile per group)."""
     if np.size(group) == 0:
         return np.zeros(0, SUMMARY_DTYPE)
-    ids, key_group, key_event = _dense_ids(np.asarray(group), np.asarray(event))
+    ids, key_group, key_event = pair_ids(np.asarray(group), np.asarray(event))
     nkeys = key_group.size
     out = np.zeros(nkeys, SUMMARY_DTYPE)
     out["group"], out["event"] = key_group, key_event
@@ -94,9 +94,10 @@ def _fill_row(out: np.ndarray, k: int, d: np.ndarray) -> None:
         row[f"p{p}_ns"] = float(d[lo]) + (float(d[hi]) - float(d[lo])) * (q - lo)
 
 
-def _dense_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_ids(group: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(dense id per row, group and event of each id) of the (group, event) pairs, ids in (group, event)
-    order: a lookup table when the pairs span a modest range (the usual case), else np.unique."""
+    order (the order of summarize's rows): a lookup table when the pairs span a modest range (the usual
+    case), else np.unique."""
     gmin, gmax, emin, emax = int(group.min()), int(group.max()), int(event.min()), int(event.max())
     width = emax - emin + 1
     span = (gmax - gmin + 1) * width

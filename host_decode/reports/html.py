@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core import wire
+from host_decode.core.arrays import positions_in_sorted
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -287,71 +288,114 @@ def loss_data(trace: Trace) -> dict:
 
 def region_rows(trace: Trace) -> list[dict]:
     """Per (group, event): stats.region_summary + histogram + share of the group's lane time + spread
-    across blocks."""
-    from host_decode.analysis.stats import region_summary, summary_rows
+    across blocks. Temporaries stay at one row's spans (or one run of lanes): of the whole table only
+    the per-span parent index and row id are held."""
+    from host_decode.analysis.stats import FEW_KEYS, pair_ids, region_summary, summary_rows
 
     summary = region_summary(trace)
     rows = summary_rows(summary, trace.names)
     sp = trace.spans
-    dur = sp["end_ns"] - sp["start_ns"]
+    if not sp.size:
+        return rows
     parent = span_parents(sp)
-    exclusive = exclusive_durations(sp, parent)
-    parent_event = np.where(parent >= 0, sp["event"][np.maximum(parent, 0)], -1)
+    ids = pair_ids(sp["group"], sp["event"])[0]  # row of each span (the summary's rows, in its order)
+    exclusive = _exclusive_by_row(sp, parent, ids, summary.size)
     lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
     window_by_group = {
         int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
         for g in np.unique(lanes["group"])
     }
-    # the spans of each (group, event) row: one stable sort by a combined key, then slices
-    ids = int(sp["event"].max()) + 1 if sp.size else 1
-    key = sp["group"].astype(np.int64) * ids + sp["event"]
-    if key.size and 0 <= int(key.min()) and int(key.max()) < 1 << 15:
-        key = key.astype(np.int16)  # 16-bit keys: numpy's stable sort is a linear-time radix sort
-    by_key = np.argsort(key, kind="stable")
-    sorted_key = key[by_key]
-    del key
-    for row, r in zip(rows, summary):
+    by_row = starts = None
+    if summary.size > FEW_KEYS:  # many rows: one stable sort by row instead of a scan per row
+        by_row = np.argsort(ids, kind="stable")
+        starts = np.searchsorted(ids[by_row], np.arange(summary.size + 1))
+    for k, (row, r) in enumerate(zip(rows, summary)):
         g, e = int(r["group"]), int(r["event"])
-        k = g * ids + e
-        mask = by_key[np.searchsorted(sorted_key, k, "left"):np.searchsorted(sorted_key, k, "right")]
-        counts, edges, geometric = duration_histogram(dur[mask])
+        members = np.flatnonzero(ids == k) if by_row is None else by_row[starts[k] : starts[k + 1]]
+        dur = sp["end_ns"][members]
+        dur -= sp["start_ns"][members]
+        counts, edges, geometric = duration_histogram(dur)
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
         row["hist_log"] = geometric
         window = window_by_group.get(g, 0)
         row["share_of_group_time"] = r["total_ns"] / window if window else None
         row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
-        per_block = np.bincount(sp["block"][mask], weights=dur[mask])
+        per_block = np.bincount(sp["block"][members], weights=dur)
         per_block = per_block[per_block > 0]
         row["blocks"] = int(per_block.size)
         row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
         row["key"] = f"{g}:{e}"
-        row["exclusive_ns"] = int(exclusive[mask].sum())
+        row["exclusive_ns"] = int(exclusive[k])
         # the region this one runs inside most often (its row is indented under that one); -1: a root
-        pe = parent_event[mask]
+        up = parent[members]
+        pe = np.where(up >= 0, sp["event"][np.maximum(up, 0)], -1).astype(np.int64)
         top = np.bincount(pe + 1).argmax() - 1 if pe.size else -1
         row["parent_key"] = f"{g}:{int(top)}" if top >= 0 else None
         row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
     return rows
 
 
+def _exclusive_by_row(sp: np.ndarray, parent: np.ndarray, ids: np.ndarray, rows: int) -> np.ndarray:
+    """Per row, the sum of its spans' exclusive_durations, run of whole lanes by run (a span's parent is
+    in its lane); exact: each run's per-row sums are integers below 2**53."""
+    total = np.zeros(rows, np.int64)
+    for part in _lane_runs(sp):
+        local = parent[part].astype(np.int64)
+        local[local >= 0] -= part.start
+        excl = exclusive_durations(sp[part], local)
+        total += np.rint(np.bincount(ids[part], weights=excl, minlength=rows)).astype(np.int64)
+    return total
+
+
+LANE_RUN_SPANS = 1 << 18  # spans per run of whole lanes in the report's per-span passes
+
+
+def _lane_runs(sp: np.ndarray):
+    """Slices of the span table holding whole lanes (about LANE_RUN_SPANS spans each) when it is in lane
+    order (decoded traces are), else the whole table as one slice."""
+    lane = sp["lane"]
+    n = lane.size
+    if n == 0:
+        return
+    if not bool((lane[1:] >= lane[:-1]).all()):
+        yield slice(0, n)
+        return
+    cuts = np.unique(np.asarray(lane[np.arange(LANE_RUN_SPANS, n, LANE_RUN_SPANS)], np.int64))
+    bounds = [0, *positions_in_sorted(lane, cuts).tolist(), n]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            yield slice(a, b)
+
+
 def span_parents(sp: np.ndarray) -> np.ndarray:
     """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
     order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
-    lane, then begin in program order (core.model); tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
+    lane, then begin in program order (core.model): then run of whole lanes by run;
+    tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
     n = sp.size
     index = np.int32 if n < 1 << 31 else np.int64  # indices, half the memory for any real capture
     parent = np.full(n, -1, index)
     if n == 0:
         return parent
     lane = sp["lane"]
-    in_order = bool((lane[1:] >= lane[:-1]).all())  # decoded traces: already in lane order
-    if in_order:
-        order, depth = None, sp["depth"]
-    else:
-        order = np.argsort(lane, kind="stable").astype(index)
-        depth, lane = sp["depth"][order], lane[order]
-    for d in range(1, int(depth.max()) + 1):
+    if bool((lane[1:] >= lane[:-1]).all()):  # decoded traces: already in lane order
+        for part in _lane_runs(sp):
+            found = _parents_in_lane_order(lane[part], sp["depth"][part], index)
+            found[found >= 0] += part.start
+            parent[part] = found
+        return parent
+    order = np.argsort(lane, kind="stable").astype(index)
+    found = _parents_in_lane_order(lane[order], sp["depth"][order], index)
+    ok = found >= 0
+    parent[order[ok]] = order[found[ok]]
+    return parent
+
+
+def _parents_in_lane_order(lane: np.ndarray, depth: np.ndarray, index) -> np.ndarray:
+    """span_parents of spans already in lane order (positions in these arrays)."""
+    parent = np.full(lane.size, -1, index)
+    for d in range(1, int(depth.max()) + 1 if depth.size else 1):
         kids, cands = np.flatnonzero(depth == d).astype(index), np.flatnonzero(depth == d - 1).astype(index)
         if not kids.size or not cands.size:
             continue
@@ -359,10 +403,7 @@ def span_parents(sp: np.ndarray) -> np.ndarray:
         ok = k >= 0
         found = cands[np.maximum(k, 0)]
         ok &= lane[found] == lane[kids]
-        if in_order:
-            parent[kids[ok]] = found[ok]
-        else:
-            parent[order[kids[ok]]] = order[found[ok]]
+        parent[kids[ok]] = found[ok]
     return parent
 
 
