@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from host_decode.core.arrays import positions_in_sorted
 from host_decode.core.model import Trace
 
 TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
@@ -109,41 +110,101 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
     }
 
 
-def _by_event_lane_start(sp: np.ndarray) -> np.ndarray:
-    """Indices ordering spans by (event, lane, start). Decoded spans come lane by lane with starts in
-    program order (core.model), so a stable sort by event alone gives it (a linear-time radix sort of
-    16-bit ids) instead of a three-key lexsort; anything else falls back to the lexsort."""
-    lane, start = sp["lane"], sp["start_ns"]
-    same_lane = lane[1:] == lane[:-1]
-    if (lane[1:] >= lane[:-1]).all() and (start[1:][same_lane] >= start[:-1][same_lane]).all():
-        return np.argsort(sp["event"], kind="stable")
-    return np.lexsort((start, lane, sp["event"]))
+def _members_by_event(sp: np.ndarray):
+    """Yield (event, indices of its spans in (lane, start) order). Decoded spans come lane by lane with
+    starts in program order (core.model): then each region's spans are found by a scan of the event
+    column (few regions) or by one stable radix sort of the 16-bit ids, held as int32; anything else
+    falls back to a three-key lexsort."""
+    lane, start, event = sp["lane"], sp["start_ns"], sp["event"]
+    if _in_lane_start_order(lane, start):
+        present = np.unique(event) if event.size else event
+        if present.size <= FEW_REGIONS:
+            for e in present.tolist():
+                yield e, np.flatnonzero(event == e)
+            return
+        order = np.argsort(event, kind="stable")
+    else:
+        order = np.lexsort((start, lane, event))
+    if order.size < 1 << 31:
+        order = order.astype(np.int32)  # held through the loop: half the memory
+    sorted_event = event[order]
+    cuts = np.flatnonzero(np.r_[True, sorted_event[1:] != sorted_event[:-1], True])
+    first_event = sorted_event[cuts[:-1]].astype(np.int64).tolist()
+    del sorted_event
+    for lo, hi, e in zip(cuts[:-1], cuts[1:], first_event):
+        yield e, order[lo:hi]
+
+
+FEW_REGIONS = 64  # up to this many region ids, each one's spans are found by a scan
+
+
+def _in_lane_start_order(lane: np.ndarray, start: np.ndarray, chunk: int = 1 << 20) -> bool:
+    """Lanes nondecreasing and, within a lane, starts nondecreasing; checked a chunk at a time (the
+    masked comparisons of whole columns cost two int64 copies of the table's starts)."""
+    for i in range(0, max(lane.size - 1, 0), chunk):
+        j = min(i + chunk, lane.size - 1)
+        la, lb, sa, sb = lane[i:j], lane[i + 1 : j + 1], start[i:j], start[i + 1 : j + 1]
+        if not ((lb > la) | ((lb == la) & (sb >= sa))).all():
+            return False
+    return True
 
 
 def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
     """Per region: how many lanes are inside it over the launch, as the maximum in each of `points`
     equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
-    first). Times are ns from the launch start. One sort of all spans; then per region, whole arrays."""
+    first). Times are ns from the launch start. Per region (_members_by_event) its merged intervals'
+    boundaries, built run of whole lanes by run (MERGE_SPANS spans), in 32 bits when the launch is
+    shorter than 2**30 ns, then swept once."""
     sp = trace.spans
     origin = int(trace.start_ns)
     span = max(int(trace.end_ns) - origin, 1)
     edges = np.linspace(0, span, points + 1).round().astype(np.int64)
     out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
-    order = _by_event_lane_start(sp)
-    if sp.size < 1 << 31:
-        order = order.astype(np.int32)  # held through the loop: half the memory
-    event = sp["event"][order]
-    cuts = np.flatnonzero(np.r_[True, event[1:] != event[:-1], True])
-    first_event = event[cuts[:-1]].astype(np.int64)
-    del event
-    for lo_i, hi_i, e in zip(cuts[:-1], cuts[1:], first_event.tolist()):
-        o = order[lo_i:hi_i]
-        lane = sp["lane"][o]
-        a = sp["start_ns"][o]
+    boundary = np.int32 if 2 * span + 1 < 1 << 31 else np.int64
+    for e, members in _members_by_event(sp):
+        t = _merged_boundaries(sp, members, origin, span, boundary)
+        del members
+        t.sort()
+        level = (t & 1).astype(np.int8)
+        level *= 2
+        level -= 1
+        level = np.cumsum(level, dtype=np.int32)
+        t >>= 1
+        bin_edges = edges.astype(t.dtype)  # the boundaries' type: searchsorted would copy t to the edges'
+        before = np.searchsorted(t, bin_edges[:-1], side="right") - 1
+        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
+        lo = np.searchsorted(t, bin_edges[:-1], side="left")
+        hi = np.searchsorted(t, bin_edges[1:], side="left")
+        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
+        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
+        out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
+                              "max": int(peak.max()) if peak.size else 0})
+    return out
+
+
+MERGE_SPANS = 1 << 18  # spans of one region merged at a time (whole lanes)
+
+
+def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dtype) -> np.ndarray:
+    """Boundaries of the merged intervals of spans `o` (one region's, in lane then start order), as
+    2t + 1 for an entry and 2t for an exit (time order then puts a lane leaving before one entering at
+    the same time; the step is the low bit, so one sorted array serves), unsorted; made run of whole
+    lanes by run."""
+    lanes = sp["lane"][o]
+    cut_at = np.arange(MERGE_SPANS, o.size, MERGE_SPANS)
+    bounds = [0, *positions_in_sorted(lanes, np.unique(lanes[cut_at])).tolist(), o.size]
+    del lanes
+    entries, exits = [], []
+    for a_i, b_i in zip(bounds[:-1], bounds[1:]):
+        if b_i == a_i:
+            continue
+        rows = o[a_i:b_i]
+        lane = sp["lane"][rows]
+        a = sp["start_ns"][rows]
         a -= origin
         key = lane.astype(np.int64)
         key *= span + 2  # per-lane offset: one running maximum serves every lane
-        run = sp["end_ns"][o]
+        run = sp["end_ns"][rows]
         run -= origin
         run += key
         np.maximum.accumulate(run, out=run)
@@ -151,32 +212,14 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
         del key
         new = np.ones(a.size, bool)
         new[1:] = (lane[1:] != lane[:-1]) | (a[1:] > run[:-1])
-        del lane
         closes = np.empty_like(new)  # the last span of each merged interval: the next one opens one
         closes[:-1] = new[1:]
         closes[-1:] = True
-        # boundaries in time order, a lane leaving before one entering at the same time: key 2t / 2t+1
-        # (a sorted value array, no argsort + gathers: the step is the key's low bit); built in place
-        m = int(np.count_nonzero(new))
-        t = np.empty(2 * m, np.int64)
-        np.compress(new, a, out=t[:m])
-        del a, new
-        np.compress(closes, run, out=t[m:])
-        del run, closes
-        t *= 2
-        t[:m] += 1
-        t.sort()
-        level = (t & 1).astype(np.int8)
-        level *= 2
-        level -= 1
-        level = np.cumsum(level, dtype=np.int32)
-        t >>= 1
-        before = np.searchsorted(t, edges[:-1], side="right") - 1
-        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
-        lo = np.searchsorted(t, edges[:-1], side="left")
-        hi = np.searchsorted(t, edges[1:], side="left")
-        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
-        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
-        out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
-                              "max": int(peak.max()) if peak.size else 0})
-    return out
+        start = a[new].astype(dtype)
+        start *= 2
+        start += 1
+        end = run[closes].astype(dtype)
+        end *= 2
+        entries.append(start)
+        exits.append(end)
+    return np.concatenate(entries + exits)
