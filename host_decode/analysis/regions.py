@@ -609,12 +609,15 @@ def critical_lanes(trace: Trace) -> np.ndarray:
     runner = idx_last - 1
     same_block = (runner >= 0) & (sl["block"][np.maximum(runner, 0)] == crit["block"])
     out["slack_ns"] = np.where(same_block, crit["last_ns"] - sl["last_ns"][np.maximum(runner, 0)], 0)
-    # last region of each critical lane
-    sp = trace.spans
-    cs = sp[_lane_mask(trace, crit["lane"])[sp["lane"]]]  # the critical lanes' spans (one lane a block)
+    # last region of each critical lane, run of whole blocks by run (a lane is in one run)
     out["last_event"] = -1
     out["last_event_end_ns"] = -1
-    if cs.size:
+    critical = _lane_mask(trace, crit["lane"])
+    by_lane = np.argsort(out["lane"])
+    for spans, _ in _block_runs(trace):
+        cs = spans[critical[spans["lane"]]]  # the critical lanes' spans (one lane a block)
+        if not cs.size:
+            continue
         if not (np.diff(cs["lane"]) >= 0).all():
             cs = cs[np.argsort(cs["lane"], kind="stable")]
         first = np.flatnonzero(np.r_[True, cs["lane"][1:] != cs["lane"][:-1]])
@@ -623,7 +626,6 @@ def critical_lanes(trace: Trace) -> np.ndarray:
         seg_max = np.maximum.reduceat(end, first)
         idx = np.arange(cs.size)
         last = np.maximum.reduceat(np.where(end == seg_max[seg], idx, -1), first)  # last span ending last
-        by_lane = np.argsort(out["lane"])
         rows = by_lane[np.searchsorted(out["lane"], cs["lane"][first], sorter=by_lane)]
         out["last_event"][rows] = cs["event"][last]
         out["last_event_end_ns"][rows] = end[last]
