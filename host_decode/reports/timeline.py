@@ -120,7 +120,7 @@ def _members_by_event(sp: np.ndarray):
         present = np.unique(event) if event.size else event
         if present.size <= FEW_REGIONS:
             for e in present.tolist():
-                yield e, np.flatnonzero(event == e)
+                yield e, _positions_of(event, e)
             return
         order = np.argsort(event, kind="stable")
     else:
@@ -136,6 +136,15 @@ def _members_by_event(sp: np.ndarray):
 
 
 FEW_REGIONS = 64  # up to this many region ids, each one's spans are found by a scan
+SCAN_ROWS = 1 << 20  # rows of a column compared, counted or swept at a time
+
+
+def _positions_of(column: np.ndarray, value) -> np.ndarray:
+    """np.flatnonzero(column == value), as int32 when the column is shorter than 2**31, a chunk at a time."""
+    index = np.int32 if column.size < 1 << 31 else np.int64
+    parts = [np.flatnonzero(column[i : i + SCAN_ROWS] == value).astype(index) + index(i)
+             for i in range(0, column.size, SCAN_ROWS)]
+    return np.concatenate(parts) if parts else np.zeros(0, index)
 
 
 def _in_lane_start_order(lane: np.ndarray, start: np.ndarray, chunk: int = 1 << 20) -> bool:
@@ -165,18 +174,7 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
         t = _merged_boundaries(sp, members, origin, span, boundary)
         del members
         t.sort()
-        level = (t & 1).astype(np.int8)
-        level *= 2
-        level -= 1
-        level = np.cumsum(level, dtype=np.int32)
-        t >>= 1
-        bin_edges = edges.astype(t.dtype)  # the boundaries' type: searchsorted would copy t to the edges'
-        before = np.searchsorted(t, bin_edges[:-1], side="right") - 1
-        at_start = np.where(before >= 0, level[np.maximum(before, 0)], 0)
-        lo = np.searchsorted(t, bin_edges[:-1], side="left")
-        hi = np.searchsorted(t, bin_edges[1:], side="left")
-        inside = np.maximum.reduceat(level, np.minimum(lo, level.size - 1))
-        peak = np.where(hi > lo, np.maximum(at_start, inside), at_start)
+        peak = _peak_per_bin(t, edges)
         out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
                               "max": int(peak.max()) if peak.size else 0})
     return out
@@ -185,16 +183,50 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
 MERGE_SPANS = 1 << 18  # spans of one region merged at a time (whole lanes)
 
 
+def _peak_per_bin(t: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Most lanes inside in each bin [edges[b], edges[b + 1]) from the sorted boundary keys t (2t + 1 an
+    entry, 2t an exit): the level at the bin's start, or the highest level reached inside the bin (the
+    last bin: up to the end). The level (running count) is swept SCAN_ROWS keys at a time; times are
+    compared as keys (t <= x is key <= 2x + 1, t < x is key < 2x), so no shifted copy of t is made."""
+    keys = (2 * edges).astype(t.dtype)
+    last_at_or_before = np.searchsorted(t, keys[:-1] + 1, side="right") - 1  # per bin start
+    lo = np.searchsorted(t, keys[:-1], side="left")  # first boundary in each bin
+    hi = np.searchsorted(t, keys[1:], side="left")
+    upto = np.r_[lo[1:], t.size]  # each bin's max runs to the next bin's first boundary (last: the end)
+    at_start = np.zeros(lo.size, np.int32)
+    inside = np.full(lo.size, np.iinfo(np.int32).min, np.int32)
+    carry = 0
+    for i in range(0, t.size, SCAN_ROWS):
+        j = min(i + SCAN_ROWS, t.size)
+        level = (t[i:j] & 1).astype(np.int32)
+        level *= 2
+        level -= 1
+        np.cumsum(level, out=level)
+        level += carry
+        carry = int(level[-1])
+        here = (last_at_or_before >= i) & (last_at_or_before < j)
+        at_start[here] = level[last_at_or_before[here] - i]
+        a, b = np.maximum(lo, i) - i, np.minimum(upto, j) - i
+        some = b > a
+        if some.any():  # bins are disjoint and in order: reduceat over (start, end) pairs, keep the starts
+            pairs = np.stack([a[some], b[some]], 1).ravel()
+            padded = np.append(level, level[-1])  # an index may equal the chunk's length
+            got = np.maximum.reduceat(padded, pairs)[::2]
+            inside[some] = np.maximum(inside[some], got)
+    return np.where(hi > lo, np.maximum(at_start, inside), at_start)
+
+
 def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dtype) -> np.ndarray:
     """Boundaries of the merged intervals of spans `o` (one region's, in lane then start order), as
     2t + 1 for an entry and 2t for an exit (time order then puts a lane leaving before one entering at
     the same time; the step is the low bit, so one sorted array serves), unsorted; made run of whole
-    lanes by run."""
+    lanes by run, packed into one array of two slots per span (the filled prefix is returned)."""
     lanes = sp["lane"][o]
     cut_at = np.arange(MERGE_SPANS, o.size, MERGE_SPANS)
     bounds = [0, *positions_in_sorted(lanes, np.unique(lanes[cut_at])).tolist(), o.size]
     del lanes
-    entries, exits = [], []
+    out = np.empty(2 * o.size, dtype)
+    filled = 0
     for a_i, b_i in zip(bounds[:-1], bounds[1:]):
         if b_i == a_i:
             continue
@@ -215,11 +247,12 @@ def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dt
         closes = np.empty_like(new)  # the last span of each merged interval: the next one opens one
         closes[:-1] = new[1:]
         closes[-1:] = True
-        start = a[new].astype(dtype)
-        start *= 2
-        start += 1
-        end = run[closes].astype(dtype)
-        end *= 2
-        entries.append(start)
-        exits.append(end)
-    return np.concatenate(entries + exits)
+        m = int(np.count_nonzero(new))
+        entries, exits = out[filled : filled + m], out[filled + m : filled + 2 * m]
+        entries[:] = a[new]  # a run's temporaries are small: the whole region's live only in `out`
+        entries *= 2
+        entries += 1
+        exits[:] = run[closes]
+        exits *= 2
+        filled += 2 * m
+    return out[:filled]
