@@ -54,3 +54,11 @@ def test_positions_in_a_strided_sorted_column_match_searchsorted():
     table["lane"] = np.sort(np.random.default_rng(3).integers(0, 5000, table.size))
     keys = np.array([-7, 0, 1, 2500, 4999, 5000, 10**12], np.int64)
     assert (positions_in_sorted(table["lane"], keys) == np.searchsorted(table["lane"].copy(), keys)).all()
+
+
+def test_distinct_small_values_match_unique():
+    from host_decode.core.arrays import distinct_small
+
+    for n, top in ((0, 1), (1, 1), (17, 5), (2_500_001, 300)):
+        column = np.random.default_rng(n).integers(0, top, n).astype(np.int32)
+        assert distinct_small(column, chunk=1 << 16).tolist() == np.unique(column).tolist()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted
+from host_decode.core.arrays import distinct_small, positions_in_sorted
 from host_decode.core.model import Trace
 from host_decode.core.wire import MAX_EVENT_ID
 
@@ -403,7 +403,7 @@ def group_overlap(trace: Trace, pairs: list[tuple[int, int]] | None = None) -> n
     groups that have spans. Blocks where neither group has spans are left out."""
     sp = trace.spans
     group = sp["group"]
-    groups = np.flatnonzero(np.bincount(group)) if group.size and int(group.min()) >= 0 else np.unique(group)
+    groups = distinct_small(group) if group.size and int(group.min()) >= 0 else np.unique(group)
     if pairs is None:
         pairs = [(int(a), int(b)) for i, a in enumerate(groups) for b in groups[i + 1 :]]
     rows: list = [[] for _ in pairs]

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core import wire
-from host_decode.core.arrays import positions_in_sorted
+from host_decode.core.arrays import distinct_small, positions_in_sorted
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -110,7 +110,7 @@ def build_report_data(
         "kernel": kernel_facts(trace, capture_path),
         "loss": loss_data(trace),
         "regions": region_rows(trace),
-        "groups": {str(g): trace.names.group(g) for g in np.unique(trace.spans["group"]).tolist()},
+        "groups": {str(g): trace.names.group(g) for g in _groups_with_spans(trace).tolist()},
     }
     data.update(_timeline_analysis(trace, missing))
     launch = (data["analysis"] or {}).get("launch", {})
@@ -130,6 +130,11 @@ def build_report_data(
         data[view.key] = view.build(trace, options)
     data["missing"] = missing
     return jsonable(data)
+
+
+def _groups_with_spans(trace: Trace) -> np.ndarray:
+    group = trace.spans["group"]
+    return distinct_small(group) if group.size and int(group.min()) >= 0 else np.unique(group)
 
 
 def _timeline_analysis(trace: Trace, missing: dict) -> dict:

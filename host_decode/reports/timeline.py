@@ -80,8 +80,8 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
     if not (block[1:] >= block[:-1]).all():
         by_block = np.argsort(block, kind="stable")
         block = block[by_block]
-    bounds = np.searchsorted(block, win["block"], side="left")
-    ends = np.searchsorted(block, win["block"], side="right")
+    bounds = positions_in_sorted(block, win["block"])  # no int64 copy of the block column
+    ends = positions_in_sorted(block, win["block"].astype(np.int64) + 1)
     out_blocks = []
     for i in rows:
         if by_block is None:
