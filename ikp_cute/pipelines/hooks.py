@@ -131,8 +131,9 @@ def _creation_variable(frame) -> str | None:
 class Tracer:
     """The state of one ``trace_pipelines`` context: catalog, per-kernel recording state, patches."""
 
-    def __init__(self, catalog: Catalog, geometry: Geometry, polls: str = "begin", named_barriers: bool = True,
-                 passing_waits: bool = False, blocked_ns: int = 256):
+    def __init__(self, catalog: Catalog, geometry: Geometry, *, polls: str, named_barriers: bool,
+                 passing_waits: bool, blocked_ns: int):
+        """The options are PipelineTrace's (validated there, defaults there)."""
         self.catalog = catalog
         self.geometry = geometry
         self.polls = polls
