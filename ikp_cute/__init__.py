@@ -58,6 +58,7 @@ __all__ = [
     "launch_records",
     "profile_region",
     "trace_pipelines",
+    "window_branch",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -69,5 +70,6 @@ __getattr__, __dir__ = lazy_exports(
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
+        "window_branch": ".device:window_branch",
     },
 )

@@ -37,6 +37,7 @@ import dataclasses
 
 import cutlass
 from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
+from cutlass.cutlass_dsl import if_generate
 
 from host_decode.core import wire
 
@@ -144,6 +145,8 @@ class Lane:
     leader:   this thread writes the lane (exactly one thread per lane with the default leader).
     stray:    this thread claims a lane that does not exist (dynamic group out of range, block past
               write_stride); it never writes, and finalize() counts its records in the stray word.
+    counted:  with a capture window, this thread counted the lane in the launch count at create and
+              adds its held tick at finalize (ikp_cute/window.py), whether or not the launch records.
     """
 
     leader: Boolean
@@ -156,6 +159,7 @@ class Lane:
     block: Int32
     spec: cutlass.Constexpr[ProfileSpec]
     window_buffer: cute.Tensor = None  # the whole ring buffer (control block first) with capture windows
+    counted: Boolean = None
 
     @staticmethod
     def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> Lane:
@@ -194,11 +198,11 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     if const_expr(buffer_ok is not None):
         claims = claims & buffer_ok
     owner = claims & exists  # writes the lane if this launch records; counts it in the launch either way
-    window_buffer = None
+    window_buffer, counted = None, None
     if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
         window_buffer = buffer
         buffer, recording = window.open_slot(spec, buffer, claims, owner, lane)
-        claims = claims & recording
+        claims, counted = claims & recording, owner
     leader = claims & exists
     stray = claims & (~exists)
     tag = Int32(lane) << wire.LANE_SHIFT
@@ -215,7 +219,7 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     if leader:
         records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
         records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
-    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, window_buffer)
+    return Lane(leader, stray, tag, records, words, buffer, group, block, spec, window_buffer, counted)
 
 
 @cute.jit
@@ -751,26 +755,18 @@ class Profiler:
         if const_expr(self.spec.window_slots > 0):
             lane = self.recorder.lane
             writer = lane.leader if leader is None else (lane.leader & leader)  # its lane's writer, recording
-            window.close_launch(self.spec, lane.window_buffer, writer)
+            window.end_lane(self.spec, lane.window_buffer, lane.counted, writer)
 
 
-def launch_records(spec: ProfileSpec, buf=None, group=None):
+def launch_records(spec: ProfileSpec, buf=None):
     """Whether this launch records, the same in every thread of the launch: for a spec with a capture
     window (window_slots > 0) a run-time Boolean (ikp_cute/window.py launch_records: one 16-byte load
     per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
-    branch on them folds at trace time). Its use: branch once per role into an uninstrumented copy of the
-    body when the window is closed, so a closed launch runs the kernel's own code
-    (examples/fa4_sm90/fa4_instrumented.py). Every lane is counted in the launch count once per launch:
-    by its Profiler.create, or, with `group=` (the group whose lane this role's threads own, default
-    leader), here when the launch does not record, so that copy needs no Profiler at all and must not
-    create one for that group (a lane counted twice leaves the ring's count off by a fraction of a
-    launch, which `ring.launches()` refuses to read).
+    branch on them folds at trace time). For a role whose two copies both create their Profilers (they
+    count the lanes); a copy with no Profiler at all takes ``window_branch``.
 
-    The value is the same in every thread: the lanes' shares of the launch count never move the launch
-    index within a launch, and the slot count changes only when the last lane of a recording launch
-    finalizes; so read it at the start of a role whose lanes finalize at its end, before the role's
-    first collective operation (a warp that has not read it yet then holds back its whole warp group,
-    long before the launch's last lane can finalize)."""
+    Read it before the role's first collective operation: every lane holds one tick of the launch count
+    back until its Profiler's finalize, so the value cannot change before the reader's own lane ends."""
     if not isinstance(spec, ProfileSpec):
         raise TypeError(f"launch_records needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
     if not const_expr(spec.enabled):
@@ -778,14 +774,40 @@ def launch_records(spec: ProfileSpec, buf=None, group=None):
     if const_expr(spec.window_slots == 0):
         return True
     buffer, _ = _buffer_tensor(spec, buf)
-    if group is None:
-        return window.launch_records(spec, buffer)
+    return window.launch_records(spec, buffer)
+
+
+def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
+    """Run ``recorded()`` in a launch that records and ``plain()`` in one that does not, deciding once per
+    role (every thread takes the same branch: see launch_records). `recorded` creates and finalizes the
+    Profiler of lane `group` (its default leader) as usual; `plain` is the kernel's own code with no
+    Profiler for that group: window_branch counts the lane there (its share of the launch count when it
+    decides, the held tick after ``plain()`` returns, from the owning thread recomputed there, so nothing
+    of the profiler is live across the copy). So a closed window costs one load, a branch and two
+    fire-and-forget adds per role (examples/fa4_sm90/fa4_instrumented.py).
+
+    A spec without a window runs ``recorded()`` only, a disabled spec ``plain()`` only (both folded at
+    trace time). `group` must not also be counted elsewhere in the launch: a second Profiler for it, in
+    either copy, is a lane counted twice (``ring.launches()`` refuses to read such a ring)."""
+    if not isinstance(spec, ProfileSpec):
+        raise TypeError(f"window_branch needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+    if not const_expr(spec.enabled):
+        plain()
+        return
+    if const_expr(spec.window_slots == 0):
+        recorded()
+        return
     if isinstance(group, int) and not 0 <= group < spec.num_groups:
-        raise ProfileUsageError(
-            f"launch_records: group={group} is outside 0..{spec.num_groups - 1} at {_source_site()}"
-        )
+        raise ProfileUsageError(f"window_branch: group={group} is outside 0..{spec.num_groups - 1} at {_source_site()}")
+    buffer, _ = _buffer_tensor(spec, buf)
     _, _, lane, exists, leader = _lane_of(spec, group, None)
-    return window.launch_records(spec, buffer, leader & exists, lane)
+    recording = window.launch_records(spec, buffer, leader & exists, lane)
+
+    def counted_plain():
+        plain()
+        window.release_held_tick(spec, buffer, group)
+
+    if_generate(recording, recorded, counted_plain)
 
 
 class profile_region:

@@ -6,12 +6,14 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
 
     int64 words [0, CONTROL_WORDS64(R))   control block, int32 words:
         [TICKS, +1]    64-bit launch counter (device): every launch adds exactly 2**24, split over its
-                       lanes (ikp_cute/window.py); the launch index is TICKS >> 24
+                       lanes, each holding one tick back until its end (ikp_cute/window.py); the launch
+                       index is TICKS >> 24
         [FILLED_EVERY] filled (slots used, low 16 bits; device) | every (high 16 bits; host)
         [START]        first launch of the window (host)
         [STOP]         first launch past the window (host; 0xFFFFFFFF = open-ended)
         [DONE]         lanes of the running launch that finalized, in a launch that records (device,
-                       reset by the last one)
+                       reset by the last one), or COUNT_ERROR: the last one found TICKS not a whole
+                       number of launches; sticky (no launch records) until arm()
         [LOST, +1]     64-bit: 2**24 per launch in the window that found the ring full (device): NOT
                        recorded, counted
         [8 + s]        launch index recorded in slot s (device)
@@ -21,7 +23,7 @@ The rule, evaluated on the device once per lane (one predicated load of the firs
 :func:`decide` is its reference)::
 
     in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0     (EPOCH = TICKS >> 24)
-    recording = in_window and filled < R        (slot = filled)
+    recording = in_window and filled < R and DONE != COUNT_ERROR        (slot = filled)
 
 Invariants a change could break, and the tests that guard them:
 * A launch is recorded only into a fresh (zeroed) slot: never over an earlier launch. When the ring is
@@ -46,6 +48,7 @@ TICKS, FILLED_EVERY, START, STOP, DONE, LOST = 0, 2, 3, 4, 5, 6  # int32 words; 
 SLOT_EPOCHS = 8  # int32 word of slot 0's launch index
 HEADER_WORDS32 = 8
 TICK_BITS = 24  # a launch adds 2**24 ticks: at least 16 per lane (lanes <= 2**20, the v1 limit)
+COUNT_ERROR = 1 << 31  # DONE after a recording launch whose last lane found the count off
 LAUNCH_TICKS = 1 << TICK_BITS
 MAX_SLOTS = 0xFFFF  # filled and every share one int32 word (16 bits each)
 MAX_EVERY = 0x7FFF  # stays positive in the int32 word
@@ -86,27 +89,54 @@ def decide(control: np.ndarray, slots: int) -> tuple[bool, bool, int]:
     the reference of the device rule (ikp_cute/window.py)."""
     c = np.asarray(control).astype(np.int64) % U32
     epoch = launch_index(control)
-    filled_every, start, stop = (int(c[i]) for i in (FILLED_EVERY, START, STOP))
+    filled_every, start, stop, done = (int(c[i]) for i in (FILLED_EVERY, START, STOP, DONE))
     filled, every = filled_every & 0xFFFF, max(filled_every >> 16, 1)
     in_window = start <= epoch < stop and ((epoch - start) % U32) % every == 0
-    recording = in_window and filled < slots
+    recording = in_window and filled < slots and done < COUNT_ERROR
     return in_window, recording, filled if recording else 0
 
 
-def run_launch(control: np.ndarray, slots: int, lanes: int = 3) -> None:
-    """What one launch's `lanes` lanes do to the control block (reference, in place, lane by lane): every
-    lane adds its share to TICKS at create (and to LOST when the launch is in the window but the ring is
-    full); in a launch that records, the last lane to finalize writes the slot's launch index (that of
-    TICKS - 1: every share is in by then) and advances filled."""
+def run_launch(control: np.ndarray, slots: int, lanes: int = 3, order=None, reads=None) -> list[int]:
+    """What one launch's `lanes` lanes do to the control block (reference, in place): every lane adds its
+    share less one tick at create (and its share to LOST when the launch is in the window but the ring is
+    full) and the held tick at its end; in a launch that records, each lane's end is followed by its DONE
+    step, and the last one writes the slot's launch index (that of TICKS - 1) and advances filled, or
+    leaves DONE at COUNT_ERROR when TICKS is not a whole number of launches.
+
+    `order`: the steps as (lane, "create" | "end") pairs in the order they land (default: every create,
+    then every end; a lane's end after its create); `reads`: {step number: lane}, a thread of that lane
+    reading the launch index before that step (its lane must not have ended yet). -> the indices those
+    reads got, in step order."""
     in_window, recording, slot = decide(control, slots)
-    for lane in range(lanes):
+    if order is None:
+        order = [(lane, "create") for lane in range(lanes)] + [(lane, "end") for lane in range(lanes)]
+    ended, seen = set(), []
+    for step, (lane, kind) in enumerate(order):
+        reader = (reads or {}).get(step)
+        if reader is not None:
+            if reader in ended:
+                raise ValueError(f"run_launch: a read at step {step} by lane {reader}, which has ended")
+            seen.append(launch_index(control))
         share = lane_share(lane, lanes)
-        if in_window and not recording:
-            _add64(control, LOST, share)
-        _add64(control, TICKS, share)
-    if recording:
-        control[SLOT_EPOCHS + slot] = _i32(((_u64(control, TICKS) - 1) >> TICK_BITS) % U32)
-        control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
+        if kind == "create":
+            if in_window and not recording:
+                _add64(control, LOST, share)
+            _add64(control, TICKS, share - 1)
+            continue
+        ended.add(lane)
+        _add64(control, TICKS, 1)
+        if not recording:
+            continue
+        done = int(control[DONE]) % U32
+        control[DONE] = _i32(done + 1)
+        if done == lanes - 1:  # the last lane
+            ticks = _u64(control, TICKS)
+            filled = int(control[FILLED_EVERY]) % U32 & 0xFFFF
+            if filled < slots:
+                control[SLOT_EPOCHS + filled] = _i32(((ticks - 1) >> TICK_BITS) % U32)
+                control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
+            control[DONE] = _i32(COUNT_ERROR if ticks % LAUNCH_TICKS else 0)
+    return seen
 
 
 def _add64(control: np.ndarray, word: int, value: int) -> None:
@@ -210,12 +240,14 @@ class Ring:
         c = raw.astype(np.int64) % U32
         filled = int(c[FILLED_EVERY] & 0xFFFF)
         ticks, lost = _u64(raw, TICKS), _u64(raw, LOST)
+        count_error = int(c[DONE]) >= COUNT_ERROR
         return {
             "epoch": ticks >> TICK_BITS,
             "filled": filled,
             "lost_launches": lost >> TICK_BITS,
             "window": {"start": int(c[START]), "stop": int(c[STOP]), "every": max(int(c[FILLED_EVERY] >> 16), 1)},
-            "lanes_done": int(c[DONE]),
+            "lanes_done": 0 if count_error else int(c[DONE]),
+            "count_error": count_error,
             "ticks_pending": ticks % LAUNCH_TICKS + lost % LAUNCH_TICKS,
             "slot_launches": [int(v) for v in c[SLOT_EPOCHS : SLOT_EPOCHS + filled]],
             "ring_slots": self.slots,
@@ -224,11 +256,25 @@ class Ring:
     def launches(self) -> list[tuple[int, np.ndarray, int]]:
         """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order."""
         state = self.state()
+        rearm = "session.ring.arm(reset_epoch=True) clears the count"
+        if state["count_error"]:
+            raise RuntimeError(
+                "ring: the launch count was off when a recording launch ended (TICKS not a whole number of "
+                "launches at its last lane's finalize: a lane counted twice, e.g. two Profilers or a "
+                f"Profiler and window_branch for one group, or created after another lane ended); {rearm}"
+            )
         if state["lanes_done"] or state["ticks_pending"]:
             raise RuntimeError(
                 f"ring: a launch has not finished ({state['lanes_done']} lanes finalized, "
                 f"{state['ticks_pending']} of its {LAUNCH_TICKS} launch-count ticks in): read the ring after the "
-                "launch completes (and every lane must create its Profiler once, and finalize it once)"
+                "launch completes (and every lane must be counted once per launch: create its Profiler once and "
+                f"finalize it once, or be counted by window_branch); once the kernel is fixed, {rearm}"
+            )
+        recorded = state["slot_launches"]
+        if any(b <= a for a, b in zip(recorded, recorded[1:])) or any(v >= state["epoch"] for v in recorded):
+            raise RuntimeError(
+                f"ring: slot launch indices {recorded} are not increasing below the launch count "
+                f"{state['epoch']}: one launch was recorded more than once (a lane counted twice); {rearm}"
             )
         spec = self.session.spec
         host = self.ring[: state["filled"]].cpu().numpy()

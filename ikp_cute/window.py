@@ -2,24 +2,28 @@
 
 Layout and rule: ikp_cute/ring.py (``ring.decide`` is the reference of the PTX below).
 
-Per lane, at ``Profiler.create``: ONE predicated load of the control block (``ld.global.v4.u32`` of
-TICKS, FILLED_EVERY, START, and STOP beside it, same line) by the thread that would write the lane, then a
+Per lane, at ``Profiler.create``: ONE predicated decision load of the control block (``ld.global.v4.u32``
+of TICKS, FILLED_EVERY, START, and STOP|DONE beside it, same line) by the thread that would write the lane, then a
 few ALU instructions decide `recording` and the slot; a lane that does not record keeps its leader
 predicate false, so every record and trailer store of the kernel is predicated off.
 
 Counting launches: each launch adds exactly 2**24 to the 64-bit TICKS, split over its lanes (lane i of L
-adds 2**24 // L, plus 1 when i < 2**24 % L), and the launch index is TICKS >> 24. Every lane of a
-launch reads TICKS before its own share lands and no launch adds more than 2**24, so all lanes of a launch
-read the same index whatever the order, and nobody has to know which lane is last for it to advance.
-* Every lane adds its share at create, right after its decision, with a fire-and-forget ``red`` (and the
-  same share to LOST when the launch is in the window but the ring is full): a closed launch costs the
-  decision and nothing at the end of the kernel, and nothing is held for later.
-* A lane of a launch that records, at ``Profiler.finalize``: one ``atom.acq_rel.gpu.add`` on DONE; the lane
-  that brings it to L is the last (every other lane has finished its records before its acq_rel atomic),
-  so it re-reads the block (its own share is in TICKS, the launch's last shares may be, so the index is
-  that of TICKS - 1), writes the slot's launch index, advances filled and resets DONE.
-The next launch on the stream sees all of it (kernel boundary). Both steps are branch-free inline PTX,
-so they nest in any control flow.
+adds 2**24 // L, plus 1 when i < 2**24 % L), and the launch index is TICKS >> 24. Every lane holds one of
+its ticks back until its role's end, so TICKS stays below the next multiple of 2**24 until every lane of
+the launch has ended: a thread of any lane that reads TICKS before its own lane ends reads the launch's
+index, whatever the order of the other lanes (nobody has to know which lane is last).
+* Every lane adds its share minus one at create, right after its decision, with a fire-and-forget ``red``
+  (and its whole share to LOST when the launch is in the window but the ring is full).
+* At the lane's end it adds the held tick: ``Profiler.finalize`` (or, for a copy of a role that has no
+  Profiler, ``ikp_cute.window_branch`` after that copy), one fire-and-forget ``red``. In a launch that
+  records, the lane's writer then does one ``atom.acq_rel.gpu.add`` on DONE; the lane that brings it to L
+  is the last (every other lane added its ticks and finished its records before its acq_rel atomic), so it
+  re-reads the block (TICKS is then exactly (index + 1) * 2**24), writes the slot's launch index, advances
+  filled and resets DONE. When TICKS is not a whole number of launches there (a lane counted twice, or
+  created after another lane's end) it leaves DONE at ``ring.COUNT_ERROR`` instead: sticky until
+  ``ring.arm``, and ``ring.launches()`` refuses to read, saying so.
+The next launch on the stream sees all of it (kernel boundary). Every step is branch-free inline PTX, so
+it nests in any control flow.
 
 Invariants (tests/test_ring.py CPU, tests/test_ring_gpu.py GPU): the PTX holds exactly two decisions'
 loads of the control block (create and the last finalizer), both predicated; a spec without window
@@ -37,8 +41,9 @@ from .spec import ProfileSpec
 
 def _rule(slots: int, own_share_in: bool = False) -> str:
     """PTX computing the launch index e from TICKS (lo, hi), then predicates w (in window) and r
-    (recording) from e, f, s, t. `own_share_in`: the reader's own share has landed (the last finalizer:
-    TICKS is then in (index * 2**24, (index + 1) * 2**24], so the index is that of TICKS - 1)."""
+    (recording) from e, f, s, t, done (a count error stops recording). `own_share_in`: every share of
+    the launch has landed (the last finalizer: TICKS is then (index + 1) * 2**24, so the index is that of
+    TICKS - 1)."""
     minus_one = " sub.cc.u32 lo, lo, 1; subc.u32 hi, hi, 0;" if own_share_in else ""
     return (
         minus_one
@@ -46,39 +51,44 @@ def _rule(slots: int, own_share_in: bool = False) -> str:
         " and.b32 filled, f, 65535; shr.u32 every, f, 16; max.u32 every, every, 1;"
         " sub.u32 d, e, s; rem.u32 d, d, every;"
         " setp.ge.u32 w, e, s; setp.lt.and.u32 w, e, t, w; setp.eq.and.u32 w, d, 0, w;"
-        f" setp.lt.and.u32 r, filled, {int(slots)}, w;"
+        f" setp.lt.and.u32 r, filled, {int(slots)}, w; setp.lt.and.u32 r, done, {ring.COUNT_ERROR}, r;"
     )
 
 
 def _load(predicate: str, scope: str = "") -> str:
-    """PTX loading the decision's five words (lo, hi, f, s, t) when `predicate`; defaults decide "closed"."""
+    """PTX loading the decision's six words (lo, hi, f, s, t, done) when `predicate`; defaults decide
+    "closed"."""
     return (
-        " mov.u32 lo, 0; mov.u32 hi, 0; mov.u32 f, 0; mov.u32 s, 1; mov.u32 t, 0;"
+        " mov.u32 lo, 0; mov.u32 hi, 0; mov.u32 f, 0; mov.u32 s, 1; mov.u32 t, 0; mov.u32 done, 0;"
         f" @{predicate} ld{scope}.global.v4.u32 {{lo, hi, f, s}}, [ctl];"
-        f" @{predicate} ld{scope}.global.u32 t, [ctl+{4 * ring.STOP}];"
+        f" @{predicate} ld{scope}.global.v2.u32 {{t, done}}, [ctl+{4 * ring.STOP}];"
     )
 
 
 # The lane's share of the launch's 2**24 ticks into `sh` (u64): q = 2**24 // L, plus 1 for the first
-# 2**24 % L lanes; operands lane (i) and lanes (L).
+# 2**24 % L lanes (>= 16: L <= 2**20); operands lane (i) and lanes (L). `held`: the share less the tick
+# held back until the lane's end.
 _SHARE = (
     f" div.u32 q, {ring.LAUNCH_TICKS}, {{lanes}}; mul.lo.u32 d, q, {{lanes}}; sub.u32 d, {ring.LAUNCH_TICKS}, d;"
-    " setp.lt.u32 x, {lane}, d; selp.u32 d, 1, 0, x; add.u32 q, q, d; cvt.u64.u32 sh, q;"
+    " setp.lt.u32 x, {lane}, d; selp.u32 d, 1, 0, x; add.u32 q, q, d; cvt.u64.u32 sh, q; sub.u64 held, sh, 1;"
 )
-_REGS = ".reg .pred w, r, x; .reg .u32 lo, hi, e, f, s, t, filled, every, d, q; .reg .u64 ctl, sh;"
+_REGS = ".reg .pred w, r, x; .reg .u32 lo, hi, e, f, s, t, done, filled, every, d, q; .reg .u64 ctl, sh, held;"
 
 
 def _lanes(spec: ProfileSpec):
-    """Lanes of this launch: min(grid * num_groups, write_stride)."""
+    """Lanes of this launch: min(grid * num_groups, write_stride), in 64 bits until clamped (a grid of
+    2**31 x 65535 x 65535 blocks does not fit 32 bits)."""
     gx, gy, gz = cute.arch.grid_dim()
-    return cutlass.min(Int32(gx * gy * gz) * spec.num_groups, Int32(spec.write_stride))
+    blocks = Int64(gx) * Int64(gy) * Int64(gz)
+    blocks_with_lanes = Int64(-(-spec.write_stride // spec.num_groups))
+    return cutlass.min(Int32(cutlass.min(blocks, blocks_with_lanes)) * spec.num_groups, Int32(spec.write_stride))
 
 
 def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_recording: bool = False):
     """-> (slot buffer: a tensor of spec.total_slots words, recording: Boolean) for the thread `claims`.
-    With `owner` (this thread owns lane `lane`): the lane adds its share of the launch count here, after
-    its decision (and to LOST when the window holds the launch but the ring is full); `unless_recording`:
-    only when the launch does not record."""
+    With `owner` (this thread owns lane `lane`): the lane adds its share of the launch count less the
+    held tick here, after its decision (and its share to LOST when the window holds the launch but the
+    ring is full); `unless_recording`: only when the launch does not record."""
     control = Int64(buffer.iterator.toint())
     count = owner is not None
     text = (
@@ -94,7 +104,7 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
             " setp.ne.u32 c, $3, 0; and.pred lost, c, w; and.pred lost, lost, !r;"
             + (" and.pred c, c, !r;" if unless_recording else "")
             + _SHARE.format(lane="$4", lanes="$5")
-            + " @c red.relaxed.gpu.global.add.u64 [ctl], sh;"
+            + " @c red.relaxed.gpu.global.add.u64 [ctl], held;"
             f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh;"
         )
         operands += [Int32(Boolean(owner)), Int32(lane), _lanes(spec)]
@@ -109,27 +119,58 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
 def launch_records(spec: ProfileSpec, buffer, owner=None, lane=None):
     """Boolean: this launch records (in the window, a ring slot free): open_slot's decision taken by every
     thread (each loads the control block: the same bytes for the whole launch, one broadcast transaction
-    per warp). The block only changes in ways the decision cannot see until every lane of the launch has
-    counted itself, so the value is the same in every thread of the launch: a branch on it never splits a
-    warp group. With `owner` / `lane`: that lane is counted here when the launch does not record."""
+    per warp). The launch index cannot move before the reader's own lane has ended, nor the slot count
+    before every lane has, so every thread that reads before its lane's end (before its role's first
+    collective operation, in practice) gets the launch's value: a branch on it never splits a warp group.
+    With `owner` / `lane`: that lane adds its share less the held tick here when the launch does not
+    record (``release_held_tick`` adds the tick at the end of that copy)."""
     return open_slot(spec, buffer, True, owner, lane, unless_recording=True)[1]
 
 
-def close_launch(spec: ProfileSpec, buffer, recorder):
-    """The finalize step of a lane's writer in a launch that records (see the module docstring)."""
+def release_held_tick(spec: ProfileSpec, buffer, group):
+    """The end of group `group`'s lane counted by launch_records(owner=...) in a launch that does not
+    record: its held tick, one fire-and-forget ``red`` by the lane's default leader. The leader and the
+    lane's existence are recomputed here from the special registers (as ``device._lane_of`` computes them)
+    in one volatile block, so the compiler cannot keep them live from the role's start across the copy
+    (one register held across FA4's main loop costs it a few percent)."""
+    control = Int64(buffer.iterator.toint())
+    text = (
+        "{ .reg .pred p; .reg .u32 t, n, b, nb, v; .reg .u64 ctl; mov.b64 ctl, $1;"
+        # linear thread index -> warp (== group * warps_per_group) and lane in warp (== 0)
+        " mov.u32 t, %tid.z; mov.u32 n, %ntid.y; mov.u32 v, %tid.y; mad.lo.u32 t, t, n, v;"
+        " mov.u32 n, %ntid.x; mov.u32 v, %tid.x; mad.lo.u32 t, t, n, v;"
+        f" mul.lo.u32 v, $0, {32 * spec.warps_per_group}; setp.eq.u32 p, t, v;"
+        f" setp.lt.and.u32 p, $0, {spec.num_groups}, p;"
+        # linear block index -> lane = block * num_groups + group < write_stride
+        " mov.u32 b, %ctaid.z; mov.u32 nb, %nctaid.y; mov.u32 v, %ctaid.y; mad.lo.u32 b, b, nb, v;"
+        " mov.u32 nb, %nctaid.x; mov.u32 v, %ctaid.x; mad.lo.u32 b, b, nb, v;"
+        f" mad.lo.u32 b, b, {spec.num_groups}, $0; setp.lt.and.u32 p, b, {spec.write_stride}, p;"
+        " @p red.relaxed.gpu.global.add.u64 [ctl], 1; }"
+    )
+    inline_ptx.asm(None, [Int32(group), control], text, "r,l")
+
+
+def end_lane(spec: ProfileSpec, buffer, counted, writer):
+    """Profiler.finalize's step with a window: `counted` (the thread that counted the lane at create)
+    adds the held tick; in a launch that records, the writer then does the last-lane step (module
+    docstring). The writer is the counting thread of a recording lane, so its tick precedes its DONE
+    atomic in program order and the last lane's acquire sees every tick."""
     lanes = _lanes(spec)
     control = Int64(buffer.iterator.toint())
     text = (
-        "{ .reg .pred p, last; .reg .u32 old; .reg .u64 a; " + _REGS + " mov.b64 ctl, $1;"
-        " setp.ne.u32 p, $0, 0; mov.u32 old, 0;"
+        "{ .reg .pred c, p, last, bad, ok; .reg .u32 old, flag; .reg .u64 a; " + _REGS + " mov.b64 ctl, $2;"
+        " setp.ne.u32 c, $0, 0; setp.ne.u32 p, $1, 0; mov.u32 old, 0;"
+        " @c red.relaxed.gpu.global.add.u64 [ctl], 1;"
         f" @p atom.acq_rel.gpu.global.add.u32 old, [ctl+{4 * ring.DONE}], 1;"
-        " add.u32 d, $2, -1; setp.eq.and.u32 last, old, d, p;"
+        " add.u32 d, $3, -1; setp.eq.and.u32 last, old, d, p;"
         + _load("last", ".relaxed.gpu")
+        + f" and.b32 d, lo, {ring.LAUNCH_TICKS - 1}; setp.ne.and.u32 bad, d, 0, last;"
         + _rule(spec.window_slots, own_share_in=True)
-        + " and.pred r, r, last;"
+        + f" setp.lt.and.u32 ok, filled, {int(spec.window_slots)}, last; and.pred ok, ok, !bad;"
         " mul.wide.u32 a, filled, 4; add.u64 a, a, ctl;"
-        f" @r st.relaxed.gpu.global.u32 [a+{4 * ring.SLOT_EPOCHS}], e;"
-        f" add.u32 f, f, 1; @r st.relaxed.gpu.global.u32 [ctl+{4 * ring.FILLED_EVERY}], f;"
-        f" @last st.relaxed.gpu.global.u32 [ctl+{4 * ring.DONE}], 0; }}"
+        f" @ok st.relaxed.gpu.global.u32 [a+{4 * ring.SLOT_EPOCHS}], e;"
+        f" add.u32 f, f, 1; @ok st.relaxed.gpu.global.u32 [ctl+{4 * ring.FILLED_EVERY}], f;"
+        f" selp.u32 flag, {ring.COUNT_ERROR}, 0, bad;"
+        f" @last st.relaxed.gpu.global.u32 [ctl+{4 * ring.DONE}], flag; }}"
     )
-    inline_ptx.asm(None, [Int32(Boolean(recorder)), control, lanes], text, "r,l,r")
+    inline_ptx.asm(None, [Int32(Boolean(counted)), Int32(Boolean(writer)), control, lanes], text, "r,r,l,r")

@@ -110,6 +110,66 @@ def test_lane_shares_add_up_to_one_launch_and_never_show_it_early(lanes):
     assert ring.launch_index(c) == 42
 
 
+def test_a_late_reader_still_reads_its_launch_index():
+    """Every lane holds one tick back until its end, so a thread of any lane that reads the index at any
+    time before its own lane ends (a warp scheduled late, after every other lane has counted and ended)
+    reads the running launch's index, in any order of the lanes' steps; the count ends whole."""
+    rng = np.random.default_rng(7)
+    for lanes in (1, 2, 3, 17):
+        for _ in range(50):
+            c = control(epoch=9, start=0, stop=ring.OPEN_ENDED, slots=2)
+            order = _random_order(rng, lanes)
+            reads = {}
+            for step in range(len(order)):
+                alive = [lane for lane in range(lanes) if (lane, "end") not in order[:step]]
+                reads[step] = alive[rng.integers(len(alive))]
+            assert set(ring.run_launch(c, 2, lanes, order, reads)) == {9}
+            assert ring.launch_index(c) == 10 and c[ring.DONE] == 0 and c[ring.SLOT_EPOCHS] == 9
+    # the tick held back is what makes it so: with every lane's whole share in, the index moves
+    shares = sum(ring.lane_share(lane, 3) for lane in range(3))
+    assert (9 * ring.LAUNCH_TICKS + shares) >> ring.TICK_BITS == 10
+
+
+def _random_order(rng, lanes):
+    """A random interleaving of each lane's create and end, each end after its create."""
+    steps = []
+    for lane in rng.permutation(lanes).tolist():
+        steps.insert(rng.integers(len(steps) + 1), (lane, "create"))
+        after = steps.index((lane, "create"))
+        steps.insert(rng.integers(after + 1, len(steps) + 1), (lane, "end"))
+    return steps
+
+
+def _counted_twice(lanes):
+    """Every lane creates two Profilers, then ends both."""
+    return [(lane, "create") for lane in range(lanes)] * 2 + [(lane, "end") for lane in range(lanes)] * 2
+
+
+def test_a_lane_counted_twice_is_a_sticky_count_error():
+    """Every lane counted twice in a recording launch (two Profilers for one group, both alive at once)
+    keeps TICKS a whole number of launches at the end, but not at the L-th finalize: DONE is left at
+    COUNT_ERROR, no later launch records, and the host refuses to read the ring until it is re-armed."""
+    c = control(start=0, stop=ring.OPEN_ENDED, slots=4)
+    ring.run_launch(c, 4, 3, _counted_twice(3))
+    assert int(c[ring.DONE]) % ring.U32 >= ring.COUNT_ERROR
+    assert ring.decide(c, 4)[1] is False  # sticky: the next launch does not record
+    state_before = c.copy()
+    ring.run_launch(c, 4, 3)
+    assert (c[ring.FILLED_EVERY] == state_before[ring.FILLED_EVERY]).all()
+
+
+def test_launches_refuse_a_count_error_and_name_the_cure():
+    pytest.importorskip("torch")
+    session = session_of(spec_of(window_slots=2))
+    session.ring.open()
+    c = session.ring.control.numpy()
+    ring.run_launch(c, 2, session.spec.num_lanes, _counted_twice(session.spec.num_lanes))
+    with pytest.raises(RuntimeError, match=r"counted twice.*arm\(reset_epoch=True\)"):
+        session.ring.launches()
+    session.ring.arm(reset_epoch=True)
+    assert session.ring.launches() == []
+
+
 # --- host side on a CPU torch buffer ---------------------------------------------------------------------
 
 
@@ -321,18 +381,51 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     assert "setp.lt.and.u32 r, filled, 5, w;" in text  # the ring size is a compile-time constant
     assert f"[$1+{4 * ring.DONE}]" not in text  # operands were substituted
     assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[ctl\+{4 * ring.DONE}\]", text)
-    # every lane counts itself in the launch at create, fire-and-forget
-    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl]")) == 1  # at create, every lane
-    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}]")) == 1
+    # every lane counts itself at create less one tick, and adds that tick at finalize, fire-and-forget
+    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 1
+    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 1
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh")) == 1
+    # the decision reads DONE beside STOP (a count error stops recording) in the same load
+    assert len(_lines(text, f".v2.u32 {{t, done}}, [ctl+{4 * ring.STOP}]")) == 2
+
+
+def test_window_branch_counts_its_plain_copy_with_two_adds_and_no_profiler():
+    """window_branch (ikp_cute/testing/kernels/window_branch_kernel.py): the plain copy reads no timer
+    and stores no record; the lane is counted in it by the decision's add (share less one tick) and the
+    held tick after the copy; the recorded copy counts at create and finalize as any Profiler."""
+    pytest.importorskip("cutlass")
+    import cutlass.cute as cute
+    from cutlass import Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute import fake_buffer
+    from ikp_cute.testing import sass
+    from ikp_cute.testing.kernels import window_branch_kernel as kernel
+
+    def ptx(window_slots):
+        spec = ProfileSpec(num_groups=2, num_blocks=4, records_per_lane=8, events=kernel.EVENTS,
+                           window_slots=window_slots)
+        taken = make_fake_compact_tensor(Int32, (4 * kernel.WARPS,))
+        return cute.compile(kernel.launch_branch, taken, Int32(1), fake_buffer(spec), spec, 4, False,
+                            options=sass.keep_options()).__ptx__
+
+    text, recorded_only = ptx(3), ptx(0)
+    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 2  # decision, create
+    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 2  # after the plain copy, finalize
+    assert len(_lines(text, ".v4.u32")) == 3  # decision, create, the last finalizer's re-read
+    timer_reads = lambda ptx_text: len(_lines(ptx_text, "%globaltimer"))  # noqa: E731
+    assert timer_reads(text) == timer_reads(recorded_only) > 0  # the plain copy reads no timer
+    assert text.count("bar.sync") == 2 * recorded_only.count("bar.sync") > 0  # both copies meet at the barrier
 
 
 def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     """FA4's sm90 forward (examples/fa4_sm90 subclass, baked address) with window_slots: each role's body
-    is traced twice (ikp_cute.launch_records picks the copy once per role and launch), so a closed window
+    is traced twice (ikp_cute.window_branch picks the copy once per role and launch), so a closed window
     runs FA4's own code: the tensor-core work appears exactly twice, the recorded copy records what a
-    window-less build records, and the window costs per role: one launch_records load (which counts the
-    role's lane when the launch does not record), and in the recorded copy one load at create, one re-read
-    by the last finalizer and one DONE atomic; the closed copy holds no Profiler (no timer read)."""
+    window-less build records, and the window costs per role: one decision load (which counts the role's
+    lane less a tick when the launch does not record) and the held tick after FA4's code, and in the
+    recorded copy one load at create, one re-read by the last finalizer and one DONE atomic; the closed
+    copy holds no Profiler (no timer read)."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
     from tests import test_examples_compile as tec
@@ -345,6 +438,7 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     flat = tec._compile_fa4(tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED), "iter")
     assert windowed.count("wgmma.mma_async") == 2 * plain.count("wgmma.mma_async") > 0
     assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 1 + 1) and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
-    # each launch_records and each create counts its lane (a launch that records: at create only)
-    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl]")) == 2 * 2
+    # per role: the closed copy's count and held tick, the recorded copy's count at create and tick at finalize
+    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 2 * 2
+    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 2 * 2
     assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer

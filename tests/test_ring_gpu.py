@@ -130,3 +130,69 @@ def test_window_rule_matches_reference(built):
 def test_window_picks_launches_and_ring_full_is_counted(built):
     result = check_window_and_ring_full(*built)
     assert result["ok"], result
+
+
+def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
+    """ikp_cute.window_branch in a kernel whose non-leading warps decide `spins` us after their lane's
+    owner counted itself (ikp_cute/testing/kernels/window_branch_kernel.py), window on every second
+    launch: every warp of a launch takes the same copy, the recorded launches are the window's, each
+    decodes exactly, and the launch count stays whole. Then a recording launch whose lanes are counted
+    twice: the ring refuses to be read, and says so."""
+    import cutlass.cute as cute
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+
+    import ikp_cute
+    from ikp_cute.testing.kernels.window_branch_kernel import EVENTS, GROUPS, WARPS, launch_branch
+
+    blocks = 8
+    taken = torch.zeros(blocks * WARPS, dtype=torch.int32, device="cuda")
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=8, events=EVENTS, window_slots=8)
+
+    def compiled_for(twice):
+        session = ikp_cute.Session(spec, groups=GROUPS, kernel="branch_kernel")
+        args = (from_dlpack(taken), Int32(spins), session.kernel_arg())
+        compiled = cute.compile(launch_branch, *args, spec, blocks, twice)
+        return session, lambda: compiled(*args)  # the default stream, torch's too
+
+    session, launch = compiled_for(False)
+    session.ring.arm()
+    first = session.ring.state()["epoch"]
+    session.window(1, launches // 2, every=2, relative=True)
+    copies = []
+    for _ in range(launches):
+        taken.zero_()
+        launch()
+        copies.append(sorted(set(taken.cpu().tolist())))
+    state = session.ring.state()
+    expected = [first + k for k in range(1, launches, 2)]
+    traces = session.ring.decode()
+    uniform = all(len(c) == 1 for c in copies)
+    pattern = [c[0] for c in copies] == [2 if k % 2 else 1 for k in range(launches)]
+    exact = all(t.spans.size == blocks * 2 and t.loss.lost == 0 for t in traces)
+    whole = state["ticks_pending"] == 0 and state["epoch"] == first + launches and not state["count_error"]
+    ok = uniform and pattern and state["slot_launches"] == expected and exact and whole
+
+    twice_session, twice_launch = compiled_for(True)
+    twice_session.ring.arm()
+    twice_session.ring.open()
+    twice_launch()
+    torch.cuda.synchronize()
+    try:
+        twice_session.ring.launches()
+        refused = ""
+    except RuntimeError as error:
+        refused = str(error)
+    counted_twice_refused = "counted" in refused
+    return {"copies": copies, "uniform": uniform, "pattern": pattern, "slot_launches": state["slot_launches"],
+            "expected": expected, "exact": exact, "whole": whole, "counted_twice_refused": counted_twice_refused,
+            "refusal": refused[:160], "ok": ok and counted_twice_refused}
+
+
+@pytest.mark.gpu
+def test_window_branch_decides_once_per_launch_even_for_late_warps():
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass")
+    result = check_window_branch_with_late_warps()
+    assert result["ok"], result

@@ -52,7 +52,7 @@ from cutlass.base_dsl.utils.mlir_value_tree import (
 )
 from flash_attn.cute.flash_fwd_sm90 import FlashAttentionForwardSm90
 
-from ikp_cute import Profiler, ProfileSpec, launch_records, profile_region
+from ikp_cute import Profiler, ProfileSpec, profile_region, window_branch
 
 GROUPS = ("producer", "consumer_0", "consumer_1")
 
@@ -192,11 +192,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
 
     def _role(self, group, region: str, body, args, kwargs):
         """One role's body, recorded. With a capture window the body is traced twice, and each launch
-        branches once (the same way in every thread: ikp_cute.launch_records) into the recorded copy or
-        into FA4's own code, with no Profiler at all (launch_records(group=) counts the role's lane in
-        the launch count when the launch does not record: a fire-and-forget add, ikp_cute/window.py),
-        so a closed window costs a load and a branch per role, nothing at the end, and no profiler state
-        is live across FA4's loops there."""
+        branches once (the same way in every thread: ikp_cute.window_branch) into the recorded copy or
+        into FA4's own code with no Profiler at all (window_branch counts the role's lane there with two
+        fire-and-forget adds, ikp_cute/window.py), so a closed window costs a load and a branch per role
+        and no profiler state is live across FA4's loops there."""
 
         def recorded():
             self._prof = Profiler.create(self.profile_spec, None, group=group)
@@ -205,17 +204,12 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             self._prof.finalize()
             self._prof = None
 
-        def plain():  # launch_records(group=) counted this role's lane: no Profiler here
+        def plain():
             on, self._on = self._on, set()  # the per-n-block overrides run inside: keep them silent
             body(*args, **kwargs)
             self._on = on
 
-        if not self.profile_spec.window_slots:
-            recorded()
-            return
-        from cutlass.cutlass_dsl import if_generate
-
-        if_generate(launch_records(self.profile_spec, group=group), recorded, plain)
+        window_branch(self.profile_spec, group, recorded, plain)
 
     # --- per-n-block steps (consumers) ----------------------------------------------------------------
 
