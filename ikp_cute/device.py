@@ -807,7 +807,9 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
         plain()
         window.release_held_tick(spec, buffer, group)
 
-    if_generate(recording, recorded, counted_plain)
+    # The plain copy as the `then` block: laid out first, on the fall-through path (FA4 closed: +1.15%
+    # against +1.34% the other way round, H200, docs/capture.md).
+    if_generate(~recording, counted_plain, recorded)
 
 
 class profile_region:
