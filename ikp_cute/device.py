@@ -94,17 +94,15 @@ def _source_site() -> str:
     return "?"
 
 
-def _leader_atomic_add(counter, leader, amount: int):
-    """One `atom.shared.add.u32` on the lane's counter, by the leader only; 0 for others. Inline PTX with
-    a lane-dependent address on purpose: with a warp-uniform one ptxas builds a warp-aggregated atomic
-    (vote, popc, shuffle: ~12 extra instructions per region)."""
-    asm = (
-        "{ .reg .pred p; .reg .u32 l;"
-        " setp.ne.b32 p, $2, 0; mov.u32 $0, 0;"
-        " mov.u32 l, %laneid; selp.u32 l, 0, l, p; mad.lo.u32 l, l, 4, $1;"
-        f" @p atom.shared.add.u32 $0, [l], {int(amount)}; }}"
-    )
-    return Int32(inline_ptx.asm(Int32.mlir_type, [Int32(counter.toint()), Int32(leader)], asm, "=r,r,r"))
+def _counter_add(counter, amount: int):
+    """`atom.shared.add.u32` by every thread, unpredicated: `counter` is the lane's counter for its leader
+    and a private dummy word for every other thread (_atomic_setup), so no branch guards the atomic (a
+    predicated one compiles to a branch around it, and the compare of its result then waits for it
+    ahead of the region). Returns the old count: the lane's for its leader, meaningless for others
+    (whose stores are all predicated on the leader). Inline PTX with a lane-dependent address: with a
+    warp-uniform one ptxas builds a warp-aggregated atomic (vote, popc, shuffle)."""
+    asm = f"atom.shared.add.u32 $0, [$1], {int(amount)};"
+    return Int32(inline_ptx.asm(Int32.mlir_type, [Int32(counter.toint())], asm, "=r,r"))
 
 
 def _count_stray(buffer, spec: ProfileSpec, count):
@@ -479,11 +477,12 @@ class AtomicRecorder:
     """mode="atomic": each region reserves two consecutive slots with one shared-memory atomic (issued
     before the begin timer read, both records stored at the end under one check), so several threads may
     write one lane. Per-lane counters: 4 bytes of static shared memory per group, zeroed by thread 0
-    before a block barrier (every thread of the block must build the Profiler)."""
+    before a block barrier (every thread of the block must build the Profiler), and 32 dummy words that
+    the other threads' atomics go to (no branch around the atomic)."""
 
     needs_token = True
     lane: Lane
-    counter: object  # smem pointer of the lane's counter (a spare one for strays)
+    counter: object  # smem pointer of the lane's counter (its leader), else of a dummy word
     attempted: cute.Tensor  # records this thread tried (what a stray thread adds to the stray word)
     spec: cutlass.Constexpr[ProfileSpec]
 
@@ -493,7 +492,7 @@ class AtomicRecorder:
 
     def _reserve(self, count: int):
         self.attempted[0] = self.attempted[0] + count
-        return _leader_atomic_add(self.counter, self.lane.leader, count) + wire.ANCHOR_RECORDS
+        return _counter_add(self.counter, count) + wire.ANCHOR_RECORDS
 
     def begin(self, event_id: int, index):
         return self._reserve(2), _timer_lo()
@@ -515,13 +514,15 @@ class AtomicRecorder:
 
 @cute.jit
 def _atomic_setup(spec: cutlass.Constexpr, lane: Lane):
-    counters = cute.arch.alloc_smem(Int32, spec.num_groups + 1, alignment=4)
+    # the lanes' counters, then one dummy word per lane of a warp (every non-leader's atomic: _counter_add)
+    counters = cute.arch.alloc_smem(Int32, spec.num_groups + 32, alignment=4)
     tx, ty, tz = cute.arch.thread_idx()
     if (tx + ty + tz) == 0:
-        for g in cutlass.range_constexpr(spec.num_groups + 1):
+        for g in cutlass.range_constexpr(spec.num_groups):
             counters[g] = Int32(0)
     cute.arch.sync_threads()
-    counter = counters + cutlass.select_(lane.leader, lane.group, Int32(spec.num_groups))
+    dummy = Int32(spec.num_groups) + cute.arch.lane_idx()
+    counter = counters + cutlass.select_(lane.leader, lane.group, dummy)
     attempted = cute.make_rmem_tensor(cute.make_layout(1), Int32)
     attempted[0] = Int32(0)
     return AtomicRecorder(lane, counter, attempted, spec)
@@ -541,7 +542,7 @@ def _atomic_store_pair(
 
 @cute.jit
 def _atomic_finalize(lane: Lane, counter, writer, attempted, spec: cutlass.Constexpr):
-    taken = _leader_atomic_add(counter, writer, 0) + wire.ANCHOR_RECORDS
+    taken = _counter_add(counter, 0) + wire.ANCHOR_RECORDS
     _finish(lane, taken - spec.trailer_slot, attempted, writer, spec)
 
 

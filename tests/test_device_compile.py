@@ -368,7 +368,7 @@ def test_session_context_manager_says_what_it_does():
 # Marginal SASS instructions per record of the overhead kernel (16 vs 8 records per loop iteration), per
 # mode, with the CUDA 12 ptxas of the CPU wheel: the budget CI holds each mode to. Measured 2026-11-23:
 # cursor 4.0, deferred 3.75, smem 4.0, lean 12.1, atomic 8.5, static 6.5 (README "cost per record").
-SASS_BUDGET = {"cursor": 4.0, "deferred": 4.0, "smem": 4.0, "lean": 12.5, "atomic": 8.5, "static": 6.5}
+SASS_BUDGET = {"cursor": 4.0, "deferred": 4.0, "smem": 4.0, "lean": 12.5, "atomic": 6.0, "static": 6.5}
 NVDISASM = pytest.mark.skipif(
     sass.nvdisasm_path() is None, reason="nvdisasm not installed (pip install nvidia-cuda-nvdisasm)"
 )
