@@ -25,3 +25,14 @@ def distinct_small(column: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
             seen = np.concatenate([seen, np.zeros(counts.size - seen.size, bool)])
         seen[: counts.size] |= counts > 0
     return np.flatnonzero(seen)
+
+
+def runs_of_whole_lanes(lane: np.ndarray, rows: int):
+    """Slices of a nondecreasing lane column, each holding whole lanes and about `rows` rows (a lane longer
+    than that is one slice of its own)."""
+    n = lane.size
+    cuts = np.unique(np.asarray(lane[np.arange(rows, n, rows)], np.int64))
+    bounds = [0, *positions_in_sorted(lane, cuts).tolist(), n]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b > a:
+            yield slice(a, b)

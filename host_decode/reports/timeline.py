@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted
+from host_decode.core.arrays import positions_in_sorted, runs_of_whole_lanes
 from host_decode.core.model import Trace
 
 TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
@@ -111,16 +111,20 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
 
 
 def _members_by_event(sp: np.ndarray):
-    """Yield (event, indices of its spans in (lane, start) order). Decoded spans come lane by lane with
-    starts in program order (core.model): then each region's spans are found by a scan of the event
-    column (few regions) or by one stable radix sort of the 16-bit ids, held as int32; anything else
-    falls back to a three-key lexsort."""
+    """Yield (event, number of its spans, its spans as index arrays of whole lanes each, in (lane, start)
+    order). Decoded spans come lane by lane with starts in program order (core.model): then, with few
+    regions, each region's spans are found run of whole lanes by run by a scan of the event column (no
+    index of all of a region's spans is held), else by one stable radix sort of the 16-bit ids, held as
+    int32; anything else falls back to a three-key lexsort."""
     lane, start, event = sp["lane"], sp["start_ns"], sp["event"]
     if _in_lane_start_order(lane, start):
         present = np.unique(event) if event.size else event
         if present.size <= FEW_REGIONS:
             for e in present.tolist():
-                yield e, _positions_of(event, e)
+                count = sum(int(np.count_nonzero(event[i : i + SCAN_ROWS] == e))
+                            for i in range(0, event.size, SCAN_ROWS))
+                parts = runs_of_whole_lanes(lane, MERGE_SPANS)
+                yield e, count, (np.flatnonzero(event[part] == e) + part.start for part in parts)
             return
         order = np.argsort(event, kind="stable")
     else:
@@ -132,19 +136,13 @@ def _members_by_event(sp: np.ndarray):
     first_event = sorted_event[cuts[:-1]].astype(np.int64).tolist()
     del sorted_event
     for lo, hi, e in zip(cuts[:-1], cuts[1:], first_event):
-        yield e, order[lo:hi]
+        members = order[lo:hi]
+        parts = list(runs_of_whole_lanes(sp["lane"][members], MERGE_SPANS))  # the members' lanes, not kept
+        yield e, members.size, (members[part] for part in parts)
 
 
 FEW_REGIONS = 64  # up to this many region ids, each one's spans are found by a scan
-SCAN_ROWS = 1 << 20  # rows of a column compared, counted or swept at a time
-
-
-def _positions_of(column: np.ndarray, value) -> np.ndarray:
-    """np.flatnonzero(column == value), as int32 when the column is shorter than 2**31, a chunk at a time."""
-    index = np.int32 if column.size < 1 << 31 else np.int64
-    parts = [np.flatnonzero(column[i : i + SCAN_ROWS] == value).astype(index) + index(i)
-             for i in range(0, column.size, SCAN_ROWS)]
-    return np.concatenate(parts) if parts else np.zeros(0, index)
+SCAN_ROWS = 1 << 18  # rows of a column compared, counted or swept at a time
 
 
 def _in_lane_start_order(lane: np.ndarray, start: np.ndarray, chunk: int = 1 << 20) -> bool:
@@ -170,11 +168,11 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
     edges = np.linspace(0, span, points + 1).round().astype(np.int64)
     out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
     boundary = np.int32 if 2 * span + 1 < 1 << 31 else np.int64
-    for e, members in _members_by_event(sp):
-        t = _merged_boundaries(sp, members, origin, span, boundary)
-        del members
+    for e, count, runs in _members_by_event(sp):
+        t = _merged_boundaries(sp, runs, count, origin, span, boundary)
         t.sort()
         peak = _peak_per_bin(t, edges)
+        del t  # dead: the next region's positions and boundaries are built without it
         out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
                               "max": int(peak.max()) if peak.size else 0})
     return out
@@ -216,21 +214,17 @@ def _peak_per_bin(t: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.where(hi > lo, np.maximum(at_start, inside), at_start)
 
 
-def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dtype) -> np.ndarray:
-    """Boundaries of the merged intervals of spans `o` (one region's, in lane then start order), as
-    2t + 1 for an entry and 2t for an exit (time order then puts a lane leaving before one entering at
-    the same time; the step is the low bit, so one sorted array serves), unsorted; made run of whole
-    lanes by run, packed into one array of two slots per span (the filled prefix is returned)."""
-    lanes = sp["lane"][o]
-    cut_at = np.arange(MERGE_SPANS, o.size, MERGE_SPANS)
-    bounds = [0, *positions_in_sorted(lanes, np.unique(lanes[cut_at])).tolist(), o.size]
-    del lanes
-    out = np.empty(2 * o.size, dtype)
+def _merged_boundaries(sp: np.ndarray, runs, count: int, origin: int, span: int, dtype) -> np.ndarray:
+    """Boundaries of the merged intervals of one region's `count` spans, given as `runs` (index arrays of
+    whole lanes, in lane then start order), as 2t + 1 for an entry and 2t for an exit (time order then
+    puts a lane leaving before one entering at the same time; the step is the low bit, so one sorted
+    array serves), unsorted; made run by run into one array of two slots per span (the filled prefix is
+    returned)."""
+    out = np.empty(2 * count, dtype)
     filled = 0
-    for a_i, b_i in zip(bounds[:-1], bounds[1:]):
-        if b_i == a_i:
+    for rows in runs:
+        if rows.size == 0:
             continue
-        rows = o[a_i:b_i]
         lane = sp["lane"][rows]
         a = sp["start_ns"][rows]
         a -= origin
