@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core import wire
-from host_decode.core.arrays import distinct_small, runs_of_whole_lanes
+from host_decode.core.arrays import CHUNK_ROWS, distinct_small, positions_of, runs_of_whole_lanes, span_durations
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -319,9 +319,8 @@ def region_rows(trace: Trace) -> list[dict]:
         starts = np.searchsorted(ids[by_row], np.arange(summary.size + 1))
     for k, (row, r) in enumerate(zip(rows, summary)):
         g, e = int(r["group"]), int(r["event"])
-        members = np.flatnonzero(ids == k) if by_row is None else by_row[starts[k] : starts[k + 1]]
-        dur = sp["end_ns"][members]
-        dur -= sp["start_ns"][members]
+        members = positions_of(ids, k) if by_row is None else by_row[starts[k] : starts[k + 1]]
+        dur = span_durations(sp, members)
         counts, edges, geometric = duration_histogram(dur)
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
@@ -329,8 +328,7 @@ def region_rows(trace: Trace) -> list[dict]:
         window = window_by_group.get(g, 0)
         row["share_of_group_time"] = r["total_ns"] / window if window else None
         row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
-        per_block = np.bincount(sp["block"][members], weights=dur)
-        per_block = per_block[per_block > 0]
+        per_block = _sum_by_block(sp, members, dur)
         row["blocks"] = int(per_block.size)
         row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
         row["key"] = f"{g}:{e}"
@@ -339,6 +337,20 @@ def region_rows(trace: Trace) -> list[dict]:
         row["parent_key"] = f"{g}:{int(parent_event[k])}" if parent_event[k] >= 0 else None
         row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
     return rows
+
+
+def _sum_by_block(sp: np.ndarray, members: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The non-zero per-block sums of `dur` (the durations of spans `members`), in block order, a chunk
+    at a time (exact: integer sums below 2**53)."""
+    total = np.zeros(0)
+    for i in range(0, members.size, CHUNK_ROWS):
+        part = np.bincount(sp["block"][members[i : i + CHUNK_ROWS]], weights=dur[i : i + CHUNK_ROWS])
+        if part.size > total.size:
+            part[: total.size] += total
+            total = part
+        else:
+            total[: part.size] += part
+    return total[total > 0]
 
 
 def _nesting_by_row(sp: np.ndarray, ids: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -438,7 +450,7 @@ def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TI
         return [], [], False
     lo, hi = int(d.min()), int(d.max())
     geometric = False
-    if step > 1 and not np.any(d % step):
+    if step > 1 and not any(np.any(d[i : i + CHUNK_ROWS] % step) for i in range(0, d.size, CHUNK_ROWS)):
         steps = (hi - lo) // step + 1  # values lo, lo + step, ..., hi
         if steps > bins and (hi + step) / max(lo, step) > LOG_BINS_RATIO:
             k = np.unique(np.rint(np.geomspace(1, steps + 1, bins + 1)).astype(np.int64)) - 1
