@@ -298,7 +298,7 @@ def loss_data(trace: Trace) -> dict:
 def region_rows(trace: Trace) -> list[dict]:
     """Per (group, event): stats.region_summary + histogram + share of the group's lane time + spread
     across blocks. Temporaries stay at one row's spans (or one run of lanes): of the whole table only
-    the per-span parent index and row id are held."""
+    the one-byte row id of each span is held (with few rows)."""
     from host_decode.analysis.stats import FEW_KEYS, pair_ids, region_summary, summary_rows
 
     summary = region_summary(trace)
