@@ -523,6 +523,13 @@ def test_padded_varints_parse():
         assert p.timestamp == want and not unknown_fields(p)
 
 
+def test_varints_match_the_general_encoding():
+    """protobuf.varint's short paths (1, 2 and 3 bytes, for track uuids and lengths) against the
+    7-bit-group loop of a padded varint of the minimal width."""
+    for v in (0, 127, 128, 16383, 16384, 300_000, (1 << 21) - 1, 1 << 21, 1 << 35):
+        assert protobuf.varint(v) == protobuf.varint(v, protobuf.varint_width(v))
+
+
 # --- end to end from a raw buffer ------------------------------------------------------------------
 
 

@@ -172,12 +172,16 @@ def test_view_registry_embeds_data_and_script(tmp_path):
 
 def test_curves_merged_run_by_run_change_nothing(tmp_path, monkeypatch):
     """lanes_inside_curves merges each region's intervals run of whole lanes by run, sweeps the level a
-    chunk at a time and finds a region's spans by a scan (few regions) or one sort: tiny runs, tiny
-    chunks and the sort path give the same curves."""
+    chunk at a time, in windows of bins when a region has many boundaries, and finds a region's spans by
+    a scan (few regions) or one sort: tiny runs, tiny chunks, tiny windows and the sort path give the
+    same curves."""
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
     whole = timeline.lanes_inside_curves(trace)
     monkeypatch.setattr(timeline, "MERGE_SPANS", 3)
     assert timeline.lanes_inside_curves(trace) == whole
+    for boundaries in (64, 5):  # a few windows; a window per bin
+        monkeypatch.setattr(timeline, "WINDOW_BOUNDARIES", boundaries)
+        assert timeline.lanes_inside_curves(trace) == whole
     monkeypatch.setattr(timeline, "SCAN_ROWS", 7)  # the level swept 7 boundaries at a time
     assert timeline.lanes_inside_curves(trace) == whole
     monkeypatch.setattr(timeline, "FEW_REGIONS", 0)

@@ -62,3 +62,22 @@ def test_distinct_small_values_match_unique():
     for n, top in ((0, 1), (1, 1), (17, 5), (2_500_001, 300)):
         column = np.random.default_rng(n).integers(0, top, n).astype(np.int32)
         assert distinct_small(column, chunk=1 << 16).tolist() == np.unique(column).tolist()
+
+
+def test_chunked_positions_and_durations_match_whole_column_ones():
+    from host_decode.core.arrays import positions_of, span_durations
+    from host_decode.core.model import SPAN_DTYPE
+
+    rng = np.random.default_rng(5)
+    spans = np.zeros(10_001, SPAN_DTYPE)
+    spans["event"] = rng.integers(0, 4, spans.size)
+    spans["start_ns"] = rng.integers(0, 1 << 40, spans.size)
+    spans["end_ns"] = spans["start_ns"] + rng.integers(0, 1 << 20, spans.size)
+    for value in (0, 3, 9):  # 9: in no row
+        want = np.flatnonzero(spans["event"] == value)
+        got = positions_of(spans["event"], value, chunk=7)
+        assert got.dtype == np.int32 and got.tolist() == want.tolist()
+        mask = spans["event"] == value
+        whole = spans["end_ns"][mask] - spans["start_ns"][mask]
+        assert span_durations(spans, mask, chunk=7).tolist() == whole.tolist()
+        assert span_durations(spans, got, chunk=7).tolist() == whole.tolist()

@@ -204,7 +204,7 @@ GAP_DTYPE = np.dtype(
 )
 
 
-CHUNK_SPANS = 1 << 18  # spans analysed at a time (runs of whole blocks): bounded temporaries, cache-sized
+CHUNK_SPANS = 1 << 16  # spans analysed at a time (runs of whole blocks): ~150 B of temporaries a span
 
 
 def _block_runs(trace: Trace, chunk_spans: int | None = None):
@@ -652,21 +652,21 @@ def critical_regions(trace: Trace, crit: np.ndarray | None = None) -> np.ndarray
     count in full for each level, so shares may add up to more than 1."""
     crit = critical_lanes(trace) if crit is None else crit
     mask = _lane_mask(trace, crit["lane"])
-    sp = trace.spans
-    sel = mask[sp["lane"]]  # columns of the critical lanes' spans, no copy of whole rows
     lanes = trace.lanes[mask[trace.lanes["lane"]]]
     window = int((lanes["last_ns"] - lanes["first_ns"]).sum())
-    code = sp["group"][sel].astype(np.int64) * (MAX_EVENT_ID + 1) + sp["event"][sel]
-    dur = sp["end_ns"][sel] - sp["start_ns"][sel]
-    if code.size and int(code.max()) <= 4 * code.size + (1 << 16):  # dense codes: counts by bincount
-        spans_of = np.bincount(code)
-        keys = np.flatnonzero(spans_of)
-        total_of = np.bincount(code, weights=dur)[keys]
-        spans_of = spans_of[keys]
-    else:
+    # per run of whole blocks, the counts and times of its (group, event) codes; summed over runs below
+    # (float sums of integer ns are exact below 2**53)
+    run_keys, run_spans, run_totals = [], [], []
+    for spans, _ in _block_runs(trace):
+        cs = spans[mask[spans["lane"]]]
+        code = cs["group"].astype(np.int64) * (MAX_EVENT_ID + 1) + cs["event"]
         keys, inv = np.unique(code, return_inverse=True)
-        spans_of = np.bincount(inv, minlength=len(keys))
-        total_of = np.bincount(inv, weights=dur, minlength=len(keys))
+        run_keys.append(keys)
+        run_spans.append(np.bincount(inv, minlength=keys.size))
+        run_totals.append(np.bincount(inv, weights=cs["end_ns"] - cs["start_ns"], minlength=keys.size))
+    keys, inv = np.unique(np.concatenate(run_keys or [np.zeros(0, np.int64)]), return_inverse=True)
+    spans_of = np.bincount(inv, weights=np.concatenate(run_spans or [np.zeros(0)]), minlength=keys.size)
+    total_of = np.bincount(inv, weights=np.concatenate(run_totals or [np.zeros(0)]), minlength=keys.size)
     out = np.zeros(len(keys), CRITICAL_REGION_DTYPE)
     if len(keys):
         out["group"], out["event"] = np.divmod(keys, MAX_EVENT_ID + 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from host_decode.core.arrays import span_durations
 from host_decode.core.model import Trace
 
 SUMMARY_DTYPE = np.dtype(
@@ -36,12 +37,7 @@ def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     spans = trace.spans
     group = spans["group"] if by_group else np.full(spans.size, -1, np.int32)
 
-    def durations(rows):
-        d = spans["end_ns"][rows]
-        d -= spans["start_ns"][rows]  # in place: one gathered column at a time
-        return d
-
-    return summarize(group, spans["event"], durations)
+    return summarize(group, spans["event"], lambda rows: span_durations(spans, rows))
 
 
 FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
@@ -79,7 +75,8 @@ def _fill_row(out: np.ndarray, k: int, d: np.ndarray) -> None:
     n = d.size
     total = int(d.sum())
     mean = total / n
-    x = (d - int(mean)).astype(np.float64)  # shifted by about the mean: no cancellation in the variance
+    x = d.astype(np.float64)  # exact: durations are below 2**53 ns
+    x -= int(mean)  # shifted by about the mean: no cancellation in the variance (exact, in place)
     var = max(float(np.dot(x, x)) / n - (float(x.sum()) / n) ** 2, 0.0)
     pos = [(n - 1) * (p / 100.0) for p in PERCENTILES]
     kth = sorted({0, n - 1} | {int(np.floor(q)) for q in pos} | {min(int(np.floor(q)) + 1, n - 1) for q in pos})

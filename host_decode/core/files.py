@@ -21,7 +21,6 @@ the parsed arguments):
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from pathlib import Path
 from typing import Iterable
@@ -136,7 +135,9 @@ class OutputFiles:
 
     @staticmethod
     def _temp(final: Path) -> Path:
-        return final.parent / f"{TEMP_PREFIX}{secrets.token_hex(4)}-{final.name}"
+        # os.urandom, not secrets.token_hex: the same 8 hex digits without importing OpenSSL (hmac,
+        # _hashlib: ~10 ms at the start of every command that writes a file)
+        return final.parent / f"{TEMP_PREFIX}{os.urandom(4).hex()}-{final.name}"
 
     def add_dir(self, path: str | os.PathLike, names: Iterable[str]) -> dict[str, Path]:
         """Outputs named `names` inside directory `path` (which must exist): {name: temporary path}."""

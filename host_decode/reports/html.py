@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core import wire
-from host_decode.core.arrays import distinct_small, positions_in_sorted
+from host_decode.core.arrays import CHUNK_ROWS, distinct_small, positions_of, runs_of_whole_lanes, span_durations
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -133,8 +133,12 @@ def build_report_data(
 
 
 def _groups_with_spans(trace: Trace) -> np.ndarray:
-    group = trace.spans["group"]
-    return distinct_small(group) if group.size and int(group.min()) >= 0 else np.unique(group)
+    return _distinct_ids(trace.spans["group"])
+
+
+def _distinct_ids(column: np.ndarray) -> np.ndarray:
+    """np.unique of a span table's id column, without its sorted copy when the ids are non-negative."""
+    return distinct_small(column) if column.size and int(column.min()) >= 0 else np.unique(column)
 
 
 def _timeline_analysis(trace: Trace, missing: dict) -> dict:
@@ -274,7 +278,7 @@ def kernel_facts(trace: Trace, capture_path: str | None) -> dict:
         "absolute_time": bool(trace.absolute),
         "spans": int(trace.spans.size),
         "instants": int(trace.instants.size),
-        "regions": int(np.unique(trace.spans["event"]).size),
+        "regions": int(_distinct_ids(trace.spans["event"]).size),
         "sms_seen": int(np.unique(trace.lanes["sm"][trace.lanes["sm"] >= 0]).size),
     }
     skip = {"events", "groups", "format", "kernel"}
@@ -294,7 +298,7 @@ def loss_data(trace: Trace) -> dict:
 def region_rows(trace: Trace) -> list[dict]:
     """Per (group, event): stats.region_summary + histogram + share of the group's lane time + spread
     across blocks. Temporaries stay at one row's spans (or one run of lanes): of the whole table only
-    the per-span parent index and row id are held."""
+    the one-byte row id of each span is held (with few rows)."""
     from host_decode.analysis.stats import FEW_KEYS, pair_ids, region_summary, summary_rows
 
     summary = region_summary(trace)
@@ -302,9 +306,8 @@ def region_rows(trace: Trace) -> list[dict]:
     sp = trace.spans
     if not sp.size:
         return rows
-    parent = span_parents(sp)
     ids = pair_ids(sp["group"], sp["event"])[0]  # row of each span (the summary's rows, in its order)
-    exclusive = _exclusive_by_row(sp, parent, ids, summary.size)
+    exclusive, parent_event = _nesting_by_row(sp, ids, summary.size)
     lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
     window_by_group = {
         int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
@@ -316,9 +319,8 @@ def region_rows(trace: Trace) -> list[dict]:
         starts = np.searchsorted(ids[by_row], np.arange(summary.size + 1))
     for k, (row, r) in enumerate(zip(rows, summary)):
         g, e = int(r["group"]), int(r["event"])
-        members = np.flatnonzero(ids == k) if by_row is None else by_row[starts[k] : starts[k + 1]]
-        dur = sp["end_ns"][members]
-        dur -= sp["start_ns"][members]
+        members = positions_of(ids, k) if by_row is None else by_row[starts[k] : starts[k + 1]]
+        dur = span_durations(sp, members)
         counts, edges, geometric = duration_histogram(dur)
         row["hist_counts"] = counts
         row["hist_edges_ns"] = edges
@@ -326,31 +328,55 @@ def region_rows(trace: Trace) -> list[dict]:
         window = window_by_group.get(g, 0)
         row["share_of_group_time"] = r["total_ns"] / window if window else None
         row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
-        per_block = np.bincount(sp["block"][members], weights=dur)
-        per_block = per_block[per_block > 0]
+        per_block = _sum_by_block(sp, members, dur)
         row["blocks"] = int(per_block.size)
         row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
         row["key"] = f"{g}:{e}"
         row["exclusive_ns"] = int(exclusive[k])
-        # the region this one runs inside most often (its row is indented under that one); -1: a root
-        up = parent[members]
-        pe = np.where(up >= 0, sp["event"][np.maximum(up, 0)], -1).astype(np.int64)
-        top = np.bincount(pe + 1).argmax() - 1 if pe.size else -1
-        row["parent_key"] = f"{g}:{int(top)}" if top >= 0 else None
+        # the region this one runs inside most often (its row is indented under that one)
+        row["parent_key"] = f"{g}:{int(parent_event[k])}" if parent_event[k] >= 0 else None
         row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
     return rows
 
 
-def _exclusive_by_row(sp: np.ndarray, parent: np.ndarray, ids: np.ndarray, rows: int) -> np.ndarray:
-    """Per row, the sum of its spans' exclusive_durations, run of whole lanes by run (a span's parent is
-    in its lane); exact: each run's per-row sums are integers below 2**53."""
-    total = np.zeros(rows, np.int64)
+def _sum_by_block(sp: np.ndarray, members: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The non-zero per-block sums of `dur` (the durations of spans `members`), in block order, a chunk
+    at a time (exact: integer sums below 2**53)."""
+    total = np.zeros(0)
+    for i in range(0, members.size, CHUNK_ROWS):
+        part = np.bincount(sp["block"][members[i : i + CHUNK_ROWS]], weights=dur[i : i + CHUNK_ROWS])
+        if part.size > total.size:
+            part[: total.size] += total
+            total = part
+        else:
+            total[: part.size] += part
+    return total[total > 0]
+
+
+def _nesting_by_row(sp: np.ndarray, ids: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the sum of its spans' exclusive_durations, and the event its spans run inside most often
+    (ties: the smaller id; -1, no parent, before any event). Both are found run of whole lanes by run (a
+    span's parent is in its lane), so no parent index of the whole table is held; exact: each run's
+    per-row sums are integers below 2**53."""
+    exclusive = np.zeros(rows, np.int64)
+    codes, counts = [], []  # per run: distinct (row, parent event + 1) codes and how many spans have each
     for part in _lane_runs(sp):
-        local = parent[part].astype(np.int64)
-        local[local >= 0] -= part.start
-        excl = exclusive_durations(sp[part], local)
-        total += np.rint(np.bincount(ids[part], weights=excl, minlength=rows)).astype(np.int64)
-    return total
+        spans = sp[part]
+        parent = span_parents(spans)
+        exclusive += np.rint(np.bincount(ids[part], weights=exclusive_durations(spans, parent),
+                                         minlength=rows)).astype(np.int64)
+        up = np.where(parent >= 0, spans["event"][np.maximum(parent, 0)], -1).astype(np.int64)
+        code, count = np.unique(ids[part] * np.int64(wire.MAX_EVENT_ID + 2) + (up + 1), return_counts=True)
+        codes.append(code)
+        counts.append(count)
+    code, where = np.unique(np.concatenate(codes), return_inverse=True)
+    count = np.bincount(where, weights=np.concatenate(counts))
+    row, up = np.divmod(code, wire.MAX_EVENT_ID + 2)
+    best = np.lexsort((up, -count, row))  # per row, the most spans first, then the smaller event
+    first = best[np.r_[True, row[best][1:] != row[best][:-1]]]
+    parent_event = np.full(rows, -1, np.int64)
+    parent_event[row[first]] = up[first] - 1
+    return exclusive, parent_event
 
 
 LANE_RUN_SPANS = 1 << 18  # spans per run of whole lanes in the report's per-span passes
@@ -360,17 +386,9 @@ def _lane_runs(sp: np.ndarray):
     """Slices of the span table holding whole lanes (about LANE_RUN_SPANS spans each) when it is in lane
     order (decoded traces are), else the whole table as one slice."""
     lane = sp["lane"]
-    n = lane.size
-    if n == 0:
-        return
-    if not bool((lane[1:] >= lane[:-1]).all()):
-        yield slice(0, n)
-        return
-    cuts = np.unique(np.asarray(lane[np.arange(LANE_RUN_SPANS, n, LANE_RUN_SPANS)], np.int64))
-    bounds = [0, *positions_in_sorted(lane, cuts).tolist(), n]
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if b > a:
-            yield slice(a, b)
+    if lane.size and not bool((lane[1:] >= lane[:-1]).all()):
+        return iter([slice(0, lane.size)])
+    return runs_of_whole_lanes(lane, LANE_RUN_SPANS)
 
 
 def span_parents(sp: np.ndarray) -> np.ndarray:
@@ -432,7 +450,7 @@ def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TI
         return [], [], False
     lo, hi = int(d.min()), int(d.max())
     geometric = False
-    if step > 1 and not np.any(d % step):
+    if step > 1 and not any(np.any(d[i : i + CHUNK_ROWS] % step) for i in range(0, d.size, CHUNK_ROWS)):
         steps = (hi - lo) // step + 1  # values lo, lo + step, ..., hi
         if steps > bins and (hi + step) / max(lo, step) > LOG_BINS_RATIO:
             k = np.unique(np.rint(np.geomspace(1, steps + 1, bins + 1)).astype(np.int64)) - 1

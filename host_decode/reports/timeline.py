@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted
+from host_decode.core.arrays import positions_in_sorted, runs_of_whole_lanes
 from host_decode.core.model import Trace
 
 TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
@@ -111,16 +111,20 @@ def timeline_data(trace: Trace, blocks: list[int] | None = None) -> dict | None:
 
 
 def _members_by_event(sp: np.ndarray):
-    """Yield (event, indices of its spans in (lane, start) order). Decoded spans come lane by lane with
-    starts in program order (core.model): then each region's spans are found by a scan of the event
-    column (few regions) or by one stable radix sort of the 16-bit ids, held as int32; anything else
-    falls back to a three-key lexsort."""
+    """Yield (event, number of its spans, runs), where each call of runs() iterates over its spans as
+    index arrays of whole lanes each, in (lane, start) order. Decoded spans come lane by lane with starts
+    in program order (core.model): then, with few regions, each region's spans are found run of whole
+    lanes by run by a scan of the event column (no index of all of a region's spans is held), else by one
+    stable radix sort of the 16-bit ids, held as int32; anything else falls back to a three-key lexsort."""
     lane, start, event = sp["lane"], sp["start_ns"], sp["event"]
     if _in_lane_start_order(lane, start):
         present = np.unique(event) if event.size else event
         if present.size <= FEW_REGIONS:
             for e in present.tolist():
-                yield e, _positions_of(event, e)
+                count = sum(int(np.count_nonzero(event[i : i + SCAN_ROWS] == e))
+                            for i in range(0, event.size, SCAN_ROWS))
+                parts = list(runs_of_whole_lanes(lane, MERGE_SPANS))
+                yield e, count, lambda e=e, parts=parts: (np.flatnonzero(event[p] == e) + p.start for p in parts)
             return
         order = np.argsort(event, kind="stable")
     else:
@@ -132,19 +136,13 @@ def _members_by_event(sp: np.ndarray):
     first_event = sorted_event[cuts[:-1]].astype(np.int64).tolist()
     del sorted_event
     for lo, hi, e in zip(cuts[:-1], cuts[1:], first_event):
-        yield e, order[lo:hi]
+        members = order[lo:hi]
+        parts = list(runs_of_whole_lanes(sp["lane"][members], MERGE_SPANS))  # the members' lanes, not kept
+        yield e, members.size, lambda members=members, parts=parts: (members[p] for p in parts)
 
 
 FEW_REGIONS = 64  # up to this many region ids, each one's spans are found by a scan
-SCAN_ROWS = 1 << 20  # rows of a column compared, counted or swept at a time
-
-
-def _positions_of(column: np.ndarray, value) -> np.ndarray:
-    """np.flatnonzero(column == value), as int32 when the column is shorter than 2**31, a chunk at a time."""
-    index = np.int32 if column.size < 1 << 31 else np.int64
-    parts = [np.flatnonzero(column[i : i + SCAN_ROWS] == value).astype(index) + index(i)
-             for i in range(0, column.size, SCAN_ROWS)]
-    return np.concatenate(parts) if parts else np.zeros(0, index)
+SCAN_ROWS = 1 << 18  # rows of a column compared, counted or swept at a time
 
 
 def _in_lane_start_order(lane: np.ndarray, start: np.ndarray, chunk: int = 1 << 20) -> bool:
@@ -163,39 +161,76 @@ def lanes_inside_curves(trace: Trace, points: int = CURVE_POINTS) -> dict:
     equal time bins (a lane inside nested regions of one id counts once: its intervals are merged
     first). Times are ns from the launch start. Per region (_members_by_event) its merged intervals'
     boundaries, built run of whole lanes by run (MERGE_SPANS spans), in 32 bits when the launch is
-    shorter than 2**30 ns, then swept once."""
+    shorter than 2**30 ns, are sorted and swept a window of bins at a time (_region_curve)."""
     sp = trace.spans
     origin = int(trace.start_ns)
     span = max(int(trace.end_ns) - origin, 1)
     edges = np.linspace(0, span, points + 1).round().astype(np.int64)
     out = {"t": edges[:-1].tolist(), "bin_ns": span / points, "series": []}
     boundary = np.int32 if 2 * span + 1 < 1 << 31 else np.int64
-    for e, members in _members_by_event(sp):
-        t = _merged_boundaries(sp, members, origin, span, boundary)
-        del members
-        t.sort()
-        peak = _peak_per_bin(t, edges)
+    for e, count, runs in _members_by_event(sp):
+        peak = _region_curve(sp, runs, count, origin, span, boundary, edges)
         out["series"].append({"event": e, "name": trace.names.event(e), "lanes": peak.astype(int).tolist(),
                               "max": int(peak.max()) if peak.size else 0})
     return out
 
 
-MERGE_SPANS = 1 << 18  # spans of one region merged at a time (whole lanes)
+MERGE_SPANS = 1 << 16  # spans merged at a time (whole lanes): temporaries ~40 B a span
+WINDOW_BOUNDARIES = 1 << 22  # boundaries of one region sorted and swept at a time (16 MB as int32)
 
 
-def _peak_per_bin(t: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def _region_curve(sp: np.ndarray, runs, count: int, origin: int, span: int, dtype, edges: np.ndarray) -> np.ndarray:
+    """_peak_per_bin of one region's merged boundaries, in windows of whole bins holding about
+    WINDOW_BOUNDARIES boundaries each when the region has more (2 per span at most): a first pass counts
+    each window's boundaries and the level at its start, then each window's are made (the merge is
+    redone), sorted and swept on their own. The region's boundaries are never all held at once."""
+    windows = max(1, min(edges.size - 1, -(-2 * count // WINDOW_BOUNDARIES)))
+    if windows == 1:
+        t = np.empty(2 * count, dtype)
+        filled = 0
+        for keys in _merged_boundaries(sp, runs(), origin, span, dtype):
+            t[filled : filled + keys.size] = keys
+            filled += keys.size
+        t = t[:filled]
+        t.sort()
+        return _peak_per_bin(t, edges, 0)
+    first_bin = np.linspace(0, edges.size - 1, windows + 1).round().astype(np.int64)
+    limits = (2 * edges[first_bin[1:-1]]).astype(dtype)  # window w holds keys in [limits[w-1], limits[w])
+    sizes = np.zeros(windows, np.int64)
+    level_change = np.zeros(windows, np.int64)  # entries - exits of each window
+    for keys in _merged_boundaries(sp, runs(), origin, span, dtype):
+        window = np.searchsorted(limits, keys, side="right")
+        sizes += np.bincount(window, minlength=windows)
+        level_change += np.bincount(window, weights=(keys & 1) * 2 - 1, minlength=windows).astype(np.int64)
+    level_at_start = np.cumsum(level_change) - level_change
+    peaks = []
+    for w in range(windows):
+        t = np.empty(sizes[w], dtype)
+        filled = 0
+        for keys in _merged_boundaries(sp, runs(), origin, span, dtype):
+            keys = keys[np.searchsorted(limits, keys, side="right") == w]
+            t[filled : filled + keys.size] = keys
+            filled += keys.size
+        t.sort()
+        peaks.append(_peak_per_bin(t, edges[first_bin[w] : first_bin[w + 1] + 1], int(level_at_start[w])))
+        del t  # the next window's boundaries are made without it
+    return np.concatenate(peaks)
+
+
+def _peak_per_bin(t: np.ndarray, edges: np.ndarray, level: int) -> np.ndarray:
     """Most lanes inside in each bin [edges[b], edges[b + 1]) from the sorted boundary keys t (2t + 1 an
-    entry, 2t an exit): the level at the bin's start, or the highest level reached inside the bin (the
-    last bin: up to the end). The level (running count) is swept SCAN_ROWS keys at a time; times are
-    compared as keys (t <= x is key <= 2x + 1, t < x is key < 2x), so no shifted copy of t is made."""
+    entry, 2t an exit; none before edges[0], `level` lanes inside there): the level at the bin's start,
+    or the highest level reached inside the bin (the last bin: up to the last key). The level (running
+    count) is swept SCAN_ROWS keys at a time; times are compared as keys (t <= x is key <= 2x + 1,
+    t < x is key < 2x), so no shifted copy of t is made."""
     keys = (2 * edges).astype(t.dtype)
     last_at_or_before = np.searchsorted(t, keys[:-1] + 1, side="right") - 1  # per bin start
     lo = np.searchsorted(t, keys[:-1], side="left")  # first boundary in each bin
     hi = np.searchsorted(t, keys[1:], side="left")
     upto = np.r_[lo[1:], t.size]  # each bin's max runs to the next bin's first boundary (last: the end)
-    at_start = np.zeros(lo.size, np.int32)
+    at_start = np.full(lo.size, level, np.int32)
     inside = np.full(lo.size, np.iinfo(np.int32).min, np.int32)
-    carry = 0
+    carry = level
     for i in range(0, t.size, SCAN_ROWS):
         j = min(i + SCAN_ROWS, t.size)
         level = (t[i:j] & 1).astype(np.int32)
@@ -216,21 +251,14 @@ def _peak_per_bin(t: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return np.where(hi > lo, np.maximum(at_start, inside), at_start)
 
 
-def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dtype) -> np.ndarray:
-    """Boundaries of the merged intervals of spans `o` (one region's, in lane then start order), as
-    2t + 1 for an entry and 2t for an exit (time order then puts a lane leaving before one entering at
-    the same time; the step is the low bit, so one sorted array serves), unsorted; made run of whole
-    lanes by run, packed into one array of two slots per span (the filled prefix is returned)."""
-    lanes = sp["lane"][o]
-    cut_at = np.arange(MERGE_SPANS, o.size, MERGE_SPANS)
-    bounds = [0, *positions_in_sorted(lanes, np.unique(lanes[cut_at])).tolist(), o.size]
-    del lanes
-    out = np.empty(2 * o.size, dtype)
-    filled = 0
-    for a_i, b_i in zip(bounds[:-1], bounds[1:]):
-        if b_i == a_i:
+def _merged_boundaries(sp: np.ndarray, runs, origin: int, span: int, dtype):
+    """Yield, per run of `runs` (index arrays of whole lanes of one region's spans, in lane then start
+    order), the boundaries of its merged intervals as 2t + 1 for an entry and 2t for an exit (time order
+    then puts a lane leaving before one entering at the same time; the step is the low bit, so one sorted
+    array serves), unsorted."""
+    for rows in runs:
+        if rows.size == 0:
             continue
-        rows = o[a_i:b_i]
         lane = sp["lane"][rows]
         a = sp["start_ns"][rows]
         a -= origin
@@ -248,11 +276,10 @@ def _merged_boundaries(sp: np.ndarray, o: np.ndarray, origin: int, span: int, dt
         closes[:-1] = new[1:]
         closes[-1:] = True
         m = int(np.count_nonzero(new))
-        entries, exits = out[filled : filled + m], out[filled + m : filled + 2 * m]
-        entries[:] = a[new]  # a run's temporaries are small: the whole region's live only in `out`
-        entries *= 2
-        entries += 1
-        exits[:] = run[closes]
-        exits *= 2
-        filled += 2 * m
-    return out[:filled]
+        keys = np.empty(2 * m, dtype)
+        keys[:m] = a[new]
+        keys[:m] *= 2
+        keys[:m] += 1
+        keys[m:] = run[closes]
+        keys[m:] *= 2
+        yield keys

@@ -186,8 +186,12 @@ def varint_width(v: int) -> int:
 
 
 def varint(v: int, width: int | None = None) -> bytes:
-    if width is None and 0 <= v < 16384:
-        return SMALL_VARINTS[v] if v < 128 else bytes((v & 0x7F | 0x80, v >> 7))
+    if width is None and 0 <= v < 1 << 21:  # the track descriptors' uuids and lengths: no loop
+        if v < 128:
+            return SMALL_VARINTS[v]
+        if v < 16384:
+            return bytes((v & 0x7F | 0x80, v >> 7))
+        return bytes((v & 0x7F | 0x80, (v >> 7) & 0x7F | 0x80, v >> 14))
     v &= (1 << 64) - 1
     width = width or varint_width(v)
     out = bytearray()
