@@ -179,7 +179,7 @@ def _lane_of(spec: cutlass.Constexpr, group, leader):
     lane = block * spec.num_groups + group
     # One unsigned compare covers a negative group and one past num_groups.
     group_ok = Uint32(group) < Uint32(spec.num_groups)
-    exists = group_ok & (lane < spec.write_stride)
+    exists = group_ok & (Uint32(lane) < Uint32(spec.write_stride))  # unsigned: a wrapped block*groups
     if const_expr(leader is None):
         # Default leader: lane 0 of warp group * warps_per_group. A thread with a bad group claims (to be
         # counted as stray) if it would lead its own warp group, so every bad group's records are counted.
@@ -200,7 +200,9 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
     if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
         window_buffer = buffer
         buffer, recording = window.open_slot(spec, buffer, claims, owner, lane)
-        claims, counted = claims & recording, owner
+        # A thread of a lane that does not exist has no lane of its own to hold the launch count back, so
+        # its decision may be the next launch's: it never records, and is not counted as stray either.
+        claims, counted = claims & recording & exists, owner
     leader = claims & exists
     stray = claims & (~exists)
     tag = Int32(lane) << wire.LANE_SHIFT
@@ -666,6 +668,11 @@ class Profiler:
         if not const_expr(spec.enabled):
             return Profiler(spec, None, _TraceChecks())
         buffer, buffer_ok = _buffer_tensor(spec, buf)
+        if spec.window_slots and leader is not None:
+            raise ProfileUsageError(
+                f"Profiler.create(leader=...) at {_source_site()}: a spec with a capture window counts each lane "
+                "once, from its default leader; several writers per lane (leader=) need a spec without window_slots"
+            )
         if const_expr(spec.mode == "lean"):
             recorder = LeanRecorder.create(spec, buffer, group, leader)
         else:
@@ -808,9 +815,11 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
         plain()
         window.release_held_tick(spec, buffer, group)
 
-    # The plain copy as the `then` block: laid out first, on the fall-through path (FA4 closed: +1.15%
-    # against +1.34% the other way round, H200, docs/capture.md).
-    if_generate(~recording, counted_plain, recorded)
+    # A lane that does not exist (block past the session, group out of range) always runs the plain copy:
+    # with no lane of its own holding the count back, its decision could be the next launch's. The plain
+    # copy as the `then` block: laid out first, on the fall-through path (FA4 closed: +1.15% against +1.34%
+    # the other way round, H200, docs/capture.md).
+    if_generate(~(recording & exists), counted_plain, recorded)
 
 
 class profile_region:

@@ -132,7 +132,7 @@ def run_launch(control: np.ndarray, slots: int, lanes: int = 3, order=None, read
         if done == lanes - 1:  # the last lane
             ticks = _u64(control, TICKS)
             filled = int(control[FILLED_EVERY]) % U32 & 0xFFFF
-            if filled < slots:
+            if filled < slots and ticks % LAUNCH_TICKS == 0:  # a count error records no slot
                 control[SLOT_EPOCHS + filled] = _i32(((ticks - 1) >> TICK_BITS) % U32)
                 control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
             control[DONE] = _i32(COUNT_ERROR if ticks % LAUNCH_TICKS else 0)
@@ -220,8 +220,9 @@ class Ring:
     # --- arming and reading ---------------------------------------------------------------------------
 
     def arm(self, reset_epoch: bool = False) -> None:
-        """Zero every slot (pre-writing its header) and mark the ring empty; LOST back to 0. Keeps the window
-        and, unless reset_epoch, the launch counter."""
+        """Zero every slot (pre-writing its header) and mark the ring empty; LOST and DONE (a count error
+        included) back to 0. Keeps the window and, unless reset_epoch, the launch counter (rounded down to
+        a whole launch)."""
         from host_decode.core import wire
 
         torch = _torch()
@@ -233,6 +234,8 @@ class Ring:
         self.control[SLOT_EPOCHS:].zero_()
         if reset_epoch:
             self.counters[TICKS // 2].zero_()
+        else:  # ticks of a miscounted launch would shift where later launches' indices change
+            self.counters[TICKS // 2].bitwise_and_(~(LAUNCH_TICKS - 1))
 
     def state(self) -> dict:
         """Control block as numbers (synchronizes): epoch, filled, lost, window, slot launch indices."""
@@ -261,7 +264,7 @@ class Ring:
             raise RuntimeError(
                 "ring: the launch count was off when a recording launch ended (TICKS not a whole number of "
                 "launches at its last lane's finalize: a lane counted twice, e.g. two Profilers or a "
-                f"Profiler and window_branch for one group, or created after another lane ended); {rearm}"
+                f"Profiler and window_branch for one group, or a lane created again after its finalize); {rearm}"
             )
         if state["lanes_done"] or state["ticks_pending"]:
             raise RuntimeError(

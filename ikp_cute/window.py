@@ -19,9 +19,10 @@ index, whatever the order of the other lanes (nobody has to know which lane is l
   records, the lane's writer then does one ``atom.acq_rel.gpu.add`` on DONE; the lane that brings it to L
   is the last (every other lane added its ticks and finished its records before its acq_rel atomic), so it
   re-reads the block (TICKS is then exactly (index + 1) * 2**24), writes the slot's launch index, advances
-  filled and resets DONE. When TICKS is not a whole number of launches there (a lane counted twice, or
-  created after another lane's end) it leaves DONE at ``ring.COUNT_ERROR`` instead: sticky until
-  ``ring.arm``, and ``ring.launches()`` refuses to read, saying so.
+  filled and resets DONE. When TICKS is not a whole number of launches there (a lane counted twice,
+  or created again after its own finalize; best effort, docs/capture.md) it leaves DONE at
+  ``ring.COUNT_ERROR`` instead: sticky until ``ring.arm``, and ``ring.launches()`` refuses to read,
+  saying so.
 The next launch on the stream sees all of it (kernel boundary). Every step is branch-free inline PTX, so
 it nests in any control flow.
 

@@ -152,6 +152,7 @@ def test_a_lane_counted_twice_is_a_sticky_count_error():
     c = control(start=0, stop=ring.OPEN_ENDED, slots=4)
     ring.run_launch(c, 4, 3, _counted_twice(3))
     assert int(c[ring.DONE]) % ring.U32 >= ring.COUNT_ERROR
+    assert int(c[ring.FILLED_EVERY]) & 0xFFFF == 0 and c[ring.SLOT_EPOCHS] == 0  # no slot for it (as the PTX)
     assert ring.decide(c, 4)[1] is False  # sticky: the next launch does not record
     state_before = c.copy()
     ring.run_launch(c, 4, 3)
@@ -166,8 +167,9 @@ def test_launches_refuse_a_count_error_and_name_the_cure():
     ring.run_launch(c, 2, session.spec.num_lanes, _counted_twice(session.spec.num_lanes))
     with pytest.raises(RuntimeError, match=r"counted twice.*arm\(reset_epoch=True\)"):
         session.ring.launches()
-    session.ring.arm(reset_epoch=True)
-    assert session.ring.launches() == []
+    session.ring.arm()  # clears the error and rounds the count down to a whole launch
+    state = session.ring.state()
+    assert not state["count_error"] and state["ticks_pending"] == 0 and session.ring.launches() == []
 
 
 # --- host side on a CPU torch buffer ---------------------------------------------------------------------
@@ -442,3 +444,25 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 2 * 2
     assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 2 * 2
     assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer
+
+
+def test_a_window_spec_refuses_several_writers_per_lane():
+    """leader= would count a lane once per writer: refused while tracing, naming the alternative."""
+    pytest.importorskip("cutlass")
+    from ikp_cute import ProfileUsageError
+
+    with pytest.raises(ProfileUsageError, match="leader=.*without window_slots"):
+        compile_multi_writer(spec_of(mode="atomic", window_slots=2))
+    compile_multi_writer(spec_of(mode="atomic", window_slots=0))  # the same kernel without a window compiles
+
+
+def compile_multi_writer(spec):
+    import cutlass.cute as cute
+    from cutlass import Float32, Int32
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute import fake_buffer
+    from ikp_cute.testing.kernels import structured
+
+    x = make_fake_compact_tensor(Float32, (1024,))
+    return cute.compile(structured.launch_multi_writer, x, Int32(3), fake_buffer(spec), spec, (4, 1, 1))

@@ -50,7 +50,8 @@ def spans_expected() -> int:
 
 
 def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
-    """Random control blocks (epoch, filled, every, start, stop) written on the device, one launch each:
+    """Random control blocks (epoch, filled, every, start, stop; some with a count error set, some with a
+    count that is not a whole number of launches) written on the device, one launch each:
     the control block afterwards equals ring.run_launch's, and the slot holds records iff decide()."""
     import torch
 
@@ -63,7 +64,11 @@ def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
         session.ring.arm()
         c = np.zeros(ring.HEADER_WORDS32 + slots, np.int32)
         ticks = int(rng.integers(0, 50)) << ring.TICK_BITS
+        if trial % 6 == 5:  # a count left off by an earlier miscounted launch: its last lane must flag it
+            ticks += int(rng.integers(1, 1000))
         c[ring.TICKS], c[ring.TICKS + 1] = ring._i32(ticks), ring._i32(ticks >> 32)
+        if trial % 6 == 4:  # a sticky count error: nothing records
+            c[ring.DONE] = ring._i32(ring.COUNT_ERROR)
         c[ring.FILLED_EVERY] = int(rng.integers(0, slots + 1)) | (int(rng.integers(1, 4)) << 16)
         c[ring.START] = int(rng.integers(0, 50))
         c[ring.STOP] = ring._i32(int(rng.choice([c[ring.START] + int(rng.integers(0, 20)), ring.OPEN_ENDED])))
