@@ -41,12 +41,16 @@ def runs_of_whole_lanes(lane: np.ndarray, rows: int):
             yield slice(a, b)
 
 
+def count_of(column: np.ndarray, value, chunk: int = CHUNK_ROWS) -> int:
+    """np.count_nonzero(column == value), a chunk at a time (no mask of the whole column)."""
+    return sum(int(np.count_nonzero(column[i : i + chunk] == value)) for i in range(0, column.size, chunk))
+
+
 def positions_of(column: np.ndarray, value, chunk: int = CHUNK_ROWS) -> np.ndarray:
     """np.flatnonzero(column == value), as int32 when the column is shorter than 2**31, a chunk at a time
     (no mask of the whole column, no int64 positions)."""
     index = np.int32 if column.size < 1 << 31 else np.int64
-    count = sum(int(np.count_nonzero(column[i : i + chunk] == value)) for i in range(0, column.size, chunk))
-    out = np.empty(count, index)
+    out = np.empty(count_of(column, value, chunk), index)
     filled = 0
     for i in range(0, column.size, chunk):
         found = np.flatnonzero(column[i : i + chunk] == value)

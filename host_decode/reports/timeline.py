@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted, runs_of_whole_lanes
+from host_decode.core.arrays import count_of, positions_in_sorted, runs_of_whole_lanes
 from host_decode.core.model import Trace
 
 TIMELINE_MAX_SPANS = 5000  # per embedded block (the longest are kept; the page says how many were left out)
@@ -120,11 +120,9 @@ def _members_by_event(sp: np.ndarray):
     if _in_lane_start_order(lane, start):
         present = np.unique(event) if event.size else event
         if present.size <= FEW_REGIONS:
+            parts = list(runs_of_whole_lanes(lane, MERGE_SPANS))  # the same runs for every region
             for e in present.tolist():
-                count = sum(int(np.count_nonzero(event[i : i + SCAN_ROWS] == e))
-                            for i in range(0, event.size, SCAN_ROWS))
-                parts = list(runs_of_whole_lanes(lane, MERGE_SPANS))
-                yield e, count, lambda e=e, parts=parts: (np.flatnonzero(event[p] == e) + p.start for p in parts)
+                yield e, count_of(event, e), lambda e=e: (np.flatnonzero(event[p] == e) + p.start for p in parts)
             return
         order = np.argsort(event, kind="stable")
     else:
@@ -186,12 +184,7 @@ def _region_curve(sp: np.ndarray, runs, count: int, origin: int, span: int, dtyp
     redone), sorted and swept on their own. The region's boundaries are never all held at once."""
     windows = max(1, min(edges.size - 1, -(-2 * count // WINDOW_BOUNDARIES)))
     if windows == 1:
-        t = np.empty(2 * count, dtype)
-        filled = 0
-        for keys in _merged_boundaries(sp, runs(), origin, span, dtype):
-            t[filled : filled + keys.size] = keys
-            filled += keys.size
-        t = t[:filled]
+        t = _gathered(_merged_boundaries(sp, runs(), origin, span, dtype), 2 * count, dtype)
         t.sort()
         return _peak_per_bin(t, edges, 0)
     first_bin = np.linspace(0, edges.size - 1, windows + 1).round().astype(np.int64)
@@ -205,16 +198,23 @@ def _region_curve(sp: np.ndarray, runs, count: int, origin: int, span: int, dtyp
     level_at_start = np.cumsum(level_change) - level_change
     peaks = []
     for w in range(windows):
-        t = np.empty(sizes[w], dtype)
-        filled = 0
-        for keys in _merged_boundaries(sp, runs(), origin, span, dtype):
-            keys = keys[np.searchsorted(limits, keys, side="right") == w]
-            t[filled : filled + keys.size] = keys
-            filled += keys.size
+        in_window = (keys[np.searchsorted(limits, keys, side="right") == w]
+                     for keys in _merged_boundaries(sp, runs(), origin, span, dtype))
+        t = _gathered(in_window, sizes[w], dtype)
         t.sort()
         peaks.append(_peak_per_bin(t, edges[first_bin[w] : first_bin[w + 1] + 1], int(level_at_start[w])))
         del t  # the next window's boundaries are made without it
     return np.concatenate(peaks)
+
+
+def _gathered(parts, size: int, dtype) -> np.ndarray:
+    """The arrays `parts` (at most `size` values in all) one after the other in one array of `dtype`."""
+    out = np.empty(size, dtype)
+    filled = 0
+    for part in parts:
+        out[filled : filled + part.size] = part
+        filled += part.size
+    return out[:filled]
 
 
 def _peak_per_bin(t: np.ndarray, edges: np.ndarray, level: int) -> np.ndarray:
