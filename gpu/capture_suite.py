@@ -47,8 +47,9 @@ def stage_window(out: Path) -> dict:
     session, launch, _ = t.build(slots=4)
     result = {"rule": t.check_rule_matches_reference(session, launch),
               "window": t.check_window_and_ring_full(session, launch),
-              "late_warps": t.check_window_branch_with_late_warps()}
-    result["ok"] = all(result[name]["ok"] for name in ("rule", "window", "late_warps"))
+              "late_warps": t.check_window_branch_with_late_warps(),
+              "strays": t.check_strays_with_window()}
+    result["ok"] = all(result[name]["ok"] for name in ("rule", "window", "late_warps", "strays"))
     return result
 
 

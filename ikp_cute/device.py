@@ -41,7 +41,7 @@ from cutlass.cutlass_dsl import if_generate
 
 from host_decode.core import wire
 
-from . import inline_ptx, window
+from . import inline_ptx, ring, window
 from .spec import ProfileSpec, ProfileUsageError
 
 BEGIN = int(wire.EventType.BEGIN)
@@ -105,9 +105,14 @@ def _counter_add(counter, amount: int):
     return Int32(inline_ptx.asm(Int32.mlir_type, [Int32(counter.toint())], asm, "=r,r"))
 
 
-def _count_stray(buffer, spec: ProfileSpec, count):
-    """Add `count` to the stray-record word after the v1 buffer (one global reduction, error path only)."""
-    address = Int64(buffer.iterator.toint()) + spec.stray_slot * 8
+def _count_stray(lane, spec: ProfileSpec, count):
+    """Add `count` to the stray-record word after the lane's v1 buffer, or with a capture window to the
+    ring's STRAY word (a stray thread's launch is not known: ikp_cute/ring.py); one global reduction,
+    error path only."""
+    if const_expr(spec.window_slots > 0):
+        address = Int64(lane.window_buffer.iterator.toint()) + 4 * ring.STRAY
+    else:
+        address = Int64(lane.buffer.iterator.toint()) + spec.stray_slot * 8
     inline_ptx.asm(None, [address, Int64(count)], "red.global.add.u64 [$0], $1;", "l,l")
 
 
@@ -201,10 +206,13 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
         window_buffer = buffer
         buffer, recording = window.open_slot(spec, buffer, claims, owner, lane)
         # A thread of a lane that does not exist has no lane of its own to hold the launch count back, so
-        # its decision may be the next launch's: it never records, and is not counted as stray either.
+        # its decision may be the next launch's: it never records, and its records count in the ring's
+        # STRAY word whatever the decision.
+        stray = claims & (~exists)
         claims, counted = claims & recording & exists, owner
+    else:
+        stray = claims & (~exists)
     leader = claims & exists
-    stray = claims & (~exists)
     tag = Int32(lane) << wire.LANE_SHIFT
     records = cute.make_tensor(
         buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
@@ -237,7 +245,7 @@ def _finish(lane: Lane, dropped, attempted, writer, spec: cutlass.Constexpr):
     """The trailer of a lane (its writer), or the stray count (a thread without a lane)."""
     _write_trailer(lane.records, lane.tag, dropped, cute.arch.globaltimer_lo(), writer, spec)
     if lane.stray & (attempted > 0):
-        _count_stray(lane.buffer, spec, attempted)
+        _count_stray(lane, spec, attempted)
 
 
 @cute.jit
@@ -815,11 +823,12 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
         plain()
         window.release_held_tick(spec, buffer, group)
 
-    # A lane that does not exist (block past the session, group out of range) always runs the plain copy:
-    # with no lane of its own holding the count back, its decision could be the next launch's. The plain
-    # copy as the `then` block: laid out first, on the fall-through path (FA4 closed: +1.15% against +1.34%
-    # the other way round, H200, docs/capture.md).
-    if_generate(~(recording & exists), counted_plain, recorded)
+    # A lane that does not exist (block past the session, group out of range) always runs the recorded
+    # copy: with no lane of its own holding the count back, its decision could be the next launch's, and
+    # there its Profiler counts its records in the ring's STRAY word. The plain copy as the `then` block:
+    # laid out first, on the fall-through path (FA4 closed: +1.15% against +1.34% the other way round,
+    # H200, docs/capture.md).
+    if_generate(exists & ~recording, counted_plain, recorded)
 
 
 class profile_region:

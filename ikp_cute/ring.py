@@ -16,7 +16,10 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
                        number of launches; sticky (no launch records) until arm()
         [LOST, +1]     64-bit: 2**24 per launch in the window that found the ring full (device): NOT
                        recorded, counted
-        [8 + s]        launch index recorded in slot s (device)
+        [STRAY, +1]    64-bit: records of lanes outside the session (a grid larger than num_blocks, a
+                       run-time group out of range), over all launches since arm() (device): with a
+                       window their launch is not known, so they are counted here, not in a slot
+        [10 + s]       launch index recorded in slot s (device)
     then R slots of spec.total_slots words; slot s holds the s-th recorded launch.
 
 The rule, evaluated on the device once per lane (one predicated load of the first five words,
@@ -45,8 +48,9 @@ from pathlib import Path
 import numpy as np
 
 TICKS, FILLED_EVERY, START, STOP, DONE, LOST = 0, 2, 3, 4, 5, 6  # int32 words; TICKS and LOST are 64-bit
-SLOT_EPOCHS = 8  # int32 word of slot 0's launch index
-HEADER_WORDS32 = 8
+STRAY = 8  # int32 word; 64-bit
+SLOT_EPOCHS = 10  # int32 word of slot 0's launch index
+HEADER_WORDS32 = 10
 TICK_BITS = 24  # a launch adds 2**24 ticks: at least 16 per lane (lanes <= 2**20, the v1 limit)
 COUNT_ERROR = 1 << 31  # DONE after a recording launch whose last lane found the count off
 LAUNCH_TICKS = 1 << TICK_BITS
@@ -220,8 +224,8 @@ class Ring:
     # --- arming and reading ---------------------------------------------------------------------------
 
     def arm(self, reset_epoch: bool = False) -> None:
-        """Zero every slot (pre-writing its header) and mark the ring empty; LOST and DONE (a count error
-        included) back to 0. Keeps the window and, unless reset_epoch, the launch counter (rounded down to
+        """Zero every slot (pre-writing its header) and mark the ring empty; LOST, STRAY and DONE (a count
+        error included) back to 0. Keeps the window and, unless reset_epoch, the launch counter (rounded down to
         a whole launch)."""
         from host_decode.core import wire
 
@@ -231,6 +235,7 @@ class Ring:
         self.control[FILLED_EVERY].copy_(torch.bitwise_and(self.control[FILLED_EVERY], ~0xFFFF))
         self.control[DONE].zero_()
         self.counters[LOST // 2].zero_()
+        self.counters[STRAY // 2].zero_()
         self.control[SLOT_EPOCHS:].zero_()
         if reset_epoch:
             self.counters[TICKS // 2].zero_()
@@ -242,12 +247,13 @@ class Ring:
         raw = self.control.cpu().numpy()
         c = raw.astype(np.int64) % U32
         filled = int(c[FILLED_EVERY] & 0xFFFF)
-        ticks, lost = _u64(raw, TICKS), _u64(raw, LOST)
+        ticks, lost, stray = _u64(raw, TICKS), _u64(raw, LOST), _u64(raw, STRAY)
         count_error = int(c[DONE]) >= COUNT_ERROR
         return {
             "epoch": ticks >> TICK_BITS,
             "filled": filled,
             "lost_launches": lost >> TICK_BITS,
+            "stray_records": stray,
             "window": {"start": int(c[START]), "stop": int(c[STOP]), "every": max(int(c[FILLED_EVERY] >> 16), 1)},
             "lanes_done": 0 if count_error else int(c[DONE]),
             "count_error": count_error,
@@ -332,6 +338,7 @@ class Ring:
                 "slots": self.slots,
                 "filled": state["filled"],
                 "lost_launches": state["lost_launches"],
+                "stray_records": state["stray_records"],
                 "window": state["window"],
                 "launches_seen": state["epoch"],
             },

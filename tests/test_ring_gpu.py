@@ -201,3 +201,47 @@ def test_window_branch_decides_once_per_launch_even_for_late_warps():
     pytest.importorskip("cutlass")
     result = check_window_branch_with_late_warps()
     assert result["ok"], result
+
+
+def check_strays_with_window(launches=4) -> dict:
+    """A grid of 12 blocks on a session of 8, window open: the 4 blocks outside the session never write
+    (every session lane of every slot holds the same records) and their records are
+    counted in the ring's STRAY word (with a window a stray thread's launch is not known): 2 records per
+    stray lane (one region) x 2 groups x 4 blocks per launch."""
+    import cutlass.cute as cute
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+
+    import ikp_cute
+    from ikp_cute.testing.kernels.window_branch_kernel import EVENTS, GROUPS, WARPS, launch_branch
+
+    blocks, grid = 8, 12
+    taken = torch.zeros(grid * WARPS, dtype=torch.int32, device="cuda")
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=8, events=EVENTS, window_slots=8)
+    session = ikp_cute.Session(spec, groups=GROUPS, kernel="branch_kernel")
+    args = (from_dlpack(taken), Int32(0), session.kernel_arg())
+    compiled = cute.compile(launch_branch, *args, spec, grid, False)
+    session.ring.arm()
+    session.ring.open()
+    for _ in range(launches):
+        compiled(*args)
+    torch.cuda.synchronize()
+    state = session.ring.state()
+    # (decode() refuses these slots by design: their header holds the launched grid, larger than the
+    # session; the records themselves are checked: every session lane wrote the same number)
+    slots = session.ring.launches()
+    per_lane = [np.count_nonzero(records[1:].reshape(spec.records_per_lane, spec.write_stride)[:, : blocks * 2], axis=0)
+                for _, records, _ in slots]
+    exact = len(slots) == launches and all((n == per_lane[0][0]).all() and n[0] > 0 for n in per_lane)
+    expected = launches * (grid - blocks) * 2 * 2
+    return {"stray_records": state["stray_records"], "expected": expected, "slots": state["filled"],
+            "exact": exact, "ok": exact and state["stray_records"] == expected}
+
+
+@pytest.mark.gpu
+def test_strays_with_a_window_are_counted_in_the_ring():
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass")
+    result = check_strays_with_window()
+    assert result["ok"], result
