@@ -48,8 +48,9 @@ def stage_window(out: Path) -> dict:
     result = {"rule": t.check_rule_matches_reference(session, launch),
               "window": t.check_window_and_ring_full(session, launch),
               "late_warps": t.check_window_branch_with_late_warps(),
-              "strays": t.check_strays_with_window()}
-    result["ok"] = all(result[name]["ok"] for name in ("rule", "window", "late_warps", "strays"))
+              "strays": t.check_strays_with_window(),
+              "smaller_grid": t.check_grid_smaller_than_spec()}
+    result["ok"] = all(result[name]["ok"] for name in ("rule", "window", "late_warps", "strays", "smaller_grid"))
     return result
 
 

@@ -5,28 +5,39 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
 ``spec.total_slots`` int64 words, layout unchanged)::
 
     int64 words [0, CONTROL_WORDS64(R))   control block, int32 words:
-        [TICKS, +1]    64-bit launch counter (device): every launch adds exactly 2**24, split over its
-                       lanes, each holding one tick back until its end (ikp_cute/window.py); the launch
-                       index is TICKS >> 24
+      line 0 (bytes 0-127), read by every lane's decision and written by no lane of a closed launch:
         [FILLED_EVERY] filled (slots used, low 16 bits; device) | every (high 16 bits; host)
-        [START]        first launch of the window (host)
-        [STOP]         first launch past the window (host; 0xFFFFFFFF = open-ended)
+        [START]        first launch of the window (host; the device empties a window it has finished)
+        [STOP]         first launch past the window (host; 0xFFFFFFFF = open-ended; STOP <= START: empty)
         [DONE]         lanes of the running launch that finalized, in a launch that records (device,
                        reset by the last one), or COUNT_ERROR: the last one found TICKS not a whole
                        number of launches; sticky (no launch records) until arm()
+      bytes 512-535, the counters every lane adds to:
+        [TICKS, +1]    64-bit launch counter (device): every launch adds exactly 2**24, split over its
+                       lanes, each holding one tick back until its end (ikp_cute/window.py); the launch
+                       index is TICKS >> 24
         [LOST, +1]     64-bit: 2**24 per launch in the window that found the ring full (device): NOT
                        recorded, counted
         [STRAY, +1]    64-bit: records of lanes outside the session (a grid larger than num_blocks, a
                        run-time group out of range), over all launches since arm() (device): with a
                        window their launch is not known, so they are counted here, not in a slot
-        [10 + s]       launch index recorded in slot s (device)
+      from byte 640:
+        [160 + s]      launch index recorded in slot s (device)
     then R slots of spec.total_slots words; slot s holds the s-th recorded launch.
 
-The rule, evaluated on the device once per lane (one predicated load of the first five words,
-:func:`decide` is its reference)::
+The rule, evaluated on the device once per lane (:func:`decide` is its reference)::
 
     in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0     (EPOCH = TICKS >> 24)
     recording = in_window and filled < R and DONE != COUNT_ERROR        (slot = filled)
+
+The decision loads line 0 and, only when the window is not empty (START < STOP), TICKS. Why apart:
+every lane adds to TICKS with a `red` during the launch, and a load of a line that atomics are landing
+on (or one near it: the next line cost about as much) waits far longer than a load of a line nobody
+writes (H100, FA4 with the window closed, docs/capture.md: TICKS beside the window words +1.2%, the
+counters 512 bytes away and no TICKS load +0.8%, no load and no adds at all +0.4%). So a closed window
+(never opened, `close()`, after `record_while()`, or a window whose last launch has recorded: the last
+lane of that launch empties it) decides from line 0 alone; a window that is open or still ahead reads
+TICKS as well.
 
 Invariants a change could break, and the tests that guard them:
 * A launch is recorded only into a fresh (zeroed) slot: never over an earlier launch. When the ring is
@@ -47,10 +58,10 @@ from pathlib import Path
 
 import numpy as np
 
-TICKS, FILLED_EVERY, START, STOP, DONE, LOST = 0, 2, 3, 4, 5, 6  # int32 words; TICKS and LOST are 64-bit
-STRAY = 8  # int32 word; 64-bit
-SLOT_EPOCHS = 10  # int32 word of slot 0's launch index
-HEADER_WORDS32 = 10
+FILLED_EVERY, START, STOP, DONE = 0, 1, 2, 3  # int32 words of line 0 (one 16-byte load)
+TICKS, LOST, STRAY = 128, 130, 132  # 64-bit counters, 512 bytes past the window words (ring.py: why)
+SLOT_EPOCHS = 160  # int32 word of slot 0's launch index
+HEADER_WORDS32 = SLOT_EPOCHS
 TICK_BITS = 24  # a launch adds 2**24 ticks: at least 16 per lane (lanes <= 2**20, the v1 limit)
 COUNT_ERROR = 1 << 31  # DONE after a recording launch whose last lane found the count off
 LAUNCH_TICKS = 1 << TICK_BITS
@@ -104,8 +115,9 @@ def run_launch(control: np.ndarray, slots: int, lanes: int = 3, order=None, read
     """What one launch's `lanes` lanes do to the control block (reference, in place): every lane adds its
     share less one tick at create (and its share to LOST when the launch is in the window but the ring is
     full) and the held tick at its end; in a launch that records, each lane's end is followed by its DONE
-    step, and the last one writes the slot's launch index (that of TICKS - 1) and advances filled, or
-    leaves DONE at COUNT_ERROR when TICKS is not a whole number of launches.
+    step, and the last one writes the slot's launch index (that of TICKS - 1) and advances filled (and
+    empties the window when no later launch is in it), or leaves DONE at COUNT_ERROR when TICKS is not a
+    whole number of launches.
 
     `order`: the steps as (lane, "create" | "end") pairs in the order they land (default: every create,
     then every end; a lane's end after its create); `reads`: {step number: lane}, a thread of that lane
@@ -137,8 +149,12 @@ def run_launch(control: np.ndarray, slots: int, lanes: int = 3, order=None, read
             ticks = _u64(control, TICKS)
             filled = int(control[FILLED_EVERY]) % U32 & 0xFFFF
             if filled < slots and ticks % LAUNCH_TICKS == 0:  # a count error records no slot
-                control[SLOT_EPOCHS + filled] = _i32(((ticks - 1) >> TICK_BITS) % U32)
+                index = ((ticks - 1) >> TICK_BITS) % U32
+                control[SLOT_EPOCHS + filled] = _i32(index)
                 control[FILLED_EVERY] = _i32(int(control[FILLED_EVERY]) % U32 + 1)
+                stop, every = int(control[STOP]) % U32, max(int(control[FILLED_EVERY]) % U32 >> 16, 1)
+                if stop - index <= every:  # the window's last launch: empty it (later decisions skip TICKS)
+                    control[START] = control[STOP] = 0
             control[DONE] = _i32(COUNT_ERROR if ticks % LAUNCH_TICKS else 0)
     return seen
 
@@ -205,8 +221,10 @@ class Ring:
         self.open()
         try:
             yield self
-        finally:
-            self.control[STOP].copy_(self._launch_index())
+        finally:  # empty from the next launch on (START = STOP): decisions skip TICKS again
+            index = self._launch_index()
+            self.control[START].copy_(index)
+            self.control[STOP].copy_(index)
 
     def _launch_index(self):
         """The next launch's index as a device tensor (int32, TICKS >> 24), without a host read."""

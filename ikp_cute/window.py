@@ -2,9 +2,12 @@
 
 Layout and rule: ikp_cute/ring.py (``ring.decide`` is the reference of the PTX below).
 
-Per lane, at ``Profiler.create``: ONE predicated decision load of the control block (``ld.global.v4.u32``
-of TICKS, FILLED_EVERY, START, and STOP|DONE beside it, same line) by the thread that would write the lane, then a
-few ALU instructions decide `recording` and the slot; a lane that does not record keeps its leader
+Per lane, at ``Profiler.create``: ONE predicated decision load of the window words (``ld.global.v4.u32``
+of FILLED_EVERY, START, STOP, DONE: line 0 of the control block, which no lane writes in a launch that
+does not record) by the thread that would write the lane, with the TICKS load (512 bytes away) issued
+beside it; an empty window is decided closed by a branch past every use of TICKS, so a closed window
+never waits on the line every lane's count lands on (ring.py: why). Otherwise a few ALU instructions
+decide `recording` and the slot; a lane that does not record keeps its leader
 predicate false, so every record and trailer store of the kernel is predicated off.
 
 Counting launches: each launch adds exactly 2**24 to the 64-bit TICKS, split over its lanes (lane i of L
@@ -19,16 +22,19 @@ index, whatever the order of the other lanes (nobody has to know which lane is l
   records, the lane's writer then does one ``atom.acq_rel.gpu.add`` on DONE; the lane that brings it to L
   is the last (every other lane added its ticks and finished its records before its acq_rel atomic), so it
   re-reads the block (TICKS is then exactly (index + 1) * 2**24), writes the slot's launch index, advances
-  filled and resets DONE. When TICKS is not a whole number of launches there (a lane counted twice,
-  or created again after its own finalize; best effort, docs/capture.md) it leaves DONE at
+  filled and resets DONE, and empties the window (START = STOP = 0) when no later launch is in it. When
+  TICKS is not a whole number of launches there (a lane counted twice, or created again after its own
+  finalize; best effort, docs/capture.md) it leaves DONE at
   ``ring.COUNT_ERROR`` instead: sticky until ``ring.arm``, and ``ring.launches()`` refuses to read,
   saying so.
-The next launch on the stream sees all of it (kernel boundary). Every step is branch-free inline PTX, so
-it nests in any control flow.
+The next launch on the stream sees all of it (kernel boundary). Every step is one inline PTX block (the
+decision's one branch stays inside it), so it nests in any control flow.
 
 Invariants (tests/test_ring.py CPU, tests/test_ring_gpu.py GPU): the PTX holds exactly two decisions'
-loads of the control block (create and the last finalizer), both predicated; a spec without window
-compiles unchanged; the rule equals ring.decide; the shares of L lanes sum to 2**24 for every L.
+loads of the window words (create and the last finalizer), both predicated, each with its TICKS load, and
+the create's rule behind the empty-window branch; no add lands on line 0 (TICKS, LOST and STRAY are 512
+bytes away); a spec without window compiles unchanged; the rule equals ring.decide; the shares of L
+lanes sum to 2**24 for every L.
 """
 
 from __future__ import annotations
@@ -57,12 +63,15 @@ def _rule(slots: int, own_share_in: bool = False) -> str:
 
 
 def _load(predicate: str, scope: str = "") -> str:
-    """PTX loading the decision's six words (lo, hi, f, s, t, done) when `predicate`; defaults decide
+    """PTX loading the decision's six words when `predicate`: f, s, t, done from line 0 (one 16-byte
+    load) and TICKS (lo, hi), both issued at once; x = the window is not empty (s < t). A caller that
+    skips the rule when !x never waits for TICKS (ring.py says why that matters); defaults decide
     "closed"."""
     return (
         " mov.u32 lo, 0; mov.u32 hi, 0; mov.u32 f, 0; mov.u32 s, 1; mov.u32 t, 0; mov.u32 done, 0;"
-        f" @{predicate} ld{scope}.global.v4.u32 {{lo, hi, f, s}}, [ctl];"
-        f" @{predicate} ld{scope}.global.v2.u32 {{t, done}}, [ctl+{4 * ring.STOP}];"
+        f" @{predicate} ld{scope}.global.v4.u32 {{f, s, t, done}}, [ctl];"
+        f" @{predicate} ld{scope}.global.v2.u32 {{lo, hi}}, [ctl+{4 * ring.TICKS}];"
+        f" setp.lt.and.u32 x, s, t, {predicate};"
     )
 
 
@@ -96,8 +105,10 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
         "{ .reg .pred p, c, lost; " + _REGS + " mov.b64 ctl, $2;"
         " setp.ne.u32 p, $1, 0;"
         + _load("p")
+        # an empty window is decided without TICKS: the branch skips every use of it (no wait on its load)
+        + " setp.ne.u32 w, f, f; mov.pred r, w; mov.u32 filled, 0; @!x bra DECIDED;"
         + _rule(spec.window_slots)
-        + " and.pred r, r, p; selp.u32 $0, filled, 0xFFFFFFFF, r;"
+        + " DECIDED: and.pred r, r, p; selp.u32 $0, filled, 0xFFFFFFFF, r;"
     )
     operands = [Int32(Boolean(claims)), control]
     if count:
@@ -105,7 +116,7 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
             " setp.ne.u32 c, $3, 0; and.pred lost, c, w; and.pred lost, lost, !r;"
             + (" and.pred c, c, !r;" if unless_recording else "")
             + _SHARE.format(lane="$4", lanes="$5")
-            + " @c red.relaxed.gpu.global.add.u64 [ctl], held;"
+            + f" @c red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held;"
             f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh;"
         )
         operands += [Int32(Boolean(owner)), Int32(lane), _lanes(spec)]
@@ -146,7 +157,7 @@ def release_held_tick(spec: ProfileSpec, buffer, group):
         " mov.u32 b, %ctaid.z; mov.u32 nb, %nctaid.y; mov.u32 v, %ctaid.y; mad.lo.u32 b, b, nb, v;"
         " mov.u32 nb, %nctaid.x; mov.u32 v, %ctaid.x; mad.lo.u32 b, b, nb, v;"
         f" mad.lo.u32 b, b, {spec.num_groups}, $0; setp.lt.and.u32 p, b, {spec.write_stride}, p;"
-        " @p red.relaxed.gpu.global.add.u64 [ctl], 1; }"
+        f" @p red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1; }}"
     )
     inline_ptx.asm(None, [Int32(group), control], text, "r,l")
 
@@ -161,7 +172,7 @@ def end_lane(spec: ProfileSpec, buffer, counted, writer):
     text = (
         "{ .reg .pred c, p, last, bad, ok; .reg .u32 old, flag; .reg .u64 a; " + _REGS + " mov.b64 ctl, $2;"
         " setp.ne.u32 c, $0, 0; setp.ne.u32 p, $1, 0; mov.u32 old, 0;"
-        " @c red.relaxed.gpu.global.add.u64 [ctl], 1;"
+        f" @c red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1;"
         f" @p atom.acq_rel.gpu.global.add.u32 old, [ctl+{4 * ring.DONE}], 1;"
         " add.u32 d, $3, -1; setp.eq.and.u32 last, old, d, p;"
         + _load("last", ".relaxed.gpu")
@@ -171,6 +182,10 @@ def end_lane(spec: ProfileSpec, buffer, counted, writer):
         " mul.wide.u32 a, filled, 4; add.u64 a, a, ctl;"
         f" @ok st.relaxed.gpu.global.u32 [a+{4 * ring.SLOT_EPOCHS}], e;"
         f" add.u32 f, f, 1; @ok st.relaxed.gpu.global.u32 [ctl+{4 * ring.FILLED_EVERY}], f;"
+        # the window's last launch empties it, so later launches decide without reading TICKS
+        " sub.u32 d, t, e; setp.le.and.u32 ok, d, every, ok;"
+        f" @ok st.relaxed.gpu.global.u32 [ctl+{4 * ring.START}], 0;"
+        f" @ok st.relaxed.gpu.global.u32 [ctl+{4 * ring.STOP}], 0;"
         f" selp.u32 flag, {ring.COUNT_ERROR}, 0, bad;"
         f" @last st.relaxed.gpu.global.u32 [ctl+{4 * ring.DONE}], flag; }}"
     )

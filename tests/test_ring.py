@@ -95,6 +95,24 @@ def test_rule_open_ended_and_closed():
     assert run_launches(c, 4, 5) == [] and lost_launches(c) == 0
 
 
+def test_a_finished_window_is_emptied_by_its_last_recorded_launch():
+    """The last lane of the window's last launch empties it (START = STOP = 0), so the launches after it
+    decide from the window words alone, without reading TICKS (the PTX skips that load for an empty
+    window). A window whose last launch found the ring full, or an open-ended one, stays."""
+    c = control(start=3, stop=8, every=2, slots=4)  # launches 3, 5, 7
+    windows = []
+    for _ in range(10):
+        ring.run_launch(c, 4, 5)
+        windows.append((int(c[ring.START]), int(c[ring.STOP])))
+    assert windows == [(3, 8)] * 7 + [(0, 0)] * 3  # emptied by launch 7, not before
+    assert list(c[ring.SLOT_EPOCHS : ring.SLOT_EPOCHS + 4]) == [3, 5, 7, 0]
+    c = control(start=0, stop=3, slots=2)  # launches 0, 1 recorded, 2 lost: the window stays
+    assert run_launches(c, 2, 5) == [0, 1] and lost_launches(c) == 1
+    assert (int(c[ring.START]), int(c[ring.STOP])) == (0, 3)
+    c = control(start=0, stop=ring.OPEN_ENDED, slots=8)
+    assert run_launches(c, 8, 5) == [0, 1, 2, 3, 4] and int(c[ring.STOP]) == ring._i32(ring.OPEN_ENDED)
+
+
 @pytest.mark.parametrize("lanes", [1, 2, 3, 7, 1000, 3 * 1024, 65_537, 1 << 20])
 def test_lane_shares_add_up_to_one_launch_and_never_show_it_early(lanes):
     """The launch count needs no last lane: the shares of any number of lanes add up to exactly one
@@ -258,7 +276,9 @@ def test_record_while_records_the_block_only():
             fake_launch(session, 1_000_000 * (i + 1))
     for i in range(5, 7):
         fake_launch(session, 1_000_000 * (i + 1))
-    assert session.ring.state()["slot_launches"] == [3, 4]
+    state = session.ring.state()
+    assert state["slot_launches"] == [3, 4]
+    assert state["window"]["start"] == state["window"]["stop"] == 5  # left empty: no TICKS load after it
 
 
 def test_host_updates_are_device_ops(monkeypatch):
@@ -384,11 +404,19 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     assert f"[$1+{4 * ring.DONE}]" not in text  # operands were substituted
     assert re.search(rf"atom\.acq_rel\.gpu\.global\.add\.u32\s+\S+,\s*\[ctl\+{4 * ring.DONE}\]", text)
     # every lane counts itself at create less one tick, and adds that tick at finalize, fire-and-forget
-    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 1
-    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 1
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held")) == 1
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1")) == 1
     assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh")) == 1
-    # the decision reads DONE beside STOP (a count error stops recording) in the same load
-    assert len(_lines(text, f".v2.u32 {{t, done}}, [ctl+{4 * ring.STOP}]")) == 2
+    # the decision reads the window words and DONE in one load of line 0 (a count error stops recording),
+    # and TICKS only when the window is not empty (a closed window never waits on the counters the
+    # lanes' adds land on, 512 bytes away)
+    assert len(_lines(text, ".v4.u32 {f, s, t, done}, [ctl]")) == 2
+    assert len(_lines(text, f"ld.global.v2.u32 {{lo, hi}}, [ctl+{4 * ring.TICKS}]")) == 1  # create
+    assert len(_lines(text, f"ld.relaxed.gpu.global.v2.u32 {{lo, hi}}, [ctl+{4 * ring.TICKS}]")) == 1  # last lane
+    # at create, an empty window branches past every use of TICKS (its load is issued, never waited for)
+    assert len(_lines(text, "@!x bra DECIDED")) == 1 and "DECIDED:" in text
+    assert not _lines(text, "red.relaxed.gpu.global.add.u64 [ctl],")
+    assert ring.START * 4 < 128 and ring.DONE * 4 < 128 and ring.TICKS * 4 >= 512 and ring.STRAY * 4 >= 512
 
 
 def test_window_branch_counts_its_plain_copy_with_two_adds_and_no_profiler():
@@ -412,8 +440,9 @@ def test_window_branch_counts_its_plain_copy_with_two_adds_and_no_profiler():
                             options=sass.keep_options()).__ptx__
 
     text, recorded_only = ptx(3), ptx(0)
-    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 2  # decision, create
-    assert len(_lines(text, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 2  # after the plain copy, finalize
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held")) == 2  # decision, create
+    # after the plain copy, and at finalize
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1")) == 2
     assert len(_lines(text, ".v4.u32")) == 3  # decision, create, the last finalizer's re-read
     timer_reads = lambda ptx_text: len(_lines(ptx_text, "%globaltimer"))  # noqa: E731
     assert timer_reads(text) == timer_reads(recorded_only) > 0  # the plain copy reads no timer
@@ -441,8 +470,8 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     assert windowed.count("wgmma.mma_async") == 2 * plain.count("wgmma.mma_async") > 0
     assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 1 + 1) and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
     # per role: the closed copy's count and held tick, the recorded copy's count at create and tick at finalize
-    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], held")) == 2 * 2
-    assert len(_lines(windowed, "red.relaxed.gpu.global.add.u64 [ctl], 1")) == 2 * 2
+    assert len(_lines(windowed, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held")) == 2 * 2
+    assert len(_lines(windowed, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1")) == 2 * 2
     assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer
 
 

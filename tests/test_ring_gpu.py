@@ -14,8 +14,10 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 BLOCKS, TILES = 8, 4
 
 
-def build(slots: int, options: str | None = None):
-    """-> (session, launch(n=1), compiled) of examples/cuda_graph/kernel.py with a ring of `slots`."""
+def build(slots: int, options: str | None = None, spec_blocks: int = BLOCKS):
+    """-> (session, launch(n=1), compiled) of examples/cuda_graph/kernel.py with a ring of `slots`,
+    launched on BLOCKS blocks; `spec_blocks`: the session's num_blocks (more than BLOCKS: a launch of a
+    smaller grid than the spec's, whose lane shares are divided at run time)."""
     import cuda.bindings.driver as cuda
     import cutlass.cute as cute
     import torch
@@ -27,7 +29,7 @@ def build(slots: int, options: str | None = None):
 
     x = torch.rand(BLOCKS * TILES * THREADS, device="cuda")
     y = torch.zeros(BLOCKS * THREADS, device="cuda")
-    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=BLOCKS, records_per_lane=4 * TILES + 8, events=EVENTS,
+    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=spec_blocks, records_per_lane=4 * TILES + 8, events=EVENTS,
                                 window_slots=slots)
     session = ikp_cute.Session(spec, groups=GROUPS, kernel="tiles_kernel")
     args = (from_dlpack(x, assumed_align=16), from_dlpack(y, assumed_align=16), Int32(TILES), session.kernel_arg())
@@ -49,10 +51,11 @@ def spans_expected() -> int:
     return BLOCKS * 2 * TILES * 2
 
 
-def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
+def check_rule_matches_reference(session, launch, trials=24, seed=0, lanes=None) -> dict:
     """Random control blocks (epoch, filled, every, start, stop; some with a count error set, some with a
     count that is not a whole number of launches) written on the device, one launch each:
-    the control block afterwards equals ring.run_launch's, and the slot holds records iff decide()."""
+    the control block afterwards equals ring.run_launch's, and the slot holds records iff decide().
+    `lanes`: the launch's lanes when its grid is not the spec's."""
     import torch
 
     from ikp_cute import ring
@@ -77,7 +80,7 @@ def check_rule_matches_reference(session, launch, trials=24, seed=0) -> dict:
         launch()
         torch.cuda.synchronize()
         expected = c.copy()
-        ring.run_launch(expected, slots, session.spec.num_lanes)
+        ring.run_launch(expected, slots, lanes or session.spec.num_lanes)
         got = session.ring.control.cpu().numpy()[: c.size]
         slots_written = session.ring.ring[slot, 1:] if recording else session.ring.ring[:, 1:]
         written = bool(slots_written.any().item())
@@ -134,6 +137,30 @@ def test_window_rule_matches_reference(built):
 @pytest.mark.gpu
 def test_window_picks_launches_and_ring_full_is_counted(built):
     result = check_window_and_ring_full(*built)
+    assert result["ok"], result
+
+
+def check_grid_smaller_than_spec() -> dict:
+    """A session of 11 blocks (22 lanes: 2**24 % 22 != 0, the uneven shares) launched on 8 (16 lanes): the
+    shares are divided at run time (the spec's constant share does not apply) and still sum to whole
+    launches, with the rule equal to the reference's."""
+    session, launch, _ = build(slots=4, spec_blocks=BLOCKS + 3)
+    result = check_rule_matches_reference(session, launch, trials=12, seed=1, lanes=2 * BLOCKS)
+    session.ring.arm(reset_epoch=True)
+    launch(5)
+    import torch
+    torch.cuda.synchronize()
+    state = session.ring.state()
+    result["whole"] = state["epoch"] == 5 and state["ticks_pending"] == 0 and not state["count_error"]
+    result["ok"] = result["ok"] and result["whole"]
+    return result
+
+
+@pytest.mark.gpu
+def test_a_grid_smaller_than_the_spec_counts_whole_launches():
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass")
+    result = check_grid_smaller_than_spec()
     assert result["ok"], result
 
 
