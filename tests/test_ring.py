@@ -415,6 +415,9 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     assert len(_lines(text, f"ld.relaxed.gpu.global.v2.u32 {{lo, hi}}, [ctl+{4 * ring.TICKS}]")) == 1  # last lane
     # at create, an empty window branches past every use of TICKS (its load is issued, never waited for)
     assert len(_lines(text, "@!x bra DECIDED")) == 1 and "DECIDED:" in text
+    # the share's division only for a grid other than the spec's (8 lanes here: a constant share)
+    assert len(_lines(text, "@x bra SHARE_KNOWN")) == 1
+    assert f"mov.u32 q, {ring.LAUNCH_TICKS // 8};" in text
     assert not _lines(text, "red.relaxed.gpu.global.add.u64 [ctl],")
     assert ring.START * 4 < 128 and ring.DONE * 4 < 128 and ring.TICKS * 4 >= 512 and ring.STRAY * 4 >= 512
 
