@@ -668,6 +668,39 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     assert pf.perfetto_bytes(trace) == data
 
 
+CROSSING_LANE = [("B", 0, 0), ("B", 8, 10), ("B", 1, 20), ("E", 8, 30), ("E", 1, 40), ("E", 0, 60)]
+
+
+@pytest.mark.parametrize("crossing", [False, True])
+def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
+    # one pass keeps every span on its lane's first track: the same bytes as two passes where every
+    # lane's regions nest; a late run whose regions cross voids it, and the writers start over with two
+    nested = [("B", 0, 0), ("B", 1, 5), ("E", 1, 9), ("B", 1, 9), ("I", 3, 9), ("E", 1, 9), ("E", 0, 20)]
+    lanes = {lane: [(k, e, t + lane) for k, e, t in nested] for lane in range(12)}
+    if crossing:
+        lanes[9] = CROSSING_LANE
+    trace = make_trace(lanes)
+    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
+    chunks = od.lane_chunks(trace.spans, trace.instants)
+    two_pass = od.lane_table(chunks, pf.trace_origin(trace))
+    assert bool(two_pass.subs) == crossing
+    want = b"".join(bytes(c) for c in pf.encode_perfetto(trace, one_pass=False)[0])
+    one, _ = pf.encode_perfetto(trace, one_pass=True)
+    if crossing:
+        with pytest.raises(pf.SubTracksNeeded):
+            b"".join(bytes(c) for c in one)
+    else:
+        facts = od.lane_facts(chunks)
+        for field in ("lanes", "block", "group", "nsub", "span_events", "span_lanes", "tracks"):
+            assert np.array_equal(getattr(facts, field), getattr(two_pass, field)), field
+        assert b"".join(bytes(c) for c in one) == want
+    assert pf.perfetto_bytes(trace) == want
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(b"x" * (2 * len(want)))  # the file is started over, never appended to
+    pf.write_perfetto(trace, path)
+    assert path.read_bytes() == want
+
+
 @pytest.mark.parametrize(
     "lanes",
     [
