@@ -729,6 +729,21 @@ def test_scatter_rows_places_records():
     assert (out == want).all()
 
 
+def test_put_varints_at_is_varint():
+    # the track descriptors' column of minimal varints: the scalar varint's bytes, negative values and
+    # every width boundary included
+    rng = np.random.default_rng(5)
+    edges = [0, 1, 127, 128, 16383, 16384, (1 << 56) - 1, 1 << 56, (1 << 63) - 1, -1, -2, -(1 << 63)]
+    values = np.array(edges + rng.integers(-(1 << 40), 1 << 62, 200).tolist(), np.int64)
+    widths = protobuf.varint_widths(values)
+    want = b"".join(protobuf.varint(int(v)) for v in values.tolist())
+    assert widths.tolist() == [len(protobuf.varint(int(v))) for v in values.tolist()]
+    out = np.zeros(int(widths.sum()), np.uint8)
+    at = np.cumsum(widths) - widths
+    assert (protobuf.put_varints_at(out, at, values, widths) == at + widths).all()
+    assert out.tobytes() == want
+
+
 def test_slice_costs_34_bytes_in_the_goal_layout():
     # BEGIN 19 + END 15 bytes with 3-byte timestamps, 2-byte track uuids and 1-byte names (no args)
     lanes = {lane: [("B", 0, 0), ("E", 0, 1 << 20)] for lane in range(200)}
