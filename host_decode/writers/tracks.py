@@ -18,6 +18,7 @@ tree is whole: parents exist, explicit ordering, ranks; test_mixed_known_and_unk
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -62,7 +63,18 @@ class TrackTree:
 
     def lane_uuid(self, lane: np.ndarray) -> np.ndarray:
         """The group track uuid of each lane (every lane must have one)."""
+        if self._uuid_by_lane is not None:
+            return self._uuid_by_lane[lane]
         return self.first_uuid[index_of(self.lanes, lane.astype(np.int64, copy=False))]
+
+    @functools.cached_property
+    def _uuid_by_lane(self) -> np.ndarray | None:
+        """first_uuid by lane id, built once for the writer's many look-ups (None: lane ids too sparse)."""
+        if not self.lanes.size or int(self.lanes[-1]) > 8 * self.lanes.size + (1 << 16):
+            return None
+        lut = np.zeros(int(self.lanes[-1]) + 1, np.int64)
+        lut[self.lanes] = self.first_uuid
+        return lut
 
     def descriptor_bytes(self, origin: int, absolute: bool) -> bytes:
         """One TracePacket a track: (sequence id, TrackDescriptor(uuid, parent, rank, shared fields)),
