@@ -338,7 +338,7 @@ def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, arg
         top.append(int(inst["ts_ns"].max()) - origin)
     lane_top = tree.first_uuid + table.nsub - 1 if tree.lanes.size else np.ones(1, np.int64)
     w = _Widths(ts=one(max(top)), uuid=uwidth(lane_top),
-                span_name=one(int(spans["event"].max()) + 1) if spans.size else 1,
+                span_name=one(int(table.span_events[-1]) + 1) if spans.size else 1,
                 inst_name=one(int(inst["event"].max()) + 1) if inst.size else 1, span_args=[], inst_args=[])
     if args:
         sm_span = trace.sm_of_lane(table.span_lanes)
