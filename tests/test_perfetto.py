@@ -701,6 +701,17 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
     assert path.read_bytes() == want
 
 
+def test_sparse_lane_ids_find_their_tracks(tmp_path):
+    # lane ids far apart: TrackTree.lane_uuid binary-searches instead of reading its lane -> uuid table
+    lanes = {1: [("B", 0, 0), ("E", 0, 10)], 400_001: [("B", 1, 2), ("I", 2, 3), ("E", 1, 9)]}
+    trace = make_trace(lanes)
+    tree = pf.build_track_tree(trace, od.lane_facts(od.lane_chunks(trace.spans, trace.instants)), counters=False)
+    assert tree._uuid_by_lane is None
+    res = write_and_replay(trace, tmp_path)
+    check_against_trace(trace, res, args=True)
+    tree_checks(res, trace)
+
+
 @pytest.mark.parametrize(
     "lanes",
     [
