@@ -668,6 +668,50 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     assert pf.perfetto_bytes(trace) == data
 
 
+CROSSING_LANE = [("B", 0, 0), ("B", 8, 10), ("B", 1, 20), ("E", 8, 30), ("E", 1, 40), ("E", 0, 60)]
+
+
+@pytest.mark.parametrize("crossing", [False, True])
+def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
+    # one pass keeps every span on its lane's first track: the same bytes as two passes where every
+    # lane's regions nest; a late run whose regions cross voids it, and the writers start over with two
+    nested = [("B", 0, 0), ("B", 1, 5), ("E", 1, 9), ("B", 1, 9), ("I", 3, 9), ("E", 1, 9), ("E", 0, 20)]
+    lanes = {lane: [(k, e, t + lane) for k, e, t in nested] for lane in range(12)}
+    if crossing:
+        lanes[9] = CROSSING_LANE
+    trace = make_trace(lanes)
+    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
+    chunks = od.lane_chunks(trace.spans, trace.instants)
+    two_pass = od.lane_table(chunks, pf.trace_origin(trace))
+    assert bool(two_pass.subs) == crossing
+    want = b"".join(bytes(c) for c in pf.encode_perfetto(trace, one_pass=False)[0])
+    one, _ = pf.encode_perfetto(trace, one_pass=True)
+    if crossing:
+        with pytest.raises(pf.SubTracksNeeded):
+            b"".join(bytes(c) for c in one)
+    else:
+        facts = od.lane_facts(chunks)
+        for field in ("lanes", "block", "group", "nsub", "span_events", "span_lanes", "tracks"):
+            assert np.array_equal(getattr(facts, field), getattr(two_pass, field)), field
+        assert b"".join(bytes(c) for c in one) == want
+    assert pf.perfetto_bytes(trace) == want
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(b"x" * (2 * len(want)))  # the file is started over, never appended to
+    pf.write_perfetto(trace, path)
+    assert path.read_bytes() == want
+
+
+def test_sparse_lane_ids_find_their_tracks(tmp_path):
+    # lane ids far apart: TrackTree.lane_uuid binary-searches instead of reading its lane -> uuid table
+    lanes = {1: [("B", 0, 0), ("E", 0, 10)], 400_001: [("B", 1, 2), ("I", 2, 3), ("E", 1, 9)]}
+    trace = make_trace(lanes)
+    tree = pf.build_track_tree(trace, od.lane_facts(od.lane_chunks(trace.spans, trace.instants)), counters=False)
+    assert tree._uuid_by_lane is None
+    res = write_and_replay(trace, tmp_path)
+    check_against_trace(trace, res, args=True)
+    tree_checks(res, trace)
+
+
 @pytest.mark.parametrize(
     "lanes",
     [
@@ -694,6 +738,21 @@ def test_scatter_rows_places_records():
         for k, i in enumerate(idx):
             want[offsets[i] : offsets[i] + w] = rows[k, :w]
     assert (out == want).all()
+
+
+def test_put_varints_at_is_varint():
+    # the track descriptors' column of minimal varints: the scalar varint's bytes, negative values and
+    # every width boundary included
+    rng = np.random.default_rng(5)
+    edges = [0, 1, 127, 128, 16383, 16384, (1 << 56) - 1, 1 << 56, (1 << 63) - 1, -1, -2, -(1 << 63)]
+    values = np.array(edges + rng.integers(-(1 << 40), 1 << 62, 200).tolist(), np.int64)
+    widths = protobuf.varint_widths(values)
+    want = b"".join(protobuf.varint(int(v)) for v in values.tolist())
+    assert widths.tolist() == [len(protobuf.varint(int(v))) for v in values.tolist()]
+    out = np.zeros(int(widths.sum()), np.uint8)
+    at = np.cumsum(widths) - widths
+    assert (protobuf.put_varints_at(out, at, values, widths) == at + widths).all()
+    assert out.tobytes() == want
 
 
 def test_slice_costs_34_bytes_in_the_goal_layout():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
+import os
 import sys
 
 from host_decode.cli import commands
@@ -46,12 +46,18 @@ class _PrintVersion(argparse.Action):
 
 def _modules() -> list:
     found = {}
-    for info in pkgutil.iter_modules(commands.__path__):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    for name in _command_files():
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         if hasattr(module, "NAME") and hasattr(module, "run"):
             found[module.NAME] = module
     rank = {name: i for i, name in enumerate(WORKFLOW)}
     return [found[n] for n in sorted(found, key=lambda n: (rank.get(n, len(WORKFLOW)), n))]
+
+
+def _command_files() -> list[str]:
+    """Module names of the command files (a directory listing: pkgutil.iter_modules imports inspect,
+    ~15 ms at every start)."""
+    return sorted(f[:-3] for d in commands.__path__ for f in os.listdir(d) if f.endswith(".py") and f[0] != "_")
 
 
 def build_parser() -> argparse.ArgumentParser:

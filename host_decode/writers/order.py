@@ -608,39 +608,56 @@ class LaneTable:
     tracks: np.ndarray  # distinct (lane << TRACK_BITS) | sub-track in use, by a span or (sub 0) an instant
 
 
+def lane_facts(chunks: LaneChunks) -> LaneTable:
+    """The lane table of a stream that keeps every span on its lane's first track: the per-lane facts of
+    the track tree, nothing ordered. A one-pass writer streams with it and checks each run's sub-tracks
+    as it goes (perfetto.write_perfetto); lane_table adds the moves a first pass finds."""
+    parts = [_chunk_facts(*chunks[k]) for k in range(len(chunks))]
+    cat = lambda i: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)  # noqa: E731
+    events = np.concatenate([p[5] for p in parts]) if parts else np.zeros(0, np.int64)
+    return LaneTable(cat(0), cat(1), cat(2), np.ones(sum(p[0].size for p in parts), np.int64), {},
+                     np.unique(events).astype(np.int64), cat(3), cat(0) << TRACK_BITS)
+
+
+def _chunk_facts(spans: np.ndarray, inst: np.ndarray) -> tuple:
+    """(lanes, block, group, span lanes, instant lanes, span event ids) of one run of whole lanes (rows in
+    lane order): a lane's block and group are those of its first span row, else of its first instant."""
+    span_lane = spans["lane"].astype(np.int64)
+    inst_lane = inst["lane"].astype(np.int64)
+    sl, il = present_sorted(span_lane), present_sorted(inst_lane)
+    lanes = union(sl, il)
+    any_sp, any_in = some_row(span_lane, lanes), some_row(inst_lane, lanes)
+    from_sp = any_sp >= 0
+    b = np.empty(lanes.size, np.int64)
+    g = np.empty(lanes.size, np.int64)
+    b[from_sp] = spans["block"][any_sp[from_sp]]
+    g[from_sp] = spans["group"][any_sp[from_sp]]
+    b[~from_sp] = inst["block"][any_in[~from_sp]]
+    g[~from_sp] = inst["group"][any_in[~from_sp]]
+    return lanes, b, g, sl, il, present(spans["event"])
+
+
 def lane_table(chunks: LaneChunks, origin: int) -> LaneTable:
-    """The first pass of a writer: sub-tracks of every chunk, and the per-lane facts of the track tree."""
-    lanes, blocks, groups, nsubs, subs, events, span_lanes, tracks = [], [], [], [], {}, [], [], []
+    """The first pass of a two-pass writer: lane_facts plus the sub-track moves of every chunk (kept only
+    for the chunks that move a span: the usual trace moves none)."""
+    table = lane_facts(chunks)
     for k, oc in enumerate(ordered_chunks(chunks, origin)):
-        cols, inst = oc.cols, oc.instants
-        sl = present_sorted(cols.lane)
-        il = present_sorted(inst["lane"].astype(np.int64))
-        lanes_k = union(sl, il)
-        any_sp, any_in = some_row(cols.lane, lanes_k), some_row(inst["lane"].astype(np.int64), lanes_k)
-        from_sp = any_sp >= 0
-        b = np.empty(lanes_k.size, np.int64)
-        g = np.empty(lanes_k.size, np.int64)
-        b[from_sp] = cols.table["block"][any_sp[from_sp]]
-        g[from_sp] = cols.table["group"][any_sp[from_sp]]
-        b[~from_sp] = inst["block"][any_in[~from_sp]]
-        g[~from_sp] = inst["group"][any_in[~from_sp]]
-        nsub = np.ones(lanes_k.size, np.int64)
         if oc.sub.any():
-            subs[k] = oc.sub
-            moved = np.flatnonzero(oc.sub)
-            np.maximum.at(nsub, index_of(lanes_k, cols.lane[moved]), oc.sub[moved] + 1)
-            tracks.append(np.unique(np.concatenate([(cols.lane << TRACK_BITS) | oc.sub, il << TRACK_BITS])))
-        else:
-            tracks.append(lanes_k << TRACK_BITS)
-        lanes.append(lanes_k)
-        blocks.append(b)
-        groups.append(g)
-        nsubs.append(nsub)
-        span_lanes.append(sl)
-        events.append(present(cols.event))
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
-    return LaneTable(cat(lanes), cat(blocks), cat(groups), cat(nsubs), subs,
-                     np.unique(cat(events)).astype(np.int64), cat(span_lanes), cat(tracks))
+            add_moves(table, k, oc)
+    return table
+
+
+def add_moves(table: LaneTable, k: int, oc: OrderedChunk) -> None:
+    """Record chunk k's sub-track moves in the table: its subs, the sub-track counts of its lanes and the
+    (lane, sub-track) tracks in use."""
+    cols, inst = oc.cols, oc.instants
+    table.subs[k] = oc.sub
+    moved = np.flatnonzero(oc.sub)
+    np.maximum.at(table.nsub, index_of(table.lanes, cols.lane[moved]), oc.sub[moved] + 1)
+    il = present_sorted(inst["lane"].astype(np.int64))
+    tracks = np.unique(np.concatenate([(cols.lane << TRACK_BITS) | oc.sub, il << TRACK_BITS]))
+    lo, hi = np.searchsorted(table.tracks, [tracks[0] & ~((1 << TRACK_BITS) - 1), tracks[-1] + 1])
+    table.tracks = np.concatenate([table.tracks[:lo], tracks, table.tracks[hi:]])
 
 
 def present_sorted(ids: np.ndarray) -> np.ndarray:

@@ -16,8 +16,11 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
 
 Streaming: the events are encoded and written one run of whole lanes at a time (order.lane_chunks), so
 memory beyond the span table stays bounded by a chunk. The track tree needs every lane's sub-track
-count first, so the writer makes two passes over the chunks (the first only orders and assigns
-sub-tracks, keeping nothing but the rare sub-track moves).
+count first. write_perfetto streams in one pass, every span on its lane's first track (a lane whose
+regions nest: the usual trace), checking each run's sub-tracks as it orders it; at the first run that
+needs sibling tracks it starts the file over with two passes (the first only orders and assigns
+sub-tracks, keeping nothing but the rare moves). Both give the same bytes where one pass applies
+(tests/test_perfetto.py::test_one_pass_falls_back_to_two).
 
 Size: per-lane constants (block, group, SM, lane) are on the track descriptors once; per-slice debug
 annotations only with ``args=True`` (``ikp decode --slice-args``). The lanes-inside counters add about
@@ -110,11 +113,16 @@ def write_perfetto(
     t0 = time.perf_counter()
     path = Path(path)
     use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
-    chunks, info = encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
-                                   lane_counters=lane_counters, progress=progress)
     opener = (lambda p: gzip_module.open(p, "wb", compresslevel=6)) if use_gzip else (lambda p: open(p, "wb"))
-    with opener(path) as f:
-        info["phases"]["write"] = _write_chunks(f, chunks)
+    for one_pass in (True, False):  # one pass, unless a run of lanes needs sub-tracks: then two
+        chunks, info = encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
+                                       lane_counters=lane_counters, progress=progress, one_pass=one_pass)
+        try:
+            with opener(path) as f:  # "wb": a second try starts the file over
+                info["phases"]["write"] = _write_chunks(f, chunks)
+            break
+        except SubTracksNeeded:
+            continue
     if progress:
         print(f"perfetto: file writes {info['phases']['write'] * 1e3:.0f} ms -> {path}", file=sys.stderr)
     return WriteStats(
@@ -140,9 +148,14 @@ def encode_perfetto(
     flow_kinds: Sequence[str] = (),
     lane_counters: bool | None = None,
     progress: bool = False,
+    one_pass: bool = False,
 ) -> tuple[Iterator, dict]:
     """-> (chunks, info): the trace file is the concatenation of the chunks (bytes or uint8 arrays),
-    produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed."""
+    produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed.
+
+    one_pass: stream the events in one pass over the runs of lanes, every span on its lane's first track;
+    the chunks raise SubTracksNeeded at the first run whose regions overlap without nesting (what was
+    produced must then be discarded and a two-pass stream, one_pass=False, made instead)."""
     series: tuple = ()
     if isinstance(counters, (bool, np.bool_)) or counters is None:
         lane_counters = lane_counters if counters is None else bool(counters)
@@ -154,12 +167,23 @@ def encode_perfetto(
         lane_counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
             "flows": int(flows.size), "phases": {}}
-    return _encode(trace, info, args, bool(lane_counters), series, flows, tuple(flow_kinds), progress), info
+    return _encode(trace, info, args, bool(lane_counters), series, flows, tuple(flow_kinds), progress,
+                   one_pass), info
+
+
+class SubTracksNeeded(Exception):
+    """A one-pass stream met regions that overlap without nesting: its track tree had no sibling
+    tracks for them, so the stream is void (tests/test_perfetto.py::test_one_pass_falls_back_to_two)."""
 
 
 def perfetto_bytes(trace: Trace, **options) -> bytes:
-    chunks, _ = encode_perfetto(trace, **options)
-    return b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks)
+    for one_pass in (True, False):
+        chunks, _ = encode_perfetto(trace, **options, one_pass=one_pass)
+        try:
+            return b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks)
+        except SubTracksNeeded:
+            continue
+    raise AssertionError("unreachable: a two-pass stream never needs more sub-tracks")
 
 
 trace_origin = od.trace_origin  # the ns written as t = 0 (the launch's first record, or an earlier event)
@@ -234,7 +258,7 @@ class _Widths:
 
 
 def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: tuple, flows: np.ndarray,
-            flow_kinds: tuple, progress: bool):
+            flow_kinds: tuple, progress: bool, one_pass: bool):
     phases = info["phases"]
     clock = [time.perf_counter()]
 
@@ -248,7 +272,7 @@ def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: t
     spans, instants = trace.spans, trace.instants
     origin = _origin(trace, series, flows)
     chunks = od.lane_chunks(spans, instants)
-    table = _with_lanes(trace, od.lane_table(chunks, origin), flows)
+    table = _with_lanes(trace, od.lane_facts(chunks) if one_pass else od.lane_table(chunks, origin), flows)
     phase("order")
     tree = build_track_tree(trace, table, counters=lane_counters and spans.size > 0, series=series)
     info["tracks"], info["overlap_tracks"] = tree.num_tracks, int(tree.overlap_tracks)
@@ -257,7 +281,9 @@ def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: t
     event_ids = od.union(table.span_events, od.present(instants["event"].astype(np.int64)))
     yield _interning_packet(trace, event_ids, args, flow_kinds)
     yield tree.descriptor_bytes(origin, trace.absolute)
-    for oc in od.ordered_chunks(chunks, origin, table.subs):
+    for oc in od.ordered_chunks(chunks, origin, None if one_pass else table.subs):
+        if one_pass and oc.sub.any():
+            raise SubTracksNeeded
         out = _encode_events(trace, oc, tree, widths, origin, args)
         phase("events")
         yield out
@@ -312,7 +338,7 @@ def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, arg
         top.append(int(inst["ts_ns"].max()) - origin)
     lane_top = tree.first_uuid + table.nsub - 1 if tree.lanes.size else np.ones(1, np.int64)
     w = _Widths(ts=one(max(top)), uuid=uwidth(lane_top),
-                span_name=one(int(spans["event"].max()) + 1) if spans.size else 1,
+                span_name=one(int(table.span_events[-1]) + 1) if spans.size else 1,
                 inst_name=one(int(inst["event"].max()) + 1) if inst.size else 1, span_args=[], inst_args=[])
     if args:
         sm_span = trace.sm_of_lane(table.span_lanes)

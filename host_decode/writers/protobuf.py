@@ -6,6 +6,8 @@ layout has the same width, so a table of them is built as 64-bit words (``Layout
 placed at its byte offset in the file with one fancy assignment (``scatter_rows``). Padded varints
 (continuation bits on leading zero groups) are valid protobuf: tests/test_perfetto.py parses them with
 the official protos (test_padded_varints_parse, test_layout_widths_parse, test_scatter_rows_places_records).
+Columns of minimal varints (put_varints_at, for the track descriptors) are the scalar varint's bytes
+(test_put_varints_at_is_varint).
 """
 
 from __future__ import annotations
@@ -170,6 +172,28 @@ def put_varint(out: np.ndarray, col: int, values: np.ndarray, width: int) -> Non
         if k < width - 1:
             b |= 0x80
         out[:, col + k] = b
+
+
+def varint_widths(values: np.ndarray) -> np.ndarray:
+    """Bytes of the minimal varint of each int64 (negative ones take 10, as two's complement)."""
+    v = values.astype(np.int64, copy=False)
+    width = np.ones(v.size, np.int64)
+    for k in range(1, 9):
+        width += v >= (1 << (7 * k))
+    width[v < 0] = 10
+    return width
+
+
+def put_varints_at(out: np.ndarray, at: np.ndarray, values: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Write the minimal varint of values[i] (widths[i] bytes, varint_widths) at out[at[i]]; -> the
+    positions after them."""
+    v = values.astype(np.int64, copy=False).view(np.uint64)
+    for k in range(int(widths.max()) if widths.size else 0):
+        rows = np.flatnonzero(widths > k)
+        byte = (v[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)
+        byte |= (widths[rows] > k + 1).astype(np.uint64) << np.uint64(7)
+        out[at[rows] + k] = byte
+    return at + widths
 
 
 def uwidth(values: np.ndarray) -> int:

@@ -11,19 +11,22 @@ EXPLICIT`` and ``sibling_order_rank`` by index::
             <group name>               to sibling tracks with the same sibling_merge_key (one row)
 
 Track uuids are allocated in that order, so a lane's group track uuid is known from the counts of the
-tracks before it (``TrackTree.lane_uuid``). Guarded by tests/test_perfetto.py (the replay checks the
-tree is whole: parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
+tracks before it (``TrackTree.lane_uuid``). The tree is held as columns (parent, rank, shape of the shared
+fields) and its descriptors encoded a column at a time, byte for byte what one message per track gave
+(tests/test_golden_outputs.py). Guarded by tests/test_perfetto.py (the replay checks the tree is whole:
+parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from host_decode.core.model import Trace
 from host_decode.writers.order import LaneTable, index_of
-from host_decode.writers.protobuf import f_bytes, f_varint, tag, varint
+from host_decode.writers.protobuf import f_bytes, f_varint, put_varints_at, tag, varint_widths
 
 SEQUENCE_ID = 7  # any constant > 1 (1 is the tracing service's own sequence); one byte as a varint
 CHILD_ORDERING_EXPLICIT = 3
@@ -33,66 +36,103 @@ MAX_SM_RANK = 1 << 10  # "SM unknown" sorts after every real SM id (10-bit)
 
 @dataclasses.dataclass
 class TrackTree:
-    uuid: list  # per track, parents before children
-    parent: list  # 0 = none
-    name: list
-    rank: list  # sibling_order_rank (None for the root)
-    merge_key: list  # sibling_merge_key or None
-    description: list  # str or None (the root's is set at write time)
-    counter: list  # bool
-    explicit_children: list  # bool
+    """Columns of the tracks, uuid = index + 1, parents before children; the fields many tracks share
+    (name, description, counter unit, explicit child ordering, merge key) are a `shape`, encoded once."""
+
+    parent: np.ndarray  # per track: parent uuid, 0 = none
+    rank: np.ndarray  # sibling_order_rank
+    has_rank: np.ndarray  # bool (the root has none)
+    shape: np.ndarray  # index into shapes
+    shapes: list  # (name, description or None, counter unit or None, explicit children, merge key or None)
     lanes: np.ndarray  # lanes with a group track (sorted)
     first_uuid: np.ndarray  # per lane: its group track (sub-track k is first_uuid + k)
     counter_uuid: dict  # event id -> uuid of its lanes-inside counter track
     series_uuid: list  # per CounterSeries: its counter track
-    counter_unit: list  # per track: unit name of a counter track (None otherwise)
     overlap_tracks: int
     root_name: str
 
     @property
     def num_tracks(self) -> int:
-        return len(self.uuid)
+        return self.parent.size
+
+    @property
+    def uuid(self) -> np.ndarray:
+        return np.arange(1, self.num_tracks + 1)
+
+    @property
+    def name(self) -> list:
+        return [self.shapes[k][0] for k in self.shape.tolist()]
 
     def lane_uuid(self, lane: np.ndarray) -> np.ndarray:
         """The group track uuid of each lane (every lane must have one)."""
+        if self._uuid_by_lane is not None:
+            return self._uuid_by_lane[lane]
         return self.first_uuid[index_of(self.lanes, lane.astype(np.int64, copy=False))]
 
+    @functools.cached_property
+    def _uuid_by_lane(self) -> np.ndarray | None:
+        """first_uuid by lane id, built once for the writer's many look-ups (None: lane ids too sparse)."""
+        if not self.lanes.size or int(self.lanes[-1]) > 8 * self.lanes.size + (1 << 16):
+            return None
+        lut = np.zeros(int(self.lanes[-1]) + 1, np.int64)
+        lut[self.lanes] = self.first_uuid
+        return lut
+
     def descriptor_bytes(self, origin: int, absolute: bool) -> bytes:
+        """One TracePacket a track: (sequence id, TrackDescriptor(uuid, parent, rank, shared fields)),
+        minimal varints, built a column at a time."""
         clock = "absolute %globaltimer" if absolute else "device timer (low 32 bits unwrapped)"
         desc = f"ikp_cute launch timeline; t = 0 is {origin} ns on the {clock}"
+        name, _, unit, explicit, key = self.shapes[self.shape[0]]
+        tails = [_shared_fields(*shape) for shape in self.shapes] + [_shared_fields(name, desc, unit, explicit, key)]
+        shape = self.shape.copy()
+        shape[0] = len(tails) - 1  # the root, with the origin in its description
+        tail_len = np.array([len(t) for t in tails], np.int64)
         seq_and_tag = f_varint(10, SEQUENCE_ID) + tag(60, 2)
-        uuid_tag, parent_tag, rank_tag = tag(1, 0), tag(5, 0), tag(12, 0)
-        tails: dict = {}  # the fields many tracks share (name, merge key, ...), encoded once
-        out = []
-        for i in range(len(self.uuid)):
-            about = desc if i == 0 else self.description[i]
-            shape = (self.name[i], about, self.counter_unit[i], self.explicit_children[i], self.merge_key[i])
-            tail = tails.get(shape)
-            if tail is None:
-                tail = tails[shape] = self._shared_fields(*shape)
-            td = [uuid_tag, varint(self.uuid[i])]
-            if self.parent[i]:
-                td += (parent_tag, varint(self.parent[i]))
-            if self.rank[i] is not None:
-                td += (rank_tag, varint(self.rank[i]))
-            td.append(tail)
-            body = b"".join(td)
-            body = seq_and_tag + varint(len(body)) + body
-            out += (b"\x0a", varint(len(body)), body)
-        return b"".join(out)
+        uuid = self.uuid
+        has_parent = self.parent != 0
+        wt = tail_len[shape]
+        wu, wp, wr = varint_widths(uuid), varint_widths(self.parent), varint_widths(self.rank)
+        body = 1 + wu + has_parent * (1 + wp) + self.has_rank * (1 + wr) + wt  # TrackDescriptor
+        w_body = varint_widths(body)
+        packet_body = len(seq_and_tag) + w_body + body
+        w_packet = varint_widths(packet_body)
+        size = 1 + w_packet + packet_body
+        out = np.zeros(int(size.sum()), np.uint8)
+        at = np.cumsum(size) - size
+        out[at] = 0x0A  # Trace.packet
+        at += 1
+        at = put_varints_at(out, at, packet_body, w_packet)
+        for b in seq_and_tag:
+            out[at] = b
+            at += 1
+        at = put_varints_at(out, at, body, w_body)
+        out[at] = tag(1, 0)[0]
+        at = put_varints_at(out, at + 1, uuid, wu)
+        for flag, field, values, widths in ((has_parent, 5, self.parent, wp), (self.has_rank, 12, self.rank, wr)):
+            rows = np.flatnonzero(flag)
+            out[at[rows]] = tag(field, 0)[0]
+            at[rows] = put_varints_at(out, at[rows] + 1, values[rows], widths[rows])
+        blob = np.frombuffer(b"".join(tails), np.uint8)
+        first = np.cumsum(tail_len) - tail_len
+        total = int(wt.sum())
+        within = np.arange(total) - np.repeat(np.cumsum(wt) - wt, wt)
+        out[np.repeat(at, wt) + within] = blob[np.repeat(first[shape], wt) + within]
+        return out.tobytes()
 
-    @staticmethod
-    def _shared_fields(name: str, about: str | None, unit: str | None, explicit: bool, merge_key: str | None) -> bytes:
-        td = f_bytes(2, name.encode())
-        if about:
-            td += f_bytes(14, about.encode())
-        if unit is not None:
-            td += f_bytes(8, f_bytes(6, unit.encode()))
-        if explicit:
-            td += f_varint(11, CHILD_ORDERING_EXPLICIT)
-        if merge_key is not None:
-            td += f_varint(15, SIBLING_MERGE_BY_KEY) + f_bytes(16, merge_key.encode())
-        return td
+
+def _shared_fields(name: str, about: str | None, unit: str | None, explicit: bool, merge_key: str | None) -> bytes:
+    td = f_bytes(2, name.encode())
+    if about:
+        td += f_bytes(14, about.encode())
+    if unit is not None:
+        td += f_bytes(8, f_bytes(6, unit.encode()))
+    if explicit:
+        td += f_varint(11, CHILD_ORDERING_EXPLICIT)
+    if merge_key is not None:
+        td += f_varint(15, SIBLING_MERGE_BY_KEY) + f_bytes(16, merge_key.encode())
+    return td
+
 
 def root_name(trace: Trace) -> str:
     meta = trace.meta or {}
@@ -112,20 +152,19 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
     track per region id of the spans; `series`: CounterSeries, each a counter track under the root
     (block -1) or under its block's track."""
     names = trace.names
-    uuid, parent, name, rank, merge_key, unit, explicit, description = [], [], [], [], [], [], [], []
+    parent, rank, shape = [], [], []
+    shape_index: dict = {}
+
+    def shape_of(nm: str, about: str | None = None, counter_unit: str | None = None, parent_of_children=False,
+                 key: str | None = None) -> int:
+        return shape_index.setdefault((nm, about, counter_unit, parent_of_children, key), len(shape_index))
 
     def add(p: int, nm: str, rk: int | None, *, key: str | None = None, counter_unit: str | None = None,
             parent_of_children=False, about: str | None = None) -> int:
-        u = len(uuid) + 1
-        uuid.append(u)
         parent.append(p)
-        name.append(nm)
         rank.append(rk)
-        merge_key.append(key)
-        description.append(about)
-        unit.append(counter_unit)
-        explicit.append(parent_of_children)
-        return u
+        shape.append(shape_of(nm, about, counter_unit, parent_of_children, key))
+        return len(parent)
 
     rname = root_name(trace)
     root = add(0, rname, None, parent_of_children=True)
@@ -174,35 +213,30 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
         label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
         block_uuid[i] = add(p, label, base_rank + b if p in part_uuid else b, parent_of_children=True)
 
-    # group tracks and their overlap siblings; rank keeps siblings of one group adjacent
+    # group tracks and their overlap siblings (nsub per lane, in lane order); rank keeps siblings of
+    # one group adjacent
     max_sub = int(nsub.max()) if nsub.size else 1
-    lane_block_row = np.searchsorted(blocks, lane_block)
-    first = []
-    group_label: dict[int, tuple[str, str]] = {}  # group id -> (name, merge key)
-    for g, bu, count in zip(lane_group.tolist(), block_uuid[lane_block_row].tolist(), nsub.tolist()):
-        if g not in group_label:
-            group_label[g] = (names.group(g), f"group {g}")
-        gname, key = group_label[g]
-        first.append(len(uuid) + 1)
-        for k in range(count):
-            add(bu, gname, g * max_sub + k, key=key)
+    first = len(parent) + 1 + np.cumsum(nsub) - nsub
+    lane_of_track = np.repeat(np.arange(lanes.size), nsub)
+    sub_of_track = np.arange(lane_of_track.size) - np.repeat(first - first[:1], nsub) if lanes.size else lane_of_track
+    groups, group_row = np.unique(lane_group, return_inverse=True)
+    group_shape = np.array([shape_of(names.group(g), key=f"group {g}") for g in groups.tolist()], np.int64)
+    parent.extend(block_uuid[np.searchsorted(blocks, lane_block)][lane_of_track].tolist())
+    rank.extend((lane_group[lane_of_track] * max_sub + sub_of_track).tolist())
+    shape.extend(group_shape[group_row.reshape(-1)][lane_of_track].tolist())
     for i, s in enumerate(series):  # block-level series: last, under their block (rank before its groups)
         if s.block >= 0:
             series_uuid[i] = add(int(block_uuid[np.searchsorted(blocks, s.block)]), s.name, -1 - i, counter_unit=s.unit)
     return TrackTree(
-        uuid=uuid,
-        parent=parent,
-        name=name,
-        rank=rank,
-        merge_key=merge_key,
-        description=description,
-        counter=[u is not None for u in unit],
-        explicit_children=explicit,
+        parent=np.array(parent, np.int64),
+        rank=np.array([0 if r is None else r for r in rank], np.int64),
+        has_rank=np.array([r is not None for r in rank], bool),
+        shape=np.array(shape, np.int64),
+        shapes=list(shape_index),
         lanes=lanes,
-        first_uuid=np.array(first, np.int64),
+        first_uuid=first.astype(np.int64),
         counter_uuid=counter_uuid,
         series_uuid=series_uuid,
-        counter_unit=unit,
         overlap_tracks=int((nsub - 1).sum()),
         root_name=rname,
     )
