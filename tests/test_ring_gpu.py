@@ -121,6 +121,13 @@ def check_window_and_ring_full(session, launch) -> dict:
             "closed_writes_nothing": closed_ok, "ok": window_ok and full_ok and closed_ok}
 
 
+def _passes(check) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("cutlass")
+    result = check()
+    assert result["ok"], result
+
+
 @pytest.fixture(scope="module")
 def built():
     pytest.importorskip("torch")
@@ -158,10 +165,7 @@ def check_grid_smaller_than_spec() -> dict:
 
 @pytest.mark.gpu
 def test_a_grid_smaller_than_the_spec_counts_whole_launches():
-    pytest.importorskip("torch")
-    pytest.importorskip("cutlass")
-    result = check_grid_smaller_than_spec()
-    assert result["ok"], result
+    _passes(check_grid_smaller_than_spec)
 
 
 def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
@@ -224,10 +228,7 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
 
 @pytest.mark.gpu
 def test_window_branch_decides_once_per_launch_even_for_late_warps():
-    pytest.importorskip("torch")
-    pytest.importorskip("cutlass")
-    result = check_window_branch_with_late_warps()
-    assert result["ok"], result
+    _passes(check_window_branch_with_late_warps)
 
 
 def check_strays_with_window(launches=4) -> dict:
@@ -268,7 +269,4 @@ def check_strays_with_window(launches=4) -> dict:
 
 @pytest.mark.gpu
 def test_strays_with_a_window_are_counted_in_the_ring():
-    pytest.importorskip("torch")
-    pytest.importorskip("cutlass")
-    result = check_strays_with_window()
-    assert result["ok"], result
+    _passes(check_strays_with_window)
