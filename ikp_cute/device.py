@@ -202,16 +202,14 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
         claims = claims & buffer_ok
     owner = claims & exists  # writes the lane if this launch records; counts it in the launch either way
     window_buffer, counted = None, None
+    stray = claims & (~exists)
     if const_expr(spec.window_slots > 0):  # capture windows: this launch's ring slot, if it records
         window_buffer = buffer
         buffer, recording = window.open_slot(spec, buffer, claims, owner, lane)
         # A thread of a lane that does not exist has no lane of its own to hold the launch count back, so
         # its decision may be the next launch's: it never records, and its records count in the ring's
         # STRAY word whatever the decision.
-        stray = claims & (~exists)
         claims, counted = claims & recording & exists, owner
-    else:
-        stray = claims & (~exists)
     leader = claims & exists
     tag = Int32(lane) << wire.LANE_SHIFT
     records = cute.make_tensor(

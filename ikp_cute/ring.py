@@ -30,7 +30,8 @@ The rule, evaluated on the device once per lane (:func:`decide` is its reference
     in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0     (EPOCH = TICKS >> 24)
     recording = in_window and filled < R and DONE != COUNT_ERROR        (slot = filled)
 
-The decision loads line 0 and, only when the window is not empty (START < STOP), TICKS. Why apart:
+The decision loads line 0 and TICKS beside it, and waits for TICKS only when the window is not empty
+(START < STOP). Why apart:
 every lane adds to TICKS with a `red` during the launch, and a load of a line that atomics are landing
 on (or one near it: the next line cost about as much) waits far longer than a load of a line nobody
 writes (H100, FA4 with the window closed, docs/capture.md: TICKS beside the window words +1.2%, the

@@ -614,9 +614,9 @@ def lane_facts(chunks: LaneChunks) -> LaneTable:
     as it goes (perfetto.write_perfetto); lane_table adds the moves a first pass finds."""
     parts = [_chunk_facts(*chunks[k]) for k in range(len(chunks))]
     cat = lambda i: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)  # noqa: E731
-    events = np.concatenate([p[5] for p in parts]) if parts else np.zeros(0, np.int64)
-    return LaneTable(cat(0), cat(1), cat(2), np.ones(sum(p[0].size for p in parts), np.int64), {},
-                     np.unique(events).astype(np.int64), cat(3), cat(0) << TRACK_BITS)
+    lanes, events = cat(0), cat(5)
+    return LaneTable(lanes, cat(1), cat(2), np.ones(lanes.size, np.int64), {}, np.unique(events).astype(np.int64),
+                     cat(3), lanes << TRACK_BITS)
 
 
 def _chunk_facts(spans: np.ndarray, inst: np.ndarray) -> tuple:

@@ -114,15 +114,17 @@ def write_perfetto(
     path = Path(path)
     use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
     opener = (lambda p: gzip_module.open(p, "wb", compresslevel=6)) if use_gzip else (lambda p: open(p, "wb"))
-    for one_pass in (True, False):  # one pass, unless a run of lanes needs sub-tracks: then two
-        chunks, info = encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
-                                       lane_counters=lane_counters, progress=progress, one_pass=one_pass)
-        try:
-            with opener(path) as f:  # "wb": a second try starts the file over
-                info["phases"]["write"] = _write_chunks(f, chunks)
-            break
-        except SubTracksNeeded:
-            continue
+
+    def encode(one_pass: bool):
+        return encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
+                               lane_counters=lane_counters, progress=progress, one_pass=one_pass)
+
+    def write(chunks, info: dict) -> dict:
+        with opener(path) as f:  # "wb": the two-pass stream starts the file over
+            info["phases"]["write"] = _write_chunks(f, chunks)
+        return info
+
+    info = _one_pass_else_two(encode, write)
     if progress:
         print(f"perfetto: file writes {info['phases']['write'] * 1e3:.0f} ms -> {path}", file=sys.stderr)
     return WriteStats(
@@ -176,14 +178,18 @@ class SubTracksNeeded(Exception):
     tracks for them, so the stream is void (tests/test_perfetto.py::test_one_pass_falls_back_to_two)."""
 
 
+def _one_pass_else_two(encode, consume):
+    """consume(*encode(True)): the one-pass stream; when it meets a run that needs sibling tracks,
+    consume(*encode(False)) instead (a two-pass stream never raises SubTracksNeeded)."""
+    try:
+        return consume(*encode(True))
+    except SubTracksNeeded:
+        return consume(*encode(False))
+
+
 def perfetto_bytes(trace: Trace, **options) -> bytes:
-    for one_pass in (True, False):
-        chunks, _ = encode_perfetto(trace, **options, one_pass=one_pass)
-        try:
-            return b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks)
-        except SubTracksNeeded:
-            continue
-    raise AssertionError("unreachable: a two-pass stream never needs more sub-tracks")
+    return _one_pass_else_two(lambda one_pass: encode_perfetto(trace, **options, one_pass=one_pass),
+                              lambda chunks, _: b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks))
 
 
 trace_origin = od.trace_origin  # the ns written as t = 0 (the launch's first record, or an earlier event)
