@@ -788,23 +788,36 @@ def launch_records(spec: ProfileSpec, buf=None):
     if const_expr(spec.window_slots == 0):
         return True
     buffer, _ = _buffer_tensor(spec, buf)
-    return window.launch_records(spec, buffer)
+    return window.launch_decision(spec, buffer) >= 0
 
 
-def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
+_COUNT_AT = ("start", "end")
+
+
+def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None, count_at: str = "start"):
     """Run ``recorded()`` in a launch that records and ``plain()`` in one that does not, deciding once per
     role (every thread takes the same branch: see launch_records). `recorded` creates and finalizes the
     Profiler of lane `group` (its default leader) as usual; `plain` is the kernel's own code with no
-    Profiler for that group: window_branch counts the lane there (its share of the launch count when it
-    decides, the held tick after ``plain()`` returns, from the owning thread recomputed there, so nothing
-    of the profiler is live across the copy). So a closed window costs one load, a branch and two
-    fire-and-forget adds per role (examples/fa4_sm90/fa4_instrumented.py).
+    Profiler for that group, where the copy counts itself in the launch count (ikp_cute/window.py
+    count_copy: with the window empty one fire-and-forget add per block, by thread 0; otherwise one per
+    warp), so nothing of the profiler is live across the copy: a closed window costs one load, a branch
+    and one add per block (examples/fa4_sm90/fa4_instrumented.py). Every warp of the group must run
+    window_branch for it (a part of the count is missing otherwise, and ``ring.launches()`` says the
+    launch has not finished).
+
+    `count_at`: where the plain copy's warps count themselves, "start" (before ``plain()``) or "end"
+    (after it): either is exact; pick the end for a role whose start is on the block's critical path (a
+    TMA producer whose first loads every other role waits for), the start for one that waits first (an
+    MMA consumer, whose end is its block's end). FA4 closed, H200: producer at the end, consumers at the
+    start +0.3%, all at the start +0.5% (docs/capture.md).
 
     A spec without a window runs ``recorded()`` only, a disabled spec ``plain()`` only (both folded at
     trace time). `group` must not also be counted elsewhere in the launch: a second Profiler for it, in
     either copy, is a lane counted twice (``ring.launches()`` refuses to read such a ring)."""
     if not isinstance(spec, ProfileSpec):
         raise TypeError(f"window_branch needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+    if count_at not in _COUNT_AT:
+        raise ProfileUsageError(f"window_branch: count_at={count_at!r} must be one of {_COUNT_AT} at {_source_site()}")
     if not const_expr(spec.enabled):
         plain()
         return
@@ -814,19 +827,28 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None):
     if isinstance(group, int) and not 0 <= group < spec.num_groups:
         raise ProfileUsageError(f"window_branch: group={group} is outside 0..{spec.num_groups - 1} at {_source_site()}")
     buffer, _ = _buffer_tensor(spec, buf)
-    _, _, lane, exists, leader = _lane_of(spec, group, None)
-    recording = window.launch_records(spec, buffer, leader & exists, lane)
+    decision = window.launch_decision(spec, buffer)
+    # A launch with a block past the session's lanes, or a group out of range, runs the recorded copy in
+    # every block: a thread of no lane has no lane of its own holding the count back, so its decision could
+    # be the next launch's, and there the Profilers count the lanes and the strays. Neither test reads
+    # %ctaid: the branch waits on the decision alone (FA4 closed, H200: a lane test before the branch cost
+    # ~0.28%, docs/capture.md).
+    takes_plain = window.grid_fits(spec) & (decision < 0)
+    if const_expr(not isinstance(group, int)):
+        takes_plain = takes_plain & (Uint32(Int32(group)) < Uint32(spec.num_groups))
 
     def counted_plain():
+        if const_expr(count_at == "start"):
+            window.count_copy(spec, buffer, decision)
+        else:
+            window.count_copy(spec, buffer, decision, ticks=False)  # LOST only, and only when NOT_RECORDED
         plain()
-        window.release_held_tick(spec, buffer, group)
+        if const_expr(count_at == "end"):
+            window.count_copy(spec, buffer)
 
-    # A lane that does not exist (block past the session, group out of range) always runs the recorded
-    # copy: with no lane of its own holding the count back, its decision could be the next launch's, and
-    # there its Profiler counts its records in the ring's STRAY word. The plain copy as the `then` block:
-    # laid out first, on the fall-through path (FA4 closed: +1.15% against +1.34% the other way round,
-    # H200, docs/capture.md).
-    if_generate(exists & ~recording, counted_plain, recorded)
+    # The plain copy as the `then` block: laid out first, on the fall-through path (FA4 closed: +1.15%
+    # against +1.34% the other way round, H200, docs/capture.md).
+    if_generate(takes_plain, counted_plain, recorded)
 
 
 class profile_region:

@@ -177,6 +177,11 @@ class ProfileSpec:
             raise ValueError("window_slots: mode='lean' keeps no lane handle to finalize a window; use another mode")
         if self.warps_per_group < 1:
             raise ValueError(f"warps_per_group={self.warps_per_group} must be >= 1")
+        if self.window_slots and self.write_stride * self.warps_per_group > ring.LAUNCH_TICKS:
+            raise ValueError(
+                f"window_slots: write_stride {self.write_stride} x warps_per_group {self.warps_per_group} exceeds "
+                f"{ring.LAUNCH_TICKS}, the ticks of one launch (window_branch counts every warp: ikp_cute/window.py)"
+            )
         if self.mode == "lean" and self.warps_per_group & (self.warps_per_group - 1):
             raise ValueError(f"mode='lean' needs warps_per_group to be a power of two (got {self.warps_per_group})")
 

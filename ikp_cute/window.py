@@ -17,8 +17,7 @@ the launch has ended: a thread of any lane that reads TICKS before its own lane 
 index, whatever the order of the other lanes (nobody has to know which lane is last).
 * Every lane adds its share minus one at create, right after its decision, with a fire-and-forget ``red``
   (and its whole share to LOST when the launch is in the window but the ring is full).
-* At the lane's end it adds the held tick: ``Profiler.finalize`` (or, for a copy of a role that has no
-  Profiler, ``ikp_cute.window_branch`` after that copy), one fire-and-forget ``red``. In a launch that
+* At the lane's end ``Profiler.finalize`` adds the held tick, one fire-and-forget ``red``. In a launch that
   records, the lane's writer then does one ``atom.acq_rel.gpu.add`` on DONE; the lane that brings it to L
   is the last (every other lane added its ticks and finished its records before its acq_rel atomic), so it
   re-reads the block (TICKS is then exactly (index + 1) * 2**24), writes the slot's launch index, advances
@@ -27,6 +26,9 @@ index, whatever the order of the other lanes (nobody has to know which lane is l
   finalize; best effort, docs/capture.md) it leaves DONE at
   ``ring.COUNT_ERROR`` instead: sticky until ``ring.arm``, and ``ring.launches()`` refuses to read,
   saying so.
+* A copy of a role that has no Profiler (``ikp_cute.window_branch``, a launch that does not record)
+  holds nothing back: ``count_copy`` adds one part per block when the window is empty (nobody reads
+  TICKS then), one per warp otherwise (each warp's part lands after its own read).
 The next launch on the stream sees all of it (kernel boundary). Every step is one inline PTX block (the
 decision's one branch stays inside it), so it nests in any control flow.
 
@@ -104,11 +106,16 @@ def _lanes(spec: ProfileSpec):
     return cutlass.min(Int32(cutlass.min(blocks, blocks_with_lanes)) * spec.num_groups, Int32(spec.write_stride))
 
 
-def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_recording: bool = False):
-    """-> (slot buffer: a tensor of spec.total_slots words, recording: Boolean) for the thread `claims`.
-    With `owner` (this thread owns lane `lane`): the lane adds its share of the launch count less the
-    held tick here, after its decision (and its share to LOST when the window holds the launch but the
-    ring is full); `unless_recording`: only when the launch does not record."""
+NOT_IN_WINDOW = -1  # launch_decision: the launch is outside the window
+NOT_RECORDED = -2  # launch_decision: in the window, but the ring is full (or a count error): counted in LOST
+WINDOW_EMPTY = -3  # launch_decision: the window is empty, decided from line 0 alone (TICKS unread)
+
+
+def _decide(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_recording: bool = False):
+    """Int32 decision of the thread `claims` (others: WINDOW_EMPTY): the ring slot this launch records
+    into (>= 0), NOT_IN_WINDOW, NOT_RECORDED or WINDOW_EMPTY. With `owner` (this thread owns lane `lane`): the lane adds
+    its share of the launch count less the held tick here, after its decision (and its share to LOST when
+    NOT_RECORDED); `unless_recording`: only when the launch does not record."""
     control = Int64(buffer.iterator.toint())
     count = owner is not None
     text = (
@@ -118,7 +125,9 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
         # an empty window is decided without TICKS: the branch skips every use of it (no wait on its load)
         + " setp.ne.u32 w, f, f; mov.pred r, w; mov.u32 filled, 0; @!x bra DECIDED;"
         + _rule(spec.window_slots)
-        + " DECIDED: and.pred r, r, p; selp.u32 $0, filled, 0xFFFFFFFF, r;"
+        + " DECIDED: and.pred r, r, p; and.pred w, w, p;"
+        f" selp.b32 d, {NOT_RECORDED & 0xFFFFFFFF}, {NOT_IN_WINDOW & 0xFFFFFFFF}, w;"
+        f" @!x mov.b32 d, {WINDOW_EMPTY & 0xFFFFFFFF}; selp.u32 $0, filled, d, r;"
     )
     operands = [Int32(Boolean(claims)), control]
     if count:
@@ -131,45 +140,90 @@ def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_r
         )
         operands += [Int32(Boolean(owner)), Int32(lane), _lanes(spec)]
     text += " }"
-    slot = Int32(inline_ptx.asm(Int32.mlir_type, operands, text, "=r,r,l" + (",r,r,r" if count else "")))
+    return Int32(inline_ptx.asm(Int32.mlir_type, operands, text, "=r,r,l" + (",r,r,r" if count else "")))
+
+
+def open_slot(spec: ProfileSpec, buffer, claims, owner=None, lane=None):
+    """-> (slot buffer: a tensor of spec.total_slots words, recording: Boolean) for the thread `claims`;
+    `owner` / `lane`: _decide's."""
+    slot = _decide(spec, buffer, claims, owner, lane)
     recording = slot >= 0
     first = ring.control_words64(spec.window_slots) + cutlass.select_(recording, slot, Int32(0)) * spec.total_slots
     slot_buffer = cute.make_tensor(buffer.iterator + first, cute.make_layout(spec.total_slots))
     return slot_buffer, recording
 
 
-def launch_records(spec: ProfileSpec, buffer, owner=None, lane=None):
-    """Boolean: this launch records (in the window, a ring slot free): open_slot's decision taken by every
-    thread (each loads the control block: the same bytes for the whole launch, one broadcast transaction
-    per warp). The launch index cannot move before the reader's own lane has ended, nor the slot count
+def launch_decision(spec: ProfileSpec, buffer):
+    """Int32, the same in every thread of the launch: _decide's, taken by every thread (each loads the
+    control block: the same bytes for the whole launch, one broadcast transaction per warp), counting
+    nothing. The launch index cannot move before the reader's own lane has ended, nor the slot count
     before every lane has, so every thread that reads before its lane's end (before its role's first
-    collective operation, in practice) gets the launch's value: a branch on it never splits a warp group.
-    With `owner` / `lane`: that lane adds its share less the held tick here when the launch does not
-    record (``release_held_tick`` adds the tick at the end of that copy)."""
-    return open_slot(spec, buffer, True, owner, lane, unless_recording=True)[1]
+    collective operation, in practice) gets the launch's value: a branch on it never splits a warp group."""
+    return _decide(spec, buffer, True)
 
 
-def release_held_tick(spec: ProfileSpec, buffer, group):
-    """The end of group `group`'s lane counted by launch_records(owner=...) in a launch that does not
-    record: its held tick, one fire-and-forget ``red`` by the lane's default leader. The leader and the
-    lane's existence are recomputed here from the special registers (as ``device._lane_of`` computes them)
-    in one volatile block, so the compiler cannot keep them live from the role's start across the copy
-    (one register held across FA4's main loop costs it a few percent)."""
+def grid_fits(spec: ProfileSpec):
+    """Boolean, the same in every block: every lane of every block of this launch exists (grid blocks x
+    num_groups <= write_stride), from %nctaid alone (nothing that waits for %ctaid)."""
+    gx, gy, gz = cute.arch.grid_dim()
+    return Int64(gx) * Int64(gy) * Int64(gz) <= Int64(spec.write_stride // spec.num_groups)
+
+
+def count_copy(spec: ProfileSpec, buffer, decision=None, ticks: bool = True):
+    """A role's copy that holds no Profiler counts itself in the launch count (fire-and-forget adds):
+    - window empty (WINDOW_EMPTY: nobody reads TICKS in the launch): thread 0 of each block adds the
+      block's part, 2**24 // B of the launch's B blocks, one add per block;
+    - otherwise lane 0 of each warp adds the warp's part, 2**24 // W of the launch's W warps: a thread
+      reads TICKS only in its decision, before its warp's part is in, so no reader sees the launch
+      complete, and nothing is held back (a lane-wide count would hold a tick for the group's late warps
+      until after the copy).
+    Each part is a constant for the spec's own grid; thread 0 of block 0 adds the remainder.
+    `ticks`: the part to TICKS. `decision` (launch_decision's, < 0): the warp's part to LOST in a launch
+    the window holds but the full ring cannot (NOT_RECORDED), and without `ticks` nothing else (computed
+    only in such a launch: a uniform branch past it). Without `decision` (after the copy, where it is no
+    longer live) the window words are read again: no lane writes them in a launch that does not record.
+    Where is the caller's choice (window_branch's `count_at`): the copy's start or end, whichever is off
+    the block's critical path. Per block with the window empty: one add per warp from every block at once
+    cost FA4 up to +0.3% more, depending on where the counter lies in L2 (docs/capture.md)."""
+    full_blocks = spec.write_stride // spec.num_groups
+    full_warps = full_blocks * spec.num_groups * spec.warps_per_group
+    tick = ring.LAUNCH_TICKS
     control = Int64(buffer.iterator.toint())
+    given = decision is not None
+    if given:
+        empty = f" setp.eq.s32 empty, $3, {WINDOW_EMPTY};"
+    else:
+        empty = " ld.global.v4.u32 {f, s, e, v}, [ctl]; setp.ge.u32 empty, s, e;"
     text = (
-        "{ .reg .pred p; .reg .u32 t, n, b, nb, v; .reg .u64 ctl; mov.b64 ctl, $1;"
-        # linear thread index -> warp (== group * warps_per_group) and lane in warp (== 0)
-        " mov.u32 t, %tid.z; mov.u32 n, %ntid.y; mov.u32 v, %tid.y; mad.lo.u32 t, t, n, v;"
-        " mov.u32 n, %ntid.x; mov.u32 v, %tid.x; mad.lo.u32 t, t, n, v;"
-        f" mul.lo.u32 v, $0, {32 * spec.warps_per_group}; setp.eq.u32 p, t, v;"
-        f" setp.lt.and.u32 p, $0, {spec.num_groups}, p;"
-        # linear block index -> lane = block * num_groups + group < write_stride
-        " mov.u32 b, %ctaid.z; mov.u32 nb, %nctaid.y; mov.u32 v, %ctaid.y; mad.lo.u32 b, b, nb, v;"
-        " mov.u32 nb, %nctaid.x; mov.u32 v, %ctaid.x; mad.lo.u32 b, b, nb, v;"
-        f" mad.lo.u32 b, b, {spec.num_groups}, $0; setp.lt.and.u32 p, b, {spec.write_stride}, p;"
-        f" @p red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1; }}"
+        "{ .reg .pred p, x, empty, lost; .reg .u32 t, v, n, part, extra, f, s, e; .reg .u64 ctl, add;"
+        " mov.b64 ctl, $0;"
+        + empty
+        + ("" if ticks else f" setp.ne.s32 x, $3, {NOT_RECORDED}; @x bra COUNTED;")
+        # the launch's blocks or warps, and the part when they are the spec's own
+        + " selp.u32 n, $1, $2, empty;"
+        f" selp.u32 part, {tick // full_blocks}, {tick // full_warps}, empty;"
+        f" selp.u32 extra, {tick % full_blocks}, {tick % full_warps}, empty;"
+        f" selp.u32 v, {full_blocks}, {full_warps}, empty; setp.eq.u32 x, n, v; @x bra PART_KNOWN;"
+        f" div.u32 part, {tick}, n; mul.lo.u32 extra, part, n; sub.u32 extra, {tick}, extra;"
+        " PART_KNOWN:"
+        # thread 0 of its block counts the block, lane 0 of its warp the warp
+        " mov.u32 t, %tid.x; mov.u32 v, %tid.y; or.b32 t, t, v; mov.u32 v, %tid.z; or.b32 t, t, v;"
+        " setp.eq.u32 p, t, 0; mov.u32 v, %laneid; @!empty setp.eq.u32 p, v, 0;"
+        # the remainder: thread 0 of block 0
+        " mov.u32 v, %ctaid.x; or.b32 t, t, v; mov.u32 v, %ctaid.y; or.b32 t, t, v; mov.u32 v, %ctaid.z;"
+        " or.b32 t, t, v; setp.eq.u32 x, t, 0; selp.u32 extra, extra, 0, x; add.u32 part, part, extra;"
+        " cvt.u64.u32 add, part;"
+        + (f" @p red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], add;" if ticks else "")
+        + (f" setp.eq.and.s32 lost, $3, {NOT_RECORDED}, p;"
+           f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], add;" if given else "")
+        + ("" if ticks else " COUNTED:")
+        + " }"
     )
-    inline_ptx.asm(None, [Int32(group), control], text, "r,l")
+    gx, gy, gz = cute.arch.grid_dim()
+    blocks = Int32(gx * gy * gz)  # the copy runs only where the grid fits the session (grid_fits)
+    operands = [control, blocks, blocks * (spec.num_groups * spec.warps_per_group)]
+    operands += [Int32(decision)] if given else []
+    inline_ptx.asm(None, operands, text, "l,r,r" + (",r" if given else ""))
 
 
 def end_lane(spec: ProfileSpec, buffer, counted, writer):

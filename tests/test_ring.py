@@ -42,7 +42,9 @@ def test_spec_geometry_with_ring():
 @pytest.mark.parametrize(
     "kw, match",
     [({"window_slots": -1}, "window_slots"), ({"window_slots": 70000}, "window_slots"),
-     ({"window_slots": 2, "mode": "lean"}, "lean")],
+     ({"window_slots": 2, "mode": "lean"}, "lean"),
+     # window_branch counts every warp: 2**20 lanes x 32 warps would leave a warp's part at 0 ticks
+     ({"window_slots": 2, "write_stride": 1 << 20, "warps_per_group": 32}, "warps_per_group")],
 )
 def test_spec_rejects_bad_window(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -443,10 +445,17 @@ def test_window_branch_counts_its_plain_copy_with_two_adds_and_no_profiler():
                             options=sass.keep_options()).__ptx__
 
     text, recorded_only = ptx(3), ptx(0)
-    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held")) == 2  # decision, create
-    # after the plain copy, and at finalize
-    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1")) == 2
+    ticks = f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}]"
+    # the recorded copy: its share less a tick at create, the tick at finalize; the plain copy: one add at
+    # its start, of the block's part (window empty) or the warp's (and the warp's to LOST when the full
+    # ring cannot hold the launch)
+    assert len(_lines(text, f"{ticks}, held")) == 1 and len(_lines(text, f"{ticks}, 1")) == 1
+    assert len(_lines(text, f"{ticks}, add")) == 1
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], add")) == 1
     assert len(_lines(text, ".v4.u32")) == 3  # decision, create, the last finalizer's re-read
+    # 4 blocks x 2 groups x 4 warps: the spec's own grid gives each block and each warp a constant part
+    assert f"selp.u32 part, {ring.LAUNCH_TICKS // 4}, {ring.LAUNCH_TICKS // 32}, empty;" in text
+    assert len(_lines(text, "@x bra PART_KNOWN")) == 1
     timer_reads = lambda ptx_text: len(_lines(ptx_text, "%globaltimer"))  # noqa: E731
     assert timer_reads(text) == timer_reads(recorded_only) > 0  # the plain copy reads no timer
     assert text.count("bar.sync") == 2 * recorded_only.count("bar.sync") > 0  # both copies meet at the barrier
@@ -471,10 +480,14 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     windowed = tec._compile_fa4(spec, "iter")
     flat = tec._compile_fa4(tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED), "iter")
     assert windowed.count("wgmma.mma_async") == 2 * plain.count("wgmma.mma_async") > 0
-    assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 1 + 1) and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
-    # per role: the closed copy's count and held tick, the recorded copy's count at create and tick at finalize
-    assert len(_lines(windowed, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held")) == 2 * 2
-    assert len(_lines(windowed, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], 1")) == 2 * 2
+    # per role: the decision, create, the last finalizer's re-read; and the producer's count after its
+    # loads (count_at="end") reads the window words again (empty or not: per block or per warp)
+    assert len(_lines(windowed, ".v4.u32")) == 2 * (1 + 1 + 1) + 1 and len(_lines(windowed, "atom.acq_rel.gpu")) == 2
+    # per role: each warp's part at the closed copy's start, the recorded copy's count at create and its
+    # held tick at finalize
+    ticks = f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}]"
+    assert len(_lines(windowed, f"{ticks}, add")) == 2
+    assert len(_lines(windowed, f"{ticks}, held")) == 2 and len(_lines(windowed, f"{ticks}, 1")) == 2
     assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer
 
 

@@ -172,8 +172,10 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
     """ikp_cute.window_branch in a kernel whose non-leading warps decide `spins` us after their lane's
     owner counted itself (ikp_cute/testing/kernels/window_branch_kernel.py), window on every second
     launch: every warp of a launch takes the same copy, the recorded launches are the window's, each
-    decodes exactly, and the launch count stays whole. Then a recording launch whose lanes are counted
-    twice: the ring refuses to be read, and says so."""
+    decodes exactly, and the launch count stays whole. Then: a window longer than the ring (the launches
+    it cannot hold take the plain copy and count in LOST); a grid larger than the session (every block
+    takes the recorded copy, the blocks past the session count as strays); a recording launch whose lanes
+    are counted twice (the ring refuses to be read, and says so)."""
     import cutlass.cute as cute
     import torch
     from cutlass import Int32
@@ -184,31 +186,63 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
 
     blocks = 8
     taken = torch.zeros(blocks * WARPS, dtype=torch.int32, device="cuda")
-    spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=8, events=EVENTS, window_slots=8)
 
-    def compiled_for(twice):
+    def compiled_for(twice, slots=8, spec_blocks=blocks, count_at="start"):
+        spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=spec_blocks, records_per_lane=8, events=EVENTS,
+                                    window_slots=slots)
         session = ikp_cute.Session(spec, groups=GROUPS, kernel="branch_kernel")
         args = (from_dlpack(taken), Int32(spins), session.kernel_arg())
-        compiled = cute.compile(launch_branch, *args, spec, blocks, twice)
+        compiled = cute.compile(launch_branch, *args, spec, blocks, twice, count_at)
         return session, lambda: compiled(*args)  # the default stream, torch's too
 
-    session, launch = compiled_for(False)
-    session.ring.arm()
-    first = session.ring.state()["epoch"]
-    session.window(1, launches // 2, every=2, relative=True)
-    copies = []
-    for _ in range(launches):
-        taken.zero_()
-        launch()
-        copies.append(sorted(set(taken.cpu().tolist())))
-    state = session.ring.state()
-    expected = [first + k for k in range(1, launches, 2)]
-    traces = session.ring.decode()
-    uniform = all(len(c) == 1 for c in copies)
-    pattern = [c[0] for c in copies] == [2 if k % 2 else 1 for k in range(launches)]
-    exact = all(t.spans.size == blocks * 2 and t.loss.lost == 0 for t in traces)
-    whole = state["ticks_pending"] == 0 and state["epoch"] == first + launches and not state["count_error"]
-    ok = uniform and pattern and state["slot_launches"] == expected and exact and whole
+    def run(session, launch, count, start, length, every):
+        session.ring.arm()
+        first = session.ring.state()["epoch"]
+        session.window(start, length, every=every, relative=True)
+        copies = []
+        for _ in range(count):
+            taken.zero_()
+            launch()
+            copies.append(sorted(set(taken.cpu().tolist())))
+        return first, copies, session.ring.state()
+
+    ok, copies, state, expected = True, {}, {}, {}
+    for count_at in ("start", "end"):  # where the plain copy's warps count themselves
+        session, launch = compiled_for(False, count_at=count_at)
+        # the window's last launch empties it: the 3 launches after it decide "empty" (counted per block)
+        first, copies[count_at], state[count_at] = run(session, launch, launches + 3, 1, launches // 2, 2)
+        expected[count_at] = [first + k for k in range(1, launches, 2)]
+        traces = session.ring.decode()
+        uniform = all(len(c) == 1 for c in copies[count_at])
+        pattern = [c[0] for c in copies[count_at]] == [2 if k % 2 else 1 for k in range(launches)] + [1, 1, 1]
+        exact = all(t.spans.size == blocks * 2 and t.loss.lost == 0 for t in traces)
+        now = state[count_at]
+        whole = now["ticks_pending"] == 0 and now["epoch"] == first + launches + 3 and not now["count_error"]
+        emptied = now["window"]["start"] == now["window"]["stop"]
+        ok = ok and uniform and pattern and now["slot_launches"] == expected[count_at] and exact and whole and emptied
+
+    # launches 0..3 in the window, a ring of 2: launches 2 and 3 are NOT_RECORDED (plain copy, LOST)
+    full_session, full_launch = compiled_for(False, slots=2, count_at="end")
+    first, full_copies, full_state = run(full_session, full_launch, 5, 0, 4, 1)
+    ring_full = (
+        full_copies == [[2], [2], [1], [1], [1]] and full_state["lost_launches"] == 2
+        and full_state["slot_launches"] == [first, first + 1] and full_state["ticks_pending"] == 0
+        and full_state["epoch"] == first + 5 and not full_state["count_error"]
+    )
+
+    # a session of 5 blocks launched on 8: every launch runs the recorded copy; blocks 5-7 are strays
+    wide_session, wide_launch = compiled_for(False, spec_blocks=blocks - 3)
+    first, wide_copies, wide_state = run(wide_session, wide_launch, 4, 1, 2, 2)
+    # (decode() refuses these slots by design, check_strays_with_window says why: the records are checked)
+    wide_lanes = 2 * (blocks - 3)
+    per_lane = [np.count_nonzero(records[1:].reshape(8, wide_lanes)[:, :wide_lanes], axis=0)
+                for _, records, _ in wide_session.ring.launches()]
+    grid_wider = (
+        all(c == [2] for c in wide_copies) and wide_state["slot_launches"] == [first + 1, first + 3]
+        and len(per_lane) == 2 and all((n == per_lane[0][0]).all() and n[0] > 0 for n in per_lane)
+        and wide_state["stray_records"] == 4 * 3 * 2 * 2  # every launch: 3 blocks x 2 groups x 2 records
+        and wide_state["ticks_pending"] == 0 and wide_state["epoch"] == first + 4 and not wide_state["count_error"]
+    )
 
     twice_session, twice_launch = compiled_for(True)
     twice_session.ring.arm()
@@ -221,9 +255,11 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
     except RuntimeError as error:
         refused = str(error)
     counted_twice_refused = "counted" in refused
-    return {"copies": copies, "uniform": uniform, "pattern": pattern, "slot_launches": state["slot_launches"],
-            "expected": expected, "exact": exact, "whole": whole, "counted_twice_refused": counted_twice_refused,
-            "refusal": refused[:160], "ok": ok and counted_twice_refused}
+    return {"copies": copies, "slot_launches": {k: v["slot_launches"] for k, v in state.items()},
+            "expected": expected, "windowed_ok": ok, "ring_full": ring_full,
+            "full_copies": full_copies, "full_state": full_state, "grid_wider": grid_wider,
+            "wide_copies": wide_copies, "wide_state": wide_state, "counted_twice_refused": counted_twice_refused,
+            "refusal": refused[:160], "ok": ok and ring_full and grid_wider and counted_twice_refused}
 
 
 @pytest.mark.gpu

@@ -169,7 +169,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     def load(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
             return super().load(*args, **kwargs)
-        self._role(0, "producer", super().load, args, kwargs)
+        self._role(0, "producer", super().load, args, kwargs, count_at="end")
 
     def load_KV(self, *args, **kwargs):
         if not self.profile_spec.enabled or "producer" not in self.roles:
@@ -190,12 +190,14 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             return
         self._role(warp_group, "consumer", super().mma, args, kwargs)
 
-    def _role(self, group, region: str, body, args, kwargs):
+    def _role(self, group, region: str, body, args, kwargs, count_at: str = "start"):
         """One role's body, recorded. With a capture window the body is traced twice, and each launch
         branches once (the same way in every thread: ikp_cute.window_branch) into the recorded copy or
-        into FA4's own code with no Profiler at all (window_branch counts the role's lane there with two
-        fire-and-forget adds, ikp_cute/window.py), so a closed window costs a load and a branch per role
-        and no profiler state is live across FA4's loops there."""
+        into FA4's own code with no Profiler at all (window_branch counts each warp there with one
+        fire-and-forget add, ikp_cute/window.py), so a closed window costs a load and a branch per role
+        and no profiler state is live across FA4's loops there. The producer's warps count themselves
+        after its loads (`count_at="end"`): its start is on the block's critical path (the first TMA
+        loads), the consumers' end is (the epilogue)."""
 
         def recorded():
             self._prof = Profiler.create(self.profile_spec, None, group=group)
@@ -209,7 +211,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
             body(*args, **kwargs)
             self._on = on
 
-        window_branch(self.profile_spec, group, recorded, plain)
+        window_branch(self.profile_spec, group, recorded, plain, count_at=count_at)
 
     # --- per-n-block steps (consumers) ----------------------------------------------------------------
 

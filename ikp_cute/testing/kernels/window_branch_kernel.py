@@ -4,7 +4,8 @@ closed copy holds no Profiler), the three non-leading warps of each group decidi
 meets at a named barrier of its warp group (the collective that keeps the owner from ending its lane
 before its warps have decided) and marks which copy each warp took in `taken` (1 plain, 2 recorded).
 
-`twice`: the recorded copy creates a second Profiler for its group (a lane counted twice).
+`twice`: the recorded copy creates a second Profiler for its group (a lane counted twice). `count_at`:
+window_branch's (where the plain copy's warps count themselves).
 tests/test_ring_gpu.py runs it.
 """
 
@@ -45,18 +46,20 @@ def _plain(taken: cute.Tensor, group):
 
 
 @cute.kernel
-def branch_kernel(taken: cute.Tensor, spins: Int32, prof_buf, spec: cutlass.Constexpr, twice: cutlass.Constexpr):
+def branch_kernel(taken: cute.Tensor, spins: Int32, prof_buf, spec: cutlass.Constexpr, twice: cutlass.Constexpr,
+                  count_at: cutlass.Constexpr):
     warp = cute.arch.warp_idx()
     group = cute.arch.make_warp_uniform(warp) // 4
     if warp % 4 != 0:
         for _ in cutlass.range(spins):
             inline_ptx.asm(None, [], "nanosleep.u32 1000;", "")
     window_branch(
-        spec, group, lambda: _recorded(taken, group, prof_buf, spec, twice), lambda: _plain(taken, group), prof_buf
+        spec, group, lambda: _recorded(taken, group, prof_buf, spec, twice), lambda: _plain(taken, group), prof_buf,
+        count_at=count_at,
     )
 
 
 @cute.jit
 def launch_branch(taken: cute.Tensor, spins: Int32, prof_buf, spec: cutlass.Constexpr, blocks: cutlass.Constexpr,
-                  twice: cutlass.Constexpr):
-    branch_kernel(taken, spins, prof_buf, spec, twice).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1])
+                  twice: cutlass.Constexpr, count_at: cutlass.Constexpr = "start"):
+    branch_kernel(taken, spins, prof_buf, spec, twice, count_at).launch(grid=[blocks, 1, 1], block=[THREADS, 1, 1])
