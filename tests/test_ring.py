@@ -165,6 +165,26 @@ def _counted_twice(lanes):
     return [(lane, "create") for lane in range(lanes)] * 2 + [(lane, "end") for lane in range(lanes)] * 2
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_closed_copies_count_whole_launches_and_late_readers_read_their_own(seed):
+    """window.count_copy's protocol (no tick held back): each of a launch's W warps reads TICKS in its
+    decision, then adds 2**24 // W (thread 0 of block 0 also the remainder), the warps in any order, over
+    several launches: every read sees its own launch's index, and each launch adds exactly 2**24."""
+    rng = np.random.default_rng(seed)
+    ticks = 0
+    for launch in range(4):
+        warps = int(rng.integers(1, 5000)) if seed % 2 else int(rng.choice([1, 3, 8, 1 << 20, 3 << 20]))
+        part, remainder = ring.LAUNCH_TICKS // warps, ring.LAUNCH_TICKS % warps
+        assert part >= 1  # the spec refuses write_stride * warps_per_group > 2**24
+        adds = np.full(warps, part, np.int64)
+        adds[0] += remainder  # warp 0 holds thread 0 (of block 0)
+        order = rng.permutation(warps)
+        reads = ticks + np.concatenate([[0], np.cumsum(adds[order])[:-1]])  # each warp reads before its add
+        assert (reads >> ring.TICK_BITS == launch).all()
+        ticks += int(adds.sum())
+        assert ticks == (launch + 1) * ring.LAUNCH_TICKS
+
+
 def test_a_lane_counted_twice_is_a_sticky_count_error():
     """Every lane counted twice in a recording launch (two Profilers for one group, both alive at once)
     keeps TICKS a whole number of launches at the end, but not at the L-th finalize: DONE is left at
@@ -424,10 +444,10 @@ def test_window_rule_in_ptx_uses_the_ring_layout():
     assert ring.START * 4 < 128 and ring.DONE * 4 < 128 and ring.TICKS * 4 >= 512 and ring.STRAY * 4 >= 512
 
 
-def test_window_branch_counts_its_plain_copy_with_two_adds_and_no_profiler():
+def test_window_branch_counts_its_plain_copy_with_one_add_and_no_profiler():
     """window_branch (ikp_cute/testing/kernels/window_branch_kernel.py): the plain copy reads no timer
-    and stores no record; the lane is counted in it by the decision's add (share less one tick) and the
-    held tick after the copy; the recorded copy counts at create and finalize as any Profiler."""
+    and stores no record; it counts itself with one add (per block with the window empty, per warp
+    otherwise: window.count_copy); the recorded copy counts at create and finalize as any Profiler."""
     pytest.importorskip("cutlass")
     import cutlass.cute as cute
     from cutlass import Int32
@@ -465,8 +485,8 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     """FA4's sm90 forward (examples/fa4_sm90 subclass, baked address) with window_slots: each role's body
     is traced twice (ikp_cute.window_branch picks the copy once per role and launch), so a closed window
     runs FA4's own code: the tensor-core work appears exactly twice, the recorded copy records what a
-    window-less build records, and the window costs per role: one decision load (which counts the role's
-    lane less a tick when the launch does not record) and the held tick after FA4's code, and in the
+    window-less build records, and the window costs per role: one decision load and one add where the
+    closed copy counts itself (the consumers before FA4's code, the producer after it), and in the
     recorded copy one load at create, one re-read by the last finalizer and one DONE atomic; the closed
     copy holds no Profiler (no timer read)."""
     pytest.importorskip("torch")

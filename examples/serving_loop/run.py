@@ -12,8 +12,8 @@ What a user of a serving stack does (ikp_cute/ring.py):
    the stream: the window opens and closes exactly at those steps' launches, no sync) and, if wanted,
    ``torch.profiler.profile`` over the same steps;
 3. afterwards ``session.ring.save(DIR)``: one capture per recorded launch, launch indices in the sidecars;
-   the launches outside the window cost one predicated load of the window words and two fire-and-forget
-   adds per lane.
+   the launches outside the window cost one predicated load of the window words per role and one
+   fire-and-forget add per block (per warp while a window is set but not on this launch).
 """
 
 from __future__ import annotations
