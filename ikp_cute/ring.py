@@ -296,7 +296,8 @@ class Ring:
                 f"ring: a launch has not finished ({state['lanes_done']} lanes finalized, "
                 f"{state['ticks_pending']} of its {LAUNCH_TICKS} launch-count ticks in): read the ring after the "
                 "launch completes (and every lane must be counted once per launch: create its Profiler once and "
-                f"finalize it once, or be counted by window_branch); once the kernel is fixed, {rearm}"
+                "finalize it once, or run window_branch in every warp of its group; a kernel that uses "
+                f"window_branch uses it for every group); once the kernel is fixed, {rearm}"
             )
         recorded = state["slot_launches"]
         if any(b <= a for a, b in zip(recorded, recorded[1:])) or any(v >= state["epoch"] for v in recorded):
