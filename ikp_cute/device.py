@@ -774,10 +774,12 @@ class Profiler:
 
 def launch_records(spec: ProfileSpec, buf=None):
     """Whether this launch records, the same in every thread of the launch: for a spec with a capture
-    window (window_slots > 0) a run-time Boolean (ikp_cute/window.py launch_records: one 16-byte load
+    window (window_slots > 0) a run-time Boolean (ikp_cute/window.py launch_decision: one 16-byte load
     per thread); True for a spec without one and False for a disabled spec (Python bools: a `const_expr`
     branch on them folds at trace time). For a role whose two copies both create their Profilers (they
-    count the lanes); a copy with no Profiler at all takes ``window_branch``.
+    count the lanes); a copy with no Profiler at all takes ``window_branch``, and then every group of the
+    kernel does (its closed copies count per block or per warp, which does not add up with lanes that
+    count themselves).
 
     Read it before the role's first collective operation: every lane holds one tick of the launch count
     back until its Profiler's finalize, so the value cannot change before the reader's own lane ends."""
@@ -801,9 +803,9 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None, count_at:
     Profiler for that group, where the copy counts itself in the launch count (ikp_cute/window.py
     count_copy: with the window empty one fire-and-forget add per block, by thread 0; otherwise one per
     warp), so nothing of the profiler is live across the copy: a closed window costs one load, a branch
-    and one add per block (examples/fa4_sm90/fa4_instrumented.py). Every warp of the group must run
-    window_branch for it (a part of the count is missing otherwise, and ``ring.launches()`` says the
-    launch has not finished).
+    and one add per block (examples/fa4_sm90/fa4_instrumented.py). Every warp of every group of the
+    kernel must run window_branch (a part of the count is missing otherwise, or counted twice, and
+    ``ring.launches()`` says so).
 
     `count_at`: where the plain copy's warps count themselves, "start" (before ``plain()``) or "end"
     (after it): either is exact; pick the end for a role whose start is on the block's critical path (a
