@@ -803,9 +803,11 @@ def window_branch(spec: ProfileSpec, group, recorded, plain, buf=None, count_at:
     Profiler for that group, where the copy counts itself in the launch count (ikp_cute/window.py
     count_copy: with the window empty one fire-and-forget add per block, by thread 0; otherwise one per
     warp), so nothing of the profiler is live across the copy: a closed window costs one load, a branch
-    and one add per block (examples/fa4_sm90/fa4_instrumented.py). Every warp of every group of the
-    kernel must run window_branch (a part of the count is missing otherwise, or counted twice, and
-    ``ring.launches()`` says so).
+    and one add per block (per warp while a window is set that the launch is not in;
+    examples/fa4_sm90/fa4_instrumented.py). Every group of the kernel runs window_branch in each of its
+    exactly ``spec.warps_per_group`` warps (a part of the count is missing otherwise, or counted twice,
+    and ``ring.launches()`` refuses the ring); read the decision before the role's first collective
+    operation (a warp deciding after its lane's end may read the next launch).
 
     `count_at`: where the plain copy's warps count themselves, "start" (before ``plain()``) or "end"
     (after it): either is exact; pick the end for a role whose start is on the block's critical path (a

@@ -14,8 +14,9 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
                        number of launches; sticky (no launch records) until arm()
       bytes 512-535, the counters every lane adds to:
         [TICKS, +1]    64-bit launch counter (device): every launch adds exactly 2**24, split over its
-                       lanes, each holding one tick back until its end (ikp_cute/window.py); the launch
-                       index is TICKS >> 24
+                       lanes, each holding one tick back until its end, or, in window_branch's copies
+                       that do not record, over its blocks (window empty) or warps (ikp_cute/window.py);
+                       the launch index is TICKS >> 24
         [LOST, +1]     64-bit: 2**24 per launch in the window that found the ring full (device): NOT
                        recorded, counted
         [STRAY, +1]    64-bit: records of lanes outside the session (a grid larger than num_blocks, a
@@ -25,7 +26,7 @@ followed by a ring of R slots, each one complete single-launch buffer (the v1 bu
         [160 + s]      launch index recorded in slot s (device)
     then R slots of spec.total_slots words; slot s holds the s-th recorded launch.
 
-The rule, evaluated on the device once per lane (:func:`decide` is its reference)::
+The rule, evaluated on the device by every thread that decides (:func:`decide` is its reference)::
 
     in_window = START <= EPOCH < STOP and (EPOCH - START) % every == 0     (EPOCH = TICKS >> 24)
     recording = in_window and filled < R and DONE != COUNT_ERROR        (slot = filled)
@@ -110,6 +111,16 @@ def decide(control: np.ndarray, slots: int) -> tuple[bool, bool, int]:
     in_window = start <= epoch < stop and ((epoch - start) % U32) % every == 0
     recording = in_window and filled < slots and done < COUNT_ERROR
     return in_window, recording, filled if recording else 0
+
+
+def count_parts(units: int) -> tuple[int, int]:
+    """(part, remainder) of a launch's 2**24 ticks over `units` counting units (blocks or warps of
+    window_branch's copies that do not record): each unit adds `part`, the first one also `remainder`
+    (ikp_cute/window.py count_copy bakes these for the spec's own grid and divides at run time for
+    another). Every part is at least one tick: a unit's own part lands after its own read."""
+    if not 1 <= units <= LAUNCH_TICKS:
+        raise ValueError(f"count_parts: {units} units do not split {LAUNCH_TICKS} ticks into parts of >= 1")
+    return LAUNCH_TICKS // units, LAUNCH_TICKS % units
 
 
 def run_launch(control: np.ndarray, slots: int, lanes: int = 3, order=None, reads=None) -> list[int]:

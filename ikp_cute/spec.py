@@ -117,7 +117,8 @@ class ProfileSpec:
                       (persistent kernels: num_sms * num_groups).
     records_per_lane: slots per lane, anchors and trailer included; user capacity is
                       wire.user_capacity(records_per_lane).
-    warps_per_group:  the default leader of group g is lane 0 of warp g * warps_per_group.
+    warps_per_group:  the default leader of group g is lane 0 of warp g * warps_per_group; with a window,
+                      window_branch needs every group to be exactly this many warps (it counts warps).
     fence:            "none" (default) or "cta": a CTA-scope fence after each begin record and before
                       each end record (the TIRx/warpscope ordering).
     baked_address:    a device address compiled into the kernel as an immediate (no kernel argument),

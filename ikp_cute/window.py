@@ -11,8 +11,9 @@ decide `recording` and the slot; a lane that does not record keeps its leader
 predicate false, so every record and trailer store of the kernel is predicated off.
 
 Counting launches: each launch adds exactly 2**24 to the 64-bit TICKS, split over its lanes (lane i of L
-adds 2**24 // L, plus 1 when i < 2**24 % L), and the launch index is TICKS >> 24. Every lane holds one of
-its ticks back until its role's end, so TICKS stays below the next multiple of 2**24 until every lane of
+adds 2**24 // L, plus 1 when i < 2**24 % L; window_branch's copies that do not record split it over
+blocks or warps instead, last bullet), and the launch index is TICKS >> 24. Every Profiler's lane holds
+one of its ticks back until its role's end, so TICKS stays below the next multiple of 2**24 until every lane of
 the launch has ended: a thread of any lane that reads TICKS before its own lane ends reads the launch's
 index, whatever the order of the other lanes (nobody has to know which lane is last).
 * Every lane adds its share minus one at create, right after its decision, with a fire-and-forget ``red``
@@ -32,8 +33,9 @@ index, whatever the order of the other lanes (nobody has to know which lane is l
 The next launch on the stream sees all of it (kernel boundary). Every step is one inline PTX block (the
 decision's one branch stays inside it), so it nests in any control flow.
 
-Invariants (tests/test_ring.py CPU, tests/test_ring_gpu.py GPU): the PTX holds exactly two decisions'
-loads of the window words (create and the last finalizer), both predicated, each with its TICKS load, and
+Invariants (tests/test_ring.py CPU, tests/test_ring_gpu.py GPU): per Profiler the PTX holds exactly two
+decisions' loads of the window words (create and the last finalizer), both predicated, each with its
+TICKS load (window_branch adds its own decision and, counting at the copy's end, one re-read), and
 the create's rule behind the empty-window branch; no add lands on line 0 (TICKS, LOST and STRAY are 512
 bytes away); a spec without window compiles unchanged; the rule equals ring.decide; the shares of L
 lanes sum to 2**24 for every L.
@@ -185,37 +187,41 @@ def count_copy(spec: ProfileSpec, buffer, decision=None, ticks: bool = True):
     Where is the caller's choice (window_branch's `count_at`): the copy's start or end, whichever is off
     the block's critical path. Per block with the window empty: one add per warp from every block at once
     cost FA4 up to +0.3% more, depending on where the counter lies in L2 (docs/capture.md)."""
-    full_blocks = spec.write_stride // spec.num_groups
-    full_warps = full_blocks * spec.num_groups * spec.warps_per_group
+    if not ticks and decision is None:
+        raise ValueError("count_copy: ticks=False counts LOST only, which needs the decision")
+    full_blocks = min(spec.num_lanes, spec.write_stride) // spec.num_groups  # the spec's own grid
+    block_part, block_rest = ring.count_parts(full_blocks)
+    warp_part, warp_rest = ring.count_parts(full_blocks * spec.num_groups * spec.warps_per_group)
     tick = ring.LAUNCH_TICKS
     control = Int64(buffer.iterator.toint())
     given = decision is not None
     if given:
         empty = f" setp.eq.s32 empty, $3, {WINDOW_EMPTY};"
-    else:
-        empty = " ld.global.v4.u32 {f, s, e, v}, [ctl]; setp.ge.u32 empty, s, e;"
+    else:  # by the threads that may add (lane 0 of each warp), the others default to "empty"
+        empty = (" mov.u32 s, 0; mov.u32 e, 0; @lead ld.global.v4.u32 {f, s, e, v}, [ctl];"
+                 " setp.ge.u32 empty, s, e;")
     text = (
-        "{ .reg .pred p, x, empty, lost; .reg .u32 t, v, n, part, extra, f, s, e; .reg .u64 ctl, add;"
-        " mov.b64 ctl, $0;"
+        "{ .reg .pred p, x, lead, empty, lost; .reg .u32 t, v, n, part, extra, f, s, e;"
+        " .reg .u64 ctl, amount; mov.b64 ctl, $0; mov.u32 v, %laneid; setp.eq.u32 lead, v, 0;"
         + empty
         + ("" if ticks else f" setp.ne.s32 x, $3, {NOT_RECORDED}; @x bra COUNTED;")
         # the launch's blocks or warps, and the part when they are the spec's own
         + " selp.u32 n, $1, $2, empty;"
-        f" selp.u32 part, {tick // full_blocks}, {tick // full_warps}, empty;"
-        f" selp.u32 extra, {tick % full_blocks}, {tick % full_warps}, empty;"
-        f" selp.u32 v, {full_blocks}, {full_warps}, empty; setp.eq.u32 x, n, v; @x bra PART_KNOWN;"
+        f" selp.u32 part, {block_part}, {warp_part}, empty; selp.u32 extra, {block_rest}, {warp_rest}, empty;"
+        f" selp.u32 v, {full_blocks}, {full_blocks * spec.num_groups * spec.warps_per_group}, empty;"
+        " setp.eq.u32 x, n, v; @x bra PART_KNOWN;"
         f" div.u32 part, {tick}, n; mul.lo.u32 extra, part, n; sub.u32 extra, {tick}, extra;"
         " PART_KNOWN:"
         # thread 0 of its block counts the block, lane 0 of its warp the warp
         " mov.u32 t, %tid.x; mov.u32 v, %tid.y; or.b32 t, t, v; mov.u32 v, %tid.z; or.b32 t, t, v;"
-        " setp.eq.u32 p, t, 0; mov.u32 v, %laneid; @!empty setp.eq.u32 p, v, 0;"
+        " setp.eq.u32 p, t, 0; @!empty mov.pred p, lead;"
         # the remainder: thread 0 of block 0
         " mov.u32 v, %ctaid.x; or.b32 t, t, v; mov.u32 v, %ctaid.y; or.b32 t, t, v; mov.u32 v, %ctaid.z;"
         " or.b32 t, t, v; setp.eq.u32 x, t, 0; selp.u32 extra, extra, 0, x; add.u32 part, part, extra;"
-        " cvt.u64.u32 add, part;"
-        + (f" @p red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], add;" if ticks else "")
+        " cvt.u64.u32 amount, part;"
+        + (f" @p red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], amount;" if ticks else "")
         + (f" setp.eq.and.s32 lost, $3, {NOT_RECORDED}, p;"
-           f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], add;" if given else "")
+           f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], amount;" if given else "")
         + ("" if ticks else " COUNTED:")
         + " }"
     )

@@ -167,22 +167,25 @@ def _counted_twice(lanes):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_closed_copies_count_whole_launches_and_late_readers_read_their_own(seed):
-    """window.count_copy's protocol (no tick held back): each of a launch's W warps reads TICKS in its
-    decision, then adds 2**24 // W (thread 0 of block 0 also the remainder), the warps in any order, over
-    several launches: every read sees its own launch's index, and each launch adds exactly 2**24."""
+    """The protocol of window.count_copy with ring.count_parts (the constants it bakes): each of a launch's
+    units (warps, or blocks with the window empty) reads TICKS in its decision, then adds its part (the
+    first also the remainder), in any order, over several launches: every read sees its own launch's
+    index, and each launch adds exactly 2**24. A split with a part of 0 is refused."""
     rng = np.random.default_rng(seed)
     ticks = 0
     for launch in range(4):
-        warps = int(rng.integers(1, 5000)) if seed % 2 else int(rng.choice([1, 3, 8, 1 << 20, 3 << 20]))
-        part, remainder = ring.LAUNCH_TICKS // warps, ring.LAUNCH_TICKS % warps
-        assert part >= 1  # the spec refuses write_stride * warps_per_group > 2**24
-        adds = np.full(warps, part, np.int64)
-        adds[0] += remainder  # warp 0 holds thread 0 (of block 0)
-        order = rng.permutation(warps)
-        reads = ticks + np.concatenate([[0], np.cumsum(adds[order])[:-1]])  # each warp reads before its add
+        units = int(rng.integers(1, 5000)) if seed % 2 else int(rng.choice([1, 3, 7, 1 << 20, 3 << 20, 1 << 24]))
+        part, remainder = ring.count_parts(units)
+        adds = np.full(units, part, np.int64)
+        adds[0] += remainder
+        order = rng.permutation(units)
+        reads = ticks + np.concatenate([[0], np.cumsum(adds[order])[:-1]])  # each unit reads before its add
         assert (reads >> ring.TICK_BITS == launch).all()
         ticks += int(adds.sum())
         assert ticks == (launch + 1) * ring.LAUNCH_TICKS
+    for units in (0, ring.LAUNCH_TICKS + 1):
+        with pytest.raises(ValueError, match="count_parts"):
+            ring.count_parts(units)
 
 
 def test_a_lane_counted_twice_is_a_sticky_count_error():
@@ -470,11 +473,13 @@ def test_window_branch_counts_its_plain_copy_with_one_add_and_no_profiler():
     # its start, of the block's part (window empty) or the warp's (and the warp's to LOST when the full
     # ring cannot hold the launch)
     assert len(_lines(text, f"{ticks}, held")) == 1 and len(_lines(text, f"{ticks}, 1")) == 1
-    assert len(_lines(text, f"{ticks}, add")) == 1
-    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], add")) == 1
+    assert len(_lines(text, f"{ticks}, amount")) == 1
+    assert len(_lines(text, f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], amount")) == 1
     assert len(_lines(text, ".v4.u32")) == 3  # decision, create, the last finalizer's re-read
     # 4 blocks x 2 groups x 4 warps: the spec's own grid gives each block and each warp a constant part
-    assert f"selp.u32 part, {ring.LAUNCH_TICKS // 4}, {ring.LAUNCH_TICKS // 32}, empty;" in text
+    (block_part, block_rest), (warp_part, warp_rest) = ring.count_parts(4), ring.count_parts(32)
+    assert f"selp.u32 part, {block_part}, {warp_part}, empty;" in text
+    assert f"selp.u32 extra, {block_rest}, {warp_rest}, empty;" in text
     assert len(_lines(text, "@x bra PART_KNOWN")) == 1
     timer_reads = lambda ptx_text: len(_lines(ptx_text, "%globaltimer"))  # noqa: E731
     assert timer_reads(text) == timer_reads(recorded_only) > 0  # the plain copy reads no timer
@@ -506,7 +511,7 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     # per role: each warp's part at the closed copy's start, the recorded copy's count at create and its
     # held tick at finalize
     ticks = f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}]"
-    assert len(_lines(windowed, f"{ticks}, add")) == 2
+    assert len(_lines(windowed, f"{ticks}, amount")) == 2
     assert len(_lines(windowed, f"{ticks}, held")) == 2 and len(_lines(windowed, f"{ticks}, 1")) == 2
     assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer
 

@@ -172,10 +172,12 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
     """ikp_cute.window_branch in a kernel whose non-leading warps decide `spins` us after their lane's
     owner counted itself (ikp_cute/testing/kernels/window_branch_kernel.py), window on every second
     launch: every warp of a launch takes the same copy, the recorded launches are the window's, each
-    decodes exactly, and the launch count stays whole. Then: a window longer than the ring (the launches
-    it cannot hold take the plain copy and count in LOST); a grid larger than the session (every block
-    takes the recorded copy, the blocks past the session count as strays); a recording launch whose lanes
-    are counted twice (the ring refuses to be read, and says so)."""
+    decodes exactly, and the launch count stays whole, through the window (the closed copies count per
+    warp) and after it (emptied: per block), counting at the copy's start and at its end, on the spec's
+    grid (constant parts) and on a grid of 7 blocks (parts divided at run time, 2**24 % 7 != 0). Then: a
+    window longer than the ring (the launches it cannot hold take the plain copy and count in LOST); a
+    grid larger than the session (every block takes the recorded copy, the blocks past the session count
+    as strays); a recording launch whose lanes are counted twice (the ring refuses, and says so)."""
     import cutlass.cute as cute
     import torch
     from cutlass import Int32
@@ -187,15 +189,15 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
     blocks = 8
     taken = torch.zeros(blocks * WARPS, dtype=torch.int32, device="cuda")
 
-    def compiled_for(twice, slots=8, spec_blocks=blocks, count_at="start"):
+    def compiled_for(twice, slots=8, spec_blocks=blocks, count_at="start", grid=blocks):
         spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=spec_blocks, records_per_lane=8, events=EVENTS,
                                     window_slots=slots)
         session = ikp_cute.Session(spec, groups=GROUPS, kernel="branch_kernel")
         args = (from_dlpack(taken), Int32(spins), session.kernel_arg())
-        compiled = cute.compile(launch_branch, *args, spec, blocks, twice, count_at)
+        compiled = cute.compile(launch_branch, *args, spec, grid, twice, count_at)
         return session, lambda: compiled(*args)  # the default stream, torch's too
 
-    def run(session, launch, count, start, length, every):
+    def run(session, launch, count, start, length, every, grid=blocks):
         session.ring.arm()
         first = session.ring.state()["epoch"]
         session.window(start, length, every=every, relative=True)
@@ -203,32 +205,36 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
         for _ in range(count):
             taken.zero_()
             launch()
-            copies.append(sorted(set(taken.cpu().tolist())))
+            copies.append(sorted(set(taken[: grid * WARPS].cpu().tolist())))
         return first, copies, session.ring.state()
 
     ok, copies, state, expected = True, {}, {}, {}
-    for count_at in ("start", "end"):  # where the plain copy's warps count themselves
-        session, launch = compiled_for(False, count_at=count_at)
+    for count_at, grid in (("start", blocks), ("end", blocks), ("start", blocks - 1), ("end", blocks - 1)):
+        key = f"{count_at}/{grid}"
+        session, launch = compiled_for(False, count_at=count_at, grid=grid)
         # the window's last launch empties it: the 3 launches after it decide "empty" (counted per block)
-        first, copies[count_at], state[count_at] = run(session, launch, launches + 3, 1, launches // 2, 2)
-        expected[count_at] = [first + k for k in range(1, launches, 2)]
+        first, copies[key], state[key] = run(session, launch, launches + 3, 1, launches // 2, 2, grid)
+        expected[key] = [first + k for k in range(1, launches, 2)]
         traces = session.ring.decode()
-        uniform = all(len(c) == 1 for c in copies[count_at])
-        pattern = [c[0] for c in copies[count_at]] == [2 if k % 2 else 1 for k in range(launches)] + [1, 1, 1]
-        exact = all(t.spans.size == blocks * 2 and t.loss.lost == 0 for t in traces)
-        now = state[count_at]
+        uniform = all(len(c) == 1 for c in copies[key])
+        pattern = [c[0] for c in copies[key]] == [2 if k % 2 else 1 for k in range(launches)] + [1, 1, 1]
+        exact = all(t.spans.size == grid * 2 and t.loss.lost == 0 for t in traces)
+        now = state[key]
         whole = now["ticks_pending"] == 0 and now["epoch"] == first + launches + 3 and not now["count_error"]
         emptied = now["window"]["start"] == now["window"]["stop"]
-        ok = ok and uniform and pattern and now["slot_launches"] == expected[count_at] and exact and whole and emptied
+        ok = ok and uniform and pattern and now["slot_launches"] == expected[key] and exact and whole and emptied
 
     # launches 0..3 in the window, a ring of 2: launches 2 and 3 are NOT_RECORDED (plain copy, LOST)
-    full_session, full_launch = compiled_for(False, slots=2, count_at="end")
-    first, full_copies, full_state = run(full_session, full_launch, 5, 0, 4, 1)
-    ring_full = (
-        full_copies == [[2], [2], [1], [1], [1]] and full_state["lost_launches"] == 2
-        and full_state["slot_launches"] == [first, first + 1] and full_state["ticks_pending"] == 0
-        and full_state["epoch"] == first + 5 and not full_state["count_error"]
-    )
+    ring_full, full_copies, full_state = True, {}, {}
+    for count_at in ("start", "end"):
+        full_session, full_launch = compiled_for(False, slots=2, count_at=count_at)
+        first, full_copies[count_at], now = run(full_session, full_launch, 5, 0, 4, 1)
+        full_state[count_at] = now
+        ring_full = ring_full and (
+            full_copies[count_at] == [[2], [2], [1], [1], [1]] and now["lost_launches"] == 2
+            and now["slot_launches"] == [first, first + 1] and now["ticks_pending"] == 0
+            and now["epoch"] == first + 5 and not now["count_error"]
+        )
 
     # a session of 5 blocks launched on 8: every launch runs the recorded copy; blocks 5-7 are strays
     wide_session, wide_launch = compiled_for(False, spec_blocks=blocks - 3)
