@@ -128,7 +128,8 @@ def write_perfetto(
 
     info = _one_pass_else_two(encode, write)
     if progress:
-        print(f"perfetto: file writes {info['phases']['write'] * 1e3:.0f} ms -> {path}", file=sys.stderr)
+        busy = info["phases"]["write"] * 1e3
+        print(f"perfetto: write thread (records built, placed, written) {busy:.0f} ms -> {path}", file=sys.stderr)
     return WriteStats(
         path=str(path),
         bytes=path.stat().st_size,
