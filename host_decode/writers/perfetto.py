@@ -446,7 +446,8 @@ class UnplacedEvents:
 
 def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
                    args: bool, deferred: bool = False) -> np.ndarray | UnplacedEvents:
-    """The chunk's slice and instant packets in file order, as one byte array.
+    """The chunk's slice and instant packets in file order, as one byte array (deferred: as UnplacedEvents,
+    whose place() makes that array).
 
     Each kind of packet is a fixed-width record (BEGIN: timestamp, sequence id, track event with type,
     track, name and args, then SEQ_NEEDS_INCREMENTAL_STATE; END: the same without name, args and flags;
