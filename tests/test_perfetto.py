@@ -701,6 +701,21 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
     assert path.read_bytes() == want
 
 
+def test_deferred_records_give_the_same_bytes(monkeypatch):
+    # write_perfetto builds and places each run's records on its file-write thread (UnplacedEvents): the
+    # placed chunks are the bytes of the stream that places them at once; zero-length regions, instants,
+    # a crossing lane and runs of a few lanes included
+    lanes = {lane: [("B", 0, lane), ("B", 1, lane + 5), ("E", 1, lane + 5), ("I", 3, lane + 7), ("B", 2, lane + 9),
+                    ("E", 2, lane + 12), ("E", 0, lane + 20)] for lane in range(12)}
+    lanes[7] = CROSSING_LANE
+    trace = make_trace(lanes)
+    monkeypatch.setattr(od, "CHUNK_SPANS", 5)
+    chunks = list(pf.encode_perfetto(trace, deferred=True)[0])
+    assert sum(isinstance(c, pf.UnplacedEvents) for c in chunks) > 1
+    placed = [c.place() if isinstance(c, pf.UnplacedEvents) else c for c in chunks]
+    assert b"".join(bytes(c) for c in placed) == pf.perfetto_bytes(trace)
+
+
 def test_sparse_lane_ids_find_their_tracks(tmp_path):
     # lane ids far apart: TrackTree.lane_uuid binary-searches instead of reading its lane -> uuid table
     lanes = {1: [("B", 0, 0), ("E", 0, 10)], 400_001: [("B", 1, 2), ("I", 2, 3), ("E", 1, 9)]}

@@ -200,11 +200,6 @@ def _cluster_shape(value: Any, where: str) -> tuple:
     raise ValueError(f"{where}: cluster must be a positive integer or [x, y, z], got {value!r}")
 
 
-def has_pipelines(trace: Trace) -> bool:
-    meta = trace.meta or {}
-    return bool(meta.get("pipelines") or meta.get("barriers"))
-
-
 @dataclasses.dataclass
 class PipelineAnalysis:
     channels: list[Channel]

@@ -29,13 +29,13 @@ import dataclasses
 
 import numpy as np
 
+from host_decode.analysis.pipeline_meta import has_pipelines
 from host_decode.analysis.pipelines import (
     CHECKS,
     STATUSES,
     WAIT_OPS,
     PipelineAnalysis,
     analyze_pipelines,
-    has_pipelines,
 )
 from host_decode.core.model import Trace
 

@@ -44,7 +44,13 @@ class _PrintVersion(argparse.Action):
         parser.exit()
 
 
-def _modules() -> list:
+def _modules(only: str | None = None) -> list:
+    """The command modules in workflow order; `only`: just that command's, when a file of that name
+    defines it (the others are not imported: each costs its compile at every start)."""
+    if only is not None and only in _command_files():
+        module = importlib.import_module(f"{commands.__name__}.{only}")
+        if getattr(module, "NAME", None) == only and hasattr(module, "run"):
+            return [module]
     found = {}
     for name in _command_files():
         module = importlib.import_module(f"{commands.__name__}.{name}")
@@ -60,7 +66,9 @@ def _command_files() -> list[str]:
     return sorted(f[:-3] for d in commands.__path__ for f in os.listdir(d) if f.endswith(".py") and f[0] != "_")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `ikp` parser; `command`: the subcommand about to run, the only one built when it is known
+    (its parsing, help and errors are the same as in the whole parser)."""
     parser = argparse.ArgumentParser(
         prog="ikp",
         description="ikp_cute: region-level timelines inside GPU kernels",
@@ -68,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _modules():
+    for module in _modules(command):
         example = getattr(module, "EXAMPLE", None)
         p = sub.add_parser(
             module.NAME,
@@ -90,7 +98,8 @@ def _message(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        given = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(given[0] if given else None).parse_args(given)
     except KeyboardInterrupt:
         print("ikp: interrupted", file=sys.stderr)
         return 130

@@ -104,8 +104,9 @@ def span_columns(spans: np.ndarray, instants: np.ndarray, origin: int) -> SpanCo
     times, lanes, lows = [0], [0], []
     if spans.size:
         times.append(int(te.max()))
-        lanes.append(int(lane.max()))
-        lows.append(int(lane[0]) if nondecreasing(lane) else int(lane.min()))
+        lane_sorted = nondecreasing(lane)  # a run of whole lanes in lane order: the usual table
+        lanes.append(int(lane[-1]) if lane_sorted else int(lane.max()))
+        lows.append(int(lane[0]) if lane_sorted else int(lane.min()))
     if instants.size:
         times.append(int(instants["ts_ns"].max()) - origin)
         lanes.append(int(instants["lane"].max()))
@@ -299,7 +300,7 @@ def present(ids: np.ndarray) -> np.ndarray:
     """Sorted distinct non-negative ids (np.unique without the sort, for ids of modest range)."""
     if ids.size == 0:
         return np.zeros(0, np.int64)
-    if int(ids.max()) > 4 * ids.size + (1 << 16):
+    if ids.dtype.itemsize > 2 and int(ids.max()) > 4 * ids.size + (1 << 16):  # 16-bit ids never are (no pass)
         return np.unique(ids).astype(np.int64)
     return np.flatnonzero(np.bincount(ids))
 
@@ -622,10 +623,14 @@ def lane_facts(chunks: LaneChunks) -> LaneTable:
 def _chunk_facts(spans: np.ndarray, inst: np.ndarray) -> tuple:
     """(lanes, block, group, span lanes, instant lanes, span event ids) of one run of whole lanes (rows in
     lane order): a lane's block and group are those of its first span row, else of its first instant."""
-    span_lane = spans["lane"].astype(np.int64)
+    span_lane = spans["lane"]
     inst_lane = inst["lane"].astype(np.int64)
-    sl, il = present_sorted(span_lane), present_sorted(inst_lane)
+    first_rows = np.flatnonzero(changes(span_lane))
+    sl, il = span_lane[first_rows].astype(np.int64), present_sorted(inst_lane)
     lanes = union(sl, il)
+    if not il.size:  # no instants (the usual run): each lane's first span row is known already
+        block, group = (spans[field][first_rows].astype(np.int64) for field in ("block", "group"))
+        return lanes, block, group, sl, il, present(spans["event"])
     any_sp, any_in = some_row(span_lane, lanes), some_row(inst_lane, lanes)
     from_sp = any_sp >= 0
     b = np.empty(lanes.size, np.int64)
@@ -662,9 +667,13 @@ def add_moves(table: LaneTable, k: int, oc: OrderedChunk) -> None:
 
 def present_sorted(ids: np.ndarray) -> np.ndarray:
     """Distinct values of a sorted column."""
-    if ids.size == 0:
-        return np.zeros(0, np.int64)
+    return ids[changes(ids)].astype(np.int64)
+
+
+def changes(ids: np.ndarray) -> np.ndarray:
+    """Per row of a sorted column: whether it holds the first row of its value."""
     keep = np.empty(ids.size, bool)
-    keep[0] = True
-    np.not_equal(ids[1:], ids[:-1], out=keep[1:])
-    return ids[keep].astype(np.int64)
+    if ids.size:
+        keep[0] = True
+        np.not_equal(ids[1:], ids[:-1], out=keep[1:])
+    return keep

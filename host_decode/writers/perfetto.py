@@ -15,12 +15,14 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
    one on the destination lane's carrying ``terminating_flow_ids`` (name: the flow kind).
 
 Streaming: the events are encoded and written one run of whole lanes at a time (order.lane_chunks), so
-memory beyond the span table stays bounded by a chunk. The track tree needs every lane's sub-track
-count first. write_perfetto streams in one pass, every span on its lane's first track (a lane whose
-regions nest: the usual trace), checking each run's sub-tracks as it orders it; at the first run that
-needs sibling tracks it starts the file over with two passes (the first only orders and assigns
-sub-tracks, keeping nothing but the rare moves). Both give the same bytes where one pass applies
-(tests/test_perfetto.py::test_one_pass_falls_back_to_two).
+memory beyond the span table stays bounded by a chunk. write_perfetto orders a run and lays out its
+packets on the calling thread while its file-write thread builds the previous run's records, places them
+and writes them (UnplacedEvents: long numpy calls, which release the GIL, so the two share two cores).
+The track tree needs every lane's sub-track count first. write_perfetto streams in one pass, every
+span on its lane's first track (a lane whose regions nest: the usual trace), checking each run's
+sub-tracks as it orders it; at the first run that needs sibling tracks it starts the file over with two
+passes (the first only orders and assigns sub-tracks, keeping nothing but the rare moves). Both give the
+same bytes where one pass applies (tests/test_perfetto.py::test_one_pass_falls_back_to_two).
 
 Size: per-lane constants (block, group, SM, lane) are on the track descriptors once; per-slice debug
 annotations only with ``args=True`` (``ikp decode --slice-args``). The lanes-inside counters add about
@@ -117,7 +119,7 @@ def write_perfetto(
 
     def encode(one_pass: bool):
         return encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
-                               lane_counters=lane_counters, progress=progress, one_pass=one_pass)
+                               lane_counters=lane_counters, progress=progress, one_pass=one_pass, deferred=True)
 
     def write(chunks, info: dict) -> dict:
         with opener(path) as f:  # "wb": the two-pass stream starts the file over
@@ -126,7 +128,8 @@ def write_perfetto(
 
     info = _one_pass_else_two(encode, write)
     if progress:
-        print(f"perfetto: file writes {info['phases']['write'] * 1e3:.0f} ms -> {path}", file=sys.stderr)
+        busy = info["phases"]["write"] * 1e3
+        print(f"perfetto: write thread (records built, placed, written) {busy:.0f} ms -> {path}", file=sys.stderr)
     return WriteStats(
         path=str(path),
         bytes=path.stat().st_size,
@@ -151,13 +154,17 @@ def encode_perfetto(
     lane_counters: bool | None = None,
     progress: bool = False,
     one_pass: bool = False,
+    deferred: bool = False,
 ) -> tuple[Iterator, dict]:
     """-> (chunks, info): the trace file is the concatenation of the chunks (bytes or uint8 arrays),
     produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed.
 
     one_pass: stream the events in one pass over the runs of lanes, every span on its lane's first track;
     the chunks raise SubTracksNeeded at the first run whose regions overlap without nesting (what was
-    produced must then be discarded and a two-pass stream, one_pass=False, made instead)."""
+    produced must then be discarded and a two-pass stream, one_pass=False, made instead).
+
+    deferred: the events' chunks may be UnplacedEvents, whose place() returns the bytes (write_perfetto
+    places them on its file-write thread)."""
     series: tuple = ()
     if isinstance(counters, (bool, np.bool_)) or counters is None:
         lane_counters = lane_counters if counters is None else bool(counters)
@@ -170,7 +177,7 @@ def encode_perfetto(
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
             "flows": int(flows.size), "phases": {}}
     return _encode(trace, info, args, bool(lane_counters), series, flows, tuple(flow_kinds), progress,
-                   one_pass), info
+                   one_pass, deferred), info
 
 
 class SubTracksNeeded(Exception):
@@ -216,9 +223,10 @@ def _check_extras(trace: Trace, series: tuple, flows: np.ndarray, flow_kinds: tu
 
 def _write_chunks(f: BinaryIO, chunks) -> float:
     """Write every chunk, the file writes on a thread of their own so that they overlap the encoding of
-    the next chunk (a write releases the GIL); returns the seconds spent in the writes themselves. At
-    most two encoded chunks wait, so memory stays bounded; an error of the writes is raised here."""
-    pending: queue.Queue = queue.Queue(maxsize=2)
+    the next chunk (a write releases the GIL); UnplacedEvents are built and placed there too. Returns the
+    seconds that thread spent. At most one chunk waits (an UnplacedEvents holds its run's columns), so
+    memory stays bounded; an error of the writes is raised here."""
+    pending: queue.Queue = queue.Queue(maxsize=1)
     spent, failed = [0.0], []
 
     def drain() -> None:
@@ -227,6 +235,8 @@ def _write_chunks(f: BinaryIO, chunks) -> float:
                 continue  # keep taking chunks so that the producer never blocks
             t = time.perf_counter()
             try:
+                if isinstance(c, UnplacedEvents):
+                    c = c.place()
                 f.write(c if isinstance(c, bytes) else memoryview(np.ascontiguousarray(c)).cast("B"))
             except BaseException as e:  # noqa: BLE001 -- re-raised in the caller's thread
                 failed.append(e)
@@ -264,7 +274,7 @@ class _Widths:
 
 
 def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: tuple, flows: np.ndarray,
-            flow_kinds: tuple, progress: bool, one_pass: bool):
+            flow_kinds: tuple, progress: bool, one_pass: bool, deferred: bool = False):
     phases = info["phases"]
     clock = [time.perf_counter()]
 
@@ -290,7 +300,7 @@ def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: t
     for oc in od.ordered_chunks(chunks, origin, None if one_pass else table.subs):
         if one_pass and oc.sub.any():
             raise SubTracksNeeded
-        out = _encode_events(trace, oc, tree, widths, origin, args)
+        out = _encode_events(trace, oc, tree, widths, origin, args, deferred)
         phase("events")
         yield out
         clock[0] = time.perf_counter()
@@ -415,9 +425,29 @@ def _packet_offsets(order: od.EventOrder, wb: int, we: int, wi: int) -> tuple[np
     return ob, oe_row, oi
 
 
+@dataclasses.dataclass
+class UnplacedEvents:
+    """A run's event packets, laid out but not yet built: place() builds each block's records and puts
+    them at their byte offsets (write_perfetto calls it on its file-write thread, so that it overlaps the
+    ordering of the next run on this one)."""
+
+    size: int  # bytes of the run's event section
+    blocks: list  # per block of rows: [(byte offsets, Layout, rows)]; one block's layouts share columns
+
+    def place(self, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(self.size, np.uint8) if out is None else out
+        for block in self.blocks:
+            shared: dict = {}
+            for offsets, layout, n in block:
+                scatter_rows(out, offsets, layout.rows(n, shared), layout.width)
+        self.blocks = []
+        return out
+
+
 def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
-                   args: bool) -> np.ndarray:
-    """The chunk's slice and instant packets in file order, as one byte array.
+                   args: bool, deferred: bool = False) -> np.ndarray | UnplacedEvents:
+    """The chunk's slice and instant packets in file order, as one byte array (deferred: as UnplacedEvents,
+    whose place() makes that array).
 
     Each kind of packet is a fixed-width record (BEGIN: timestamp, sequence id, track event with type,
     track, name and args, then SEQ_NEEDS_INCREMENTAL_STATE; END: the same without name, args and flags;
@@ -444,16 +474,17 @@ def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Width
     inst_layout = _event_layout(TYPE_INSTANT, ti, inst_uuid, w.ts, w.uuid, inst_named)
     begin, end = span_layouts(slice(0, 0))
     ob, oe, oi = _packet_offsets(order, begin.width, end.width, inst_layout.width)
-    out = np.empty(n * (begin.width + end.width) + inst.size * inst_layout.width, np.uint8)
+    events = UnplacedEvents(n * (begin.width + end.width) + inst.size * inst_layout.width, [])
+    out = None if deferred else np.empty(events.size, np.uint8)
     for r0 in range(0, n, _CHUNK_ROWS):
         rows = slice(r0, min(r0 + _CHUNK_ROWS, n))
         begin, end = span_layouts(rows)
-        shared: dict = {}
-        scatter_rows(out, ob[rows], begin.rows(rows.stop - r0, shared), begin.width)
-        scatter_rows(out, oe[rows], end.rows(rows.stop - r0, shared), end.width)
+        events.blocks.append([(ob[rows], begin, rows.stop - r0), (oe[rows], end, rows.stop - r0)])
+        if out is not None:  # placed block by block: one block's records at a time in memory
+            events.place(out)
     if inst.size:
-        scatter_rows(out, oi, inst_layout.rows(inst.size), inst_layout.width)
-    return out
+        events.blocks.append([(oi, inst_layout, inst.size)])
+    return events if out is None else events.place(out)
 
 
 def _event_layout(type_: int, ts: np.ndarray, uuid: np.ndarray, tw: int, uw: int,

@@ -84,10 +84,12 @@ def pipeline_extras(trace) -> tuple[dict, str]:
     """Keyword arguments of write_trace that put the pipelines' flow arrows and stages-full counters into
     the trace (analysis/pipelines.py; docs/pipeline_waits.md), and a note of what they hold.
     ({}, "") when the capture has no pipeline metadata."""
-    from host_decode.analysis.pipelines import analyze_pipelines, has_pipelines
+    from host_decode.analysis.pipeline_meta import has_pipelines
 
     if not has_pipelines(trace):
         return {}, ""
+    from host_decode.analysis.pipelines import analyze_pipelines
+
     pa = analyze_pipelines(trace)
     flows = pa.flows()
     extras = {"flows": flows, "flow_kinds": pa.flow_kinds, "counters": pa.counters}

@@ -51,7 +51,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.analysis.pipelines import has_pipelines
+    from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
     from host_decode.cli.common import dumps, next_step
     from host_decode.core.decoder import load_capture
