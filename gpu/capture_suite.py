@@ -8,7 +8,8 @@ skipped when the elapsed time passes --budget):
    window k..k+n / every; ring full counted; closed window writes nothing);
 2. graph: examples/cuda_graph/run.py, own kernel and FA4 (flash_attn_func), 100 replays, window 50-59;
 3. cost: FA4 sm90 fwd b2 s4096 h16 d128 bf16 non-causal, detail 'iter': FA4 vs FA4 (noise), three rings
-   with the window closed (three buffers), a ring with the window open (re-armed before each launch);
+   with the window closed (three buffers), one with a window set far ahead (the decision reads the
+   launch count), a ring with the window open (re-armed before each launch);
    then, timed on its own against FA4, no ring (today's session, zeroed before each launch); medians of
    alternating launches (examples/pipeline/measure.py);
 4. serving: examples/serving_loop/run.py (1,000 steps, steps 500-509 recorded + torch.profiler);
@@ -83,6 +84,10 @@ def stage_cost(out: Path, launches: int) -> dict:
     closed, closed_2, closed_3 = (make_session(fi, batch, seqlen, heads, detail, window_slots=1) for _ in range(3))
     opened = make_session(fi, batch, seqlen, heads, detail, window_slots=1)
     opened.window(0, 1 << 30)
+    # a window set but still ahead (launches 500-509 of a serving loop, while at launch 100): the
+    # decision reads the launch count, and the closed copies count per warp
+    ahead = make_session(fi, batch, seqlen, heads, detail, window_slots=1)
+    ahead.window(1 << 30, 1)
     today = make_session(fi, batch, seqlen, heads, detail)
 
     def fa4():
@@ -96,7 +101,7 @@ def stage_cost(out: Path, launches: int) -> dict:
 
     outputs = {}
     for name, session in (("window_open", opened), ("no_window", today), ("window_closed", closed),
-                          ("window_closed_2", closed_2), ("window_closed_3", closed_3)):
+                          ("window_closed_2", closed_2), ("window_closed_3", closed_3), ("window_ahead", ahead)):
         session.reset()
         outputs[name] = instrumented(session)()
     torch.cuda.synchronize()
@@ -108,6 +113,7 @@ def stage_cost(out: Path, launches: int) -> dict:
         "window_closed": instrumented(closed),
         "window_closed_2": instrumented(closed_2),
         "window_closed_3": instrumented(closed_3),
+        "window_ahead": instrumented(ahead),
         "window_open": (opened.ring.arm, instrumented(opened)),
     }
 
@@ -123,7 +129,7 @@ def stage_cost(out: Path, launches: int) -> dict:
     # between +0.44% and +0.68% from one pass to the next, H200, docs/capture.md).
     rows["no_window"] = rows_of(time_alternating({"fa4": fa4, "no_window": (today.reset, instrumented(today))},
                                                  launches))["no_window"]
-    closed_state = closed.ring.state()
+    closed_state, ahead_state = closed.ring.state(), ahead.ring.state()
     opened.ring.arm()
     instrumented(opened)()
     torch.cuda.synchronize()
@@ -131,6 +137,8 @@ def stage_cost(out: Path, launches: int) -> dict:
     return {"shape": f"b{batch} s{seqlen} h{heads} d{dim} bf16 non-causal, detail {detail}", "rows": rows,
             "outputs_equal_fa4": equal, "open_recorded_before_timing": recorded,
             "closed_ring_filled_after_timing": closed_state["filled"], "closed_launches_seen": closed_state["epoch"],
+            "ahead_ring_filled_after_timing": ahead_state["filled"], "ahead_launches_seen": ahead_state["epoch"],
+            "ahead_ticks_pending": ahead_state["ticks_pending"],
             "open_trace_spans": int(open_trace.spans.size), "open_trace_lost": int(open_trace.loss.lost)}
 
 
@@ -315,8 +323,8 @@ def main(argv=None) -> int:
         print(f"\ncost on {results['device']}: FA4 sm90 fwd {cost['shape']}, "
               f"outputs equal FA4: {cost['outputs_equal_fa4']}")
         print(f"{'variant':<17}{'median ms':>10}{'vs FA4':>9}{'p10':>8}{'p90':>8}")
-        for name in ("fa4", "fa4_again", "window_closed", "window_closed_2", "window_closed_3", "window_open",
-                     "no_window"):
+        for name in ("fa4", "fa4_again", "window_closed", "window_closed_2", "window_closed_3", "window_ahead",
+                     "window_open", "no_window"):
             r = cost["rows"][name]
             print(f"{name:<17}{r['median_ms']:>10.4f}{100 * r['vs_fa4']:>+8.2f}%{r['p10_ms']:>8.4f}{r['p90_ms']:>8.4f}")
     return 0

@@ -60,7 +60,9 @@ def _rule(slots: int, own_share_in: bool = False) -> str:
         minus_one
         + f" shr.u32 e, lo, {ring.TICK_BITS}; shl.b32 d, hi, {32 - ring.TICK_BITS}; or.b32 e, e, d;"
         " and.b32 filled, f, 65535; shr.u32 every, f, 16; max.u32 every, every, 1;"
-        " sub.u32 d, e, s; rem.u32 d, d, every;"
+        # every == 1 (the usual window) skips the remainder, a software sequence of ~20 instructions
+        " sub.u32 d, e, s; setp.eq.u32 one, every, 1; @one mov.u32 d, 0; @one bra EVERY_ONE; rem.u32 d, d, every;"
+        " EVERY_ONE:"
         " setp.ge.u32 w, e, s; setp.lt.and.u32 w, e, t, w; setp.eq.and.u32 w, d, 0, w;"
         f" setp.lt.and.u32 r, filled, {int(slots)}, w; setp.lt.and.u32 r, done, {ring.COUNT_ERROR}, r;"
     )
@@ -96,7 +98,7 @@ def _share(spec: ProfileSpec, lane: str, lanes: str) -> str:
     )
 
 
-_REGS = ".reg .pred w, r, x; .reg .u32 lo, hi, e, f, s, t, done, filled, every, d, q; .reg .u64 ctl, sh, held;"
+_REGS = ".reg .pred w, r, x, one; .reg .u32 lo, hi, e, f, s, t, done, filled, every, d, q; .reg .u64 ctl, sh, held;"
 
 
 def _lanes(spec: ProfileSpec):
