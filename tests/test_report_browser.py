@@ -59,6 +59,19 @@ def selected(driver, css: str, attribute: str) -> list[int]:
     return sorted(int(e.get_attribute(attribute)) for e in driver.find_elements("css selector", css))
 
 
+def selected_once_settled(driver, css: str, attribute: str, expected: list[int], timeout: float = 10) -> list[int]:
+    """The selection after a click, waiting up to `timeout` s for it to equal `expected` (the page renders
+    a view after its hash change, which a loaded 2-core CI machine can take a moment to do)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(driver, timeout).until(lambda d: selected(d, css, attribute) == expected)
+    except TimeoutException:
+        pass
+    return selected(driver, css, attribute)
+
+
 def count(driver, css: str) -> int:
     return len(driver.find_elements("css selector", css))
 
@@ -82,11 +95,11 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     stacks = [data["paths"][p]["stack"] or [] for p in data["pcs"]["path"]]
     expected = [i for i, st in enumerate(stacks) if body["event"] in st]
     assert expected, "the map puts no instruction in body"
-    assert selected(browser, "#sass-pane .r.sel", "data-index") == expected
+    assert selected_once_settled(browser, "#sass-pane .r.sel", "data-index", expected) == expected
     text = selection_text(browser)
     assert text.startswith("region body") and f"{len(expected)} instruction(s)" in text
     lines = sorted({data["pcs"]["line"][i] for i in expected if data["pcs"]["line"][i] >= 1})
-    assert selected(browser, "#source-pane .ln.sel", "data-line") == lines
+    assert selected_once_settled(browser, "#source-pane .ln.sel", "data-line", lines) == lines
     browser.save_screenshot(str(shots / "code-region.png"))
 
     # click the source line of body's FMA: its instructions, and the region it is in
@@ -96,7 +109,7 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
     line_el.click()
     on_line = [i for i, line in enumerate(data["pcs"]["line"]) if line == fma]
     assert on_line
-    assert selected(browser, "#sass-pane .r.sel", "data-index") == on_line
+    assert selected_once_settled(browser, "#sass-pane .r.sel", "data-index", on_line) == on_line
     text = selection_text(browser)
     assert text.startswith(f"line {fma} (in ") and "body" in text and f"{len(on_line)} instruction(s)" in text
     samples = sum(data["pcs"]["metrics"]["samples_attributed"][i] for i in on_line)
