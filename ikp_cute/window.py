@@ -115,11 +115,11 @@ NOT_RECORDED = -2  # launch_decision: in the window, but the ring is full (or a 
 WINDOW_EMPTY = -3  # launch_decision: the window is empty, decided from line 0 alone (TICKS unread)
 
 
-def _decide(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_recording: bool = False):
+def _decide(spec: ProfileSpec, buffer, claims, owner=None, lane=None):
     """Int32 decision of the thread `claims` (others: WINDOW_EMPTY): the ring slot this launch records
-    into (>= 0), NOT_IN_WINDOW, NOT_RECORDED or WINDOW_EMPTY. With `owner` (this thread owns lane `lane`): the lane adds
-    its share of the launch count less the held tick here, after its decision (and its share to LOST when
-    NOT_RECORDED); `unless_recording`: only when the launch does not record."""
+    into (>= 0), NOT_IN_WINDOW, NOT_RECORDED or WINDOW_EMPTY. With `owner` (this thread owns lane `lane`):
+    the lane adds its share of the launch count less the held tick here, after its decision (and its
+    share to LOST when NOT_RECORDED)."""
     control = Int64(buffer.iterator.toint())
     count = owner is not None
     text = (
@@ -137,7 +137,6 @@ def _decide(spec: ProfileSpec, buffer, claims, owner=None, lane=None, unless_rec
     if count:
         text += (
             " setp.ne.u32 c, $3, 0; and.pred lost, c, w; and.pred lost, lost, !r;"
-            + (" and.pred c, c, !r;" if unless_recording else "")
             + _share(spec, "$4", "$5")
             + f" @c red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}], held;"
             f" @lost red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.LOST}], sh;"
@@ -191,9 +190,11 @@ def count_copy(spec: ProfileSpec, buffer, decision=None, ticks: bool = True):
     cost FA4 up to +0.3% more, depending on where the counter lies in L2 (docs/capture.md)."""
     if not ticks and decision is None:
         raise ValueError("count_copy: ticks=False counts LOST only, which needs the decision")
+    warps_per_block = spec.num_groups * spec.warps_per_group
     full_blocks = min(spec.num_lanes, spec.write_stride) // spec.num_groups  # the spec's own grid
+    full_warps = full_blocks * warps_per_block
     block_part, block_rest = ring.count_parts(full_blocks)
-    warp_part, warp_rest = ring.count_parts(full_blocks * spec.num_groups * spec.warps_per_group)
+    warp_part, warp_rest = ring.count_parts(full_warps)
     tick = ring.LAUNCH_TICKS
     control = Int64(buffer.iterator.toint())
     given = decision is not None
@@ -210,7 +211,7 @@ def count_copy(spec: ProfileSpec, buffer, decision=None, ticks: bool = True):
         # the launch's blocks or warps, and the part when they are the spec's own
         + " selp.u32 n, $1, $2, empty;"
         f" selp.u32 part, {block_part}, {warp_part}, empty; selp.u32 extra, {block_rest}, {warp_rest}, empty;"
-        f" selp.u32 v, {full_blocks}, {full_blocks * spec.num_groups * spec.warps_per_group}, empty;"
+        f" selp.u32 v, {full_blocks}, {full_warps}, empty;"
         " setp.eq.u32 x, n, v; @x bra PART_KNOWN;"
         f" div.u32 part, {tick}, n; mul.lo.u32 extra, part, n; sub.u32 extra, {tick}, extra;"
         " PART_KNOWN:"
@@ -229,7 +230,7 @@ def count_copy(spec: ProfileSpec, buffer, decision=None, ticks: bool = True):
     )
     gx, gy, gz = cute.arch.grid_dim()
     blocks = Int32(gx * gy * gz)  # the copy runs only where the grid fits the session (grid_fits)
-    operands = [control, blocks, blocks * (spec.num_groups * spec.warps_per_group)]
+    operands = [control, blocks, blocks * warps_per_block]
     operands += [Int32(decision)] if given else []
     inline_ptx.asm(None, operands, text, "l,r,r" + (",r" if given else ""))
 
