@@ -42,8 +42,8 @@ VARIANTS = [  # (label, mode or None for uninstrumented, fence)
 ]
 
 
-def build(variant, blocks, warps, regions_per_warp, x):
-    """-> (launch(), zero())."""
+def build(variant, blocks, warps, regions_per_warp, x, recorder_class=None):
+    """-> (launch(), zero()). `recorder_class`: instead of the mode's recorder (benchmarks/record_ablation.py)."""
     import torch
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
@@ -65,7 +65,7 @@ def build(variant, blocks, warps, regions_per_warp, x):
     spec = ikp_cute.ProfileSpec(mode=mode, fence=fence, **geometry) if mode else ikp_cute.disabled()
     session = ikp_cute.Session(spec)
     buf = session.kernel_arg()
-    compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads)
+    compiled = cute.compile(launch_overhead, x_arg, iters, buf, session.spec, 1, -1, blocks, threads, recorder_class)
     # the uninstrumented kernel zeroes a buffer of the same size, so every variant pays the same reset
     scratch = session.buffer if session.buffer is not None else torch.zeros(
         ikp_cute.ProfileSpec(**geometry).total_slots, dtype=torch.int64, device="cuda"

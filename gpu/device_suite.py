@@ -1,6 +1,6 @@
 """Everything of the ikp_cute device side that needs a GPU, in one run (issues 10 and 17):
 
-1. GPU tests: pytest -m gpu tests/test_device_gpu.py
+1. GPU tests: pytest -m gpu tests/test_device_gpu.py tests/test_ring_gpu.py
 2. the example capture: examples/basic/run.py -> $OUT/capture.npy + .json + .pftrace
 3. compute-sanitizer memcheck on misbehaving launches, every mode: capacity of 4 records per lane, a
    grid larger than the session, a runtime group= outside 0..num_groups-1; PyTorch's caching allocator
@@ -9,9 +9,11 @@
 5. a small IKET trace (the twin kernel on 2 blocks x 2 warps x 4 regions) under IKET's launcher, IKET's
    own .pftrace and JSON packed into $OUT/iket_fixture.tar.gz
 6. the benchmark with NVIDIA's IKET twin, under IKET's launcher -> $OUT/overhead_iket.json
+7. benchmarks/record_ablation.py (the cursor record taken apart) beside IKET's twin, under IKET's
+   launcher -> $OUT/record_ablation.json
 and prints a short summary last. All output also goes to $OUT/suite.log ($OUT defaults to ./gpu_out).
 
-    python gpu/device_suite.py [--skip tests,example,memcheck,bench,iket_fixture,iket]
+    python gpu/device_suite.py [--skip tests,example,memcheck,bench,iket_fixture,iket,ablation]
     python gpu/device_suite.py --overflow-only      # the launches memcheck runs
 """
 
@@ -104,7 +106,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--skip",
         default="",
-        help="comma list of steps to skip: tests,example,memcheck,bench,iket_fixture,iket",
+        help="comma list of steps to skip: tests,example,memcheck,bench,iket_fixture,iket,ablation",
     )
     p.add_argument("--overflow-only", action="store_true")
     p.add_argument(
@@ -147,6 +149,7 @@ def main(argv=None) -> int:
                 "-m",
                 "gpu",
                 "tests/test_device_gpu.py",
+                "tests/test_ring_gpu.py",
                 "-p",
                 "no:cacheprovider",
             ],
@@ -245,6 +248,21 @@ def main(argv=None) -> int:
         starts = [m.start() for m in re.finditer(r"\[NVIDIA", out)]
         summary.append(
             f"benchmark under IKET's launcher (last pass): rc={rc} ({s:.0f} s)\n"
+            + (out[starts[-1] : starts[-1] + 2500] if starts else out[-2000:])
+        )
+
+    if "ablation" not in skip:
+        # where a record's time goes: the cursor record taken apart, beside the shipped cursor and IKET's
+        # twin in one process (IKET's launcher again: it records nothing outside it)
+        workdir = Path("/tmp/ikp_iket_ablation_wd")
+        workdir.mkdir(parents=True, exist_ok=True)
+        launcher = [py, "-m", "iket.cli.main", "--working-dir", str(workdir), "profile", "--postprocess", "none"]
+        script = [py, str(ROOT / "benchmarks/record_ablation.py"), "--iket"]
+        cmd = [*launcher, "--", *script, "--json", str(out_dir / "record_ablation.json")]
+        rc, out, s = run_step("ablation", cmd, out_dir, 480)
+        starts = [m.start() for m in re.finditer(r"\[NVIDIA", out)]
+        summary.append(
+            f"record ablation under IKET's launcher (last pass): rc={rc} ({s:.0f} s)\n"
             + (out[starts[-1] : starts[-1] + 2500] if starts else out[-2000:])
         )
 

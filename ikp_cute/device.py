@@ -7,8 +7,9 @@ two slots for [DROPPED] + FINALIZE (event id = SM id). Only the lane's leader th
 
 Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
 named otherwise; GPU ones in tests/test_device_gpu.py):
-* No store passes a lane's capacity, in any mode: every cursor record is guarded by `room > 0`, an
-  atomic region's two slots by one check, a static index by an unsigned range check
+* No store passes a lane's capacity, in any mode: every cursor record is guarded by `room > 0` (an END
+  right after its BEGIN by the BEGIN's, its slot being at most the DROPPED slot), an atomic region's two
+  slots by one check, a static index by an unsigned range check
   (test_overflow_is_dropped_on_device_and_counted_exactly, memcheck in gpu/device_suite.py).
 * Every record not stored is counted: in the lane's DROPPED instant, or, for a thread whose lane does
   not exist (dynamic group out of range, grid past write_stride), in the stray word after the v1 buffer
@@ -24,11 +25,14 @@ named otherwise; GPU ones in tests/test_device_gpu.py):
 How the default (cursor) record stays cheap: the lane's base address, tag bits and room are computed once
 in ``Profiler.create``; write_stride is a compile-time constant, so records are immediate offsets from
 one address and the guard is one compare of the room against an immediate once loops are unrolled; a
-record is two 32-bit words (tag, timer) merged into one 64-bit store. SASS per record: timer read (CS2R),
-compare (ISETP), store (STG), plus a MOV of the timer into the pair's odd register with the CUDA 12
-ptxas (the CUDA 13 ptxas on the GPU machine reads the timer straight into it: CS2R.32)
-(test_sass_per_event_budget, test_cursor_record_ablation). Sharing one check between the records of a
-straight-line group was built and lost records on an H100 (README "cost per record"); not shipped.
+record is two 32-bit words (tag, timer) merged into one 64-bit store; and a region's END that follows its
+BEGIN with nothing recorded in between (same control-flow level) shares the BEGIN's compare: its slot is
+the next one, at most the lane's DROPPED slot, so it stays inside the lane whatever the room. SASS per
+region: two timer reads (CS2R), one compare (ISETP), two stores (STG), plus a MOV per record with the
+CUDA 12 ptxas (test_sass_per_event_budget, test_cursor_record_ablation,
+test_end_shares_its_begins_check_only_when_adjacent). In an issue-bound kernel the compare was ~40% of a
+record's time (docs/device.md "Where a record's time goes"). Sharing one check among longer straight-line
+groups was built and lost records on an H100 (docs/device.md); not shipped.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ FINALIZE = int(wire.EventType.FINALIZE)
 # --- small PTX / MLIR helpers ---------------------------------------------------------------------------
 
 
-def _event_bits(event_id: int, event_type: int) -> int:
+def event_bits(event_id: int, event_type: int) -> int:
+    """A record's low tag bits for `event_id` and `event_type` (the lane's bits are OR-ed in by the recorder)."""
     return (event_id << wire.EVENT_ID_SHIFT) | event_type
 
 
@@ -61,13 +66,13 @@ def _pack(timer32, tag32):
     return Int64((Uint64(Uint32(timer32)) << 32) | Uint64(Uint32(tag32)))
 
 
-def _timer_lo():
+def timer_lo():
     """Low 32 bits of a 64-bit `%globaltimer` read: ptxas reads it with one CS2R, whereas
     `%globaltimer_lo` costs S2UR + NOP + MOV."""
     return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")))
 
 
-def _sub_nsw(value, amount):
+def sub_nsw(value, amount):
     """value - amount marked no-signed-wrap, so LLVM folds `room - j > 0` into `room > j` after
     unrolling (one compare per record against an immediate instead of a subtract and a compare)."""
     from cutlass._mlir import ir
@@ -223,8 +228,8 @@ def _lane(spec: cutlass.Constexpr, buffer, group, leader, buffer_ok):
         buffer[0] = Int64((Int64(spec.num_groups) << 32) | Int64(gx * gy * gz))
     now = cute.arch.globaltimer()
     if leader:
-        records[0] = _pack(Int32(now), tag | _event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
-        records[1] = _pack(Int32(now >> 32), tag | _event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
+        records[0] = _pack(Int32(now), tag | event_bits(wire.ANCHOR_LO_EVENT_ID, INSTANT))
+        records[1] = _pack(Int32(now >> 32), tag | event_bits(wire.ANCHOR_HI_EVENT_ID, INSTANT))
     return Lane(leader, stray, tag, records, words, buffer, group, block, spec, window_buffer, counted)
 
 
@@ -233,7 +238,7 @@ def _write_trailer(records, tag, dropped, timer, writer, spec: cutlass.Constexpr
     """[DROPPED (count)] + FINALIZE (SM id) in the lane's last two slots, by `writer`."""
     if writer:
         if dropped > 0:
-            records[spec.trailer_slot] = _pack(dropped, tag | _event_bits(wire.DROPPED_EVENT_ID, INSTANT))
+            records[spec.trailer_slot] = _pack(dropped, tag | event_bits(wire.DROPPED_EVENT_ID, INSTANT))
         sm_bits = (cute.arch.smid() & wire.MAX_EVENT_ID) << wire.EVENT_ID_SHIFT
         records[spec.records_per_lane - 1] = _pack(timer, tag | sm_bits | FINALIZE)
 
@@ -270,31 +275,45 @@ class CursorRecorder:
     def create(cls, spec: ProfileSpec, lane: Lane):
         return cls(lane, _room_register(spec, lane), spec)
 
-    def _words(self):
+    def words(self):
+        """The lane's slots as (tag, timer) int32 pairs: where this recorder's records go."""
         return self.lane.words
 
     @cute.jit
     def record(self, bits: cutlass.Constexpr):
-        # The room is read, then the timer, then the store is guarded by `room > 0` and the room written
-        # back: the shape validated on the H100 (a variant that shared one check between the records of
-        # a straight-line group lost records there; README "cost per record").
+        """One record guarded by its own `room > 0`; returns that guard."""
+        return self._store(bits, None)
+
+    @cute.jit
+    def _store(self, bits: cutlass.Constexpr, fits):
+        # The room is read, then the timer, then the store is guarded and the room written back: the
+        # order validated on the H100 (the compare placed before the timer read lost records there;
+        # docs/device.md "The amortized check that was withdrawn").
         room = self.room[0]
-        timer = _timer_lo()
-        words, tag = self._words(), self.lane.tag
-        if room > 0:
+        timer = timer_lo()
+        if const_expr(fits is None):
+            fits = room > 0
+        words, tag = self.words(), self.lane.tag
+        if fits:
             k = self.spec.trailer_slot - room
             words[k, 0] = tag | bits
             words[k, 1] = timer
-        self.room[0] = _sub_nsw(room, 1)
+        self.room[0] = sub_nsw(room, 1)
+        return fits
 
     def begin(self, event_id: int, index):
-        self.record(_event_bits(event_id, BEGIN))
+        return self.record(event_bits(event_id, BEGIN))
 
-    def end(self, event_id: int, token_value):
-        self.record(_event_bits(event_id, END))
+    def end(self, event_id: int, token_value, adjacent: bool):
+        """`token_value`: the begin's guard (None without a token). `adjacent` (Profiler.end): nothing was
+        recorded between the begin and this end, at the same control-flow level. Then this END takes the
+        slot right after its BEGIN and the BEGIN's `room > 0` covers it, with no compare of its own: that
+        slot is at most the lane's DROPPED slot, inside the lane, and an END that lands there is past the
+        capacity, counted by the room, and overwritten by the DROPPED record at finalize."""
+        self._store(event_bits(event_id, END), token_value if adjacent else None)
 
     def mark(self, event_id: int, index):
-        self.record(_event_bits(event_id, INSTANT))
+        self.record(event_bits(event_id, INSTANT))
 
     def finalize(self, leader):
         writer = self.lane.leader if leader is None else (self.lane.leader & leader)
@@ -319,19 +338,24 @@ class DeferredRecorder(CursorRecorder):
     @cute.jit
     def begin(self, event_id: int, index):
         room = self.room[0]
-        timer = _timer_lo()
-        self.room[0] = _sub_nsw(room, 1)
+        timer = timer_lo()
+        self.room[0] = sub_nsw(room, 1)
         return room, timer
 
-    def end(self, event_id: int, token_value):
-        self.record(_event_bits(event_id, END))
+    def end(self, event_id: int, token_value, adjacent: bool):
+        # adjacent: the END's slot is the one after the BEGIN's, so one `room > 0` guards both stores
+        # (CursorRecorder.end says why that slot is always inside the lane).
         room, timer = token_value
-        self._write_begin(room, timer, _event_bits(event_id, BEGIN))
+        fits = (room > 0) if adjacent else None
+        self._store(event_bits(event_id, END), fits)
+        self._write_begin(room, timer, event_bits(event_id, BEGIN), fits)
 
     @cute.jit
-    def _write_begin(self, room, timer, bits: cutlass.Constexpr):
-        words, tag = self._words(), self.lane.tag
-        if room > 0:
+    def _write_begin(self, room, timer, bits: cutlass.Constexpr, fits):
+        if const_expr(fits is None):
+            fits = room > 0
+        words, tag = self.words(), self.lane.tag
+        if fits:
             k = self.spec.trailer_slot - room
             words[k, 0] = tag | bits
             words[k, 1] = timer
@@ -354,7 +378,7 @@ class SmemRecorder(CursorRecorder):
         staged = cute.make_tensor(stage + first, cute.make_layout(spec.records_per_lane))
         return cls(lane, _room_register(spec, lane), spec, staged)
 
-    def _words(self):
+    def words(self):
         return cute.make_tensor(
             cute.recast_ptr(self.staged.iterator, dtype=Int32),
             cute.make_layout((self.spec.records_per_lane, 2), stride=(2, 1)),
@@ -399,16 +423,16 @@ class LeanRecorder:
         return _lean_setup(spec, buffer)
 
     def _record(self, bits: int):
-        _lean_record(self.buffer, self.state_base, _timer_lo(), _fresh_thread_x(), self.spec, bits)
+        _lean_record(self.buffer, self.state_base, timer_lo(), _fresh_thread_x(), self.spec, bits)
 
     def begin(self, event_id: int, index):
-        self._record(_event_bits(event_id, BEGIN))
+        self._record(event_bits(event_id, BEGIN))
 
-    def end(self, event_id: int, token_value):
-        self._record(_event_bits(event_id, END))
+    def end(self, event_id: int, token_value, adjacent: bool):
+        self._record(event_bits(event_id, END))
 
     def mark(self, event_id: int, index):
-        self._record(_event_bits(event_id, INSTANT))
+        self._record(event_bits(event_id, INSTANT))
 
     def finalize(self, leader):
         if leader is not None:
@@ -499,21 +523,23 @@ class AtomicRecorder:
         return _atomic_setup(spec, lane)
 
     def _reserve(self, count: int):
+        """The lane's records reserved before these `count` (their first slot less the anchors)."""
         self.attempted[0] = self.attempted[0] + count
-        return _counter_add(self.counter, count) + wire.ANCHOR_RECORDS
+        return _counter_add(self.counter, count)
 
     def begin(self, event_id: int, index):
-        return self._reserve(2), _timer_lo()
+        return self._reserve(2), timer_lo()
 
-    def end(self, event_id: int, token_value):
-        slot, begin_timer = token_value
-        begin_bits, end_bits = _event_bits(event_id, BEGIN), _event_bits(event_id, END)
-        _atomic_store_pair(self.lane, slot, begin_timer, _timer_lo(), begin_bits, end_bits, self.spec)
+    def end(self, event_id: int, token_value, adjacent: bool):
+        before, begin_timer = token_value
+        begin_bits, end_bits = event_bits(event_id, BEGIN), event_bits(event_id, END)
+        _atomic_store_pair(self.lane, before, begin_timer, timer_lo(), begin_bits, end_bits, self.spec)
 
     def mark(self, event_id: int, index):
-        slot = self._reserve(1)
-        fits = self.lane.leader & (slot < self.spec.trailer_slot)
-        _store_if(fits, self.lane.words, slot, self.lane.tag | _event_bits(event_id, INSTANT), _timer_lo())
+        before = self._reserve(1)
+        fits = self.lane.leader & (before < self.spec.user_capacity)
+        slot = Int64(before) + wire.ANCHOR_RECORDS
+        _store_if(fits, self.lane.words, slot, self.lane.tag | event_bits(event_id, INSTANT), timer_lo())
 
     def finalize(self, leader):
         writer = self.lane.leader if leader is None else (self.lane.leader & leader)
@@ -538,14 +564,17 @@ def _atomic_setup(spec: cutlass.Constexpr, lane: Lane):
 
 @cute.jit
 def _atomic_store_pair(
-    lane: Lane, slot, begin_timer, end_timer,
+    lane: Lane, before, begin_timer, end_timer,
     begin_bits: cutlass.Constexpr, end_bits: cutlass.Constexpr, spec: cutlass.Constexpr,
 ):
-    if lane.leader & (slot < spec.trailer_slot - 1):  # one check for both slots of the region
-        lane.words[slot, 0] = lane.tag | begin_bits
-        lane.words[slot, 1] = begin_timer
-        lane.words[slot + 1, 0] = lane.tag | end_bits
-        lane.words[slot + 1, 1] = end_timer
+    """A region's two records at slots `before + anchors` and the next, when both fit (one check)."""
+    if lane.leader & (before < spec.user_capacity - 1):
+        # 64-bit slot: the address is one wide multiply-add, the anchors an immediate offset of the stores
+        k = Int64(before) + wire.ANCHOR_RECORDS
+        lane.words[k, 0] = lane.tag | begin_bits
+        lane.words[k, 1] = begin_timer
+        lane.words[k + 1, 0] = lane.tag | end_bits
+        lane.words[k + 1, 1] = end_timer
 
 
 @cute.jit
@@ -581,18 +610,18 @@ class StaticRecorder:
         return wire.ANCHOR_RECORDS + 2 * Int32(index)
 
     def _record(self, k, bits: int):
-        _static_record(self.lane, self.drops, k, _timer_lo(), bits, self.spec)
+        _static_record(self.lane, self.drops, k, timer_lo(), bits, self.spec)
 
     def begin(self, event_id: int, index):
         k = self._slot(index, "begin()")
-        self._record(k, _event_bits(event_id, BEGIN))
+        self._record(k, event_bits(event_id, BEGIN))
         return k
 
-    def end(self, event_id: int, token_value):
-        self._record(token_value + 1, _event_bits(event_id, END))
+    def end(self, event_id: int, token_value, adjacent: bool):
+        self._record(token_value + 1, event_bits(event_id, END))
 
     def mark(self, event_id: int, index):
-        self._record(self._slot(index, "mark()"), _event_bits(event_id, INSTANT))
+        self._record(self._slot(index, "mark()"), event_bits(event_id, INSTANT))
 
     def finalize(self, leader):
         writer = self.lane.leader if leader is None else (self.lane.leader & leader)
@@ -630,6 +659,7 @@ class RegionToken:
     value: object
     block: object
     site: str
+    records_before: int  # the Profiler's records traced up to and including this begin
 
 
 class _TraceChecks:
@@ -638,6 +668,7 @@ class _TraceChecks:
     def __init__(self):
         self.open: dict[int, RegionToken] = {}
         self.finalized_at: str | None = None
+        self.records = 0  # begin / end / mark calls traced so far
 
     def check_not_finalized(self, call: str):
         if self.finalized_at is not None:
@@ -668,7 +699,9 @@ class Profiler:
     checks: _TraceChecks
 
     @staticmethod
-    def create(spec: ProfileSpec, buf=None, group=0, leader=None) -> Profiler:
+    def create(spec: ProfileSpec, buf=None, group=0, leader=None, recorder_class=None) -> Profiler:
+        """`recorder_class`: a recorder to build instead of the mode's, with the mode's `create` signature
+        (a subclass of that mode's recorder; benchmarks/record_ablation.py takes records apart this way)."""
         if not isinstance(spec, ProfileSpec):
             raise TypeError(f"Profiler.create needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
         if not const_expr(spec.enabled):
@@ -680,10 +713,10 @@ class Profiler:
                 "once, from its default leader; several writers per lane (leader=) need a spec without window_slots"
             )
         if const_expr(spec.mode == "lean"):
-            recorder = LeanRecorder.create(spec, buffer, group, leader)
+            recorder = (recorder_class or LeanRecorder).create(spec, buffer, group, leader)
         else:
             lane = Lane.create(spec, buffer, group, leader, buffer_ok)
-            recorder = _RECORDERS[spec.mode].create(spec, lane)
+            recorder = (recorder_class or _RECORDERS[spec.mode]).create(spec, lane)
         return Profiler(spec, recorder, _TraceChecks())
 
     def _fence(self):
@@ -696,8 +729,9 @@ class Profiler:
             return None
         self.checks.check_not_finalized(f"prof.begin({name!r})")
         value = self.recorder.begin(self.spec.event_id(name), index)
+        self.checks.records += 1
         self._fence()
-        token = RegionToken(name, value, _current_block(), _source_site())
+        token = RegionToken(name, value, _current_block(), _source_site(), self.checks.records)
         if self.recorder.needs_token:
             self.checks.open[id(token)] = token
         return token
@@ -714,10 +748,16 @@ class Profiler:
                 f"prof.end({name!r}) at {_source_site()}: mode {self.spec.mode!r} needs the token begin() returned "
                 f"(t = prof.begin({name!r}) ... prof.end({name!r}, t)); or use `with prof.region({name!r}):`"
             )
+        value, adjacent = None, False
         if token is not None:
             self._check_token(name, token)
+            value = token.value
+            # The END right after its BEGIN in program order: same control-flow level, nothing recorded
+            # in between (a cursor's END then shares the BEGIN's capacity check).
+            adjacent = token.block == _current_block() and token.records_before == self.checks.records
+        self.checks.records += 1
         self._fence()
-        self.recorder.end(self.spec.event_id(name), None if token is None else token.value)
+        self.recorder.end(self.spec.event_id(name), value, adjacent)
 
     def _check_token(self, name: str, token):
         if not isinstance(token, RegionToken):
@@ -746,6 +786,7 @@ class Profiler:
         if not const_expr(self.spec.enabled):
             return
         self.checks.check_not_finalized(f"prof.mark({name!r})")
+        self.checks.records += 1
         self.recorder.mark(self.spec.event_id(name), index)
 
     def region(self, name: str, index=None) -> profile_region:

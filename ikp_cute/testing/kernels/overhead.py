@@ -19,11 +19,12 @@ def overhead_kernel(
     spec: cutlass.Constexpr,
     regions: cutlass.Constexpr,
     unroll: cutlass.Constexpr,
+    recorder_class: cutlass.Constexpr = None,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     bdim, _, _ = cute.arch.block_dim()
-    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx())
+    prof = Profiler.create(spec, prof_buf, group=cute.arch.warp_idx(), recorder_class=recorder_class)
     idx = bidx * bdim + tidx
     acc = x[idx]
     b = acc * 0.25  # x in [0, 1): the chain converges, no inf or denormals
@@ -46,8 +47,11 @@ def launch_overhead(
     unroll: cutlass.Constexpr,
     grid: cutlass.Constexpr,
     block: cutlass.Constexpr,
+    recorder_class: cutlass.Constexpr = None,
 ):
-    overhead_kernel(x, iters, prof_buf, spec, regions, unroll).launch(grid=[grid, 1, 1], block=[block, 1, 1])
+    overhead_kernel(x, iters, prof_buf, spec, regions, unroll, recorder_class).launch(
+        grid=[grid, 1, 1], block=[block, 1, 1]
+    )
 
 
 @cute.kernel
@@ -82,16 +86,16 @@ def launch_iket_overhead(
     iket_overhead_kernel(x, iters, regions).launch(grid=[grid, 1, 1], block=[block, 1, 1])
 
 
-def _compile(spec, regions: int):
+def _compile(spec, regions: int, recorder_class=None):
     from cutlass.cute.runtime import make_fake_compact_tensor
 
+    from ikp_cute import fake_buffer
     from ikp_cute.testing import sass
 
     x = make_fake_compact_tensor(Float32, (528 * 256,))
-    from ikp_cute import fake_buffer
-
     return cute.compile(
-        launch_overhead, x, Int32(256), fake_buffer(spec), spec, regions, 1, 528, 256, options=sass.keep_options()
+        launch_overhead, x, Int32(256), fake_buffer(spec), spec, regions, 1, 528, 256, recorder_class,
+        options=sass.keep_options(),
     )
 
 
@@ -106,19 +110,21 @@ def overhead_spec(mode: str, **spec_kw):
     )
 
 
-def opcodes_per_event(mode: str, **spec_kw) -> dict[str, float]:
+def opcodes_per_event(mode: str, recorder_class=None, **spec_kw) -> dict[str, float]:
     """Where the SASS instructions of a record go: marginal instructions per record by opcode (the loop
     body with 8 regions vs 4: 16 vs 8 records, loop not unrolled), minus the same difference for the
-    uninstrumented kernel (the FMAs). Negative entries are instructions the recording displaced."""
+    uninstrumented kernel (the FMAs). Negative entries are instructions the recording displaced.
+    `recorder_class`: one of ikp_cute.testing.record_variants instead of the mode's recorder."""
     from collections import Counter
 
     from ikp_cute.testing import sass
 
-    def opcodes(spec, regions):
-        return Counter(sass.opcode(ins).split(".")[0] for ins in sass.disassemble(_compile(spec, regions).__cubin__))
+    def opcodes(spec, regions, recorder=None):
+        cubin = _compile(spec, regions, recorder).__cubin__
+        return Counter(sass.opcode(ins).split(".")[0] for ins in sass.disassemble(cubin))
 
-    instrumented = opcodes(overhead_spec(mode, **spec_kw), 8) - Counter()
-    instrumented.subtract(opcodes(overhead_spec(mode, **spec_kw), 4))
+    instrumented = opcodes(overhead_spec(mode, **spec_kw), 8, recorder_class) - Counter()
+    instrumented.subtract(opcodes(overhead_spec(mode, **spec_kw), 4, recorder_class))
     bare = opcodes(overhead_spec(None), 8)
     bare.subtract(opcodes(overhead_spec(None), 4))
     instrumented.subtract(bare)

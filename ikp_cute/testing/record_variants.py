@@ -1,0 +1,90 @@
+"""The cursor record with one part taken out at a time, for benchmarks/record_ablation.py (issue 17:
+where a record's time goes). Each is a recorder for ``Profiler.create(..., recorder_class=...)`` and
+records every BEGIN and END on its own (no check shared within a region):
+
+    PerRecordCheck   timer read, `room > 0` compare, 64-bit store: the cursor before 2026-11-27
+    NoCheck          timer read and store, guarded by the lane's leader only (safe only in a lane sized
+                     for the kernel: the benchmark's)
+    NoTimer          PerRecordCheck storing the room instead of a timer
+    TimerOnly        the timer read, folded into the room register; nothing stored
+    SmemNoCheck      NoCheck into shared memory, 32 bits (the timer only), as IKET stages its records
+
+Only benchmarks use these; none is a mode, and NoCheck, TimerOnly and SmemNoCheck do not write a
+decodable lane.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import cutlass
+from cutlass import cute
+
+from ikp_cute import device
+
+
+class _EveryRecordAlone:
+    def begin(self, event_id: int, index):
+        self.record(device.event_bits(event_id, device.BEGIN))
+
+    def end(self, event_id: int, token_value, adjacent: bool):
+        self.record(device.event_bits(event_id, device.END))
+
+
+@dataclasses.dataclass(frozen=True)
+class PerRecordCheck(_EveryRecordAlone, device.CursorRecorder):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class NoCheck(_EveryRecordAlone, device.CursorRecorder):
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        room = self.room[0]
+        timer = device.timer_lo()
+        words = self.words()
+        if self.lane.leader:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = self.lane.tag | bits
+            words[k, 1] = timer
+        self.room[0] = device.sub_nsw(room, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoTimer(_EveryRecordAlone, device.CursorRecorder):
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        room = self.room[0]
+        words = self.words()
+        if room > 0:
+            k = self.spec.trailer_slot - room
+            words[k, 0] = self.lane.tag | bits
+            words[k, 1] = room
+        self.room[0] = device.sub_nsw(room, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimerOnly(_EveryRecordAlone, device.CursorRecorder):
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        self.room[0] = self.room[0] ^ device.timer_lo()
+
+
+@dataclasses.dataclass(frozen=True)
+class SmemNoCheck(_EveryRecordAlone, device.SmemRecorder):
+    @cute.jit
+    def record(self, bits: cutlass.Constexpr):
+        room = self.room[0]
+        timer = device.timer_lo()
+        if self.lane.leader:
+            self.words()[self.spec.trailer_slot - room, 1] = timer
+        self.room[0] = device.sub_nsw(room, 1)
+
+
+VARIANTS = {  # row name: (mode, recorder class)
+    "per_record_check": ("cursor", PerRecordCheck),
+    "no_check": ("cursor", NoCheck),
+    "no_timer": ("cursor", NoTimer),
+    "timer_only": ("cursor", TimerOnly),
+    "smem_no_check": ("smem", SmemNoCheck),
+}
