@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import cutlass
-from cutlass import cute
+from cutlass import const_expr, cute
 
 from ikp_cute import device
 
@@ -36,31 +36,37 @@ class PerRecordCheck(_EveryRecordAlone, device.CursorRecorder):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class NoCheck(_EveryRecordAlone, device.CursorRecorder):
+class _CursorPart(_EveryRecordAlone, device.CursorRecorder):
+    """The cursor's record with its guard (`checks_room`) or its timer read (`reads_timer`) taken out."""
+
+    checks_room = True
+    reads_timer = True
+
     @cute.jit
     def record(self, bits: cutlass.Constexpr):
         room = self.room[0]
-        timer = device.timer_lo()
+        value = room
+        if const_expr(self.reads_timer):
+            value = device.timer_lo()
+        guard = self.lane.leader
+        if const_expr(self.checks_room):
+            guard = room > 0
         words = self.words()
-        if self.lane.leader:
+        if guard:
             k = self.spec.trailer_slot - room
             words[k, 0] = self.lane.tag | bits
-            words[k, 1] = timer
+            words[k, 1] = value
         self.room[0] = device.sub_nsw(room, 1)
 
 
 @dataclasses.dataclass(frozen=True)
-class NoTimer(_EveryRecordAlone, device.CursorRecorder):
-    @cute.jit
-    def record(self, bits: cutlass.Constexpr):
-        room = self.room[0]
-        words = self.words()
-        if room > 0:
-            k = self.spec.trailer_slot - room
-            words[k, 0] = self.lane.tag | bits
-            words[k, 1] = room
-        self.room[0] = device.sub_nsw(room, 1)
+class NoCheck(_CursorPart):
+    checks_room = False
+
+
+@dataclasses.dataclass(frozen=True)
+class NoTimer(_CursorPart):
+    reads_timer = False
 
 
 @dataclasses.dataclass(frozen=True)
