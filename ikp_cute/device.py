@@ -567,8 +567,12 @@ def _atomic_store_pair(
     lane: Lane, before, begin_timer, end_timer,
     begin_bits: cutlass.Constexpr, end_bits: cutlass.Constexpr, spec: cutlass.Constexpr,
 ):
-    """A region's two records at slots `before + anchors` and the next, when both fit (one check)."""
-    if lane.leader & (before < spec.user_capacity - 1):
+    """A region's two records at slots `before + anchors` and the next, under one check that the BEGIN
+    fits. The END's slot is then at most the lane's DROPPED slot: an END that lands there is past the
+    capacity, counted (drops = reserved - capacity), and replaced by the DROPPED record at finalize (after
+    the barrier that orders every writer's records). So every slot up to the capacity is used, and the
+    count is exact even when a pair starts on the last slot (after an odd number of marks)."""
+    if lane.leader & (before < spec.user_capacity):
         # 64-bit slot: the address is one wide multiply-add, the anchors an immediate offset of the stores
         k = Int64(before) + wire.ANCHOR_RECORDS
         lane.words[k, 0] = lane.tag | begin_bits
@@ -660,6 +664,7 @@ class RegionToken:
     block: object
     site: str
     records_before: int  # the Profiler's records traced up to and including this begin
+    owner: object  # the Profiler's trace-time checks: a token is only good for the Profiler that made it
 
 
 class _TraceChecks:
@@ -731,7 +736,7 @@ class Profiler:
         value = self.recorder.begin(self.spec.event_id(name), index)
         self.checks.records += 1
         self._fence()
-        token = RegionToken(name, value, _current_block(), _source_site(), self.checks.records)
+        token = RegionToken(name, value, _current_block(), _source_site(), self.checks.records, self.checks)
         if self.recorder.needs_token:
             self.checks.open[id(token)] = token
         return token
@@ -767,6 +772,11 @@ class Profiler:
         if token.name != name:
             raise ProfileUsageError(
                 f"prof.end({name!r}) at {_source_site()} closes the region begun as {token.name!r} at {token.site}"
+            )
+        if token.owner is not self.checks:
+            raise ProfileUsageError(
+                f"prof.end({name!r}) at {_source_site()} closes a region begun at {token.site} by another Profiler: "
+                "end a region with the Profiler that began it"
             )
         if self.recorder.needs_token:
             if id(token) not in self.checks.open:

@@ -311,6 +311,8 @@ def compile_misuse(case, mode="cursor", buffer_spec=None, **kw):
         ("end_without_token", "deferred", r"needs the token"),
         ("end_mismatch", "cursor", r"prof.end\('b'\).*closes the region begun as 'a'"),
         ("end_mismatch", "atomic", r"closes the region begun as 'a'"),
+        ("end_other_profiler", "cursor", r"prof.end\('a'\).*by another Profiler"),
+        ("end_other_profiler", "deferred", r"by another Profiler"),
         ("begin_without_end", "atomic", r"region 'a' begun at .*misuse.py:\d+ was never ended"),
         ("end_in_other_block", "atomic", r"not at the control-flow level of its begin"),
         ("end_in_other_block", "deferred", r"not at the control-flow level"),

@@ -246,6 +246,31 @@ def test_dynamic_bad_group_is_dropped_and_counted(torch, mode, shift):
     assert np.all(session.records()[1:] == 0)
 
 
+@pytest.mark.parametrize("mode", ["cursor", "atomic"])
+def test_region_starting_on_the_last_slot_is_counted_exactly(torch, mode):
+    """A mark, then regions: with an even capacity a region's BEGIN takes the last slot and its END is
+    past the capacity. Exactly the records past the capacity are dropped and counted, and nothing is
+    written outside the lanes' slots (atomic: the END lands on the DROPPED slot, which finalize rewrites)."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import from_dlpack
+
+    from ikp_cute.testing.kernels import misuse
+
+    rpl, iters = 8, 3  # capacity 4: m0, r0 (2 slots), r1's BEGIN on the last slot; 1 + 2 * 3 + 1 = 8 records
+    session = make_session(mode, records_per_lane=rpl)
+    x_arg = from_dlpack(torch.rand(4 * 256, device="cuda"), assumed_align=16)
+    compiled = cute.compile(
+        misuse.launch_misuse, x_arg, Int32(iters), Int32(0), session.kernel_arg(), session.spec, "mark_first", 4
+    )
+    with session.zeroed_then_synced():
+        compiled(x_arg, Int32(iters), Int32(0), session.kernel_arg())
+    trace = session.decode()
+    assert trace.lanes["dropped"].tolist() == [(1 + 2 * iters + 1) - (rpl - 4)] * 8
+    body = session.records()[1 : session.spec.v1_slots]
+    assert np.all(body[np.arange(body.size) % session.spec.write_stride >= 8] == 0)
+    assert len(trace.spans) == 8, trace.loss.dumps()  # 8 lanes, each with r0 whole (r1's BEGIN alone is no span)
+
+
 def test_buffer_of_another_session_is_refused(torch):
     """A kernel compiled for one session's spec, given a smaller session's buffer: a trace-time error."""
     from cutlass import Int32, cute

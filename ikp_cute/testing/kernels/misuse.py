@@ -1,7 +1,8 @@
 """Kernels that misuse the device API on purpose, one `case` each (tests/test_device_compile.py expects
 a trace-time ProfileUsageError for the static cases; tests/test_device_gpu.py runs the dynamic ones).
 
-Program of every lane that records: `iters` x region "r", then mark "m" (2 * iters + 1 records).
+Program of every lane that records: `iters` x region "r", then mark "m" (2 * iters + 1 records); case
+"mark_first" (not a misuse) records a mark "m0" before them.
 """
 
 import cutlass
@@ -26,6 +27,8 @@ def misuse_kernel(
         group = warp // 4 + shift  # runtime: shift=1 or -1 puts one warp group outside 0..num_groups-1
     prof = Profiler.create(spec, prof_buf, group=group)
     acc = x[bidx * 256 + tidx]
+    if const_expr(case == "mark_first"):  # not a misuse: the regions after it start on odd slots
+        prof.mark("m0")
     for i in cutlass.range(iters):
         with prof.region("r", index=i):
             acc = acc * 1.0001 + 0.5
@@ -35,6 +38,10 @@ def misuse_kernel(
     if const_expr(case == "end_mismatch"):
         token = prof.begin("a")
         prof.end("b", token)
+    if const_expr(case == "end_other_profiler"):
+        other = Profiler.create(spec, prof_buf, group=group)
+        token = other.begin("a")
+        prof.end("a", token)
     if const_expr(case == "begin_without_end"):
         prof.begin("a")
     if const_expr(case == "end_in_other_block"):

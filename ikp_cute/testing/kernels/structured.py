@@ -178,21 +178,13 @@ def expected_dropped(iters: int, group: int, mode: str, records_per_lane: int) -
     """Records of one lane that do not fit, worked out from the program and each mode's rule:
     cursor/deferred/smem/lean: records take slots 2.. in program order (a deferred begin takes its slot
     at the begin), the ones past the capacity are dropped; atomic: a region reserves two slots at its
-    begin and stores both only if both fit, a mark reserves one; static: record (index i) at slot 2+2i
-    (+1 for an end), dropped at or past records_per_lane - 2."""
+    begin and a mark one, every reserved slot up to the capacity is used (a region whose BEGIN takes the
+    last slot loses only its END), so the same count; static: record (index i) at slot 2+2i (+1 for an
+    end), dropped at or past records_per_lane - 2."""
     program = structured_program(iters, group)
     trailer = records_per_lane - 2
-    if mode in ("cursor", "deferred", "smem", "lean"):
+    if mode in ("cursor", "deferred", "smem", "lean", "atomic"):
         return max(0, len(program) - (trailer - 2))
-    if mode == "atomic":
-        slot, kept = 2, 0
-        for kind, _, _ in program:
-            if kind == "end":
-                continue
-            n = 2 if kind == "begin" else 1
-            kept += n if slot + n <= trailer else 0
-            slot += n
-        return len(program) - kept
     slots = [2 + 2 * index + (kind == "end") for kind, _, index in program]
     return sum(slot >= trailer for slot in slots)
 
