@@ -257,7 +257,7 @@ def test_region_starting_on_the_last_slot_is_counted_exactly(torch, mode):
     from ikp_cute.testing.kernels import misuse
 
     rpl, iters = 8, 3  # capacity 4: m0, r0 (2 slots), r1's BEGIN on the last slot; 1 + 2 * 3 + 1 = 8 records
-    session = make_session(mode, records_per_lane=rpl)
+    session = make_session(mode, records_per_lane=rpl, write_stride=16)  # lanes 8-15: slots that must stay 0
     x_arg = from_dlpack(torch.rand(4 * 256, device="cuda"), assumed_align=16)
     compiled = cute.compile(
         misuse.launch_misuse, x_arg, Int32(iters), Int32(0), session.kernel_arg(), session.spec, "mark_first", 4
