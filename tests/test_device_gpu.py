@@ -124,10 +124,12 @@ def test_every_mode_gives_the_same_span_structure(torch):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("rpl", [16, 14])  # 14: warp group 1's "producer" region begins with room for one
 def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode, rpl):
-    """(cursor: its END shares the BEGIN's check and lands in the DROPPED slot, which finalize overwrites)"""
+    """Exactly the records past the capacity are dropped and counted, in every mode, and nothing is written
+    outside the lanes' slots. rpl=14: a region begins with room for one record (cursor: its END shares the
+    BEGIN's check and lands in the DROPPED slot, which finalize rewrites)."""
     from ikp_cute.testing.kernels.structured import expected_dropped
 
-    session = run_structured(torch, mode, records_per_lane=rpl)
+    session = run_structured(torch, mode, records_per_lane=rpl, write_stride=16)  # lanes 8-15 must stay empty
     trace = session.decode()
     for lane in range(8):
         row = trace.lanes[trace.lanes["lane"] == lane][0]
@@ -135,7 +137,7 @@ def test_overflow_is_dropped_on_device_and_counted_exactly(torch, mode, rpl):
             mode,
             lane,
         )
-    # nothing was written outside the lanes' slots: the v1 part has exactly header + 8 lanes x rpl slots
+    # nothing was written outside the 8 lanes' slots (write_stride 16 leaves 8 lanes unused in the buffer)
     buf = session.buffer.cpu().numpy().view(np.uint64)
     body = buf[1 : session.spec.v1_slots]
     lane_of_slot = np.arange(body.size) % session.spec.write_stride
