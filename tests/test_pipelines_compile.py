@@ -297,6 +297,34 @@ def test_quack_sm90_gemm_traced_with_no_source_change(quack):
     assert by_name["ab"]["cluster"] == [2, 1, 1] and "scope" not in by_name["ab"]
 
 
+
+def test_fa4_sm90_backward_traced_with_no_source_change():
+    """FA4's Hopper backward (its preprocess, main and postprocess kernels) under level signals: every
+    pipeline call site of every kernel has its markers, the pipelines are named from FA4's variables,
+    and the kernels compiled after tracing are FA4's own."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flash_attn.cute.flash_bwd_sm90")
+    import compile_cpu as cc
+
+    from ikp_cute.pipelines import LEVEL_OPS, trace_pipelines
+
+    cc.sm90_env()
+    plain = cc.fa4_bwd_compile()
+    trace = trace_pipelines(_spec(12, 32, 256), level="signals", address=BAKED)
+    traced = cc.fa4_bwd_compile(trace)
+    after = cc.fa4_bwd_compile()
+    assert len(plain) == len(traced) == len(after) == 3
+    assert [c.__ptx__ for c in after] == [c.__ptx__ for c in plain]
+    meta = trace.metadata()
+    check_call_sites("".join(c.__ptx__ for c in traced), meta, LEVEL_OPS["signals"])
+    by_name = {p["name"]: p for p in meta["pipelines"]}
+    assert set(by_name) == {"Q", "dO"}
+    for pipe in by_name.values():
+        assert pipe["class"] == "PipelineTmaAsync" and set(pipe["ids"]) == {"acquire", "commit", "wait", "release"}
+        assert all(site.startswith("flash_bwd_sm90.py:") for sites in pipe["call_sites"].values() for site in sites)
+    # the main kernel's named barriers (its dQ hand-offs between warp groups) are traced too
+    assert meta["barriers"]["base_sync"] is not None and meta["barriers"]["base_arrive"] is not None
+
 _SM100 = """
 import json, re, collections, sys
 sys.path.insert(0, {examples!r}); sys.path.insert(0, {tests!r})
@@ -308,14 +336,20 @@ trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked})
 plain = cc.fa4_sm100_compile()
 traced = cc.fa4_sm100_compile(trace)
 after = cc.fa4_sm100_compile()
+bwd_trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked})
+bwd_plain = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
+bwd_traced = "".join(c.__ptx__ for c in cc.fa4_sm100_bwd_compile(bwd_trace))
+bwd_after = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
 print(json.dumps({{"identical_after": after.__ptx__ == plain.__ptx__, "meta": trace.metadata(),
                   "markers": [list(k) + [v] for k, v in markers(traced.__ptx__).items()],
-                  "cubin": len(traced.__cubin__ or b"")}}))
+                  "cubin": len(traced.__cubin__ or b""),
+                  "bwd": {{"identical_after": bwd_after == bwd_plain, "meta": bwd_trace.metadata(),
+                          "markers": [list(k) + [v] for k, v in markers(bwd_traced).items()]}}}}))
 """
 
 
 def test_fa4_sm100_compiles_with_tracing():
-    """FA4's Blackwell forward compiled for sm_100a (a subprocess: the arch is fixed at import)."""
+    """FA4's Blackwell forward and backward compiled for sm_100a (a subprocess: the arch is fixed at import)."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm100")
     code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), tests=str(ROOT / "tests"), baked=BAKED)
@@ -329,8 +363,23 @@ def test_fa4_sm100_compiles_with_tracing():
     by_name = {p["name"]: p for p in result["meta"]["pipelines"]}
     assert {"q", "kv", "s_p_o", "o_acc"} <= set(by_name)
     assert {"PipelineTmaUmma", "PipelineUmmaAsync", "PipelineAsync"} <= {p["class"] for p in by_name.values()}
-    found = {(label, site) for label, site, _, _ in result["markers"]}
+    _assert_every_call_site_marked(result)
+    # The backward: its kernel also calls its pipelines' arrays directly
+    # (`pipeline_S_P.sync_object_empty.wait(...)`); those calls are still that pipeline's acquires and
+    # commits, so each pipeline is one, with all four ops, not split into anonymous barrier arrays.
+    bwd = result["bwd"]
+    assert bwd["identical_after"]
+    _assert_every_call_site_marked(bwd)
+    by_name = {p["name"]: p for p in bwd["meta"]["pipelines"]}
+    assert {"Q", "dO", "S_P", "dP", "dS", "dQ", "dKV"} <= set(by_name)
+    assert "MbarrierArray" not in {p["class"] for p in by_name.values()}
     for pipe in by_name.values():
+        assert set(pipe["ids"]) == {"acquire", "commit", "wait", "release"}, pipe["name"]
+
+
+def _assert_every_call_site_marked(result):
+    found = {(label, site) for label, site, _, _ in result["markers"]}
+    for pipe in result["meta"]["pipelines"]:
         for op, sites in pipe["call_sites"].items():
             for site in sites:
                 assert (f"{op}_{pipe['name']}", site) in found

@@ -57,6 +57,29 @@ def fa4_compile(trace=None, *, batch=1, seqlen=1024, heads=4, causal=False, fake
     return compiled
 
 
+def fa4_bwd_compile(trace=None, *, batch=1, seqlen=1024, heads=4, causal=False) -> list:
+    """Compile FA4's backward through `_flash_attn_bwd` on fake tensors (its preprocess, main and
+    postprocess kernels); returns the compiled objects in compile order (PTX + cubin kept)."""
+    import torch
+    from flash_attn.cute import interface
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    owners = [value for value in vars(interface).values() if callable(value) and hasattr(value, "compile_cache")]
+    saved = [(owner, owner.compile_cache) for owner in owners]
+    for owner in owners:  # a private cache for each: FA4's cache keys know nothing about tracing
+        owner.compile_cache = {}
+    try:
+        with FakeTensorMode(), capturing_compiles(interface) as compiled, (trace or contextlib.nullcontext()):
+            q = torch.empty(batch, seqlen, heads, 128, dtype=torch.bfloat16, device="cuda")
+            lse = torch.empty(batch, heads, seqlen, dtype=torch.float32, device="cuda")
+            interface._flash_attn_bwd(q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q),
+                                      torch.empty_like(q), lse, causal=causal)
+    finally:
+        for owner, cache in saved:
+            owner.compile_cache = cache
+    return compiled
+
+
 def sm90_env():
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
@@ -198,9 +221,9 @@ def sm100_env():
     os.environ["FLASH_ATTENTION_NUM_SMS"] = "148"
 
 
-def fa4_sm100_compile(trace=None, *, causal=False):
-    """Compile FA4's Blackwell forward (FlashAttentionForwardSm100) for sm_100a on a CPU; returns the
-    compiled object (PTX + cubin kept). Call sm100_env() first, in a fresh process."""
+@contextlib.contextmanager
+def fake_b200():
+    """FA4's persistent scheduler asks cutlass.utils.HardwareInfo about the device: answer as a B200 would."""
     from unittest import mock
 
     import cutlass.utils
@@ -208,7 +231,20 @@ def fa4_sm100_compile(trace=None, *, causal=False):
     import flash_attn.cute.tile_scheduler as ts
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(cutlass.utils, "HardwareInfo", _FakeB200))
-        stack.enter_context(mock.patch.object(cutlass.utils.hardware_info, "HardwareInfo", _FakeB200))
-        stack.enter_context(mock.patch.object(ts, "HardwareInfo", _FakeB200))
+        for module in (cutlass.utils, cutlass.utils.hardware_info, ts):
+            stack.enter_context(mock.patch.object(module, "HardwareInfo", _FakeB200))
+        yield
+
+
+def fa4_sm100_compile(trace=None, *, causal=False):
+    """Compile FA4's Blackwell forward (FlashAttentionForwardSm100) for sm_100a on a CPU; returns the
+    compiled object (PTX + cubin kept). Call sm100_env() first, in a fresh process."""
+    with fake_b200():
         return fa4_compile(trace, causal=causal)
+
+
+def fa4_sm100_bwd_compile(trace=None, *, causal=False) -> list:
+    """FA4's Blackwell backward (FlashAttentionBackwardSm100 and its pre/postprocess) for sm_100a on a
+    CPU, as fa4_bwd_compile. Call sm100_env() first, in a fresh process."""
+    with fake_b200():
+        return fa4_bwd_compile(trace, causal=causal)

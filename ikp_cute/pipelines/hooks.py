@@ -181,17 +181,19 @@ class Tracer:
         return tag
 
     def _owner(self, mbar):
-        """(pipeline object, 'full'|'empty') owning `mbar`, from the call stack; (None, None) if none."""
+        """(pipeline object, 'full'|'empty') owning `mbar`, from the call stack; (None, None) if none.
+        Per frame, its `self` first (a pipeline's own method), then its other locals: kernels also call
+        a pipeline's arrays directly (FA4's Blackwell backward: `pipeline_S_P.sync_object_empty.wait(...)`),
+        and that call is still the pipeline's acquire."""
         frame = sys._getframe(2)
         for _ in range(40):
             if frame is None:
                 break
-            obj = frame.f_locals.get("self")
-            if obj is not None and obj is not mbar:
-                if getattr(obj, "sync_object_full", None) is mbar:
-                    return obj, "full"
-                if getattr(obj, "sync_object_empty", None) is mbar:
-                    return obj, "empty"
+            local = frame.f_locals
+            for obj in (local.get("self"), *local.values()):
+                role = _role_in(obj, mbar)
+                if role is not None:
+                    return obj, role
             frame = frame.f_back
         return None, None
 
@@ -620,6 +622,20 @@ class Tracer:
         while self._saved:
             owner, attr, value = self._saved.pop()
             setattr(owner, attr, value)
+
+
+def _role_in(obj, mbar) -> str | None:
+    """'full' or 'empty' when `obj` is a pipeline holding `mbar` as that array, else None."""
+    if obj is None or obj is mbar or isinstance(obj, (int, float, str, bool, type)):
+        return None
+    try:
+        if getattr(obj, "sync_object_full", None) is mbar:
+            return "full"
+        if getattr(obj, "sync_object_empty", None) is mbar:
+            return "empty"
+    except Exception:  # noqa: BLE001 (a kernel's own object whose attributes fail to build: not a pipeline)
+        return None
+    return None
 
 
 def _construct_in(block, inner):
