@@ -340,18 +340,26 @@ bwd_trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked
 bwd_plain = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
 bwd_traced = "".join(c.__ptx__ for c in cc.fa4_sm100_bwd_compile(bwd_trace))
 bwd_after = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
+gemm_trace = trace_pipelines(_spec(16, 148, 512), level="signals", address={baked})
+gemm_plain = cc.quack_compile(blackwell=True).__ptx__
+gemm_traced = cc.quack_compile(gemm_trace, blackwell=True).__ptx__
+gemm_after = cc.quack_compile(blackwell=True).__ptx__
 print(json.dumps({{"identical_after": after.__ptx__ == plain.__ptx__, "meta": trace.metadata(),
                   "markers": [list(k) + [v] for k, v in markers(traced.__ptx__).items()],
                   "cubin": len(traced.__cubin__ or b""),
                   "bwd": {{"identical_after": bwd_after == bwd_plain, "meta": bwd_trace.metadata(),
-                          "markers": [list(k) + [v] for k, v in markers(bwd_traced).items()]}}}}))
+                          "markers": [list(k) + [v] for k, v in markers(bwd_traced).items()]}},
+                  "gemm": {{"identical_after": gemm_after == gemm_plain, "meta": gemm_trace.metadata(),
+                           "markers": [list(k) + [v] for k, v in markers(gemm_traced).items()]}}}}))
 """
 
 
 def test_fa4_sm100_compiles_with_tracing():
-    """FA4's Blackwell forward and backward compiled for sm_100a (a subprocess: the arch is fixed at import)."""
+    """FA4's Blackwell forward and backward and quack's Blackwell GEMM compiled for sm_100a (a subprocess:
+    the arch is fixed at import)."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm100")
+    pytest.importorskip("quack.gemm_interface")
     code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), tests=str(ROOT / "tests"), baked=BAKED)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.pop("CUTE_DSL_ARCH", None)
@@ -375,6 +383,15 @@ def test_fa4_sm100_compiles_with_tracing():
     assert "MbarrierArray" not in {p["class"] for p in by_name.values()}
     for pipe in by_name.values():
         assert set(pipe["ids"]) == {"acquire", "commit", "wait", "release"}, pipe["name"]
+    # quack's Blackwell GEMM (persistent, 2-CTA clusters, a UMMA accumulator pipeline)
+    gemm = result["gemm"]
+    assert gemm["identical_after"]
+    _assert_every_call_site_marked(gemm)
+    by_name = {p["name"]: p for p in gemm["meta"]["pipelines"]}
+    assert {name: p["class"] for name, p in by_name.items()} == {
+        "ab": "PipelineTmaUmma", "acc": "PipelineUmmaAsync", "sched": "PipelineAsync"}
+    assert all(set(p["ids"]) == {"acquire", "commit", "wait", "release"} for p in by_name.values())
+    assert by_name["ab"]["cluster"] == [2, 1, 1]
 
 
 def _assert_every_call_site_marked(result):

@@ -87,21 +87,24 @@ def sm90_env():
 
 
 @contextlib.contextmanager
-def fake_hopper(sm_count: int = 132):
+def fake_quack_device(sm_count: int = 132, capability: tuple[int, int] = (9, 0)):
     """quack asks torch / the driver for the device (capability, SM count, active clusters): answer as an
-    H100/H200 would, for compiling on a CPU-only machine."""
+    H100/H200 (or, with capability (10, 0) and 148 SMs, a B200) would, for compiling on a CPU-only
+    machine."""
     import types
     from unittest import mock
 
     import quack.cute_dsl_utils as qu
     import torch
 
-    props = types.SimpleNamespace(multi_processor_count=sm_count, major=9, minor=0, name="fake sm_90a",
-                                  shared_memory_per_block_optin=232448, total_memory=1 << 37)
+    major, minor = capability
+    props = types.SimpleNamespace(multi_processor_count=sm_count, major=major, minor=minor,
+                                  name=f"fake sm_{major}{minor}a", shared_memory_per_block_optin=232448,
+                                  total_memory=1 << 37)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(mock.patch.object(qu, "_get_device_capacity_cached", lambda device=None: (9, 0)))
+        stack.enter_context(mock.patch.object(qu, "_get_device_capacity_cached", lambda device=None: capability))
         stack.enter_context(mock.patch.object(torch.cuda, "get_device_properties", lambda device=None: props))
-        stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability", lambda device=None: (9, 0)))
+        stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability", lambda device=None: capability))
         stack.enter_context(mock.patch.object(torch.cuda, "current_device", lambda: 0))
         if hasattr(qu, "get_max_active_clusters"):
             import quack.gemm as qg
@@ -172,9 +175,10 @@ def quack_private_caches():
             c.update(entries)
 
 
-def quack_compile(trace=None, *, m=4096, n=4096, k=4096):
-    """Compile quack's sm90 GEMM through quack.gemm_interface.gemm(A, B, tuned=False) on a CPU (the launch
-    that follows fails without a driver and is ignored); returns the compiled object."""
+def quack_compile(trace=None, *, m=4096, n=4096, k=4096, blackwell=False):
+    """Compile quack's GEMM through quack.gemm_interface.gemm(A, B, tuned=False) on a CPU (the launch
+    that follows fails without a driver and is ignored): its sm90 GEMM, or with `blackwell` (after
+    sm100_env(), in a fresh process) its sm100 GEMM. Returns the compiled object."""
     import quack.gemm_tvm_ffi_utils as qt
     import torch
     from quack import gemm_interface
@@ -184,7 +188,8 @@ def quack_compile(trace=None, *, m=4096, n=4096, k=4096):
     import quack.cache
 
     quack.cache.CACHE_ENABLED = False
-    with fake_hopper(), quack_private_caches(), capturing_compiles(qt) as compiled, FakeTensorMode(), \
+    device = fake_quack_device(148, (10, 0)) if blackwell else fake_quack_device()
+    with device, quack_private_caches(), capturing_compiles(qt) as compiled, FakeTensorMode(), \
             (trace or contextlib.nullcontext()):
         A = torch.empty(m, k, dtype=torch.bfloat16, device="cuda")
         B = torch.empty(k, n, dtype=torch.bfloat16, device="cuda")
