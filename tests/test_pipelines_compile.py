@@ -142,6 +142,32 @@ def test_kernel_defined_subclass_and_names(small):
     assert meta["warps_per_group"] == 1
 
 
+
+def test_producer_and_consumer_handles_are_traced():
+    """cutlass's PipelineProducer / PipelineConsumer (make_participants, acquire_and_advance, commit,
+    wait_and_advance, release, tail) pass through the same pipeline methods: one pipeline, named from
+    its variable, four ops, each at the kernel line that called the handle."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.pipelines import LEVEL_OPS, trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+    with trace:
+        ptx = cute.compile(pk.launch_participants, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                           options="--keep-ptx").__ptx__
+    meta = trace.metadata()
+    check_call_sites(ptx, meta, LEVEL_OPS["signals"])
+    (ring,) = meta["pipelines"]
+    assert ring["name"] == "ring" and ring["class"] == "PipelineAsync"
+    assert ring["call_sites"]["acquire"][0] == _line("handle = producer.acquire_and_advance()")
+    assert ring["call_sites"]["commit"] == [_line("handle.commit()")]
+    assert ring["call_sites"]["wait"] == [_line("handle = consumer.wait_and_advance()")]
+    assert ring["call_sites"]["release"] == [_line("handle.release()")]
+    # the producer's tail() acquires every stage once more before the block exits
+    assert ring["call_sites"]["acquire"][1:] == [_line("producer.tail()")]
+
 def test_ids_are_registered_in_the_session_events(small):
     trace = small["traces"]["signals"]
     events = trace.spec.events

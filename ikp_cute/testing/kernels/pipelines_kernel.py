@@ -91,3 +91,34 @@ def turns_kernel(out: cute.Tensor, n_iters: Int32):
 @cute.jit
 def launch_turns(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
     turns_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@cute.kernel
+def participants_kernel(out: cute.Tensor, n_iters: Int32):
+    """The same ring through cutlass's PipelineProducer / PipelineConsumer handles (make_participants),
+    the API newer kernels write: warp 0 acquires and commits, warp group 1 waits and releases."""
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    ring = pipeline.PipelineAsync.create(
+        num_stages=STAGES,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128),
+        barrier_storage=cute.arch.alloc_smem(Int64, 2 * STAGES, alignment=8),
+    )
+    producer, consumer = ring.make_participants()
+    if warp == 0:
+        for _ in cutlass.range(n_iters):
+            handle = producer.acquire_and_advance()
+            handle.commit()
+        producer.tail()
+    elif warp >= 4:
+        for _ in cutlass.range(n_iters):
+            handle = consumer.wait_and_advance()
+            handle.release()
+    tid, _, _ = cute.arch.thread_idx()
+    if tid == 0:
+        out[0] = n_iters
+
+
+@cute.jit
+def launch_participants(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    participants_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
