@@ -293,11 +293,7 @@ class CursorRecorder:
         timer = timer_lo()
         if const_expr(fits is None):
             fits = room > 0
-        words, tag = self.words(), self.lane.tag
-        if fits:
-            k = self.spec.trailer_slot - room
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
+        _store_if(fits, self.words(), self.spec.trailer_slot - room, self.lane.tag | bits, timer)
         self.room[0] = sub_nsw(room, 1)
         return fits
 
@@ -354,11 +350,7 @@ class DeferredRecorder(CursorRecorder):
     def _write_begin(self, room, timer, bits: cutlass.Constexpr, fits):
         if const_expr(fits is None):
             fits = room > 0
-        words, tag = self.words(), self.lane.tag
-        if fits:
-            k = self.spec.trailer_slot - room
-            words[k, 0] = tag | bits
-            words[k, 1] = timer
+        _store_if(fits, self.words(), self.spec.trailer_slot - room, self.lane.tag | bits, timer)
 
 
 @dataclasses.dataclass(frozen=True)
