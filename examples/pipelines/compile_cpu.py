@@ -27,16 +27,28 @@ def keeping_artifacts(module):
 
 
 @contextlib.contextmanager
-def fa4_private_cache():
-    """FA4 caches compiled kernels by a key that knows nothing about tracing: use a fresh dict inside."""
+def fa4_private_caches():
+    """FA4 caches compiled kernels by keys that know nothing about tracing: every compile cache of its
+    interface (`<function>.compile_cache`) is a fresh dict inside; yields {function name: that dict}."""
     from flash_attn.cute import interface
 
-    saved = interface._flash_attn_fwd.compile_cache
-    interface._flash_attn_fwd.compile_cache = {}
+    owners = {name: value for name, value in vars(interface).items()
+              if callable(value) and hasattr(value, "compile_cache")}
+    saved = {name: owner.compile_cache for name, owner in owners.items()}
+    for owner in owners.values():
+        owner.compile_cache = {}
     try:
-        yield interface._flash_attn_fwd.compile_cache
+        yield {name: owner.compile_cache for name, owner in owners.items()}
     finally:
-        interface._flash_attn_fwd.compile_cache = saved
+        for name, owner in owners.items():
+            owner.compile_cache = saved[name]
+
+
+@contextlib.contextmanager
+def fa4_private_cache():
+    """The forward's fresh compile cache (fa4_private_caches)."""
+    with fa4_private_caches() as caches:
+        yield caches["_flash_attn_fwd"]
 
 
 def fa4_compile(trace=None, *, batch=1, seqlen=1024, heads=4, causal=False, fake=True):
@@ -64,19 +76,12 @@ def fa4_bwd_compile(trace=None, *, batch=1, seqlen=1024, heads=4, causal=False) 
     from flash_attn.cute import interface
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    owners = [value for value in vars(interface).values() if callable(value) and hasattr(value, "compile_cache")]
-    saved = [(owner, owner.compile_cache) for owner in owners]
-    for owner in owners:  # a private cache for each: FA4's cache keys know nothing about tracing
-        owner.compile_cache = {}
-    try:
-        with FakeTensorMode(), capturing_compiles(interface) as compiled, (trace or contextlib.nullcontext()):
-            q = torch.empty(batch, seqlen, heads, 128, dtype=torch.bfloat16, device="cuda")
-            lse = torch.empty(batch, heads, seqlen, dtype=torch.float32, device="cuda")
-            interface._flash_attn_bwd(q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q),
-                                      torch.empty_like(q), lse, causal=causal)
-    finally:
-        for owner, cache in saved:
-            owner.compile_cache = cache
+    with fa4_private_caches(), FakeTensorMode(), capturing_compiles(interface) as compiled, \
+            (trace or contextlib.nullcontext()):
+        q = torch.empty(batch, seqlen, heads, 128, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(batch, heads, seqlen, dtype=torch.float32, device="cuda")
+        interface._flash_attn_bwd(q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q),
+                                  torch.empty_like(q), lse, causal=causal)
     return compiled
 
 

@@ -189,8 +189,7 @@ class Tracer:
         for _ in range(40):
             if frame is None:
                 break
-            local = frame.f_locals
-            for obj in (local.get("self"), *local.values()):
+            for obj in frame.f_locals.values():  # a method's `self` comes first (arguments lead)
                 role = _role_in(obj, mbar)
                 if role is not None:
                     return obj, role
@@ -626,7 +625,7 @@ class Tracer:
 
 def _role_in(obj, mbar) -> str | None:
     """'full' or 'empty' when `obj` is a pipeline holding `mbar` as that array, else None."""
-    if obj is None or obj is mbar or isinstance(obj, (int, float, str, bool, type)):
+    if obj is None or obj is mbar or isinstance(obj, (int, float, str, type)):
         return None
     try:
         if getattr(obj, "sync_object_full", None) is mbar:
