@@ -40,6 +40,7 @@ import linecache
 import math
 import os
 import sys
+import types
 
 from ikp_cute import inline_ptx
 
@@ -182,18 +183,23 @@ class Tracer:
 
     def _owner(self, mbar):
         """(pipeline object, 'full'|'empty') owning `mbar`, from the call stack; (None, None) if none.
-        Per frame, its `self` first (a pipeline's own method), then its other locals: kernels also call
-        a pipeline's arrays directly (FA4's Blackwell backward: `pipeline_S_P.sync_object_empty.wait(...)`),
-        and that call is still the pipeline's acquire."""
+        Innermost frame first, and in each its `self` first (a pipeline's own method), then its other
+        locals: kernels also call a pipeline's arrays directly (FA4's Blackwell backward:
+        `pipeline_S_P.sync_object_empty.wait(...)`), and that call is still the pipeline's acquire.
+        Failing that, a pipeline one step from a local: an attribute of it or an element of a list,
+        tuple or dict (`self.pipe_k.sync_object_full.wait(...)`, `pipes[i].sync_object_full.arrive(...)`)."""
+        frames = []
         frame = sys._getframe(2)
-        for _ in range(40):
-            if frame is None:
-                break
-            for obj in frame.f_locals.values():  # a method's `self` comes first (arguments lead)
-                role = _role_in(obj, mbar)
-                if role is not None:
-                    return obj, role
+        while frame is not None and len(frames) < 40:
+            frames.append(frame)
             frame = frame.f_back
+        for near in (False, True):
+            for frame in frames:
+                for local in frame.f_locals.values():  # a method's `self` comes first (arguments lead)
+                    for obj in _members(local) if near else (local,):
+                        role = _role_in(obj, mbar)
+                        if role is not None:
+                            return obj, role
         return None, None
 
     def _pipeline(self, mbar, owner, role) -> Pipeline:
@@ -635,6 +641,21 @@ def _role_in(obj, mbar) -> str | None:
     except Exception:  # noqa: BLE001 (a kernel's own object whose attributes fail to build: not a pipeline)
         return None
     return None
+
+
+def _members(obj) -> list:
+    """What is one step from `obj`: the elements of a list / tuple / dict, else its instance attributes
+    (none for modules and classes, whose namespaces are not where a kernel keeps its pipelines)."""
+    if isinstance(obj, (list, tuple)):
+        return list(obj)
+    if isinstance(obj, dict):
+        return list(obj.values())
+    if isinstance(obj, (types.ModuleType, type)) or obj is None:
+        return []
+    try:
+        return list(vars(obj).values())
+    except TypeError:  # no __dict__ (slots, builtins)
+        return []
 
 
 def _construct_in(block, inner):

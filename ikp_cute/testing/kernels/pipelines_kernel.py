@@ -122,3 +122,43 @@ def participants_kernel(out: cute.Tensor, n_iters: Int32):
 @cute.jit
 def launch_participants(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
     participants_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rings:
+    """A kernel's own holder of a pipeline (kernels keep them as attributes of their objects)."""
+
+    ring: pipeline.PipelineAsync
+
+
+@cute.kernel
+def direct_kernel(out: cute.Tensor, n_iters: Int32):
+    """Two rings whose arrays the kernel calls directly, as FA4's Blackwell backward does, each reached
+    only through something else: one is an element of a list, the other an attribute of a holder.
+    Warp 0 acquires (`sync_object_empty.wait`) and commits (`sync_object_full.arrive`); warp group 1
+    consumes through the pipelines' own methods."""
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128)
+    listed = [pipeline.PipelineAsync.create(num_stages=1, producer_group=producers, consumer_group=consumers,
+                                            barrier_storage=cute.arch.alloc_smem(Int64, 2, alignment=8))]
+    held = _Rings(pipeline.PipelineAsync.create(num_stages=1, producer_group=producers, consumer_group=consumers,
+                                                barrier_storage=cute.arch.alloc_smem(Int64, 2, alignment=8)))
+    if warp == 0:
+        for i in cutlass.range(n_iters):
+            listed[0].sync_object_empty.wait(0, (i + 1) % 2)
+            listed[0].sync_object_full.arrive(0, listed[0].producer_mask)
+            held.ring.sync_object_empty.wait(0, (i + 1) % 2)
+            held.ring.sync_object_full.arrive(0, held.ring.producer_mask)
+    elif warp >= 4:
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        for _ in cutlass.range(n_iters):
+            for ring in (listed[0], held.ring):
+                ring.consumer_wait(state)
+                ring.consumer_release(state)
+            state.advance()
+
+
+@cute.jit
+def launch_direct(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    direct_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
