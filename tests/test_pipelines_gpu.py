@@ -1,0 +1,91 @@
+"""trace_pipelines on a GPU (skipped without CUDA; run on the H100/H200 machine through
+gpu/device_suite.py): the small pipeline kernels of ikp_cute/testing/kernels/pipelines_kernel.py run
+traced at level "all" (every wait a region, every signal an instant), decode with nothing lost, and every
+consumer wait and producer acquire is matched to the signal that released it, including the acquires and
+commits a kernel makes by calling a pipeline's arrays itself."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+BLOCKS, ITERS = 4, 6
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
+
+
+def run_traced(torch, tmp_path, launch_name: str):
+    """Compile pipelines_kernel.<launch_name> under trace_pipelines(level="all"), run it once on BLOCKS
+    blocks, save and load the capture: -> (Trace, PipelineAnalysis, metadata)."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import from_dlpack
+
+    from host_decode.analysis.pipelines import analyze_pipelines
+    from host_decode.core.decoder import load_capture
+    from ikp_cute.pipelines import session_for, trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    out = torch.zeros(4, dtype=torch.int32, device="cuda")
+    session = session_for(BLOCKS, pk.THREADS // 32, records_per_lane=256, kernel=launch_name)
+    with trace_pipelines(session, level="all") as trace:
+        compiled = cute.compile(getattr(pk, launch_name), from_dlpack(out), Int32(ITERS), BLOCKS)
+    with session.zeroed_then_synced():
+        compiled(from_dlpack(out), Int32(ITERS))
+    capture = load_capture(trace.save(session, tmp_path / f"{launch_name}.npy"))
+    assert capture.loss.lost == 0 and int(capture.lanes["dropped"].sum()) == 0
+    return capture, analyze_pipelines(capture), trace.metadata()
+
+
+def ops_by_pipeline(analysis) -> dict:
+    """{(pipeline name, op): {status: count}} of the matched waits of the pipelines (not barriers)."""
+    from host_decode.analysis.pipelines import STATUSES, WAIT_OPS
+
+    out: dict = {}
+    for row in analysis.waits:
+        channel = analysis.channels[row["channel"]]
+        if channel.kind != "pipeline":
+            continue
+        counts = out.setdefault((channel.name, WAIT_OPS[row["op"]]), {})
+        status = STATUSES[row["status"]]
+        counts[status] = counts.get(status, 0) + 1
+    return out
+
+
+def test_direct_array_calls_are_matched_as_their_pipelines_ops(torch, tmp_path):
+    """direct_kernel: warp 0 acquires and commits by calling the arrays of a list element and of a
+    holder's attribute; warp group 1 waits and releases through the pipelines' methods. Each of the
+    ITERS acquires per block is the pipeline's own (first use passes, the rest matched to a release),
+    and each consumer wait is matched to a commit."""
+    capture, analysis, meta = run_traced(torch, tmp_path, "launch_direct")
+    assert {p["name"] for p in meta["pipelines"]} == {"listed", "held"}
+    found = ops_by_pipeline(analysis)
+    for name in ("listed", "held"):
+        assert found[(name, "acquire")] == {"first_use": BLOCKS, "matched": BLOCKS * (ITERS - 1)}, found
+        assert found[(name, "wait")] == {"matched": 4 * BLOCKS * ITERS}, found  # 4 consumer warps
+    assert analysis.unmatched() == {}
+
+
+def test_producer_and_consumer_handles_are_matched(torch, tmp_path):
+    """participants_kernel (cutlass's PipelineProducer / PipelineConsumer handles, 3 stages): every wait
+    matched; the producer's tail() acquires each stage once more after its last commit."""
+    capture, analysis, meta = run_traced(torch, tmp_path, "launch_participants")
+    (ring,) = meta["pipelines"]
+    stages = ring["num_stages"]
+    found = ops_by_pipeline(analysis)
+    assert found[("ring", "wait")] == {"matched": 4 * BLOCKS * ITERS}, found
+    acquires = found[("ring", "acquire")]
+    assert acquires.get("first_use") == BLOCKS * stages, found
+    assert sum(acquires.values()) == BLOCKS * (ITERS + stages), found
+    assert analysis.unmatched() == {}
