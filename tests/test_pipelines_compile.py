@@ -348,6 +348,13 @@ def test_quack_sm90_gemm_traced_with_no_source_change(quack):
     # quack launches 2-CTA clusters whose consumers release the A/B stage in both CTAs (consumer_mask):
     # the sidecar says so, so `ikp waits` matches across the cluster without --cluster.
     assert by_name["ab"]["cluster"] == [2, 1, 1] and "scope" not in by_name["ab"]
+    # The epilogue's TMA-store pipeline (quack's own PipelineTmaStore subclass, no mbarriers): its
+    # acquires (cp.async.bulk.wait_group) at the epilogue's producer_acquire and producer_tail, its
+    # commits (cp.async.bulk.commit_group), named from the variable make_epi_store_pipeline's caller assigns.
+    store = by_name["epi_store"]
+    assert store["class"] == "PipelineTmaStore" and store["released_by"] == "tma_store"
+    assert set(store["ids"]) == {"acquire", "commit"}
+    assert {site.split(":")[0] for site in store["call_sites"]["acquire"]} == {"gemm_base.py", "gemm_sm90.py"}
 
 
 def test_fa4_sm90_backward_traced_with_no_source_change():
@@ -444,9 +451,13 @@ def test_fa4_sm100_compiles_with_tracing():
     _assert_every_call_site_marked(gemm)
     by_name = {p["name"]: p for p in gemm["meta"]["pipelines"]}
     assert {name: p["class"] for name, p in by_name.items()} == {
-        "ab": "PipelineTmaUmma", "acc": "PipelineUmmaAsync", "sched": "PipelineAsync"}
-    assert all(set(p["ids"]) == {"acquire", "commit", "wait", "release"} for p in by_name.values())
+        "ab": "PipelineTmaUmma", "acc": "PipelineUmmaAsync", "sched": "PipelineAsync",
+        "epi_store": "PipelineTmaStore"}
+    assert all(set(by_name[n]["ids"]) == {"acquire", "commit", "wait", "release"} for n in ("ab", "acc", "sched"))
     assert by_name["ab"]["cluster"] == [2, 1, 1]
+    # the epilogue's TMA stores: no mbarriers, acquired and committed through cp.async.bulk groups
+    assert set(by_name["epi_store"]["ids"]) == {"acquire", "commit"}
+    assert by_name["epi_store"]["released_by"] == "tma_store"
 
 
 def _assert_every_call_site_marked(result):

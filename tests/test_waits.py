@@ -739,3 +739,37 @@ def test_waits_tables_fit_80_columns():
     text = con.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "producer" in text and "mma1 waits on K for producer" in text and "70.6%" in text
+
+
+def test_tma_store_acquires_waited_on_the_tma_unit():
+    """A TMA-store pipeline (sidecar `released_by: tma_store`, ops acquire and commit only): no lane frees
+    its stages, the TMA unit does once a bulk store has read them. Its acquires get status tma_store (a
+    match: nothing is lost or unexplained), no flow, and `ikp waits` says they waited on the TMA unit.
+    The consumer pipeline beside it is matched as before.
+
+    epilogue warp (group 0): acq 0-1 | c@2 | acq 3-12 (blocked 9 ticks) | c@13 | acq 14-15 | c@16
+    """
+    EPI_ACQ, EPI_COMMIT = 60, 70
+    c = fa_like()
+    for a, z, commit in [(0, 1, 2), (3, 12, 13), (14, 15, 16)]:
+        c.region(0, PRODUCER, EPI_ACQ, 40 + a, 40 + z)
+        c.instant(0, PRODUCER, EPI_COMMIT, 40 + commit)
+    store = {"name": "epi_store", "class": "PipelineTmaStore", "site": "epi.py:1", "num_stages": 1,
+             "ids": {"acquire": EPI_ACQ, "commit": EPI_COMMIT}, "released_by": "tma_store"}
+    trace = c.trace([k_pipeline(), store])
+    pa = pl.analyze_pipelines(trace)
+    assert pa.unmatched() == {}
+    epi = [i for i, ch in enumerate(pa.channels) if ch.name == "epi_store"][0]
+    rows = pa.waits[pa.waits["channel"] == epi]
+    assert [pl.STATUSES[s] for s in rows["status"]] == ["tma_store"] * 3
+    assert (rows["src_lane"] == -1).all() and (rows["kind"] == -1).all()
+    assert not (pa.flows()["dst_ns"] == rows["end_ns"][1]).any()
+    k_rows = pa.waits[pa.waits["channel"] != epi]
+    assert pa.status_counts()["matched"] == int((k_rows["status"] == pl.STATUSES.index("matched")).sum()) > 0
+    summary = ws.waits_summary(trace, pa)
+    (row,) = [r for r in summary["rows"] if r["channel"] == "epi_store"]
+    # one blocked (9 ticks); the two 1-tick acquires are not longer than the timer step
+    assert row["op"] == "acquire" and row["blocked"] == 1 and row["waited_on"] == {"tma_store": 1}
+    # a sidecar naming an unknown releaser is refused, naming the entry
+    with pytest.raises(ValueError, match=r"pipelines\[1\] \(epi_store\): released_by"):
+        pl.channels_of({"pipelines": [k_pipeline(), {**store, "released_by": "dma"}]})

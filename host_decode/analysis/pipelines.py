@@ -42,18 +42,21 @@ the channel's barriers):
   block-local. Guarded by test_waits.py::test_two_cta_cluster.
 * Times are the decoder's (32-bit wraps already unwrapped: test_waits.py::test_wrap).
 
-Nothing is dropped silently: each wait that ended (a region with both ends; a wait cut by overflow is
-the decoder's unmatched_begin) gets one status: matched, inferred, self, first_use, or one reason why it
-could not be matched: producer_dropped / consumer_dropped / participant_dropped (a signalling lane of the
-unit overflowed: its records are a program-order prefix, so the k-th signal may be among those lost),
-lane_missing (a signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
-signalling lanes are complete and present, yet fewer signals than waits), signal_in_other_cta (no lane of
-the unit signals the channel at all, other units' lanes do: a cluster-scoped pipeline whose metadata lacks
-"cluster"; `ikp waits --cluster N` / analyze_pipelines(cluster=N) supplies it), bound_not_recorded (inferred
-matching found no producer acquire / consumer wait to bound the wait with: a successful try_acquire or
-try_wait skipped it, so it left no record), no_signal_recorded (nothing
-signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other
-side). Guarded by test_waits.py::test_consumer_overflow_and_missing_lane.
+Nothing is dropped silently: each wait that ended (a region with both ends; a wait cut by overflow is the
+decoder's unmatched_begin) gets one status: matched, inferred, self, first_use, tma_store (an acquire of
+a pipeline whose sidecar says `"released_by": "tma_store"`: a TMA-store pipeline, whose stages the TMA
+unit frees once its bulk store has read them, so no lane signals it; test_waits.py::
+test_tma_store_acquires_waited_on_the_tma_unit), or one reason why it could not be matched:
+producer_dropped / consumer_dropped / participant_dropped (a signalling lane of the unit overflowed: its
+records are a program-order prefix, so the k-th signal may be among those lost), lane_missing (a
+signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all signalling lanes are
+complete and present, yet fewer signals than waits), signal_in_other_cta (no lane of the unit signals the
+channel at all, other units' lanes do: a cluster-scoped pipeline whose metadata lacks "cluster"; `ikp
+waits --cluster N` / analyze_pipelines(cluster=N) supplies it), bound_not_recorded (inferred matching
+found no producer acquire / consumer wait to bound the wait with: a successful try_acquire or try_wait
+skipped it, so it left no record), no_signal_recorded (nothing signals this channel anywhere: e.g. level
+"waits" with neither acquire nor wait traced on the other side). Guarded by
+test_waits.py::test_consumer_overflow_and_missing_lane.
 
 Counters ("<P> stages full", per block): +1 when a stage's k-th commit phase completed, -1 when its k-th
 release phase completed (both must be recorded: level "signals"); the value is the number of stages
@@ -86,7 +89,7 @@ FLOW_KINDS = (
     "bar_arrive->bar_sync",
     "bar_sync->bar_sync",
 )
-MATCHED_STATUSES = ("matched", "inferred", "self", "first_use")
+MATCHED_STATUSES = ("matched", "inferred", "self", "first_use", "tma_store")
 UNMATCHED_REASONS = (
     "producer_dropped",
     "consumer_dropped",
@@ -98,6 +101,7 @@ UNMATCHED_REASONS = (
     "no_signal_recorded",
 )
 STATUSES = MATCHED_STATUSES + UNMATCHED_REASONS
+RELEASED_BY = ("", "tma_store")  # sidecar `released_by` of a pipeline: what frees a stage untraced
 NUM_NAMED_BARRIERS = 16  # hardware named barriers per CTA (bar.sync ids 0..15)
 
 WAIT_DTYPE = np.dtype(
@@ -139,6 +143,7 @@ class Channel:
     cls: str = ""
     site: str = ""
     barrier_id: int = -1  # named barrier id (bar.sync id) of a barrier channel
+    released_by: str = ""  # "tma_store": the TMA unit frees its stages (no traced release)
 
     @property
     def cluster_size(self) -> int:
@@ -172,7 +177,13 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
                 )
         given = p.get("cluster", cluster if "scope" not in p else None)
         shape = _cluster_shape(given, where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
-        out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", ""))))
+        released_by = p.get("released_by") or ""
+        if released_by not in RELEASED_BY:
+            raise ValueError(
+                f"{where} ({p['name']}): released_by must be one of {RELEASED_BY[1:]}, got {released_by!r}"
+            )
+        out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", "")),
+                           released_by=released_by))
     bars = meta.get("barriers")
     if bars:
         bases = {op: bars.get(f"base_{op[4:]}") for op in ("bar_sync", "bar_arrive")} if isinstance(bars, dict) else {}
@@ -301,7 +312,12 @@ def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
             recorded = signal_op in ch.ids
             sig = signals if recorded else ({"acquire": acq, "wait": wai}[bound] if bound in ch.ids else None)
             status, kind, by = ("matched", kinds[0], "count+time") if recorded else ("inferred", kinds[1], "time")
-            parts.append(ctx.match(waits, c, op, sig, int(op == _ACQ), unit, kind, status, dropped, by=by))
+            part = ctx.match(waits, c, op, sig, int(op == _ACQ), unit, kind, status, dropped, by=by)
+            if op == _ACQ and ch.released_by == "tma_store":  # no lane released it: the TMA unit did
+                part["status"] = _S["tma_store"]
+                for field in ("src_lane", "src_ns", "kind", "phase"):
+                    part[field] = -1
+            parts.append(part)
         order += [wai.index, acq.index]
         for op, r in ((_WAIT, rel), (_ACQ, com)):
             if ("release" if op == _WAIT else "commit") in ch.ids:

@@ -70,6 +70,9 @@ class Pipeline:
     # Which CTAs share its barriers: [x, y, z] (the launch's cluster: TMA multicast fills and frees the
     # stage in every CTA of the cluster), "cta" (block-local), None (not known: the host's --cluster).
     cluster: list[int] | str | None = None
+    # What frees a stage when no traced signal does: "tma_store" (a TMA-store pipeline's stage is free
+    # once the bulk store has read its shared memory; its acquire waits on the TMA unit).
+    released_by: str | None = None
 
     def as_json(self) -> dict:
         out = {
@@ -85,6 +88,8 @@ class Pipeline:
         }
         if self.op_type is not None:
             out["op_type"] = self.op_type
+        if self.released_by is not None:
+            out["released_by"] = self.released_by
         if self.cluster == "cta":
             out["scope"] = "cta"
         elif self.cluster is not None:

@@ -109,10 +109,11 @@ def _function_name(frame, dirs=()) -> str:
     return _site(frame) if name in ("kernel", "__call__", "?") else name
 
 
-def _creation_variable(frame) -> str | None:
+def _creation_variable(frame, dirs=()) -> str | None:
     """The name a pipeline is known by at its creation: the variable assigned (`pipeline_k = X.create(`);
-    for `return X.create(` in a maker method, the variable its caller assigns, else the maker's name
-    without `make_` (`make_ab_pipeline` -> `ab_pipeline`)."""
+    for `return X.create(` in a maker method, the variable its caller assigns (the caller past the DSL's
+    generated bodies and its own frames, `dirs`), else the maker's name without `make_`
+    (`make_ab_pipeline` -> `ab_pipeline`)."""
     if frame is None:
         return None
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
@@ -120,7 +121,8 @@ def _creation_variable(frame) -> str | None:
     if variable is not None or not line.strip().startswith("return"):
         return variable
     caller = frame.f_back
-    while caller is not None and caller.f_code.co_name.startswith(_GENERATED + _ANONYMOUS):
+    while caller is not None and (caller.f_code.co_name.startswith(_GENERATED + _ANONYMOUS)
+                                  or (dirs and caller.f_code.co_filename.startswith(dirs))):
         caller = caller.f_back
     if caller is not None:
         variable = assigned_variable(linecache.getline(caller.f_code.co_filename, caller.f_lineno))
@@ -188,19 +190,7 @@ class Tracer:
         `pipeline_S_P.sync_object_empty.wait(...)`), and that call is still the pipeline's acquire.
         Failing that, a pipeline one step from a local: an attribute of it or an element of a list,
         tuple or dict (`self.pipe_k.sync_object_full.wait(...)`, `pipes[i].sync_object_full.arrive(...)`)."""
-        frames = []
-        frame = sys._getframe(2)
-        while frame is not None and len(frames) < 40:
-            frames.append(frame)
-            frame = frame.f_back
-        for near in (False, True):
-            for frame in frames:
-                for local in frame.f_locals.values():  # a method's `self` comes first (arguments lead)
-                    for obj in _members(local) if near else (local,):
-                        role = _role_in(obj, mbar)
-                        if role is not None:
-                            return obj, role
-        return None, None
+        return _on_stack(lambda obj: _role_in(obj, mbar))
 
     def _pipeline(self, mbar, owner, role) -> Pipeline:
         if owner is not None:
@@ -229,6 +219,7 @@ class Tracer:
                 tx_bytes=_int_or_none(getattr(full, "tx_count", None)),
                 op_type=str(getattr(getattr(full, "op_type", None), "name", None)),
                 cluster=self._scope(owner),
+                released_by="tma_store" if _tma_store_role(owner) else None,
             )
 
         return self.catalog.pipeline(key, make)
@@ -256,7 +247,10 @@ class Tracer:
 
     def _bits(self, mbar, kind: str, index, event_type, owned=None):
         """(bits, label) of a call of `kind` on `mbar`, or None when the level does not record it."""
-        pipe, op = self._op(mbar, kind, owned)
+        return self._op_bits(*self._op(mbar, kind, owned), index, event_type)
+
+    def _op_bits(self, pipe: Pipeline, op: str, index, event_type):
+        """(bits, label) of `op` on `pipe` at stage `index`, or None when the level does not record it."""
         if not self.catalog.records(op):
             return None
         site = _site(_user_frame(self._dirs, _SKIP_FUNCTIONS))
@@ -423,7 +417,7 @@ class Tracer:
         def __init__(mbar, *args, **kwargs):
             orig(mbar, *args, **kwargs)
             frame = _user_frame(tracer._dirs, _SKIP_FUNCTIONS)
-            object.__setattr__(mbar, _TAG, {"site": _site(frame), "variable": _creation_variable(frame)})
+            object.__setattr__(mbar, _TAG, {"site": _site(frame), "variable": _creation_variable(frame, tracer._dirs)})
 
         return __init__
 
@@ -524,6 +518,37 @@ class Tracer:
 
         return raw
 
+    def hook_bulk_group(self, orig, op: str):
+        """cute.arch.cp_async_bulk_wait_group (op "acquire": a TMA-store pipeline waits until the oldest
+        stage's store has read its shared memory) and cp_async_bulk_commit_group (op "commit"), made for a
+        PipelineTmaStore (cutlass's, through its TmaStoreFence, or a subclass such as quack's that calls
+        them itself): that pipeline's op on stage 0 (the stage rotates implicitly: no index is passed).
+        A bulk-group call with no TMA-store pipeline on the call stack is not traced."""
+        tracer = self
+
+        def bulk_group(*args, **kwargs):
+            if tracer._depth or inline_ptx.kernel_op() is None:
+                return orig(*args, **kwargs)
+            owner, _ = _on_stack(_tma_store_role)
+            marker = None
+            if owner is not None:
+                pipe = tracer._pipeline(owner.sync_object_full, owner, "full")
+                marker = tracer._op_bits(pipe, op, 0, BEGIN if op == "acquire" else INSTANT)
+            if marker is None:
+                return orig(*args, **kwargs)
+            tracer._depth += 1
+            try:
+                if op == "acquire":
+                    return tracer._wait_region(marker, orig, args, kwargs)
+                tracer._record(*marker)
+                result = orig(*args, **kwargs)
+                tracer._move_checks(before_record=False)
+                return result
+            finally:
+                tracer._depth -= 1
+
+        return bulk_group
+
     def hook_arrive(self, orig):
         tracer = self
 
@@ -619,6 +644,12 @@ class Tracer:
         for name, kind in (("mbarrier_arrive", "arrive"), ("mbarrier_arrive_and_expect_tx", "arrive"),
                            ("mbarrier_wait", "wait"), ("mbarrier_try_wait", "poll")):
             self._patch(cute.arch, name, self.hook_raw(getattr(cute.arch, name), kind))
+        fence = helpers.TmaStoreFence
+        self._patch(fence, "__init__", self.hook_init(fence.__init__))
+        self._patch(cute.arch, "cp_async_bulk_wait_group",
+                    self.hook_bulk_group(cute.arch.cp_async_bulk_wait_group, "acquire"))
+        self._patch(cute.arch, "cp_async_bulk_commit_group",
+                    self.hook_bulk_group(cute.arch.cp_async_bulk_commit_group, "commit"))
         self._patch(cute.arch, "barrier", self.hook_barrier(cute.arch.barrier, "bar_sync"))
         self._patch(cute.arch, "barrier_arrive", self.hook_barrier(cute.arch.barrier_arrive, "bar_arrive"))
         self._patch(cute.arch, "sync_threads", self.hook_barrier(cute.arch.sync_threads, "sync_threads"))
@@ -627,6 +658,32 @@ class Tracer:
         while self._saved:
             owner, attr, value = self._saved.pop()
             setattr(owner, attr, value)
+
+
+def _on_stack(role_of):
+    """(object, role) of the first object of the call stack for which `role_of` gives a role: innermost
+    frame first, each frame's locals in order (a method's `self` first: arguments lead); failing that,
+    the same over what is one step from each local (_members). (None, None) if none."""
+    frames = []
+    frame = sys._getframe(2)
+    while frame is not None and len(frames) < 40:
+        frames.append(frame)
+        frame = frame.f_back
+    for near in (False, True):
+        for frame in frames:
+            for local in frame.f_locals.values():
+                for obj in _members(local) if near else (local,):
+                    role = role_of(obj)
+                    if role is not None:
+                        return obj, role
+    return None, None
+
+
+def _tma_store_role(obj) -> str | None:
+    """'full' for a TMA-store pipeline (its one sync object, a TmaStoreFence, is its `sync_object_full`)."""
+    from cutlass.pipeline import PipelineTmaStore
+
+    return "full" if isinstance(obj, PipelineTmaStore) else None
 
 
 def _role_in(obj, mbar) -> str | None:

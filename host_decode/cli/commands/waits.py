@@ -83,11 +83,12 @@ def print_waits(data: dict, console=None) -> None:
 
     console = console or make_console()
     st = data["status"]
-    matched = st["matched"] + st["inferred"] + st["self"] + st["first_use"]
+    matched = st["matched"] + st["inferred"] + st["self"] + st["first_use"] + st["tma_store"]
     console.print(
         f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
         f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
-        f"{st['self']} self-released barriers, {st['first_use']} first uses), {data['flows']} flows; "
+        f"{st['self']} self-released barriers, {st['first_use']} first uses, {st['tma_store']} TMA-store "
+        f"acquires freed by the TMA unit), {data['flows']} flows; "
         f"blocked = longer than {data['blocked_above_ns']} ns (timer step {data['timer_step_ns']} ns from the "
         f"{data['timer_step_source']}; a first acquire, which cannot block, takes "
         f"{data['pass_through_ns'] or '?'} ns); "
