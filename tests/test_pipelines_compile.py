@@ -147,19 +147,7 @@ def test_producer_and_consumer_handles_are_traced():
     """cutlass's PipelineProducer / PipelineConsumer (make_participants, acquire_and_advance, commit,
     wait_and_advance, release, tail) pass through the same pipeline methods: one pipeline, named from
     its variable, four ops, each at the kernel line that called the handle."""
-    from cutlass import Int32, cute
-    from cutlass.cute.runtime import make_fake_compact_tensor
-
-    from ikp_cute.pipelines import LEVEL_OPS, trace_pipelines
-    from ikp_cute.testing.kernels import pipelines_kernel as pk
-
-    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
-    with trace:
-        ptx = cute.compile(pk.launch_participants, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                           options="--keep-ptx").__ptx__
-    meta = trace.metadata()
-    check_call_sites(ptx, meta, LEVEL_OPS["signals"])
-    (ring,) = meta["pipelines"]
+    (ring,) = _small_kernel_signals("launch_participants")["pipelines"]
     assert ring["name"] == "ring" and ring["class"] == "PipelineAsync"
     assert ring["call_sites"]["acquire"][0] == _line("handle = producer.acquire_and_advance()")
     assert ring["call_sites"]["commit"] == [_line("handle.commit()")]
@@ -169,11 +157,23 @@ def test_producer_and_consumer_handles_are_traced():
     assert ring["call_sites"]["acquire"][1:] == [_line("producer.tail()")]
 
 
-
 def test_arrays_called_directly_belong_to_their_pipeline():
     """A kernel that calls a pipeline's arrays itself (`p.sync_object_empty.wait(...)` is p's acquire,
     `p.sync_object_full.arrive(...)` its commit), with the pipeline reached through a list element and
     through an attribute of a holder: each is still one pipeline with four ops, not anonymous arrays."""
+    by_name = {p["name"]: p for p in _small_kernel_signals("launch_direct")["pipelines"]}
+    assert set(by_name) == {"listed", "held"}
+    for name, holder in (("listed", "listed[0]"), ("held", "held.ring")):
+        sites = by_name[name]["call_sites"]
+        assert by_name[name]["class"] == "PipelineAsync"
+        assert sites["acquire"] == [_line(f"{holder}.sync_object_empty.wait(")]
+        assert sites["commit"] == [_line(f"{holder}.sync_object_full.arrive(")]
+        assert sites["wait"] == [_line("ring.consumer_wait(state)")]
+
+
+def _small_kernel_signals(launch: str) -> dict:
+    """pipelines_kernel.<launch> compiled under level signals: its sidecar metadata, once every call site
+    was checked to have its markers."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
@@ -182,18 +182,12 @@ def test_arrays_called_directly_belong_to_their_pipeline():
 
     trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
     with trace:
-        ptx = cute.compile(pk.launch_direct, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+        ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                            options="--keep-ptx").__ptx__
     meta = trace.metadata()
     check_call_sites(ptx, meta, LEVEL_OPS["signals"])
-    by_name = {p["name"]: p for p in meta["pipelines"]}
-    assert set(by_name) == {"listed", "held"}
-    for name, holder in (("listed", "listed[0]"), ("held", "held.ring")):
-        sites = by_name[name]["call_sites"]
-        assert by_name[name]["class"] == "PipelineAsync"
-        assert sites["acquire"] == [_line(f"{holder}.sync_object_empty.wait(")]
-        assert sites["commit"] == [_line(f"{holder}.sync_object_full.arrive(")]
-        assert sites["wait"] == [_line("ring.consumer_wait(state)")]
+    return meta
+
 
 def test_ids_are_registered_in_the_session_events(small):
     trace = small["traces"]["signals"]
