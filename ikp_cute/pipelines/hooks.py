@@ -217,7 +217,7 @@ class Tracer:
                 producer_arrivals=_int_or_none(getattr(full, "arrive_count", None)),
                 consumer_arrivals=_int_or_none(getattr(empty, "arrive_count", None)),
                 tx_bytes=_int_or_none(getattr(full, "tx_count", None)),
-                op_type=str(getattr(getattr(full, "op_type", None), "name", None)),
+                op_type=getattr(getattr(full, "op_type", None), "name", None),  # none for a TMA-store fence
                 cluster=self._scope(owner),
                 released_by="tma_store" if _tma_store_role(owner) else None,
             )
