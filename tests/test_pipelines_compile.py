@@ -521,6 +521,20 @@ def test_a_blocked_only_check_goes_after_the_next_signal():
     assert "%clock" not in ptx  # blocked = %globaltimer advanced >= blocked_ns across the call
 
 
+
+def test_a_producer_acquire_check_goes_past_its_commit(small):
+    """cutlass's producer_acquire waits inside an `if` that always runs (no try token). That wait is timed
+    from just before the if to just after it (the same span), so its check lives in the enclosing block and
+    moves past the commit that follows (here a raw mbarrier arrive on the barrier the pipeline handed
+    out): off the producer's way to its next load. The old placement stored it inside the if, before the
+    commit (FA4: before the commit and the TMA issue of every K/V load)."""
+    ptx = small["ptx"]["waits"]
+    (begin,) = _positions(ptx, r"/\* ikp acquire_side_named@\S+ call-begin \*/")
+    (end_time,) = _positions(ptx, r"/\* ikp acquire_side_named@\S+ call-end-time \*/")
+    (store,) = _positions(ptx, r"/\* ikp acquire_side_named@\S+ call-end \*/")
+    commit = min(p for p in _positions(ptx, r"mbarrier\.arrive") if p > end_time)
+    assert begin < end_time < commit < store
+
 def test_a_check_stays_ahead_of_later_records():
     """Level signals: the hand-over arrive records an instant, so the check (which may store the wait's
     region) stays ahead of it: a lane's records remain in program order, which is time order."""

@@ -148,6 +148,7 @@ class Tracer:
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
         self._checks: list[tuple[object, list]] = []  # blocked-only checks a later signal may still move
+        self._checks_kernel = None  # the kernel (cuda.kernel op) they belong to
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
         self.cluster: list[int] | None = None  # the cluster shape of the kernel being launched (launch hook)
         self._dirs = _library_dirs()
@@ -283,35 +284,48 @@ class Tracer:
         """`orig(*args, **kwargs)` stored as a region only when it took >= blocked_ns (and, for a poll,
         `succeeded(result)`). On the call's path: a %globaltimer read before it and one after, nothing
         that waits for either; the compare and the store branch (the check) follow the call, from where
-        the next signal of the same block takes them past itself (_move_checks). Returns (result, begin)."""
+        later calls of the same block take them on (_move_checks). A call inside an if that always runs
+        its body (a producer_acquire without a token) is timed from just before that if to just after it:
+        the same span, and the check then lives in the enclosing block, free to move past the commit and
+        the TMA issue that follow. Returns (result, begin)."""
         from cutlass import Uint32
+        from cutlass._mlir import ir
         from cutlass.cutlass_dsl import if_generate
 
         bits, label = marker
         state = self._state()
-        begin = state.timer(f"{label} {kind}-begin")
+        self._move_checks(before_record=True)  # checks still pending go ahead of this call (program order)
+        point = ir.InsertionPoint.current
+        lifted = _unconditional_if(point)
+        if lifted is not None:  # what the if holds so far runs before it anyway: take it out (the marker)
+            for op in list(point.block.operations):
+                op.move_before(lifted)
+        with ir.InsertionPoint(lifted) if lifted is not None else contextlib.nullcontext():
+            begin = state.timer(f"{label} {kind}-begin")
         result = orig(*args, **kwargs)
-        end = state.timer(f"{label} {kind}-end-time")
+        with ir.InsertionPoint(lifted.block) if lifted is not None else contextlib.nullcontext():
+            end = state.timer(f"{label} {kind}-end-time")
 
-        def check():
-            blocked = Uint32(end - begin) >= self.blocked_ns  # unsigned: the 32-bit timer wraps
-            if succeeded is not None:
-                blocked = succeeded(result) & blocked
-            if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end,
-                                                             f"{label} {kind}-end"))
+            def check():
+                blocked = Uint32(end - begin) >= self.blocked_ns  # unsigned: the 32-bit timer wraps
+                if succeeded is not None:
+                    blocked = succeeded(result) & blocked
+                if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end,
+                                                                 f"{label} {kind}-end"))
 
-        self._emit_check(check)
+            self._emit_check(check)
         return result, begin
 
     # --- where a blocked-only check goes -------------------------------------------------------------------
     # Right after its call the check is correct but costly: its compare waits for the end-time read, and the
     # branch holds back the code that follows, which in a ping-pong kernel is the critical path (FA4's
     # warp-scheduler barrier: the check delayed the next GEMM issue and the barrier arrive that releases
-    # the other warp group). Nothing needs it there: it only decides whether to store two records. So the
-    # next signal (arrive, release, named-barrier arrive) made in the same block takes the check past
-    # itself. Records of a lane stay in program order, which is time order: any record made before that
-    # signal first moves the pending checks ahead of itself (in the same block, or just before the
-    # construct of that block the record sits in).
+    # the other warp group). Nothing needs it there: it only decides whether to store two records. So each
+    # later signal (arrive, release, named-barrier arrive) made in the same block takes the check past
+    # itself, and once its block is left the check goes to the block's end (a producer's acquire check then
+    # lands after the TMA issue that follows its commit, not before it). Records of a lane stay in program
+    # order, which is time order: any record or blocked-only call made later first moves the pending
+    # checks ahead of itself (in the same block, or just before the construct of that block it sits in).
 
     def _emit_check(self, check) -> None:
         from cutlass._mlir import ir
@@ -323,6 +337,9 @@ class Tracer:
             return
         first = len(block.operations)
         check()
+        kernel = inline_ptx.kernel_op()
+        if not _same_op(kernel, self._checks_kernel):
+            self._checks, self._checks_kernel = [], kernel
         self._checks.append((block, [block.operations[i] for i in range(first, len(block.operations))]))
 
     @staticmethod
@@ -340,11 +357,15 @@ class Tracer:
         return True
 
     def _move_checks(self, before_record: bool) -> None:
-        """Move the pending checks to the insertion point when it is in their block (after a signal, or
-        before a record); before a record made in a construct nested in their block, to just before that
-        construct; after a signal made in such a construct, to just after it (still pending: a later signal
-        of their block may take them further). Checks of a block no longer built stay where they are."""
+        """Move the pending checks on, never backwards: to the insertion point when it is in their block
+        (after a signal, still pending; or before a record or blocked-only call); before a record or call
+        made in a construct nested in their block, to just before that construct; after a signal made in
+        such a construct, to just after it (still pending). When the insertion point is outside their
+        block, the block is built: to its end, before its terminator. An earlier kernel's checks stay."""
         if not self._checks:
+            return
+        if not _same_op(inline_ptx.kernel_op(), self._checks_kernel):
+            self._checks = []  # an earlier kernel's checks stay where they are (its IR may be gone already)
             return
         from cutlass._mlir import ir
 
@@ -355,15 +376,25 @@ class Tracer:
             if not self._movable(block, ops):
                 continue
             if block == here:
+                if point.ref_operation is not None and not _after(block, point.ref_operation, ops[0]):
+                    continue  # the insertion point is behind the check: it stays where it is
                 for op in ops:
                     if point.ref_operation is not None:
                         op.move_before(point.ref_operation)
                     else:
                         op.move_after(here.operations[len(here.operations) - 1])
+                if not before_record:
+                    pending.append((block, ops))  # past this signal: a later call of the block may take it further
                 continue
             construct = _construct_in(block, here)
-            if construct is None:
+            if construct is None:  # their block is built: to its latest point, just before its terminator
+                last = block.operations[len(block.operations) - 1]
+                if _is_terminator(last):
+                    for op in ops:
+                        op.move_before(last)
                 continue
+            if not _after(block, construct, ops[0]):
+                continue  # a construct built behind the check (an insertion point before it): it stays
             if before_record:
                 for op in ops:
                     op.move_before(construct)
@@ -713,6 +744,49 @@ def _members(obj) -> list:
         return list(vars(obj).values())
     except TypeError:  # no __dict__ (slots, builtins)
         return []
+
+
+def _unconditional_if(point):
+    """The `scf.if` whose then-block `point` appends to, when that if always runs its then-block: cutlass's
+    `producer_acquire` waits inside `if_generate(token is None or token == 0, ...)`, a constant true
+    without a token. None otherwise, and when the if is not the last op of its block (code after it is
+    already built)."""
+    from cutlass._mlir import ir
+
+    block = point.block
+    op = block.owner.operation if block.owner is not None else None
+    if point.ref_operation is not None or op is None or op.name != "scf.if":
+        return None
+    condition = op.operands[0].owner
+    condition = getattr(condition, "operation", condition)
+    if not isinstance(condition, ir.Operation) or condition.name != "arith.constant":
+        return None
+    if str(condition.attributes["value"]) != "true":
+        return None
+    outer = op.block
+    if not outer.operations[len(outer.operations) - 1] == op or block != op.regions[0].blocks[0]:
+        return None
+    return op
+
+
+def _is_terminator(op) -> bool:
+    """The op that ends a block (scf.yield, scf.condition, cf.br, a return)."""
+    return op.name.endswith((".yield", ".return", ".condition")) or op.name in ("cf.br", "cf.cond_br")
+
+
+def _after(block, op, other) -> bool:
+    """`op` comes after `other` in `block` (both are ops of it)."""
+    for candidate in block.operations:
+        if candidate == other:
+            return True
+        if candidate == op:
+            return False
+    return False
+
+
+def _same_op(a, b) -> bool:
+    """The same MLIR operation (None only equals None; the bindings refuse `op == None`)."""
+    return a is b or (a is not None and b is not None and a == b)
 
 
 def _construct_in(block, inner):
