@@ -535,6 +535,30 @@ def test_a_producer_acquire_check_goes_past_its_commit(small):
     commit = min(p for p in _positions(ptx, r"mbarrier\.arrive") if p > end_time)
     assert begin < end_time < commit < store
 
+
+def test_checks_stay_in_time_order_around_a_constant_if_and_a_loop():
+    """order_kernel at level waits: a wait then a named barrier inside the kernel's own constant-true `if`,
+    then a named barrier followed by a loop that releases before a poll-gated wait. Each blocked-only
+    call's times and check stay in program order: the wait's end time is read before the barrier in the
+    same `if` (a wait is timed around the if only when it is a pipeline's own if_generate body), and the
+    release inside the loop does not carry the barrier's check past the loop's wait regions."""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    with trace_pipelines(_spec(8, 4), level="waits", address=BAKED):
+        ptx = cute.compile(pk.launch_order, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                           options="--keep-ptx").__ptx__
+    order = []
+    for label in ("acquire_ring", r"bar_sync\[3\]", r"bar_sync\[4\]"):
+        for kind in ("call-begin", "call-end-time", "call-end"):
+            (position,) = _positions(ptx, rf"/\* ikp {label}@\S+ {kind} \*/")
+            order.append(position)
+    first_loop_region = min(_positions(ptx, r"/\* ikp wait_ring@\S+ begin \*/"))
+    assert order == sorted(order) and order[-1] < first_loop_region
+
 def test_a_check_stays_ahead_of_later_records():
     """Level signals: the hand-over arrive records an instant, so the check (which may store the wait's
     region) stays ahead of it: a lane's records remain in program order, which is time order."""

@@ -149,6 +149,7 @@ class Tracer:
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
         self._checks: list[tuple[object, list]] = []  # blocked-only checks a later signal may still move
         self._checks_kernel = None  # the kernel (cuda.kernel op) they belong to
+        self._entry = None  # (block, op count) where the current hooked wait began (_when_blocked's lift)
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
         self.cluster: list[int] | None = None  # the cluster shape of the kernel being launched (launch hook)
         self._dirs = _library_dirs()
@@ -296,8 +297,11 @@ class Tracer:
         state = self._state()
         self._move_checks(before_record=True)  # checks still pending go ahead of this call (program order)
         point = ir.InsertionPoint.current
-        lifted = _unconditional_if(point)
-        if lifted is not None:  # what the if holds so far runs before it anyway: take it out (the marker)
+        entry, self._entry = self._entry, None
+        lifted = None
+        if entry is not None and entry[0] == point.block and entry[1] == 0 and _pipeline_if_generate_body():
+            lifted = _unconditional_if(point)
+        if lifted is not None:  # the if holds only this call's marker so far, which runs before it anyway
             for op in list(point.block.operations):
                 op.move_before(lifted)
         with ir.InsertionPoint(lifted) if lifted is not None else contextlib.nullcontext():
@@ -325,7 +329,8 @@ class Tracer:
     # itself, and once its block is left the check goes to the block's end (a producer's acquire check then
     # lands after the TMA issue that follows its commit, not before it). Records of a lane stay in program
     # order, which is time order: any record or blocked-only call made later first moves the pending
-    # checks ahead of itself (in the same block, or just before the construct of that block it sits in).
+    # checks ahead of itself (in the same block, or just before the construct of that block it sits in);
+    # a signal inside such a construct leaves them where they are.
 
     def _emit_check(self, check) -> None:
         from cutlass._mlir import ir
@@ -359,9 +364,9 @@ class Tracer:
     def _move_checks(self, before_record: bool) -> None:
         """Move the pending checks on, never backwards: to the insertion point when it is in their block
         (after a signal, still pending; or before a record or blocked-only call); before a record or call
-        made in a construct nested in their block, to just before that construct; after a signal made in
-        such a construct, to just after it (still pending). When the insertion point is outside their
-        block, the block is built: to its end, before its terminator. An earlier kernel's checks stay."""
+        made in a construct nested in their block, to just before that construct (a signal made there
+        leaves them where they are, still pending). When the insertion point is outside their block, the
+        block is built: to its end, before its terminator. An earlier kernel's checks stay."""
         if not self._checks:
             return
         if not _same_op(inline_ptx.kernel_op(), self._checks_kernel):
@@ -399,10 +404,9 @@ class Tracer:
                 for op in ops:
                     op.move_before(construct)
                 continue
-            previous = construct  # a signal inside a construct (an elected thread's arrive): after it
-            for op in ops:
-                op.move_after(previous)
-                previous = op
+            # A signal inside a construct still being built (an elected thread's arrive, a loop body):
+            # the check stays put and pending; moving it after that construct would put it after records
+            # the construct may still make. Back in its block, or once its block is left, it moves on.
             pending.append((block, ops))
         self._checks = pending
 
@@ -466,7 +470,10 @@ class Tracer:
         tracer = self
 
         def wait(mbar, index, phase, *args, **kwargs):
-            marker = tracer._bits(mbar, "wait", index, BEGIN) if inline_ptx.kernel_op() is not None else None
+            if inline_ptx.kernel_op() is None:
+                return orig(mbar, index, phase, *args, **kwargs)
+            tracer._entry = _block_size_here()  # before the marker's own ops (the lift needs an empty body)
+            marker = tracer._bits(mbar, "wait", index, BEGIN)
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
             return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin())
@@ -746,6 +753,26 @@ def _members(obj) -> list:
         return []
 
 
+def _block_size_here():
+    """(the insertion block, its op count) at this point of building."""
+    from cutlass._mlir import ir
+
+    block = ir.InsertionPoint.current.block
+    return block, len(block.operations)
+
+
+def _pipeline_if_generate_body() -> bool:
+    """The hooked wait is the body of a pipeline method's `if_generate(..., lambda: array.wait(...))`
+    (cutlass's producer_acquire / consumer_wait, and the subclasses FA4 and quack define): the first frame
+    outside this module is a lambda defined in a pipeline's method, called by if_generate."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return (frame is not None and frame.f_code.co_name == "<lambda>"
+            and _is_sync_object(frame.f_locals.get("self"))
+            and frame.f_back is not None and frame.f_back.f_code.co_name == "_execute_and_yield_out")
+
+
 def _unconditional_if(point):
     """The `scf.if` whose then-block `point` appends to, when that if always runs its then-block: cutlass's
     `producer_acquire` waits inside `if_generate(token is None or token == 0, ...)`, a constant true
@@ -775,7 +802,7 @@ def _is_terminator(op) -> bool:
 
 
 def _after(block, op, other) -> bool:
-    """`op` comes after `other` in `block` (both are ops of it)."""
+    """`op` comes after `other` in `block`, or is `other` (False when neither is found in it)."""
     for candidate in block.operations:
         if candidate == other:
             return True

@@ -160,3 +160,31 @@ def direct_kernel(out: cute.Tensor, n_iters: Int32):
 @cute.jit
 def launch_direct(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
     direct_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@cute.kernel
+def order_kernel(out: cute.Tensor, n_iters: Int32):
+    """Records of a lane stay in time order around two traps of moving a blocked-only check:
+    - a kernel's own `if` on a Python constant (`if flag:`, a constant-true scf.if) holding a wait and then
+      a named barrier: the wait is timed around itself, not around the whole if;
+    - a named-barrier wait, then a loop whose body signals (a release) before a poll-gated wait: the
+      signal inside the loop must not carry the barrier's check past the loop's records."""
+    producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128)
+    ring = pipeline.PipelineAsync.create(num_stages=2, producer_group=producers, consumer_group=consumers,
+                                         barrier_storage=cute.arch.alloc_smem(Int64, 4, alignment=8))
+    flag = True
+    if flag:
+        ring.sync_object_empty.wait(0, n_iters % 2)
+        cute.arch.barrier(barrier_id=3, number_of_threads=THREADS)
+    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 2)
+    cute.arch.barrier(barrier_id=4, number_of_threads=THREADS)
+    for _ in cutlass.range(n_iters):
+        ring.consumer_release(state)
+        ring.consumer_wait(state, ring.consumer_try_wait(state))
+        state.advance()
+
+
+@cute.jit
+def launch_order(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    order_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
