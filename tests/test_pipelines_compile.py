@@ -343,7 +343,7 @@ def test_quack_sm90_gemm_traced_with_no_source_change(quack):
     from ikp_cute.pipelines import LEVEL_OPS
 
     assert quack["after"] == quack["plain"]
-    assert quack["order"] == []  # levels signals and waits; before 2026-11-27: 171 pairs out of order at waits
+    assert quack["order"] == []  # levels signals and waits (bfb5df8: 2 pairs out of order at waits)
     check_call_sites(quack["traced"], quack["meta"], LEVEL_OPS["signals"])
     by_name = {p["name"]: p for p in quack["meta"]["pipelines"]}
     assert {"ab", "sched"} <= set(by_name)  # make_ab_pipeline's result; quack's scheduler pipeline
