@@ -149,7 +149,6 @@ class Tracer:
         self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
         self._checks: list[tuple[object, list]] = []  # blocked-only checks a later signal may still move
         self._checks_kernel = None  # the kernel (cuda.kernel op) they belong to
-        self._entry = None  # (block, op count) where the current hooked wait began (_when_blocked's lift)
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
         self.cluster: list[int] | None = None  # the cluster shape of the kernel being launched (launch hook)
         self._dirs = _library_dirs()
@@ -273,22 +272,23 @@ class Tracer:
         state.finish_region(token, label=f"{label} end")
         return result
 
-    def _wait_region(self, marker, orig, args, kwargs, begin=None):
+    def _wait_region(self, marker, orig, args, kwargs, begin=None, entry=None):
         """A blocking call (wait, acquire, named barrier): a region when it blocked, i.e. a failed poll
         led to it (`begin`: that poll's begin time) or it took >= blocked_ns; every call when
-        `passing_waits` (level "all")."""
+        `passing_waits` (level "all"). `entry`: see _when_blocked."""
         if begin is not None or self.passing_waits or self._state() is None:
             return self._region(marker, orig, args, kwargs, begin)
-        return self._when_blocked(marker, orig, args, kwargs)[0]
+        return self._when_blocked(marker, orig, args, kwargs, entry=entry)[0]
 
-    def _when_blocked(self, marker, orig, args, kwargs, succeeded=None, kind: str = "call"):
+    def _when_blocked(self, marker, orig, args, kwargs, succeeded=None, kind: str = "call", entry=None):
         """`orig(*args, **kwargs)` stored as a region only when it took >= blocked_ns (and, for a poll,
         `succeeded(result)`). On the call's path: a %globaltimer read before it and one after, nothing
         that waits for either; the compare and the store branch (the check) follow the call, from where
         later calls of the same block take them on (_move_checks). A call inside an if that always runs
         its body (a producer_acquire without a token) is timed from just before that if to just after it:
         the same span, and the check then lives in the enclosing block, free to move past the commit and
-        the TMA issue that follow. Returns (result, begin)."""
+        the TMA issue that follow; `entry` (block, op count) is where the hooked call began, before its
+        marker's ops, and the lift needs that block to have been empty. Returns (result, begin)."""
         from cutlass import Uint32
         from cutlass._mlir import ir
         from cutlass.cutlass_dsl import if_generate
@@ -297,7 +297,6 @@ class Tracer:
         state = self._state()
         self._move_checks(before_record=True)  # checks still pending go ahead of this call (program order)
         point = ir.InsertionPoint.current
-        entry, self._entry = self._entry, None
         lifted = None
         if entry is not None and entry[0] == point.block and entry[1] == 0 and _pipeline_if_generate_body():
             lifted = _unconditional_if(point)
@@ -472,11 +471,12 @@ class Tracer:
         def wait(mbar, index, phase, *args, **kwargs):
             if inline_ptx.kernel_op() is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            tracer._entry = _block_size_here()  # before the marker's own ops (the lift needs an empty body)
+            entry = _block_size_here()  # before the marker's own ops (the lift needs an empty body)
             marker = tracer._bits(mbar, "wait", index, BEGIN)
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin())
+            return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin(),
+                                       entry)
 
         return tracer._guarded(wait)
 
