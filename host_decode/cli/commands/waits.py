@@ -79,11 +79,12 @@ def print_waits(data: dict, console=None) -> None:
     from rich import box
     from rich.table import Table
 
+    from host_decode.analysis.pipelines import MATCHED_STATUSES
     from host_decode.cli.common import console as make_console
 
     console = console or make_console()
     st = data["status"]
-    matched = st["matched"] + st["inferred"] + st["self"] + st["first_use"] + st["tma_store"]
+    matched = sum(st[status] for status in MATCHED_STATUSES)
     console.print(
         f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
         f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
