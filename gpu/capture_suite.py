@@ -160,7 +160,7 @@ def stage_compile(out: Path) -> dict:
 def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
     import torch
 
-    from gpu.pc_profile import _write_map
+    from gpu.pc_profile import write_map
     from host_decode.core.capture import save_capture
     from tests import test_ring_gpu as t
 
@@ -172,7 +172,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
 
         sampler = PcSampler().start()
     session, launch, compiled = t.build(slots=launches, options="--keep-cubin --generate-line-info")
-    _write_map(d, compiled, session)
+    write_map(d, compiled, session)
     session.window(0, launches, relative=True)
     t0 = time.perf_counter()
     for _ in range(launches):

@@ -61,7 +61,7 @@ def worker(out: Path, cupti: bool, blocks: int, tiles: int, launches: int, sampl
             (out / "cupti_error.txt").write_text(traceback.format_exc())
             print(f"CUPTI PC sampling unavailable: {e}")
     compiled, session, args = _compile(out, blocks, tiles)
-    _write_map(out, compiled, session)
+    write_map(out, compiled, session)
     if sampler is not None:
         try:
             print(f"CUPTI CRC of the mapped cubin: {sampler.cubin_crc(bytes(compiled.__cubin__)):#x}")
@@ -119,7 +119,7 @@ def _compile(out: Path, blocks: int, tiles: int):
     return compiled, session, (x_arg, y_arg, Int32(tiles), session.kernel_arg())
 
 
-def _write_map(out: Path, compiled, session) -> None:
+def write_map(out: Path, compiled, session) -> None:
     from host_decode.hardware import pc2region
 
     cubin = bytes(compiled.__cubin__)
