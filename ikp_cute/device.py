@@ -171,12 +171,18 @@ class Lane:
 
     @staticmethod
     def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None) -> Lane:
-        if isinstance(group, int) and not 0 <= group < spec.num_groups:
-            raise ProfileUsageError(
-                f"Profiler.create: group={group} is outside 0..{spec.num_groups - 1} (the spec has "
-                f"{spec.num_groups} groups) at {_source_site()}"
-            )
+        _check_constant_group(spec, group)
         return _lane(spec, buffer, group, leader, buffer_ok)
+
+
+def _check_constant_group(spec: ProfileSpec, group) -> None:
+    """A constant group out of range is a trace-time error in every mode (a dynamic one is dropped and
+    counted on the device)."""
+    if isinstance(group, int) and not 0 <= group < spec.num_groups:
+        raise ProfileUsageError(
+            f"Profiler.create: group={group} is outside 0..{spec.num_groups - 1} (the spec has "
+            f"{spec.num_groups} groups) at {_source_site()}"
+        )
 
 
 @cute.jit
@@ -412,6 +418,7 @@ class LeanRecorder:
             raise ProfileUsageError(
                 "mode='lean' fixes the leader (lane 0 of warp group*warps_per_group); leader= is not accepted"
             )
+        _check_constant_group(spec, group)  # lean takes the group from the warp, but a bad one is still a bug
         return _lean_setup(spec, buffer)
 
     def _record(self, bits: int):

@@ -430,3 +430,82 @@ def test_out_of_order_mode_travels_through_the_sidecar(tmp_path):
     b.put(0, 100, 1, B).put(0, 500, 1, E).put(0, 200, 2, B).put(0, 300, 2, E)
     path = save_capture(tmp_path / "static.npy", b.buf, mode="static")
     assert spans_of(load_capture(path)) == [(0, 1, 0, 400, 0), (0, 2, 100, 200, 0)]
+
+
+def _anchored_launch(num_blocks=8, num_groups=4):
+    """Every lane anchored at a %globaltimer reading (ns since the epoch), 4 region ids each."""
+    b = BufferBuilder(num_blocks, num_groups, 12)
+    t0 = 1_770_000_000_000_000_000
+    for lane in range(num_blocks * num_groups):
+        t = t0 + 1000 * lane
+        b.anchor(lane, t)
+        for ev in range(4):
+            b.put(lane, t + 100 + 20 * ev, ev, B).put(lane, t + 110 + 20 * ev, ev, E)
+        b.put(lane, t + 500, lane % 7, F)
+    return b
+
+
+def test_a_flipped_anchor_bit_still_writes_every_output(tmp_path):
+    # one high bit of one lane's ANCHOR_HI: a plausible time 208 days away. The trace spans those days;
+    # the writers and summaries used to refuse it (packed int64 keys of time x lanes overflowed)
+    b = _anchored_launch(64, 4)
+    b.buf[wire.slot_index(7, 1, 256)] ^= np.uint64(1 << 54)
+    path = save_capture(tmp_path / "flip.npy", b.buf)
+    t = load_capture(path)
+    assert t.spans.size == 256 * 4 and t.loss.lost == 0
+    assert int(t.spans["end_ns"].max() - t.spans["start_ns"].min()) > 1 << 54
+    from host_decode.cli import main
+
+    for out in ("flip.pftrace", "flip_trace.json"):
+        assert main(["decode", str(path), "-o", str(tmp_path / out), "-q", "--lane-counters", "on"]) == 0
+    assert main(["stats", str(path)]) == 0
+    assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 0
+
+
+@pytest.mark.parametrize("hi", [0x4000_0000, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF])
+def test_an_impossible_anchor_is_set_aside_and_its_lane_placed_without_it(tmp_path, hi):
+    # an ANCHOR_HI >= 2**30 is a time >= 2**62 ns (year 2116): corrupted, never a %globaltimer reading.
+    # Kept, it made times negative or past int64 (an OverflowError in the Perfetto writer)
+    b = _anchored_launch(2, 1)
+    slot = wire.slot_index(1, 1, 2)  # lane 1's ANCHOR_HI: its timer word is the high half of the anchor
+    b.buf[slot] = np.uint64(b.buf[slot]) & np.uint64(0xFFFF_FFFF) | np.uint64(hi << 32)
+    t = decode(b.buf)
+    assert t.loss.totals["impossible_time"] == 1 and t.loss.lost == 1
+    assert sum(t.loss.totals[k] for k in LOSS_BUCKETS) == t.loss.nonzero_slots
+    assert (t.spans["start_ns"] > 0).all() and (t.spans["end_ns"] - t.spans["start_ns"] == 10).all()
+    # the lane is placed by its low timer word next to the anchored lane: 1000 ns after it, as written
+    assert int(t.lanes["first_ns"][1] - t.lanes["first_ns"][0]) == 1000
+    path = save_capture(tmp_path / "hi.npy", b.buf)
+    from host_decode.cli import main
+
+    assert main(["decode", str(path), "-o", str(tmp_path / "hi.pftrace"), "-q"]) == 0
+
+
+@pytest.mark.parametrize("content, match", [
+    (b'{"format": "ikp-v1", "events": 5}', "sidecar names: names.events"),
+    (b'\xff\xfe{}', "not valid UTF-8 JSON"),
+    (b'{"format": "ikp-v1", "events": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+])
+def test_a_bad_sidecar_is_a_decode_error_naming_it(tmp_path, content, match):
+    b = BufferBuilder(1, 1, 6)
+    b.put(0, 10, 1, B).put(0, 20, 1, E)
+    np.save(tmp_path / "c.npy", b.buf)
+    (tmp_path / "c.json").write_bytes(content)
+    with pytest.raises(DecodeError, match=match) as e:
+        load_capture(tmp_path / "c.npy")
+    assert "c.json" in str(e.value)
+
+
+def test_one_corrupted_tag_does_not_break_stride_inference():
+    # a persistent grid (stride 132 > 100 lanes), one tag's lane field flipped (5 -> 4): both gcds of the
+    # offsets became meaningless and inference fell back to num_lanes, leaving 800 of 900 records malformed
+    b = BufferBuilder(100, 1, 10, write_stride=132)
+    for lane in range(100):
+        t = 1000 + lane
+        for _ in range(4):
+            b.put(lane, t, 1, B).put(lane, t + 10, 1, E)
+            t += 20
+        b.put(lane, t, 0, F)
+    b.buf[wire.slot_index(5, 3, 132)] ^= np.uint64(1 << wire.LANE_SHIFT)
+    t = decode(b.buf)
+    assert t.write_stride == 132 and t.loss.totals["malformed"] == 1 and t.spans.size == 399

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import host_decode.core.decoder as d
+from host_decode.core import stride as stride_mod
 from host_decode.core import wire
 from host_decode.core.decoder import decode
 from tests.buffers import INST, B, BufferBuilder, E, F
@@ -69,14 +70,15 @@ def test_relative_timeline_shifted_non_negative_after_the_fact(chunk_slots):
 
 
 def test_far_origin_is_added_after_decoding(chunk_slots):
-    # anchors beyond 2**62 ns: the chunk keeps lane-relative times, _assemble adds the origin
-    t0 = (0x7FFF_FFF0 << 32) + 1000
+    # an origin at or beyond 2**62 ns (an unanchored lane placed just after an anchor below it; an anchor
+    # itself that far is impossible): the chunk keeps lane-relative times, _assemble adds the origin
+    t0 = (1 << 62) - 2000
     b = BufferBuilder(1, 2, 8)
     b.anchor(0, t0).put(0, (t0 + 5) & M, 1, B).put(0, (t0 + 9) & M, 1, E)
-    b.anchor(1, t0 + 2).put(1, (t0 + 3) & M, 1, B).put(1, (t0 + 4) & M, 1, E)
+    b.put(1, (t0 + 3000) & M, 1, B).put(1, (t0 + 3004) & M, 1, E)
     t = decode(b.buf)
-    assert spans_of(t) == [(0, 1, t0 + 5, t0 + 9, 0), (1, 1, t0 + 3, t0 + 4, 0)]
-    assert t.lanes["first_ns"].tolist() == [t0, t0 + 2]
+    assert spans_of(t) == [(0, 1, t0 + 5, t0 + 9, 0), (1, 1, t0 + 3000, t0 + 3004, 0)]
+    assert t.lanes["first_ns"].tolist() == [t0, t0 + 3000]
 
 
 def test_dense_and_sparse_chunks_decode_alike(chunk_slots):
@@ -145,10 +147,10 @@ def test_stride_inference_shortcut_agrees_with_full_gcd():
     rng = np.random.default_rng(0)
     for g in (1, 3, 7, 1940, 2**20 + 1):
         v = rng.integers(1, 2**40 // g, 1000) * g
-        assert d._all_multiples(v, g)
+        assert stride_mod._all_multiples(v, g)
         w = v.copy()
         w[int(rng.integers(0, w.size))] += 1
-        assert d._all_multiples(w, g) == (g == 1)
+        assert stride_mod._all_multiples(w, g) == (g == 1)
 
 
 def test_field_by_field_span_writes_match_the_packed_ones(monkeypatch):

@@ -306,6 +306,8 @@ def compile_misuse(case, mode="cursor", buffer_spec=None, **kw):
     [
         ("group_negative", "cursor", r"group=-1 is outside 0\.\.1"),
         ("group_too_big", "atomic", r"group=2 is outside 0\.\.1"),
+        ("group_negative", "lean", r"group=-1 is outside 0\.\.1"),  # lean takes the warp's, but -1 is a bug
+        ("group_too_big", "lean", r"group=2 is outside 0\.\.1"),
         ("end_without_token", "atomic", r"prof.end\('a'\).*needs the token"),
         ("end_without_token", "static", r"needs index="),
         ("end_without_token", "deferred", r"needs the token"),

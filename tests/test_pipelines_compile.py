@@ -575,7 +575,8 @@ def test_checks_stay_in_time_order_around_a_constant_if_and_a_loop():
     assert order == sorted(order) and order[-1] < first_loop_region
 
 
-@pytest.mark.parametrize("launch", ["launch", "launch_turns", "launch_participants", "launch_direct", "launch_order"])
+@pytest.mark.parametrize("launch", ["launch", "launch_turns", "launch_participants", "launch_direct", "launch_order",
+                                    "launch_two_rings", "launch_ordered"])
 @pytest.mark.parametrize("level", ["waits", "signals"])
 def test_every_lane_stores_its_records_in_time_order(launch, level):
     """tests/record_order.py on the small kernels: no reservation is made before another whose times it
@@ -598,3 +599,51 @@ def test_a_check_stays_ahead_of_later_records():
     (store,) = _positions(ptx, r"/\* ikp bar_sync\[\?\]@\S+ call-end \*/")
     instants = _positions(ptx, r"/\* ikp bar_arrive\[[^]]*\]@\S+ \*/")
     assert len(instants) == 2 and instants[0] < store < instants[1]
+
+
+def _small_ptx(launch: str, level: str = "waits", spec=None):
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    trace = trace_pipelines(spec or _spec(8, 4), level=level, address=BAKED)
+    with trace:
+        ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                           options="--keep-ptx").__ptx__
+    return ptx, trace
+
+
+def test_a_wait_without_a_token_is_not_gated_by_another_rings_poll():
+    """The poll of ring `a` is still a local when ring `b` is waited on without a token: b's wait must be
+    timed around itself (call-begin / call-end), not from a's poll (it was, and its region was stored on
+    every iteration, out of time order)."""
+    ptx, _ = _small_ptx("launch_two_rings")
+    found = {(label, kind) for label, _, kind in markers(ptx)}
+    assert ("wait_ring_a", "gate") in found and ("wait_ring_a", "begin") in found
+    assert ("wait_ring_b", "call-begin") in found and ("wait_ring_b", "begin") not in found
+
+
+def test_pipeline_order_says_which_first_waits_pass():
+    _, trace = _small_ptx("launch_ordered", "signals")
+    (entry,) = trace.metadata()["pipelines"]
+    assert entry["class"] == "PipelineOrder" and entry["first_wait_passes"] == [0, 2]
+
+
+def test_a_kernel_traced_twice_keeps_its_pipelines_names_and_ids():
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+    ptx = []
+    for _ in range(2):
+        with trace:
+            ptx.append(cute.compile(pk.launch_two_rings, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                                    options="--keep-ptx").__ptx__)
+    names = [(p["name"], p["ids"]) for p in trace.metadata()["pipelines"]]
+    assert [n for n, _ in names] == ["ring_a", "ring_b"], names
+    assert markers(ptx[0]) == markers(ptx[1])

@@ -89,3 +89,16 @@ def test_producer_and_consumer_handles_are_matched(torch, tmp_path):
     assert acquires.get("first_use") == BLOCKS * stages, found
     assert sum(acquires.values()) == BLOCKS * (ITERS + stages), found
     assert analysis.unmatched() == {}
+
+
+def test_a_tokenless_wait_beside_another_rings_poll_is_matched(torch, tmp_path):
+    """two_rings_kernel: ring b's wait has no token while ring a's poll token is in scope. Every wait of
+    ring b is recorded (no poll can skip it) and matched to a commit; ring a's waits run only when its
+    poll failed, and those are matched too; every acquire is matched to a release (first uses pass)."""
+    capture, analysis, meta = run_traced(torch, tmp_path, "launch_two_rings")
+    found = ops_by_pipeline(analysis)
+    assert found[("ring_b", "wait")] == {"matched": 4 * BLOCKS * ITERS}, found
+    assert set(found.get(("ring_a", "wait"), {"matched": 0})) == {"matched"}, found
+    for name in ("ring_a", "ring_b"):
+        assert found[(name, "acquire")] == {"first_use": 2 * BLOCKS, "matched": BLOCKS * (ITERS - 2)}, found
+    assert analysis.unmatched() == {}

@@ -773,3 +773,40 @@ def test_tma_store_acquires_waited_on_the_tma_unit():
     # a sidecar naming an unknown releaser is refused, naming the entry
     with pytest.raises(ValueError, match=r"pipelines\[1\] \(epi_store\): released_by"):
         pl.channels_of({"pipelines": [k_pipeline(), {**store, "released_by": "dma"}]})
+
+
+@pytest.mark.parametrize("barriers, match", [
+    ({"base_sync": 10, "names": ["a"]}, "barriers.names must be an object"),
+    ({"base_sync": 10, "names": {"a": "b"}}, "key 'a' is not a barrier id"),
+    ({"base_sync": 10, "names": {"16": "b"}}, "key '16' is not a barrier id"),
+    ({"base_sync": 1020}, "does not leave 16 barrier ids"),
+])
+def test_malformed_barrier_metadata_is_refused_by_name(barriers, match):
+    from host_decode.analysis.pipelines import channels_of
+
+    with pytest.raises(ValueError, match=match):
+        channels_of({"barriers": barriers})
+
+
+def test_pipeline_order_group_zero_first_waits_pass():
+    # cutlass's PipelineOrder: group g waits on stage*length + g; group 0 starts at phase 1, so its
+    # first wait on each of its stages passes and its n-th is released by group 1's (n-1)-th arrive.
+    # The device side says so in the sidecar (first_wait_passes); without it every wait of group 0
+    # was matched one arrive late, at level all
+    wait, commit = 0, 8
+    meta = {"name": "turns", "class": "PipelineOrder", "site": "k.py:1", "num_stages": 4, "producer_arrivals": 128,
+            "consumer_arrivals": None, "tx_bytes": 0, "ids": {"wait": wait, "commit": commit},
+            "op_type": "AsyncThread", "first_wait_passes": [0, 2]}
+    c = Capture(1, 8)
+    g0, g1 = 0, 4
+    for a, z, s, com in [(0, 1, 0, 2), (3, 4, 2, 5), (6, 21, 0, 22)]:
+        c.region(0, g0, wait + s, a, z)
+        c.instant(0, g0, commit + s + 1, com)
+    for a, z, s, com in [(0, 3, 1, 20), (21, 22, 3, 23), (24, 25, 1, 26)]:
+        c.region(0, g1, wait + s, a, z)
+        c.instant(0, g1, commit + s - 1, com)
+    trace = c.trace([meta], pipeline_level="signals")
+    rows = {(r[0], r[2], r[3]): (r[6], r[8]) for r in table(trace, pl.analyze_pipelines(trace))}
+    assert rows[(g0, 0, 0)][0] == "first_use" and rows[(g0, 2, 0)][0] == "first_use"
+    assert rows[(g0, 0, 1)] == ("matched", 20)  # group 1's first arrive on stage 0 (tick 20), not its second
+    assert rows[(g1, 1, 0)] == ("matched", 2)

@@ -144,6 +144,7 @@ class Channel:
     site: str = ""
     barrier_id: int = -1  # named barrier id (bar.sync id) of a barrier channel
     released_by: str = ""  # "tma_store": the TMA unit frees its stages (no traced release)
+    first_wait_passes: tuple = ()  # stages whose first wait passes (PipelineOrder's group 0)
 
     @property
     def cluster_size(self) -> int:
@@ -182,8 +183,13 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
             raise ValueError(
                 f"{where} ({p['name']}): released_by must be one of {RELEASED_BY[1:]}, got {released_by!r}"
             )
+        passes = p.get("first_wait_passes") or []
+        if not isinstance(passes, list) or not all(isinstance(s, int) and 0 <= s < n for s in passes):
+            raise ValueError(
+                f"{where} ({p['name']}): first_wait_passes must list stages in 0..{n - 1}, got {passes!r:.120}"
+            )
         out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", "")),
-                           released_by=released_by))
+                           released_by=released_by, first_wait_passes=tuple(passes)))
     bars = meta.get("barriers")
     if bars:
         bases = {op: bars.get(f"base_{op[4:]}") for op in ("bar_sync", "bar_arrive")} if isinstance(bars, dict) else {}
@@ -193,11 +199,33 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
             raise ValueError(
                 f"sidecar 'barriers' must be an object with an integer base_sync and/or base_arrive, got {bars!r:.120}"
             )
-        names = {int(k): str(v) for k, v in (bars.get("names") or {}).items()}
+        for op, base in bases.items():
+            if isinstance(base, int) and not 0 <= base <= wire.MAX_USER_EVENT_ID - (NUM_NAMED_BARRIERS - 1):
+                raise ValueError(f"sidecar barriers.base_{op[4:]}={base} does not leave {NUM_NAMED_BARRIERS} "
+                                 f"barrier ids in 0..{wire.MAX_USER_EVENT_ID}")
+        names = _barrier_names(bars.get("names"))
         for b in range(NUM_NAMED_BARRIERS):
             ids = {op: base + b for op, base in bases.items() if isinstance(base, int)}
             label = f"bar_sync[{b}]" + (f" {names[b]}" if b in names else "")
             out.append(Channel(label, "barrier", 1, ids, (1, 1, 1), barrier_id=b))
+    return out
+
+
+def _barrier_names(names: Any) -> dict[int, str]:
+    """The sidecar's barriers.names: {barrier id (0..15, as a string or an integer): name}."""
+    if not names:
+        return {}
+    if not isinstance(names, dict):
+        raise ValueError(f"sidecar barriers.names must be an object {{barrier id: name}}, got {names!r:.120}")
+    out = {}
+    for k, v in names.items():
+        try:
+            b = int(k)
+        except (TypeError, ValueError):
+            b = -1
+        if not 0 <= b < NUM_NAMED_BARRIERS or isinstance(k, bool):
+            raise ValueError(f"sidecar barriers.names: key {k!r} is not a barrier id 0..{NUM_NAMED_BARRIERS - 1}")
+        out[b] = str(v)
     return out
 
 
@@ -312,7 +340,10 @@ def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
             recorded = signal_op in ch.ids
             sig = signals if recorded else ({"acquire": acq, "wait": wai}[bound] if bound in ch.ids else None)
             status, kind, by = ("matched", kinds[0], "count+time") if recorded else ("inferred", kinds[1], "time")
-            part = ctx.match(waits, c, op, sig, int(op == _ACQ), unit, kind, status, dropped, by=by)
+            # a lane's first acquire per stage passes (empty barriers start a phase ahead), and so does its
+            # first wait on a stage whose wait phase starts ahead
+            shift = 1 if op == _ACQ else np.isin(waits.stage, ch.first_wait_passes).astype(np.int64)
+            part = ctx.match(waits, c, op, sig, shift, unit, kind, status, dropped, by=by)
             if op == _ACQ and ch.released_by == "tma_store":  # no lane released it: the TMA unit did
                 part["status"] = _S["tma_store"]
                 for field in ("src_lane", "src_ns", "kind", "phase"):
@@ -468,7 +499,7 @@ class _Ctx:
         channel: int,
         op: int,
         sig: _Records | None,
-        shift: int,
+        shift,
         unit_of_block,
         kind: str,
         status: str,
@@ -476,7 +507,8 @@ class _Ctx:
         by: str = "count+time",
     ) -> np.ndarray:
         """Rows for `waits`: each pairs with a phase of `sig` (phase k = the latest of the signalling lanes'
-        k-th signals of that unit and stage). Which phase (shift 1: a lane's first wait per stage passes):
+        k-th signals of that unit and stage). Which phase (shift 1, per wait or for all: a lane's first wait per
+        stage passes):
         by "count": the lane's k - shift; "time": the latest phase completed by the wait's end (`waits.t`);
         "count+time": the larger of the two (see the module docstring: each is a lower bound of the truth,
         under skipped wait records and late signal records respectively)."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import distinct_small, positions_in_sorted
+from host_decode.core.arrays import distinct_small, positions_in_sorted, ranks
 from host_decode.core.model import Trace
 from host_decode.core.wire import MAX_EVENT_ID
 
@@ -101,8 +101,9 @@ def _segmented_cummax(values: np.ndarray, key: np.ndarray) -> np.ndarray:
     rel = values - values.min()
     span = int(rel.max()) + 1
     seg = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1
-    if int(seg[-1]) * span >= (1 << 62):
-        raise ValueError("time range x segment count too large for a segmented running max")
+    if int(seg[-1]) * span >= (1 << 62):  # lanes days apart: the same running max over ranks
+        rank, distinct = ranks(values)
+        return distinct[_segmented_cummax(rank, key)]
     lifted = seg * span + rel
     return np.maximum.accumulate(lifted) - seg * span + values.min()
 
@@ -129,7 +130,8 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
     t = np.concatenate([np.stack([lo_a, hi_a], 1).ravel(), np.stack([lo_b, hi_b], 1).ravel()])
     lifted = _lift(k, t)
     na = 2 * lo_a.size
-    if int(lifted.max()) < 1 << 60:  # (key, time, side, start) packed: one value sort, no argsort + gathers
+    # (key, time, side, start) packed: one value sort, no argsort + gathers
+    if lifted is not None and int(lifted.max()) < 1 << 60:
         v = lifted << 2
         v[:na] |= 2  # side A
         v[0::2] |= 1  # every interval's lo (events alternate lo, hi on both sides)
@@ -142,7 +144,7 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
     else:
         step = np.tile(np.array([1, -1], np.int64), lo_a.size + lo_b.size)
         side_a = np.r_[np.ones(na, bool), np.zeros(2 * lo_b.size, bool)]
-        order = np.argsort(lifted, kind="stable")
+        order = np.argsort(lifted, kind="stable") if lifted is not None else np.lexsort((t, k))
         k, t, step, side_a = k[order], t[order], step[order], side_a[order]
     a_on = np.cumsum(np.where(side_a, step, 0))
     b_on = np.cumsum(np.where(side_a, 0, step))
@@ -151,13 +153,14 @@ def _intersection_length(key_a, lo_a, hi_a, key_b, lo_b, hi_b, keys: np.ndarray)
     return out
 
 
-def _lift(key: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """One int64 sort key ordering by (key, t): key rank * (time range + 1) + t - min(t)."""
+def _lift(key: np.ndarray, t: np.ndarray) -> np.ndarray | None:
+    """One int64 sort key ordering by (key, t): key rank * (time range + 1) + t - min(t); None when
+    that overflows int64 (time range x key range: lanes days apart)."""
     rel = t - t.min()
     span = int(rel.max()) + 1
     rank = key - key.min()
     if int(rank.max()) * span >= (1 << 62):
-        raise ValueError("time range x key range too large for a combined sort key")
+        return None
     return rank * span + rel
 
 

@@ -157,6 +157,8 @@ def read_names(path) -> "object":
             obj = json.loads(f.read().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DecodeError(f"not a JSON names file: {e}", source=str(path)) from None
+    except RecursionError:
+        raise DecodeError("not a names file: nested too deeply", source=str(path)) from None
     if not isinstance(obj, dict) or not ({"events", "groups"} & set(obj)):
         got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with keys {sorted(obj)[:6]}"
         raise DecodeError(

@@ -7,6 +7,14 @@ import bisect
 import numpy as np
 
 
+def ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank of each value among the distinct values, the sorted distinct values): the same order in a
+    range below values.size, for keys that pack times with other fields and would overflow int64 over a
+    very long time range (a trace whose lanes sit days apart)."""
+    distinct, rank = np.unique(values, return_inverse=True)
+    return rank.reshape(-1).astype(np.int64, copy=False), distinct
+
+
 def positions_in_sorted(column: np.ndarray, keys) -> np.ndarray:
     """np.searchsorted(column, keys) (side="left") for a few keys in a long nondecreasing column, without
     the contiguous copy np.searchsorted makes of a strided column (a span table's "lane") or of a column

@@ -58,6 +58,7 @@ from host_decode.core.model import (
     Names,
     Trace,
 )
+from host_decode.core.stride import check_stride, infer_write_stride
 
 CHUNK_SLOTS = 1 << 16  # slots decoded at a time: a chunk's scratch arrays stay in the L2 cache (2x faster than 1 << 20)
 _ORIGIN_LIMIT = 1 << 62  # origins beyond this are added after decoding (keeps int64 sums exact)
@@ -101,65 +102,6 @@ def _check_header(buf: np.ndarray, source: str | None) -> tuple[int, int]:
     return num_blocks, num_groups
 
 
-def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
-    """The lane layout's stride when no sidecar says it: the gcd of (slot offset - lane) over records
-    whose lane is in range, if that is a valid stride (>= num_lanes); else num_lanes. Looks at samples
-    (the start, row 1 and the end) first. The proposal is checked on records spread over the whole
-    buffer: unless it leaves none of them malformed, the candidate that leaves the fewest is taken (the
-    proposal, the gcd over every record, num_lanes, in that order on ties); a buffer whose sampled
-    records all sit in one row proposes a multiple of the stride, which would leave most records
-    malformed. Guarded by tests/test_decode.py::test_inferred_stride_is_checked."""
-    sample = 1 << 16
-    windows = []
-    for a, b in sorted([(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]):
-        a, b = max(a, 0, windows[-1][1] if windows else 0), min(b, body.size)
-        if b > a:
-            windows.append((a, b))
-    nz = np.concatenate([a + np.flatnonzero(body[a:b] != 0) for a, b in windows])
-    check = _spread_sample(body)
-    proposed = _valid(_stride_from(body, nz, num_lanes), num_lanes, body.size)
-    if proposed is not None and _malformed(body, check, proposed, num_lanes) == 0:
-        return proposed
-    full = _valid(_stride_from(body, np.flatnonzero(body), num_lanes), num_lanes, body.size)
-    candidates = [c for c in (proposed, full, num_lanes) if c is not None]
-    bad = [_malformed(body, check, c, num_lanes) for c in candidates]
-    return candidates[int(np.argmin(bad))]  # the first of the best: the sampled gcd, the full gcd, num_lanes
-
-
-def _valid(stride: int | None, num_lanes: int, body_slots: int) -> int | None:
-    return stride if stride is not None and num_lanes <= stride <= body_slots else None
-
-
-def _spread_sample(body: np.ndarray, size: int = 1 << 18) -> np.ndarray:
-    """Indices of the non-zero slots among `size` evenly spaced ones (all slots of a small buffer)."""
-    step = max(1, body.size // size)
-    return step * np.flatnonzero(body[::step] != 0)
-
-
-def _malformed(body: np.ndarray, idx: np.ndarray, stride: int, num_lanes: int) -> int:
-    """How many of the records at body indices idx would be malformed under `stride`."""
-    lane = (body[idx] & np.uint64(0xFFFF_FFFF)).astype(np.int64) >> wire.LANE_SHIFT
-    return int(((lane >= num_lanes) | (idx % stride != lane)).sum())
-
-
-def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
-    lane = body[nz].astype(np.uint32) >> np.uint32(wire.LANE_SHIFT)
-    off = nz - lane
-    off = off[(lane < num_lanes) & (off > 0)]
-    if not off.size:
-        return None
-    g = int(np.gcd.reduce(off[:64]))  # if it divides all of them it is their gcd (gcd.reduce is slow)
-    return g if _all_multiples(off, g) else int(np.gcd.reduce(off))
-
-
-def _all_multiples(values: np.ndarray, g: int) -> bool:
-    """Whether every value is a multiple of g, without a (slow) integer division per value: the float
-    quotient proposes the multiple, an exact integer product checks it."""
-    q = np.rint(values * (1.0 / g)).astype(np.int64)
-    q *= g
-    return bool((q == values).all())
-
-
 # --- decode ----------------------------------------------------------------------------------------
 
 
@@ -188,7 +130,7 @@ def decode(
         write_stride = meta.get("write_stride")
     if write_stride is None:
         write_stride = infer_write_stride(body, num_lanes)
-    write_stride = _check_stride(write_stride, given, num_lanes, body.size, source)
+    write_stride = check_stride(write_stride, given, num_lanes, body.size, source)
     meta["write_stride"] = write_stride
     in_time_order = meta.get("mode") not in OUT_OF_ORDER_MODES
     if not isinstance(names, Names):
@@ -214,25 +156,6 @@ def decode(
         release(min(c0 + step, write_stride))
     spans = spans[:at] if at * 4 >= spans.size * 3 else spans[:at].copy()
     return _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, source)
-
-
-def _check_stride(value: Any, what: str, num_lanes: int, body_slots: int, source: str | None) -> int:
-    """An integer stride (never a string, float or bool: "8", 8.0, NaN and True are refused) between
-    num_lanes and the buffer's length, checked before anything is sized by it (a stride far past the
-    buffer would otherwise cost memory in proportion to the stride).
-    Guarded by tests/test_decode.py::test_bad_write_stride_is_a_decode_error."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise DecodeError(f"{what} must be an integer, got {value!r} ({type(value).__name__})", source=source)
-    stride = int(value)
-    if stride < num_lanes:
-        raise DecodeError(f"{what} {stride} is smaller than num_lanes {num_lanes}", source=source)
-    if stride > body_slots:
-        raise DecodeError(
-            f"{what} {stride} exceeds the {body_slots} slots after the header: the buffer would not hold "
-            f"one record per lane (a v1 buffer has 1 + write_stride * records_per_lane slots)",
-            source=source,
-        )
-    return stride
 
 
 def _chunk_lanes(body_slots: int, write_stride: int) -> int:
@@ -361,6 +284,17 @@ def _decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: 
     lo_first, hi_first = _first_of_lane(loc, lo, nloc), _first_of_lane(loc, hi, nloc)
     anchored = (lo_first >= 0) & (hi_first >= 0)
     a = np.flatnonzero(anchored)
+    # an ANCHOR_HI at or past 2**30 puts the lane at or past 2**62 ns (year 2116): corrupted bits, not a
+    # %globaltimer reading. It is set aside (impossible_time) and its lane placed as an unanchored one,
+    # so that no time comes near the int64 limit
+    bad_hi = hi_first[a][timer[hi_first[a]] >= np.uint32(_MAX_ANCHOR_HI)]
+    if bad_hi.size:
+        anchored[loc[bad_hi]] = False
+        a = np.flatnonzero(anchored)
+        inst = np.setdiff1d(inst, bad_hi, assume_unique=True)
+        out["instant"] = per_lane(inst)
+        out["impossible_time"] = out["impossible_time"] + per_lane(bad_hi)
+        outlier = np.concatenate((outlier, bad_hi))
     anchor_ns = np.full(nloc, -1, np.int64)
     anchor_ns[a] = (timer[hi_first[a]].astype(np.int64) << 32) | timer[lo_first[a]].astype(np.int64)
 
@@ -436,6 +370,9 @@ def _timer_outliers(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     jump[bounds[1:-1] - 1] = False  # from the last record of a lane to the first of the next
     into = np.flatnonzero(jump[:-1] & jump[1:]) + 1  # record k: jump into it (k-1 -> k) and out (k -> k+1)
     return into.astype(np.int64)
+
+
+_MAX_ANCHOR_HI = 1 << 30  # ANCHOR_HI words from here on are impossible (times >= 2**62 ns)
 
 
 class _Timeline:
@@ -788,9 +725,11 @@ def read_sidecar(path: str | Path) -> dict:
     if not side.exists():
         return {}
     try:
-        obj = json.loads(side.read_text())
-    except json.JSONDecodeError as e:
-        raise DecodeError(f"sidecar is not valid JSON: {e}", source=str(side)) from None
+        obj = json.loads(side.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DecodeError(f"sidecar is not valid UTF-8 JSON: {e}", source=str(side)) from None
+    except RecursionError:
+        raise DecodeError("sidecar is nested too deeply to be a capture sidecar", source=str(side)) from None
     if not isinstance(obj, dict):
         raise DecodeError("sidecar must be a JSON object", source=str(side))
     if obj.get("format", FORMAT_NAME) != FORMAT_NAME or not SIDECAR_KEYS.intersection(obj):
@@ -892,7 +831,10 @@ def load_capture(path: str | Path, names: Names | dict | None = None, write_stri
     path = Path(path)
     side = read_sidecar(path)
     if names is None:
-        names = Names.from_json(side)
+        try:
+            names = Names.from_json(side)
+        except ValueError as e:
+            raise DecodeError(f"sidecar names: {e}", source=str(path.with_suffix(".json"))) from None
     meta = {k: v for k, v in side.items() if k not in ("events", "groups")}
     buf = _read_owned(path)  # the decode below is the only reader: it frees pages as it goes
     if buf is None:

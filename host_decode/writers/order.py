@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted
+from host_decode.core.arrays import positions_in_sorted, ranks
 from host_decode.core.model import Trace
 
 CHUNK_SPANS = 1 << 16  # spans ordered and encoded at a time (whole lanes): temporaries stay ~20 MB
@@ -501,8 +501,10 @@ def _outermost_same_id(lane, event, start, end) -> np.ndarray:
     seg = np.cumsum(new) - 1
     # running max of end inside each group; groups are offset so a max never leaks into the next one
     stride = int(end.max()) + 1
-    if (int(seg[-1]) + 1) * stride >= 1 << 62:
-        raise ValueError("trace too long/wide for the lanes-inside counter (time range x groups overflows int64)")
+    if (int(seg[-1]) + 1) * stride >= 1 << 62:  # lanes days apart: compare ranks of the times instead
+        rank, _ = ranks(np.concatenate([start, end]))
+        start, end = rank[: start.size], rank[start.size :]
+        stride = int(end.max()) + 1
     runmax = np.maximum.accumulate(end[o] + seg * stride)
     prev = np.r_[-1, runmax[:-1]]
     is_outer = new | (start[o] + seg * stride >= prev)

@@ -73,6 +73,9 @@ class Pipeline:
     # What frees a stage when no traced signal does: "tma_store" (a TMA-store pipeline's stage is free
     # once the bulk store has read its shared memory; its acquire waits on the TMA unit).
     released_by: str | None = None
+    # Stages whose first wait passes (their barrier's wait phase starts one ahead): PipelineOrder's
+    # group-0 stages, so that group k's n-th wait is released by group k-1's (n-1)-th arrive there.
+    first_wait_passes: list[int] | None = None
 
     def as_json(self) -> dict:
         out = {
@@ -90,11 +93,31 @@ class Pipeline:
             out["op_type"] = self.op_type
         if self.released_by is not None:
             out["released_by"] = self.released_by
+        if self.first_wait_passes:
+            out["first_wait_passes"] = list(self.first_wait_passes)
         if self.cluster == "cta":
             out["scope"] = "cta"
         elif self.cluster is not None:
             out["cluster"] = list(self.cluster)
         return out
+
+
+def _description(pipe: Pipeline) -> tuple:
+    """What a freshly made pipeline is (before ids, call sites and a unique name are added)."""
+    return (pipe.name, pipe.cls, pipe.site, pipe.num_stages, pipe.producer_arrivals, pipe.consumer_arrivals,
+            pipe.tx_bytes, pipe.op_type, str(pipe.cluster), pipe.released_by)
+
+
+def _same_kernel(a, b) -> bool:
+    return a is b or (a is not None and b is not None and a == b)
+
+
+def _distinct(pipes) -> list:
+    out: list = []
+    for p in pipes:
+        if not any(p is q for q in out):
+            out.append(p)
+    return out
 
 
 class Catalog:
@@ -108,7 +131,9 @@ class Catalog:
             raise ValueError(
                 f"trace_pipelines(ops=...): unknown ops {sorted(set(ops) - known)}; known: {sorted(known)}")
         self.ops = None if ops is None else frozenset(ops)
-        self.pipelines: dict[object, Pipeline] = {}
+        self.pipelines: dict[object, Pipeline] = {}  # one Pipeline may sit under keys of several kernels
+        self._kernels: dict[object, object] = {}  # key -> the kernel op that made it
+        self._described: list[tuple] = []  # (Pipeline, its description when made): distinct entries
         self.barrier_ids: dict[str, int] = {}
         self.barrier_names: dict[int, str] = {}
         self.barrier_sites: dict[str, list[str]] = {}
@@ -126,12 +151,24 @@ class Catalog:
             n += 1
         return f"{name}_{n}"
 
-    def pipeline(self, key, make) -> Pipeline:
-        """The pipeline registered under `key`, created by `make()` (-> Pipeline) on first sight."""
+    def pipeline(self, key, make, kernel=None) -> Pipeline:
+        """The pipeline registered under `key`, created by `make()` (-> Pipeline) on first sight. The
+        same kernel traced again (a second compile, the trace entered again) makes new barrier objects:
+        a pipeline described exactly like one of an earlier kernel (`kernel`: the kernel op being traced)
+        and not yet taken in this one takes that one's entry, name and ids, instead of a renamed copy
+        (`data_2`) beside a stale one."""
         if key not in self.pipelines:
             pipe = make()
-            pipe.name = self._unique(pipe.name)
+            described = _description(pipe)
+            taken_here = [p for k, p in self.pipelines.items() if _same_kernel(self._kernels[k], kernel)]
+            earlier = [p for p, d in self._described if d == described and not any(p is q for q in taken_here)]
+            if earlier and kernel is not None:
+                pipe = earlier[0]
+            else:
+                self._described.append((pipe, described))
+                pipe.name = self._unique(pipe.name)
             self.pipelines[key] = pipe
+            self._kernels[key] = kernel
         return self.pipelines[key]
 
     def _block(self, names: list[str]) -> int:
@@ -167,7 +204,7 @@ class Catalog:
     def metadata(self) -> dict:
         """The sidecar keys of the contract: `pipelines`, `barriers` (when traced), and what was not."""
         out: dict = {
-            "pipelines": [p.as_json() for p in self.pipelines.values()],
+            "pipelines": [p.as_json() for p in _distinct(self.pipelines.values())],
             "pipeline_level": self.level,
         }
         if self.barrier_ids:

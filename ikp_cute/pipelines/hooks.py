@@ -146,7 +146,8 @@ class Tracer:
         self._kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
         self._saved: list[tuple[object, str, object]] = []
         self._depth = 0  # nesting of hooked arrive calls (only the outermost records)
-        self._pending: dict[int, tuple] = {}  # id(poll result) -> (poll result, begin time of the poll)
+        # id(poll result) -> (poll result, begin time of the poll, its barrier array, its stage index)
+        self._pending: dict[int, tuple] = {}
         self._checks: list[tuple[object, list]] = []  # blocked-only checks a later signal may still move
         self._checks_kernel = None  # the kernel (cuda.kernel op) they belong to
         self._pointers: dict[int, tuple] = {}  # id(pointer) -> (pointer, mbarrier array, stage, (owner, role))
@@ -221,9 +222,10 @@ class Tracer:
                 op_type=getattr(getattr(full, "op_type", None), "name", None),  # none for a TMA-store fence
                 cluster=self._scope(owner),
                 released_by="tma_store" if _tma_store_role(owner) else None,
+                first_wait_passes=_first_wait_passes(owner, cls),
             )
 
-        return self.catalog.pipeline(key, make)
+        return self.catalog.pipeline(key, make, inline_ptx.kernel_op())
 
     def _scope(self, owner):
         """[x, y, z] when the pipeline's barriers are shared across the launch's cluster, "cta" when they
@@ -409,7 +411,7 @@ class Tracer:
             pending.append((block, ops))
         self._checks = pending
 
-    def _poll(self, mbar, marker, orig, args, kwargs):
+    def _poll(self, mbar, index, marker, orig, args, kwargs):
         """A try_wait. polls="begin": only its begin time is read, left for the wait it gates when it fails
         (a wait inside a poll that succeeds is not seen). polls="timed": also a region of the wait/acquire
         op when it succeeded after blocking (_when_blocked)."""
@@ -421,24 +423,26 @@ class Tracer:
         if self.polls == "begin":
             begin = state.timer(f"{marker[1]} gate")
             result = orig(*args, **kwargs)
-            self._pending[id(result)] = (result, begin)
+            self._pending[id(result)] = (result, begin, mbar, index)
             return result
         result, begin = self._when_blocked(marker, orig, args, kwargs, lambda r: Int32(r) != 0, "poll")
-        self._pending[id(result)] = (result, begin)
+        self._pending[id(result)] = (result, begin, mbar, index)
         return result
 
-    def _pending_begin(self):
-        """The begin time of the failed poll whose result gated this wait, else None. The poll's result
-        object must be a local of a calling frame (`consumer_wait(state, try_wait_token)`): then it is
-        the same SSA value, so the begin time (read just before the poll, in the same block) is usable
-        here too. A token carried through a loop is a new object: the wait then begins on its own."""
+    def _pending_begin(self, mbar, index):
+        """The begin time of the failed poll whose result gated this wait (on barrier array `mbar`,
+        stage `index`), else None. The poll's result object must be a local of a calling frame
+        (`consumer_wait(state, try_wait_token)`): then it is the same SSA value, so the begin time (read
+        just before the poll, in the same block) is usable here too. Only a poll of the same array and
+        stage counts: another pipeline's token still in scope gates nothing here. A token carried
+        through a loop is a new object: the wait then begins on its own."""
         frame = sys._getframe(2)
         for _ in range(12):
             if frame is None:
                 break
             for value in frame.f_locals.values():
                 entry = self._pending.get(id(value))
-                if entry is not None and entry[0] is value:
+                if entry is not None and entry[0] is value and entry[2] is mbar and _same_value(entry[3], index):
                     return entry[1]
             frame = frame.f_back
         return None
@@ -475,8 +479,8 @@ class Tracer:
             marker = tracer._bits(mbar, "wait", index, BEGIN)
             if marker is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs, tracer._pending_begin(),
-                                       entry)
+            return tracer._wait_region(marker, orig, (mbar, index, phase, *args), kwargs,
+                                       tracer._pending_begin(mbar, index), entry)
 
         return tracer._guarded(wait)
 
@@ -492,7 +496,7 @@ class Tracer:
             region = tracer._bits(mbar, "wait", index, BEGIN) if tracer.polls != "off" else None
             if region is None:
                 return orig(mbar, index, phase, *args, **kwargs)
-            return tracer._poll(mbar, region, orig, (mbar, index, phase, *args), kwargs)
+            return tracer._poll(mbar, index, region, orig, (mbar, index, phase, *args), kwargs)
 
         return tracer._guarded(try_wait)
 
@@ -546,11 +550,11 @@ class Tracer:
                     region = tracer._bits(mbar, "wait", index, BEGIN, owned) if tracer.polls != "off" else None
                     if region is None:
                         return orig(mbar_ptr, *args, **kwargs)
-                    return tracer._poll(mbar, region, orig, (mbar_ptr, *args), kwargs)
+                    return tracer._poll(mbar, index, region, orig, (mbar_ptr, *args), kwargs)
                 marker = tracer._bits(mbar, "wait", index, BEGIN, owned)
                 if marker is None:
                     return orig(mbar_ptr, *args, **kwargs)
-                return tracer._wait_region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin())
+                return tracer._wait_region(marker, orig, (mbar_ptr, *args), kwargs, tracer._pending_begin(mbar, index))
             finally:
                 tracer._depth -= 1
 
@@ -814,6 +818,28 @@ def _after(block, op, other) -> bool:
 def _same_op(a, b) -> bool:
     """The same MLIR operation (None only equals None; the bindings refuse `op == None`)."""
     return a is b or (a is not None and b is not None and a == b)
+
+
+def _first_wait_passes(owner, cls: str) -> list[int] | None:
+    """PipelineOrder: barrier `stage * length + group` is waited on by `group`, and group 0 starts at
+    phase 1 (cutlass's PipelineOrder.create), so the first wait on each of its stages passes."""
+    length = getattr(owner, "length", None)
+    depth = getattr(owner, "depth", None)
+    if cls != "PipelineOrder" or not isinstance(length, int) or not isinstance(depth, int) or length < 1:
+        return None
+    return [stage * length for stage in range(depth)]
+
+
+def _same_value(a, b) -> bool:
+    """The same stage index: one Python object, one MLIR value, or equal constants."""
+    if a is b:
+        return True
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    try:
+        return a.ir_value() == b.ir_value()
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _construct_in(block, inner):

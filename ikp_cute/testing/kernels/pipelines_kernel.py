@@ -188,3 +188,58 @@ def order_kernel(out: cute.Tensor, n_iters: Int32):
 @cute.jit
 def launch_order(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
     order_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@cute.kernel
+def two_rings_kernel(out: cute.Tensor, n_iters: Int32):
+    """A consumer that polls ring `a` (a try_wait token, still a local afterwards) and then waits on ring
+    `b` without one: b's wait is gated by nothing, so it is timed on its own."""
+    warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128)
+    ring_a = pipeline.PipelineAsync.create(num_stages=2, producer_group=producers, consumer_group=consumers,
+                                           barrier_storage=cute.arch.alloc_smem(Int64, 4, alignment=8))
+    ring_b = pipeline.PipelineAsync.create(num_stages=2, producer_group=producers, consumer_group=consumers,
+                                           barrier_storage=cute.arch.alloc_smem(Int64, 4, alignment=8))
+    if warp == 0:
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 2)
+        for _ in cutlass.range(n_iters):
+            for ring in (ring_a, ring_b):
+                ring.producer_acquire(state)
+                ring.producer_commit(state)
+            state.advance()
+    elif warp >= 4:
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 2)
+        for _ in cutlass.range(n_iters):
+            peek = ring_a.consumer_try_wait(state)
+            ring_a.consumer_wait(state, peek)
+            ring_a.consumer_release(state)
+            ring_b.consumer_wait(state)
+            ring_b.consumer_release(state)
+            state.advance()
+
+
+@cute.jit
+def launch_two_rings(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    two_rings_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
+
+
+@cute.kernel
+def ordered_kernel(out: cute.Tensor, n_iters: Int32):
+    """Two warp groups take turns through cutlass's PipelineOrder (2 stages per group): compiled on the
+    CPU for the sidecar's first_wait_passes. On an H200 (2026-11-27) it ran one iteration but hung from
+    the second, untraced as well (most likely its state is not carried by the dynamic loop; not
+    pursued), so no GPU test runs it: the host's matching is checked on a synthetic capture."""
+    group = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4
+    turns = pipeline.PipelineOrder.create(depth=2, length=2, group_id=group,
+                                          producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128),
+                                          barrier_storage=cute.arch.alloc_smem(Int64, 4, alignment=8))
+    state = turns.state  # a local, so that the dynamic loop carries it (the pipeline's own field is not)
+    for _ in cutlass.range(n_iters):
+        turns.wait(state)
+        turns.arrive(state)
+
+
+@cute.jit
+def launch_ordered(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Constexpr):
+    ordered_kernel(out, n_iters).launch(grid=[num_blocks, 1, 1], block=[THREADS, 1, 1])
