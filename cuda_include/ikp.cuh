@@ -185,6 +185,7 @@ class Profiler<false, Extensions> {
   __device__ __forceinline__ void record_reserved(u32, u32, u32, bool) {}
   __device__ __forceinline__ void atomic_instant(u32, bool) {}
   __device__ __forceinline__ bool atomic_writer(bool) const { return false; }
+  __device__ __forceinline__ bool valid_event(u32) { return false; }
   __device__ __forceinline__ bool leader() const { return false; }
   __device__ __forceinline__ u32 dropped() const { return 0; }
   __device__ __forceinline__ void finalize() {}
@@ -197,16 +198,22 @@ class Profiler<true, Extensions> {
   static constexpr u32 kTrailer = Extensions ? kTrailerRecords : 1;  // plain v1: FINALIZE only
 
   // buf: the v1 buffer (uint64/int64 elements, zeroed before the launch); num_groups, group_id: this
-  // thread's group; leader: whether this thread writes its (block, group) lane; write_stride >= lanes;
-  // records_per_lane >= 5 (anchors + 1 user record + trailer); counters: per-lane u32 counters for
-  // atomic mode (nullptr otherwise).
+  // thread's group (0 <= group_id < num_groups); leader: whether this thread writes its (block, group)
+  // lane; write_stride >= lanes (and below 2^29: its byte stride fits 32 bits); records_per_lane >= 5
+  // (anchors + 1 user record + trailer); counters: per-lane u32 counters for atomic mode (nullptr
+  // otherwise).
   __device__ __forceinline__ Profiler(void* buf, int num_groups, int group_id, bool leader, int write_stride,
                                       int records_per_lane, u32* counters = nullptr) {
-    const u32 lane = block_linear() * static_cast<u32>(num_groups) + static_cast<u32>(group_id);
-    // A lane that cannot be addressed (bad stride / too many lanes / too few records) writes nothing
-    // instead of corrupting its neighbours; the host helper (ikp_host.cuh) refuses such layouts.
-    const bool addressable = lane < static_cast<u32>(write_stride) && lane < kMaxLanes &&
+    // 64-bit, so that a huge grid cannot wrap onto another lane
+    const u64 lane64 = static_cast<u64>(block_linear()) * static_cast<u32>(num_groups) + static_cast<u32>(group_id);
+    // A lane that cannot be addressed (a group outside 0..num_groups-1, negative included; a bad stride;
+    // too many lanes; too few records) writes nothing instead of corrupting its neighbours; the host
+    // helper (ikp_host.cuh) refuses such layouts.
+    const bool addressable = static_cast<u32>(group_id) < static_cast<u32>(num_groups) && write_stride > 0 &&
+                             write_stride < (1 << 29) && lane64 < static_cast<u64>(write_stride) &&
+                             lane64 < kMaxLanes &&
                              records_per_lane >= static_cast<int>(kFirstUserSlot + kTrailer + 1);
+    const u32 lane = addressable ? static_cast<u32>(lane64) : 0u;
     const bool usable = leader && addressable;
     u64* words = static_cast<u64*>(buf);
     base_ = to_global(words + 1 + lane);
@@ -228,15 +235,19 @@ class Profiler<true, Extensions> {
     }
   }
 
+  // Event ids are 0..kMaxUserEventId (1020): 1021..1023 are the DROPPED and anchor records, and a larger
+  // id would wrap onto another. A record with such an id is dropped and counted, never written (with a
+  // constant id, as usual, the check folds away).
+
   // --- register cursor mode ---
-  __device__ __forceinline__ void begin(u32 ev) { next(event_bits(ev, kBegin)); }
-  __device__ __forceinline__ void end(u32 ev) { next(event_bits(ev, kEnd)); }
-  __device__ __forceinline__ void instant(u32 ev) { next(event_bits(ev, kInstant)); }
+  __device__ __forceinline__ void begin(u32 ev) { next(ev, kBegin); }
+  __device__ __forceinline__ void end(u32 ev) { next(ev, kEnd); }
+  __device__ __forceinline__ void instant(u32 ev) { next(ev, kInstant); }
 
   // --- static slot mode (k = user slot, 0-based) ---
-  __device__ __forceinline__ void begin_at(u32 ev, u32 k) { at(event_bits(ev, kBegin), k); }
-  __device__ __forceinline__ void end_at(u32 ev, u32 k) { at(event_bits(ev, kEnd), k); }
-  __device__ __forceinline__ void instant_at(u32 ev, u32 k) { at(event_bits(ev, kInstant), k); }
+  __device__ __forceinline__ void begin_at(u32 ev, u32 k) { at(ev, kBegin, k); }
+  __device__ __forceinline__ void end_at(u32 ev, u32 k) { at(ev, kEnd, k); }
+  __device__ __forceinline__ void instant_at(u32 ev, u32 k) { at(ev, kInstant, k); }
 
   // --- atomic mode (see AtomicRegion) ---
   // Reserves n slots of this lane's counter; returns the first reserved slot index in the lane.
@@ -249,7 +260,14 @@ class Profiler<true, Extensions> {
     }
   }
   __device__ __forceinline__ void atomic_instant(u32 ev, bool writer) {
-    if (atomic_writer(writer)) record_reserved(ev, kInstant, reserve(1), true);
+    if (atomic_writer(writer) && valid_event(ev)) record_reserved(ev, kInstant, reserve(1), true);
+  }
+  // Atomic mode reserves nothing for an id past kMaxUserEventId: such a record is counted in the
+  // writing thread's dropped() (in the lane's DROPPED record when that thread is the one finalizing).
+  __device__ __forceinline__ bool valid_event(u32 ev) {
+    if (ev <= kMaxUserEventId) return true;
+    ++static_dropped_;
+    return false;
   }
   // Whether `writer` may reserve: the lane is addressable and has a counter (no counters given =
   // atomic mode off: nothing is reserved or written).
@@ -259,8 +277,10 @@ class Profiler<true, Extensions> {
 
   __device__ __forceinline__ bool leader() const { return limit_ != 0; }
 
-  // Records dropped so far by this thread's cursor / static writes (atomic mode: see finalize).
+  // Records dropped so far by this thread's cursor / static writes (atomic mode: see finalize); 0 on
+  // a thread that writes no lane.
   __device__ __forceinline__ u32 dropped() const {
+    if (limit_ == 0) return 0u;
     return (cursor_ > limit_ ? cursor_ - limit_ : 0u) + static_dropped_;
   }
 
@@ -300,18 +320,22 @@ class Profiler<true, Extensions> {
   // The cursor carries both its slot index (for the capacity / leader compare and the drop count) and
   // the slot's address, advanced by one stride per record: 6 SASS instructions per event on sm_90a
   // against 7 for recomputing base + k * stride (tests/test_cuda_include.py measures it).
-  __device__ __forceinline__ void next(u32 ev_bits) {
+  __device__ __forceinline__ void next(u32 ev, u32 type) {
+    if (!valid_event(ev)) return;  // no slot taken
     const u32 k = cursor_++;  // keeps counting past capacity: dropped = cursor - limit
-    if (k < limit_) store_at(cursor_addr_, stamp(lane_bits_, ev_bits));
+    if (k < limit_) store_at(cursor_addr_, stamp(lane_bits_, event_bits(ev, type)));
     cursor_addr_ += stride_bytes_;
   }
   __device__ __forceinline__ static void store_at(u64 global_addr, u64 record) {
     asm volatile("st.global.u64 [%0], %1;" ::"l"(global_addr), "l"(record));
   }
-  __device__ __forceinline__ void at(u32 ev_bits, u32 k) {
-    const u32 s = kFirstUserSlot + k;
-    if (s < limit_) {
-      store(s, stamp(lane_bits_, ev_bits));
+  // k is compared before the anchors' offset is added: a negative index (k = -1 as u32) must not wrap
+  // onto the anchor slots.
+  __device__ __forceinline__ void at(u32 ev, u32 type, u32 k) {
+    const u32 room = limit_ > kFirstUserSlot ? limit_ - kFirstUserSlot : 0u;
+    if (!valid_event(ev)) return;
+    if (k < room) {
+      store(kFirstUserSlot + k, stamp(lane_bits_, event_bits(ev, type)));
     } else if (limit_ != 0) {
       ++static_dropped_;
     }
@@ -350,7 +374,8 @@ class AtomicRegion {
  public:
   __device__ __forceinline__ AtomicRegion(P& prof, u32 ev) : AtomicRegion(prof, ev, prof.leader()) {}
   __device__ __forceinline__ AtomicRegion(P& prof, u32 ev, bool writer)
-      : prof_(prof), ev_(ev), writer_(prof.atomic_writer(writer)), k_(writer_ ? prof.reserve(2) : 0u) {
+      : prof_(prof), ev_(ev), writer_(prof.atomic_writer(writer) && prof.valid_event(ev)),
+        k_(writer_ ? prof.reserve(2) : 0u) {
     prof_.record_reserved(ev_, kBegin, k_, writer_);
   }
   __device__ __forceinline__ ~AtomicRegion() { prof_.record_reserved(ev_, kEnd, k_ + 1, writer_); }

@@ -376,8 +376,81 @@ def main() -> int:
         problems.append("kernel results differ from the instrumented build")
     record("disabled", problems, "buffer all zero, same kernel output")
 
+    # (e) misuse never writes outside its lane nor forges a record (gpu/cuda_misuse.cu)
+    for tag, problems, detail in misuse_checks(example):
+        record(tag, problems, detail)
+
     print_table(f"{props.name}, {GRID} grid x {NUM_GROUPS} groups, write_stride {WRITE_STRIDE}, iters {ITERS}", rows)
     return 1 if failures else 0
+
+
+MISUSE_BLOCKS, MISUSE_RECORDS = 4, 12
+BAD_GROUP, STATIC_INDEX, EVENT_ID, BAD_STRIDE = range(4)
+VALID_EVENT = 6
+
+
+def misuse_checks(example) -> list[tuple[str, list[str], str]]:
+    """(check, problems, detail) for each misuse of gpu/cuda_misuse.cu, run on the GPU."""
+    import ctypes
+    import subprocess
+    import tempfile
+
+    import torch
+
+    from cuda_include import include_dir
+    from host_decode.core.decoder import decode
+
+    lib = Path(tempfile.mkdtemp(prefix="ikp_misuse_")) / "libikp_misuse.so"
+    cmd = [example.find_nvcc(), "-O3", "-std=c++17", f"-arch={example.device_arch()}", "-shared", "-Xcompiler",
+           "-fPIC", f"-I{include_dir()}", "-o", str(lib), str(REPO / "gpu" / "cuda_misuse.cu")]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        return [("misuse_build", [res.stderr[-2000:]], " ".join(cmd))]
+    dll = ctypes.CDLL(str(lib))
+    dll.ikp_misuse_launch.restype = ctypes.c_int
+    dll.ikp_misuse_launch.argtypes = [ctypes.c_int] * 1 + [ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+
+    def run(kase: int, arg: int, num_groups: int, write_stride: int | None = None) -> np.ndarray:
+        stride = MISUSE_BLOCKS * num_groups
+        buf = torch.zeros(1 + stride * MISUSE_RECORDS, dtype=torch.int64, device="cuda")
+        err = dll.ikp_misuse_launch(kase, buf.data_ptr(), stride if write_stride is None else write_stride,
+                                    MISUSE_RECORDS, arg, MISUSE_BLOCKS, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        if err:
+            raise RuntimeError(f"misuse case {kase} failed to launch: cudaError {err}")
+        return buf.cpu().numpy()
+
+    def valid_only(buf: np.ndarray, lanes: list[int], dropped: int) -> list[str]:
+        """Only `lanes` hold records: each its anchors, one VALID_EVENT instant, its FINALIZE, `dropped`."""
+        problems = []
+        trace = decode(buf, write_stride=(buf.size - 1) // MISUSE_RECORDS)
+        if trace.loss.lost - trace.loss.dropped_on_device or trace.spans.size:
+            problems.append(f"unexpected records: {trace.loss.totals}")
+        if sorted(trace.lanes["lane"].tolist()) != lanes:
+            problems.append(f"lanes written {sorted(trace.lanes['lane'].tolist())}, expected {lanes}")
+        if sorted(trace.instants["event"].tolist()) != [VALID_EVENT] * len(lanes):
+            problems.append(f"instants {sorted(trace.instants['event'].tolist())}")
+        if not trace.lanes["anchored"].all() or (trace.lanes["finalize_ns"] < 0).any():
+            problems.append("a lane lost its anchors or its FINALIZE")
+        if trace.lanes["dropped"].tolist() != [dropped] * len(lanes):
+            problems.append(f"dropped per lane {trace.lanes['dropped'].tolist()}, expected {dropped}")
+        return problems
+
+    out = []
+    for group in (-1, 2, 1 << 30):  # -1 would be block b-1's group 1; 2 would be block b+1's group 0
+        problems = valid_only(run(BAD_GROUP, group, 2), [2 * b for b in range(MISUSE_BLOCKS)], 0)
+        out.append((f"misuse_group_{group}", problems, "only the valid group-0 lanes written"))
+    for k in (-1, -2, -(1 << 31)):
+        problems = valid_only(run(STATIC_INDEX, k, 1), list(range(MISUSE_BLOCKS)), 1)
+        out.append((f"misuse_static_index_{k}", problems, "anchors intact, the record dropped and counted"))
+    for ev in (1021, 1022, 1023, 1024, 5000):
+        problems = valid_only(run(EVENT_ID, ev, 1), list(range(MISUSE_BLOCKS)), 4)
+        out.append((f"misuse_event_{ev}", problems, "no forged record, 4 dropped and counted"))
+    for stride in (-8, -1, 0, 1 << 29, (1 << 31) - 1):
+        buf = run(BAD_STRIDE, stride, 1, write_stride=stride)
+        problems = [] if not buf.any() else [f"{int((buf != 0).sum())} slots written"]
+        out.append((f"misuse_stride_{stride}", problems, "nothing written"))
+    return out
 
 
 def print_table(title: str, rows: list[tuple[str, str, str]]) -> None:

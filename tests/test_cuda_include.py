@@ -566,3 +566,12 @@ def test_reference_v1_decoder_agrees_on_a_plain_buffer(cross_check):
     assert cross_check.plain_v1_violations(
         cross_check.simulate_buffer("nested", 32, cross_check.ITERS), cross_check.WRITE_STRIDE, 32
     )
+
+
+@needs_nvcc
+def test_misuse_kernels_compile(tmp_path):
+    """gpu/cuda_misuse.cu (run on the GPU by gpu/cuda_cross_check.py, part (e)) builds with the header."""
+    res = subprocess.run([NVCC, "-O3", "-std=c++17", "-arch=sm_90a", "-cubin", f"-I{REPO / 'cuda_include'}",
+                          "-o", str(tmp_path / "misuse.cubin"), str(REPO / "gpu" / "cuda_misuse.cu")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
