@@ -56,10 +56,16 @@ def _malformed(body: np.ndarray, idx: np.ndarray, stride: int, num_lanes: int) -
     return int(((lane >= num_lanes) | (idx % stride != lane)).sum())
 
 
-def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
+def _offsets(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> np.ndarray:
+    """Positive (slot - lane) of the records at body indices nz whose lane is in range: multiples of the
+    stride in a well-formed buffer."""
     lane = body[nz].astype(np.uint32) >> np.uint32(wire.LANE_SHIFT)
     off = nz - lane
-    off = off[(lane < num_lanes) & (off > 0)]
+    return off[(lane < num_lanes) & (off > 0)]
+
+
+def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
+    off = _offsets(body, nz, num_lanes)
     if not off.size:
         return None
     g = int(np.gcd.reduce(off[:64]))  # if it divides all of them it is their gcd (gcd.reduce is slow)
@@ -67,10 +73,8 @@ def _stride_from(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None
 
 
 def _most_common_offset(body: np.ndarray, nz: np.ndarray, num_lanes: int) -> int | None:
-    """The most frequent positive (slot - lane) over records whose lane is in range (the smallest on ties)."""
-    lane = body[nz].astype(np.uint32) >> np.uint32(wire.LANE_SHIFT)
-    off = nz - lane
-    off = off[(lane < num_lanes) & (off > 0)]
+    """The most frequent offset (the smallest on ties)."""
+    off = _offsets(body, nz, num_lanes)
     if not off.size:
         return None
     values, counts = np.unique(off, return_counts=True)
