@@ -94,9 +94,13 @@ def _source_site() -> str:
 
     here = __file__
     for frame in inspect.stack()[2:]:
-        if frame.filename != here and "cutlass" not in frame.filename:
+        module = frame.frame.f_globals.get("__name__", "")
+        if frame.filename != here and module.split(".")[0] not in _DSL_PACKAGES:
             return f"{frame.filename}:{frame.lineno}"
     return "?"
+
+
+_DSL_PACKAGES = ("cutlass", "nvidia_cutlass_dsl")  # the DSL's own frames (a user path may say "cutlass")
 
 
 def _counter_add(counter, amount: int):
@@ -125,8 +129,8 @@ def _buffer_tensor(spec: ProfileSpec, buf):
     if buf is None:
         if spec.baked_address is None:
             raise ProfileUsageError(
-                "Profiler.create: no buffer. Pass the session's kernel argument (session.kernel_arg()) "
-                "or build the Session with bake_address=True"
+                f"Profiler.create at {_source_site()}: no buffer. Pass the session's kernel argument "
+                "(session.kernel_arg()) or build the Session with bake_address=True"
             )
         ptr = cute.make_ptr(Int64, spec.baked_address, cute.AddressSpace.gmem, assumed_align=8)
         return cute.make_tensor(ptr, cute.make_layout(spec.buffer_slots)), None
@@ -134,7 +138,8 @@ def _buffer_tensor(spec: ProfileSpec, buf):
     if isinstance(size, int):
         if size < spec.buffer_slots:
             raise ProfileUsageError(
-                f"Profiler.create: the buffer has {size} int64 slots but the spec needs {spec.buffer_slots} "
+                f"Profiler.create at {_source_site()}: the buffer has {size} int64 slots but the spec needs "
+                f"{spec.buffer_slots} "
                 f"({spec.num_blocks} blocks x {spec.num_groups} groups, write_stride {spec.write_stride}, "
                 f"{spec.records_per_lane} records per lane): pass the kernel_arg() of the Session whose spec "
                 "this is"
@@ -368,7 +373,7 @@ class SmemRecorder(CursorRecorder):
 
     @classmethod
     def create(cls, spec: ProfileSpec, lane: Lane):
-        stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
+        stage = _smem_stage(spec)
         # Every thread of the leader's warp copies the lane out at finalize, so each thread stages in its
         # group's slice; a group out of range (a stray thread: compares, never stores) gets slice 0.
         group_ok = Uint32(lane.group) < Uint32(spec.num_groups)
@@ -384,8 +389,29 @@ class SmemRecorder(CursorRecorder):
 
     def finalize(self, leader):
         if leader is not None:
-            raise ProfileUsageError("mode='smem': finalize() takes no leader= (the leader's warp copies the lane out)")
+            raise ProfileUsageError(
+                f"prof.finalize(leader=...) at {_source_site()}: mode='smem' takes no leader= (the default "
+                "leader's warp copies the lane out)"
+            )
         _smem_finalize(self.lane, self.staged, self.room[0], self.spec)
+
+
+_SMEM_STAGES: list = []  # (kernel op, spec, pointer): one stage per kernel and spec
+
+
+def _smem_stage(spec: ProfileSpec):
+    """The block's staging area for `spec` (num_groups x records_per_lane int64), allocated once per
+    kernel at its entry: every Profiler of the spec (one per role, as kernels build them) shares it, so
+    the kernel holds the one stage ProfileSpec sized and checked, not one per Profiler.create."""
+    kernel = inline_ptx.kernel_op()
+    for known_kernel, known_spec, stage in _SMEM_STAGES:
+        if known_spec == spec and known_kernel is not None and known_kernel == kernel:
+            return stage
+    with inline_ptx.at_kernel_entry():
+        stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)
+    _SMEM_STAGES.append((kernel, spec, stage))
+    del _SMEM_STAGES[:-8]  # kernels traced earlier are done with theirs
+    return stage
 
 
 @cute.jit
@@ -413,13 +439,14 @@ class LeanRecorder:
     spec: cutlass.Constexpr[ProfileSpec]
 
     @staticmethod
-    def create(spec: ProfileSpec, buffer, group, leader):
+    def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None):
         if leader is not None:
             raise ProfileUsageError(
-                "mode='lean' fixes the leader (lane 0 of warp group*warps_per_group); leader= is not accepted"
+                f"Profiler.create(leader=...) at {_source_site()}: mode='lean' fixes the leader (lane 0 of warp "
+                "group*warps_per_group); leader= is not accepted"
             )
         _check_constant_group(spec, group)  # lean takes the group from the warp, but a bad one is still a bug
-        return _lean_setup(spec, buffer)
+        return _lean_setup(spec, buffer, buffer_ok)
 
     def _record(self, bits: int):
         _lean_record(self.buffer, self.state_base, timer_lo(), _fresh_thread_x(), self.spec, bits)
@@ -435,7 +462,10 @@ class LeanRecorder:
 
     def finalize(self, leader):
         if leader is not None:
-            raise ProfileUsageError("mode='lean': finalize() takes no leader= (the lane leader is fixed)")
+            raise ProfileUsageError(
+                f"prof.finalize(leader=...) at {_source_site()}: mode='lean' takes no leader= "
+                "(the lane leader is fixed)"
+            )
         _lean_finalize(self.buffer, self.state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), self.spec)
 
 
@@ -452,16 +482,17 @@ def _lean_slot(state_base, tid, spec: ProfileSpec):
 
 
 @cute.jit
-def _lean_setup(spec: cutlass.Constexpr, buffer):
+def _lean_setup(spec: cutlass.Constexpr, buffer, buffer_ok):
     state_base = Int32(cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8).toint())
     tid, _, _ = cute.arch.thread_idx()
     lean_leader, address = _lean_slot(state_base, Int32(tid), spec)
     group = Int32(tid) >> ((32 * spec.warps_per_group).bit_length() - 1)
-    lane = Lane.create(spec, buffer, group, lean_leader)
+    lane = Lane.create(spec, buffer, group, lean_leader, buffer_ok)
     if lean_leader:
-        # Out-of-range lanes get room -2 (nothing fits): their records and trailer are never written.
+        # A lane that does not exist, or a buffer too short for the spec (dynamic size): room -2, so that
+        # no record fits, and a lane index past write_stride, so that finalize writes no trailer either.
         room = cutlass.select_(lane.leader, Int32(spec.user_capacity), Int32(-2))
-        lane_index = lane.block * spec.num_groups + group
+        lane_index = cutlass.select_(lane.leader, lane.block * spec.num_groups + group, Int32(spec.write_stride))
         state = (Int64(lane_index) << 32) | Int64(Uint32(room))
         inline_ptx.asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
     return LeanRecorder(buffer, state_base, spec)
@@ -602,12 +633,13 @@ class StaticRecorder:
         drops[0] = Int32(0)
         return StaticRecorder(lane, drops, spec)
 
-    def _slot(self, index, what: str):
+    def _slot(self, index, what: str, records: int):
+        """`records`: 2 for a region (its END takes the slot after the BEGIN's), 1 for a mark."""
         if index is None:
             raise ProfileUsageError(f"mode='static': {what} needs index= (the region's slot pair) at {_source_site()}")
-        if isinstance(index, int) and not 0 <= 2 * index < self.spec.user_capacity:
+        if isinstance(index, int) and not (0 <= index and 2 * index + records <= self.spec.user_capacity):
             raise ProfileUsageError(
-                f"mode='static': {what} index={index} is outside 0..{(self.spec.user_capacity - 1) // 2} "
+                f"mode='static': {what} index={index} is outside 0..{(self.spec.user_capacity - records) // 2} "
                 f"(records_per_lane={self.spec.records_per_lane}) at {_source_site()}"
             )
         return wire.ANCHOR_RECORDS + 2 * Int32(index)
@@ -616,7 +648,7 @@ class StaticRecorder:
         _static_record(self.lane, self.drops, k, timer_lo(), bits, self.spec)
 
     def begin(self, event_id: int, index):
-        k = self._slot(index, "begin()")
+        k = self._slot(index, "begin()", 2)
         self._record(k, event_bits(event_id, BEGIN))
         return k
 
@@ -624,7 +656,7 @@ class StaticRecorder:
         self._record(token_value + 1, event_bits(event_id, END))
 
     def mark(self, event_id: int, index):
-        self._record(self._slot(index, "mark()"), event_bits(event_id, INSTANT))
+        self._record(self._slot(index, "mark()", 1), event_bits(event_id, INSTANT))
 
     def finalize(self, leader):
         writer = self.lane.leader if leader is None else (self.lane.leader & leader)
@@ -671,6 +703,9 @@ class _TraceChecks:
 
     def __init__(self):
         self.open: dict[int, RegionToken] = {}
+        # modes without tokens: region name -> site of a begin traced after the name's last end (an end
+        # without a token may close a begin of another block, so only a name never ended again is sure)
+        self.unended: dict[str, str] = {}
         self.finalized_at: str | None = None
         self.records = 0  # begin / end / mark calls traced so far
 
@@ -711,13 +746,18 @@ class Profiler:
         if not const_expr(spec.enabled):
             return Profiler(spec, None, _TraceChecks())
         buffer, buffer_ok = _buffer_tensor(spec, buf)
+        if spec.mode == "smem" and leader is not None:
+            raise ProfileUsageError(
+                f"Profiler.create(leader=...) at {_source_site()}: mode='smem' copies a lane out with its default "
+                "leader's warp at finalize, so the lane's writer is that leader; leader= needs another mode"
+            )
         if spec.window_slots and leader is not None:
             raise ProfileUsageError(
                 f"Profiler.create(leader=...) at {_source_site()}: a spec with a capture window counts each lane "
                 "once, from its default leader; several writers per lane (leader=) need a spec without window_slots"
             )
         if const_expr(spec.mode == "lean"):
-            recorder = (recorder_class or LeanRecorder).create(spec, buffer, group, leader)
+            recorder = (recorder_class or LeanRecorder).create(spec, buffer, group, leader, buffer_ok)
         else:
             lane = Lane.create(spec, buffer, group, leader, buffer_ok)
             recorder = (recorder_class or _RECORDERS[spec.mode]).create(spec, lane)
@@ -738,6 +778,8 @@ class Profiler:
         token = RegionToken(name, value, _current_block(), _source_site(), self.checks.records, self.checks)
         if self.recorder.needs_token:
             self.checks.open[id(token)] = token
+        else:
+            self.checks.unended.setdefault(name, token.site)
         return token
 
     def end(self, name: str, token: RegionToken | None = None):
@@ -760,13 +802,15 @@ class Profiler:
             # in between (a cursor's END then shares the BEGIN's capacity check).
             adjacent = token.block == _current_block() and token.records_before == self.checks.records
         self.checks.records += 1
+        self.checks.unended.pop(name, None)
         self._fence()
         self.recorder.end(self.spec.event_id(name), value, adjacent)
 
     def _check_token(self, name: str, token):
         if not isinstance(token, RegionToken):
             raise ProfileUsageError(
-                f"prof.end({name!r}, token): token must be what prof.begin() returned (got {type(token).__name__})"
+                f"prof.end({name!r}, token) at {_source_site()}: token must be what prof.begin() returned "
+                f"(got {type(token).__name__})"
             )
         if token.name != name:
             raise ProfileUsageError(
@@ -813,6 +857,11 @@ class Profiler:
             token = next(iter(self.checks.open.values()))
             raise ProfileUsageError(
                 f"prof.finalize() at {_source_site()}: region {token.name!r} begun at {token.site} was never ended"
+            )
+        if self.checks.unended:
+            name, site = next(iter(self.checks.unended.items()))
+            raise ProfileUsageError(
+                f"prof.finalize() at {_source_site()}: region {name!r} begun at {site} was never ended"
             )
         self.checks.finalized_at = _source_site()
         self.recorder.finalize(leader)

@@ -5,6 +5,7 @@ disabled == uninstrumented PTX, SASS instructions per event) is checked in CI.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 cutlass = pytest.importorskip("cutlass")
 cute = pytest.importorskip("cutlass.cute")
 
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Int64
 from cutlass.cute.runtime import make_fake_compact_tensor
 
 import ikp_cute
@@ -316,6 +317,8 @@ def compile_misuse(case, mode="cursor", buffer_spec=None, **kw):
         ("end_other_profiler", "cursor", r"prof.end\('a'\).*by another Profiler"),
         ("end_other_profiler", "deferred", r"by another Profiler"),
         ("begin_without_end", "atomic", r"region 'a' begun at .*misuse.py:\d+ was never ended"),
+        ("begin_without_end", "cursor", r"region 'a' begun at .*misuse.py:\d+ was never ended"),
+        ("begin_without_end", "lean", r"region 'a' begun at .*misuse.py:\d+ was never ended"),
         ("end_in_other_block", "atomic", r"not at the control-flow level of its begin"),
         ("end_in_other_block", "deferred", r"not at the control-flow level"),
         ("after_finalize", "cursor", r"prof.mark\('late'\).*after prof.finalize\(\)"),
@@ -469,3 +472,60 @@ def test_example_capture_decodes_to_the_program():
         assert set(inner["depth"].tolist()) == {1}
         marks = trace.instants[trace.instants["lane"] == lane]
         assert [names.event(e) for e in marks["event"]] == ["tile_done"] * tiles
+
+
+def test_usage_errors_name_the_call_site():
+    """Every trace-time ProfileUsageError says where in the kernel (file:line), including the token,
+    leader= and buffer checks that used not to."""
+    cases = [("end_without_token", "deferred"), ("group_negative", "lean")]
+    for case, mode in cases:
+        with pytest.raises(ProfileUsageError, match=r"misuse\.py:\d+"):
+            compile_misuse(case, mode)
+    small = make_spec(num_blocks=2, write_stride=4)
+    with pytest.raises(ProfileUsageError, match=r"at .*misuse\.py:\d+: the buffer has"):
+        compile_misuse("none", buffer_spec=small)
+
+
+def test_source_site_keeps_a_user_file_under_a_cutlass_named_folder():
+    from ikp_cute import device
+
+    namespace = {"__name__": "user_kernels", "site": device._source_site}
+    code = compile("def call():\n    return site()\n\ndef outer():\n    return call()\n",
+                   "/home/u/my_cutlass_kernels/k.py", "exec")
+    exec(code, namespace)
+    assert namespace["outer"]() == "/home/u/my_cutlass_kernels/k.py:5"
+
+
+def test_smem_refuses_another_leader():
+    with pytest.raises(ProfileUsageError, match=r"mode='smem' copies a lane out with its default leader"):
+        compile_misuse("leader_other", "smem")
+
+
+def test_lean_checks_a_dynamic_buffer_size_like_every_mode():
+    """A buffer tensor of dynamic size: a short one disables recording at run time (README, docs/device.md).
+    Lean used to store its anchors and records without looking at the size."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing.kernels import misuse
+
+    for mode in MODES:
+        spec = make_spec(mode)
+        dynamic = make_fake_compact_tensor(Int64, (cute.sym_int(),), assumed_align=16)
+        ptx = cute.compile(misuse.launch_misuse, x_tensor(), Int32(3), Int32(0), dynamic, spec, "none", 4,
+                           options=KEEP).__ptx__
+        assert re.search(rf"setp\.\w+\.s32\s+%p\d+, %r\d+, {spec.buffer_slots - 1};", ptx), mode
+
+
+def test_smem_profilers_of_one_spec_share_one_stage():
+    """One Profiler per role (FA4's shape) used to declare the whole stage once per Profiler.create."""
+    ptx = compile_misuse("second_profiler", "smem").__ptx__
+    stages = re.findall(r"\.shared \.align 16 \.b8 \w+\[(\d+)\]", ptx)
+    assert stages == [str(2 * 64 * 8)], stages
+
+
+def test_static_region_whose_end_would_be_past_capacity_is_refused():
+    """Capacity 61 (odd): region 30's BEGIN takes the last user slot and its END would take the DROPPED slot,
+    so it could never be complete. The constant-index check used to accept it (it checked the BEGIN only)."""
+    with pytest.raises(ProfileUsageError, match=r"begin\(\) index=30 is outside 0\.\.29"):
+        compile_misuse("static_region_past_capacity", "static", records_per_lane=65)
+    compile_misuse("static_region_past_capacity", "static", records_per_lane=66)  # capacity 62: region 30 fits

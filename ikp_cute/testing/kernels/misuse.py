@@ -25,8 +25,16 @@ def misuse_kernel(
         group = spec.num_groups
     if const_expr(case == "dynamic_group"):
         group = warp // 4 + shift  # runtime: shift=1 or -1 puts one warp group outside 0..num_groups-1
-    prof = Profiler.create(spec, prof_buf, group=group)
+    leader = None
+    if const_expr(case == "leader_other"):
+        leader = tidx == 5
+    prof = Profiler.create(spec, prof_buf, group=group, leader=leader)
     acc = x[bidx * 256 + tidx]
+    if const_expr(case == "second_profiler"):  # not a misuse: a second Profiler of the spec (one per role)
+        other = Profiler.create(spec, prof_buf, group=group)
+        with other.region("b", index=0):
+            acc = acc + 1.0
+        other.finalize()
     if const_expr(case == "mark_first"):  # not a misuse: the regions after it start on odd slots
         prof.mark("m0")
     for i in cutlass.range(iters):
@@ -53,6 +61,9 @@ def misuse_kernel(
             acc = acc + 1.0
     if const_expr(case == "static_index_negative"):
         with prof.region("a", index=-1):
+            acc = acc + 1.0
+    if const_expr(case == "static_region_past_capacity"):  # its BEGIN fits, its END would be the DROPPED slot
+        with prof.region("a", index=(spec.user_capacity - 1) // 2):
             acc = acc + 1.0
     prof.mark("m", index=iters)
     x[bidx * 256 + tidx] = acc
