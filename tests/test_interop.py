@@ -1,6 +1,7 @@
 """Foreign traces (issue 22): IKET's JSON and .pftrace and Proton's Chrome trace, read from real files
 written on an H100 (examples/interop/), into ikp's trace model."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -248,3 +249,294 @@ def test_names_do_not_apply_to_foreign_traces(tmp_path):
     names = tmp_path / "names.json"
     names.write_text(json.dumps({"events": {"0": "x"}}))
     assert main(["decode", str(IKET_JSON), "--names", str(names)]) == 2
+
+
+# --- review of the importers (2026-11): bad input is a DecodeError naming the file and field, or a counted
+# malformed record; never a traceback, an overflow, or a table sized by an index value ----------------------
+
+
+def iket_doc(**launch) -> dict:
+    """One launch of one warp with one range ('tile', 1000..2000 ns); `launch` overrides its fields. Two names,
+    so that a bool name index (True == 1) would name one."""
+    base = {"kernelName": "k", "gridDimX": 1, "gridDimY": 1, "gridDimZ": 1, "blockDimX": 32, "blockDimY": 1,
+            "blockDimZ": 1, "ranges": [{"startTs": 1000, "endTs": 2000, "rangeNameIdx": 0, "rangeType": 2,
+                                        "warpLocIdxs": [0, 0]}], "markers": [], "warpLifetimes": []}
+    return {"stringTable": ["tile", "load"], "locationTable": [{"ctaId": [0, 0, 0], "warpId": 0, "smId": 3}],
+            "launches": [{**base, **launch}]}
+
+
+def proton_event(name="a", ts=0.0, dur=1.0, kernel="k", cta=0, warp=0, ph="X") -> dict:
+    return {"ph": ph, "pid": f"{kernel} Core1 CTA{cta}", "tid": f"warp {warp} (line 0)", "name": name,
+            "cat": kernel, "ts": ts, "dur": dur}
+
+
+def write(tmp_path, name: str, doc) -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def assert_accounted(t) -> None:
+    assert sum(t.loss.totals[b] for b in LOSS_BUCKETS) == t.loss.nonzero_slots
+    assert t.loss.totals["malformed"] == sum(t.loss.malformed_reasons.values())
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"launches": [5]}, "launches[0] is not an object"),
+    ({"graphLaunches": 5}, "graphLaunches is not an object"),
+    ({"ranges": {"a": 1}}, "launches[0].ranges is not a list"),
+    ({"markers": 3}, "launches[0].markers is not a list"),
+    ({"warpLifetimes": "x"}, "launches[0].warpLifetimes is not a list"),
+    ({"blockDimX": -32}, "'blockDimX'"),
+    ({"blockDimX": True}, "'blockDimX'"),
+    ({"blockDimX": 1 << 40}, "'blockDimX'"),
+    ({"blockDimX": 1024, "blockDimY": 1024}, "1048576 threads"),
+    ({"gridDimX": 10**30}, "'gridDimX'"),
+    ({"gridDimX": 1 << 31, "gridDimY": 2}, "4294967296 blocks"),
+    ({"smId": "x"}, "locationTable[0] has no valid 'smId'"),
+])
+def test_iket_json_bad_structure_is_a_decode_error(tmp_path, change, needle):
+    """A launch, list or dimension of the wrong type or size: a DecodeError naming the file and the field
+    (was: AttributeError / TypeError / OverflowError tracebacks, a negative block size accepted, and for
+    smId "x" a bare 'invalid literal for int()')."""
+    doc = iket_doc(**{k: v for k, v in change.items() if k not in ("launches", "graphLaunches", "smId")})
+    doc.update({k: v for k, v in change.items() if k in ("launches", "graphLaunches")})
+    if "smId" in change:
+        doc["locationTable"][0]["smId"] = change["smId"]
+    path = write(tmp_path, "bad.trace.json", doc)
+    with pytest.raises(DecodeError) as e:
+        read_foreign(path)
+    assert "bad.trace.json" in str(e.value) and needle in str(e.value)
+
+
+@pytest.mark.parametrize("change,reason,records", [
+    ({"ranges": ["x"]}, "range that is not an object", 2),
+    ({"ranges": [{"startTs": 1, "endTs": 2, "rangeNameIdx": 0, "warpLocIdxs": 7}]},
+     "range on an unknown warp location", 2),
+    ({"ranges": [{"startTs": True, "endTs": True, "rangeNameIdx": 0, "warpLocIdxs": [0, 0]}]},
+     "range without times or name", 2),
+    ({"ranges": [{"startTs": 1, "endTs": 2, "rangeNameIdx": True, "warpLocIdxs": [0, 0]}]},
+     "range without times or name", 2),
+    ({"ranges": [{"startTs": 1, "endTs": 1 << 63, "rangeNameIdx": 0, "warpLocIdxs": [0, 0]}]},
+     "range without times or name", 2),
+    ({"markers": [3]}, "marker that is not an object", 1),
+    ({"markers": [{"timestamp": 10**20, "markerNameIdx": 0, "locIdx": 0}]}, "marker without time or name", 1),
+    ({"warpLifetimes": ["x"]}, "warp lifetime on an unknown warp location", 2),
+    ({"warpLifetimes": [{"locIdx": 0, "startTs": 0, "endTs": 1 << 64}]}, "warp lifetime without times", 2),
+    ({"warpLifetimes": [{"locIdx": 0, "startTs": 5000, "endTs": 10}]}, "warp lifetime ends before it starts", 2),
+])
+def test_iket_json_bad_records_are_counted_not_fatal(tmp_path, change, reason, records):
+    """A record that is not an object, has bool / huge times or a bool name index, or a lifetime that is
+    unusable: counted under a named reason, the rest imports (was: tracebacks, OverflowError, bools taken
+    as times and indexes, reversed lifetimes kept)."""
+    doc = iket_doc()
+    keep = doc["launches"][0]["ranges"][0]
+    doc["launches"][0].update(change)
+    if "ranges" in change:
+        doc["launches"][0]["ranges"].append(keep)
+    (t,) = read_foreign(write(tmp_path, "bad.trace.json", doc))
+    assert t.loss.malformed_reasons == {reason: records}
+    assert [t.names.event(e) for e in t.spans["event"]] == ["tile"] and int(t.spans["start_ns"][0]) == 1000
+    assert t.lanes["first_ns"].tolist() == [1000] and t.lanes["last_ns"].tolist() == [2000]
+    assert_accounted(t)
+
+
+def test_iket_json_unusable_locations_and_payloads_are_not_fatal(tmp_path):
+    """A location that is not an object makes its events 'on an unknown warp location'; smId null is an
+    unknown SM; internalEvents that are not objects keep the range and count it as having unreadable
+    payloads (each was a traceback)."""
+    doc = iket_doc()
+    doc["locationTable"] = [5, {"ctaId": [0, 0, 0], "warpId": 0, "smId": None}]
+    doc["launches"][0]["ranges"][0].update(warpLocIdxs=[1, 1], internalEvents=[3, None])
+    doc["launches"][0]["markers"] = [{"timestamp": 1500, "markerNameIdx": 0, "locIdx": 0}]
+    (t,) = read_foreign(write(tmp_path, "locs.trace.json", doc))
+    assert len(t.spans) == 1 and t.lanes["sm"].tolist() == [-1]
+    assert t.loss.malformed_reasons == {"marker on an unknown warp location": 1}
+    assert t.meta["source"]["ranges_with_unreadable_payloads"] == 1
+
+
+@pytest.mark.parametrize("kind", ["iket", "proton"])
+def test_deeply_nested_json_is_a_decode_error(tmp_path, kind):
+    deep = "[" * 100_000 + "]" * 100_000
+    if kind == "iket":
+        text = '{"launches": ' + deep + "}"
+    else:
+        text = json.dumps({"traceEvents": [proton_event()]})[:-2] + ', {"args": ' + deep + "}]}"
+    path = write(tmp_path, f"deep.{kind}", text)
+    with pytest.raises(DecodeError, match="deep.*nested too deeply"):
+        read_foreign(path)
+
+
+@pytest.mark.parametrize("field,value", [("ts", 1e16), ("ts", 1e308), ("dur", 10**400), ("ts", -1e300)],
+                         ids=["ts 1e16", "ts 1e308", "dur 10**400", "ts -1e300"])
+def test_proton_huge_times_are_counted(tmp_path, field, value):
+    """A ts / dur whose cycles do not fit int64 (or past 2**62): a counted malformed event (was OverflowError)."""
+    bad = proton_event(name="bad")
+    bad[field] = value
+    path = write(tmp_path, "huge.chrome_trace", {"traceEvents": [proton_event(), bad]})
+    (t,) = read_foreign(path)
+    assert len(t.spans) == 1 and t.loss.malformed_reasons == {"event without valid ts/dur": 2}
+    assert_accounted(t)
+
+
+@pytest.mark.parametrize("cta,warp", [(0, 10**9), (0, 10**30), (10**12, 0)], ids=["warp 1e9", "warp 1e30", "cta 1e12"])
+def test_proton_huge_indices_are_counted_without_allocating(tmp_path, cta, warp):
+    """One event naming warp 10**9 or CTA 10**12 is counted, not imported: the trace keeps the shape of the
+    others (was: a dict of a billion warp names, MemoryError, or OverflowError)."""
+    from host_decode.interop.proton import OUT_OF_RANGE
+
+    path = write(tmp_path, "big.chrome_trace",
+                 {"traceEvents": [proton_event(warp=1), proton_event(cta=cta, warp=warp)]})
+    (t,) = read_foreign(path)
+    assert (t.num_blocks, t.num_groups, len(t.names.groups)) == (1, 2, 2)
+    assert t.loss.malformed_reasons == {OUT_OF_RANGE: 2}
+    assert_accounted(t)
+
+
+def test_proton_non_complete_events_are_counted_per_kernel(tmp_path):
+    """B/E pairs and instants with Proton's naming: counted in the loss report of their own kernel (was: one
+    file-wide number in every kernel's meta, nothing in the loss report); 'M' metadata is no record."""
+    from host_decode.interop.proton import NOT_COMPLETE
+
+    events = [proton_event(kernel="a"), proton_event(kernel="b"),
+              proton_event(kernel="a", ph="B", ts=1.0), proton_event(kernel="a", ph="E", ts=2.0),
+              proton_event(kernel="a", ph="i", ts=3.0),
+              {"ph": "M", "name": "process_name", "pid": "a Core1 CTA0", "args": {"name": "x"}}]
+    a, b = read_foreign(write(tmp_path, "be.chrome_trace", {"traceEvents": events}))
+    assert a.meta["kernel"] == "a" and a.loss.malformed_reasons == {NOT_COMPLETE: 3}
+    assert b.meta["kernel"] == "b" and b.loss.malformed_reasons == {}
+    assert a.meta["source"]["metadata_events_in_file"] == 1
+    assert_accounted(a)
+
+
+def test_proton_stray_event_is_counted_not_a_kernel(tmp_path):
+    """An 'X' event without Proton's pid/tid in a real file: a counted malformed pair in the (first)
+    kernel's report, not a pseudo-kernel '?' (which made the whole file unreadable)."""
+    from host_decode.analysis.sessions import load_trace
+    from host_decode.interop.proton import UNNAMED
+
+    doc = json.loads(PROTON.read_text())
+    doc["traceEvents"].append({"ph": "X", "name": "stray", "ts": 1.0, "dur": 1.0})
+    path = write(tmp_path, "stray.chrome_trace", doc)
+    (t,) = read_foreign(path)
+    assert t.meta["kernel"] == "scaled_add" and t.loss.malformed_reasons == {UNNAMED: 2}
+    assert load_trace([path]).spans.size == 48
+
+
+def test_kernels_of_different_warp_counts_load_together(tmp_path):
+    """Two kernels of one Proton file with 4 and 2 warps: one trace of 4 groups per block, each lane keeping
+    its (block, warp) (was: 'parts differ in num_groups', the file unreadable)."""
+    from host_decode.analysis.sessions import load_trace
+
+    doc = json.loads(PROTON.read_text())
+    doc["traceEvents"] += [proton_event(kernel="zz", cta=c, warp=w) for c in range(2) for w in range(2)]
+    path = write(tmp_path, "two.chrome_trace", doc)
+    real, narrow = read_foreign(path)
+    assert (real.num_groups, narrow.num_groups) == (4, 2)
+    t = load_trace([path])
+    assert (t.num_blocks, t.num_groups) == (6, 4) and t.spans.size == 48 + 4
+    tail = t.spans[t.spans["block"] >= 4]
+    assert sorted(zip(tail["block"].tolist(), tail["group"].tolist(), tail["lane"].tolist())) == [
+        (4, 0, 16), (4, 1, 17), (5, 0, 20), (5, 1, 21)]
+    assert (t.lanes["lane"] == t.lanes["block"] * 4 + t.lanes["group"]).all()
+    assert (np.diff(t.spans["lane"]) >= 0).all()
+    assert [p["num_groups"] for p in t.meta["parts"]] == [4, 2]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad method"])
+def test_gzip_problems_name_the_input(tmp_path, capsys, damage):
+    """A truncated .gz (was: EOFError traceback) or one with a bad header (was: reported as a failed write of
+    the OUTPUT file): one error line naming the input."""
+    from host_decode.cli import main
+
+    raw = gzip.compress(IKET_JSON.read_bytes())
+    raw = raw[: len(raw) // 2] if damage == "truncated" else raw[:2] + b"\x07" + raw[3:]
+    path = tmp_path / "in.trace.json.gz"
+    path.write_bytes(raw)
+    assert main(["decode", str(path), "-q", "-o", str(tmp_path / "out.pftrace")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not a readable gzip file" in err and "out.pftrace" not in err and "Traceback" not in err
+
+
+def test_detect_chrome_array_form_and_metadata_preamble(tmp_path):
+    """Chrome's bare array of events with Proton's naming, and a Proton file whose first 64 KiB are 'M'
+    metadata events, are Proton traces (both were 'cannot read as a .npy buffer')."""
+    array = write(tmp_path, "array.chrome_trace", [proton_event()])
+    meta = [{"ph": "M", "name": "process_name", "pid": f"k Core1 CTA{i}", "args": {"name": "x" * 50}}
+            for i in range(1000)]
+    preamble = write(tmp_path, "preamble.chrome_trace", {"traceEvents": meta + [proton_event()]})
+    assert preamble.stat().st_size > 1 << 16
+    for path in (array, preamble):
+        assert detect(path) == "proton-chrome"
+        (t,) = read_foreign(path)
+        assert len(t.spans) == 1
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ({"displayTimeUnit": "ns", "traceEvents": []}, "a Chrome trace with no events"),
+    ({"traceEvents": [{"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 1}]}, "a Chrome trace without Proton"),
+    ([{"ph": "X", "pid": 1, "tid": 2}], "a JSON array"),
+])
+def test_json_that_is_no_trace_of_ours_says_what_it_is(tmp_path, capsys, doc, needle):
+    from host_decode.cli import main
+
+    path = write(tmp_path, "x.chrome_trace", doc)
+    assert detect(path) is None
+    with pytest.raises(DecodeError, match=needle):
+        read_foreign(path)
+    assert main(["decode", str(path), "-q", "-o", str(tmp_path / "o.pftrace")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and ".npy buffer" not in err
+
+
+def pftrace_bytes(events) -> bytes:
+    """A Perfetto trace with IKET's tracks Grid1 > CTA(x, y, z) > WarpNN; events: (cta, warp, type, name, ts)."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    trace = pb.Trace()
+    uuids: dict = {}
+
+    def track(name, parent=0):
+        if (name, parent) not in uuids:
+            uuids[(name, parent)] = len(uuids) + 1
+            p = trace.packet.add()
+            p.track_descriptor.uuid, p.track_descriptor.name = uuids[(name, parent)], name
+            if parent:
+                p.track_descriptor.parent_uuid = parent
+        return uuids[(name, parent)]
+
+    grid = track("Grid1")
+    for cta, warp, kind, name, ts in events:
+        p = trace.packet.add()
+        p.timestamp = ts
+        p.track_event.track_uuid = track(f"Warp{warp:02d}", track(f"CTA({cta[0]}, {cta[1]}, {cta[2]})", grid))
+        p.track_event.type = getattr(p.track_event, f"TYPE_{kind}")
+        if name:
+            p.track_event.name = name
+    return trace.SerializeToString()
+
+
+def test_iket_pftrace_bad_events_are_counted(tmp_path):
+    """A slice ending before it begins (was: a negative duration), counter / untyped events on a warp track
+    (were: dropped uncounted), times past 2**62 (2**64-1 was an OverflowError) and a CTA index of 2**40 (was:
+    an OverflowError / a grid of 2**40 blocks): each counted under a named reason, the rest imports."""
+    from host_decode.interop.iket import OUT_OF_RANGE
+
+    ok, huge_cta = (0, 0, 0), (1 << 40, 0, 0)
+    events = [(ok, 0, "SLICE_BEGIN", "tile", 100), (ok, 0, "SLICE_END", "", 200),
+              (ok, 0, "SLICE_BEGIN", "back", 500), (ok, 0, "SLICE_END", "", 400),
+              (ok, 0, "COUNTER", "", 300), (ok, 0, "UNSPECIFIED", "x", 300),
+              (ok, 0, "SLICE_BEGIN", "late", 600), (ok, 0, "SLICE_END", "", (1 << 64) - 1),
+              (ok, 0, "INSTANT", "mark", 1 << 63),
+              (huge_cta, 0, "SLICE_BEGIN", "far", 100), (huge_cta, 0, "SLICE_END", "", 200)]
+    path = tmp_path / "bad.pftrace"
+    path.write_bytes(pftrace_bytes(events))
+    (t,) = read_foreign(path)
+    assert spans_of(t) == [(0, "tile", 100, 200, 0)] and t.num_blocks == 1
+    assert t.loss.malformed_reasons == {
+        "slice ends before it begins": 2,
+        "event neither slice nor instant on a warp track": 2,
+        "slice with a time out of range": 2,
+        "instant with a time out of range": 1,
+        OUT_OF_RANGE: 2,
+    }
+    assert_accounted(t)

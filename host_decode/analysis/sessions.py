@@ -26,6 +26,7 @@ in the file's metadata), so absolute values keep ns precision.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -205,39 +206,45 @@ def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     return placed - starts
 
 
+def _relane(lane: np.ndarray, part_groups: int, block_offset: int, groups: int) -> np.ndarray:
+    """A part's lane ids (block * part_groups + group) in the merged trace (groups per block, blocks shifted);
+    with part_groups == groups this is lane + block_offset * groups."""
+    return (lane // part_groups + block_offset) * groups + lane % part_groups
+
+
 def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> Trace:
-    """One Trace holding every part; block ids renumbered per part; meta['parts'] describes the parts."""
+    """One Trace holding every part; block ids renumbered per part; meta['parts'] describes the parts. Parts
+    may differ in num_groups (kernels of one foreign trace, launches of different block sizes): the merged
+    trace has the largest, and a narrower part's lanes keep their (block, group), its other groups empty."""
     if not parts:
         raise ValueError("concat needs at least one part")
-    g = parts[0].trace.num_groups
-    if any(p.trace.num_groups != g for p in parts):
-        raise ValueError("parts differ in num_groups: " + ", ".join(f"{p.label}: {p.trace.num_groups}" for p in parts))
+    g = max(p.trace.num_groups for p in parts)
     shift = shifts(parts, mode, clock_offsets_ns)
     block_off = np.concatenate([[0], np.cumsum([p.trace.num_blocks for p in parts])[:-1]]).astype(np.int64)
     spans, lanes, instants, per_lane = [], [], [], []
     for p, dt, boff in zip(parts, shift, block_off):  # per part (few), never per span
         t = p.trace
-        loff = boff * g
+        relane = functools.partial(_relane, part_groups=t.num_groups, block_offset=int(boff), groups=g)
         s = t.spans.copy()
-        s["lane"] += loff
+        s["lane"] = relane(s["lane"])
         s["block"] += boff
         s["start_ns"] += dt
         s["end_ns"] += dt
         spans.append(s)
         ln = t.lanes.copy()
-        ln["lane"] += loff
+        ln["lane"] = relane(ln["lane"])
         ln["block"] += boff
         for f in ("first_ns", "last_ns", "finalize_ns"):
             ln[f] = np.where(ln[f] >= 0, ln[f] + dt, ln[f])
         lanes.append(ln)
         it = t.instants.copy()
-        it["lane"] += loff
+        it["lane"] = relane(it["lane"])
         it["block"] += boff
         it["ts_ns"] += dt
         instants.append(it)
         pl = t.loss.per_lane.copy()
         if pl.size:
-            pl["lane"] += loff
+            pl["lane"] = relane(pl["lane"])
         per_lane.append(pl.astype(_loss_lane_dtype()) if pl.size else np.zeros(0, _loss_lane_dtype()))
     totals = {b: sum(p.trace.loss.totals.get(b, 0) for p in parts) for b in LOSS_BUCKETS}
     reasons: dict[str, int] = {}
@@ -262,6 +269,7 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
                 "host_ns": p.host_ns,
                 "block_offset": int(boff),
                 "num_blocks": p.trace.num_blocks,
+                "num_groups": p.trace.num_groups,
                 "shift_ns": int(dt),
             }
             for p, dt, boff in zip(parts, shift, block_off)
@@ -293,11 +301,14 @@ def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progr
     recognised by content (host_decode.interop)."""
     paths = list(paths)
     if len(paths) == 1 and not Path(paths[0]).is_dir():
-        from host_decode.interop import detect, read_foreign
+        from host_decode.core.errors import DecodeError
+        from host_decode.interop import describe, detect, not_readable, read_foreign
 
         if detect(paths[0]):  # an IKET or Proton trace: one Trace per launch it holds
             traces = read_foreign(paths[0])
             return traces[0] if len(traces) == 1 else concat(parts_from_traces(traces), mode=mode)
+        if describe(paths[0]):  # JSON that is no trace of ours: say what it looks like
+            raise DecodeError(not_readable(paths[0]), source=str(paths[0]))
         from host_decode.core.decoder import load_capture
 
         return load_capture(str(paths[0]))

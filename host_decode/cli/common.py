@@ -131,14 +131,18 @@ def next_step(text: str, args=None) -> None:
 def load_input(path, names=None, write_stride=None):
     """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
     (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.interop)."""
-    from host_decode.interop import detect
+    from host_decode.core.errors import DecodeError
+    from host_decode.interop import describe, detect, not_readable
 
-    if detect(path):
+    kind = detect(path)
+    if kind:
         if names is not None or write_stride is not None:
-            raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {detect(path)} trace")
+            raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {kind} trace")
         from host_decode.analysis.sessions import load_trace
 
         return load_trace([path])
+    if describe(path):  # JSON that is no trace of ours: say what it looks like, not "not a .npy buffer"
+        raise DecodeError(not_readable(path), source=str(path))
     from host_decode.core.decoder import load_capture
 
     return load_capture(path, names=names, write_stride=write_stride)
@@ -182,8 +186,9 @@ def read_pc_table(
 ):
     """Per-PC data of `kind` (ncu | cupti | nvbit) for one kernel: the explicit --kernel; else the kernel
     with markers (the map's, else `default_kernel`, e.g. the capture's sidecar kernel) when the file has
-    it; else the file's only kernel. An ncu table lists every instruction: one that covers fewer than the
-    map's is a file cut short (error unless allow_mismatch)."""
+    it; else the file's only kernel (a tool may spell the name demangled; if it is another kernel, the
+    join's check says so: hardware.join.same_kernel). An ncu table lists every instruction: one that
+    covers fewer than the map's is a file cut short (error unless allow_mismatch)."""
     from host_decode.core.errors import DecodeError
     from host_decode.hardware.adapters import cupti, ncu, nvbit
 

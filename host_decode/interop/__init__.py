@@ -5,8 +5,11 @@ Triton Proton's intra-kernel mode (its Chrome trace).
 Invariants a change could break (tests/test_interop.py guards each, on real files in examples/interop/):
 * Detection is by content, never by extension alone: :func:`detect` reads the first bytes.
 * Every foreign record is a span, an instant, or counted in the loss report's ``malformed`` bucket with a
-  reason; what the foreign format cannot tell (drops it does not count, clock facts) is stated in
-  ``trace.meta["source"]["cannot_tell"]``.
+  reason (a record of no kernel or grid: in the first one's report); what the foreign format cannot tell
+  (drops it does not count, clock facts) is stated in ``trace.meta["source"]["cannot_tell"]``.
+* Bad input never escapes as another exception: a bad launch-wide field is a DecodeError naming the file and
+  the field, a bad record is counted; times and indices are bounded (interop/tables.py) so nothing overflows
+  int64 and no table is sized by an index value.
 * One Trace per kernel launch; lanes are (block, warp) with warp = the warp index in the block.
 """
 
@@ -27,6 +30,14 @@ def detect(path: str | Path) -> str | None:
     return sniff.detect(path)
 
 
+def describe(path: str | Path) -> str | None:
+    """What a file `detect` does not claim looks like (a Chrome trace without Proton's naming, ...), or None
+    when it may be an ikp capture."""
+    from host_decode.interop import sniff
+
+    return sniff.describe(path)
+
+
 def read_foreign(path: str | Path) -> list[Trace]:
     """Every launch in a foreign trace file, one Trace each; DecodeError naming the file otherwise."""
     kind = detect(path)
@@ -42,8 +53,11 @@ def read_foreign(path: str | Path) -> list[Trace]:
         from host_decode.interop.proton import read_proton_chrome
 
         return read_proton_chrome(path)
-    raise DecodeError(
-        "not a trace ikp can read: expected an ikp capture (.npy), an IKET trace (.trace.json / .pftrace) "
-        "or a Proton intra-kernel Chrome trace (.chrome_trace)",
-        source=str(path),
-    )
+    raise DecodeError(not_readable(path), source=str(path))
+
+
+def not_readable(path: str | Path) -> str:
+    """Why `path` is none of the formats ikp reads, saying what it looks like where that can be told."""
+    looks = describe(path)
+    return (f"not a trace ikp can read{': it is ' + looks if looks else ''}; expected an ikp capture (.npy), an "
+            "IKET trace (.trace.json / .pftrace) or a Proton intra-kernel Chrome trace (.chrome_trace)")

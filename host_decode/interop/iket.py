@@ -19,7 +19,6 @@ events that no file records: said in ``meta["source"]["cannot_tell"]``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -27,7 +26,16 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names, Trace
-from host_decode.interop.tables import ForeignTables, build_trace
+from host_decode.interop.tables import (
+    MAX_BLOCKS,
+    MAX_GROUPS,
+    ForeignTables,
+    build_trace,
+    count,
+    is_int,
+    usable_time,
+    warp_names,
+)
 
 CANNOT_TELL = [
     "events IKET lost: it counts no drops (buffers are sized by a dry run of the whole workload)",
@@ -36,22 +44,27 @@ CANNOT_TELL = [
 
 
 def _load_json(path: str | Path) -> dict:
-    from host_decode.interop.sniff import head
+    from host_decode.interop.sniff import read_json
 
-    raw = head(path, size=None)
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DecodeError(f"IKET JSON does not parse: {e}", source=str(path)) from None
+    doc = read_json(path, "IKET JSON")
     if not isinstance(doc, dict) or not isinstance(doc.get("launches"), list):
         raise DecodeError("not an IKET trace: no 'launches' list", source=str(path))
     return doc
 
 
-def _field(obj: dict, key: str, kind, where: str, path) -> object:
-    value = obj.get(key)
-    if not isinstance(value, kind):
-        raise DecodeError(f"IKET JSON: {where} has no valid {key!r}", source=str(path))
+def _list_field(obj: dict, key: str, where: str, path) -> list:
+    """A list member of `obj`, [] when absent; DecodeError naming the field when it is something else."""
+    value = obj.get(key, [])
+    if not isinstance(value, list):
+        raise DecodeError(f"IKET JSON: {where}.{key} is not a list (got {type(value).__name__})", source=str(path))
+    return value
+
+
+def _dimension(launch: dict, key: str, where: str, path) -> int:
+    value = launch.get(key)
+    if not (is_int(value) and 1 <= value <= MAX_BLOCKS):
+        raise DecodeError(f"IKET JSON: {where} has no valid {key!r} (an integer from 1 to {MAX_BLOCKS}, "
+                          f"got {value!r:.40})", source=str(path))
     return value
 
 
@@ -61,79 +74,104 @@ def read_iket_json(path: str | Path) -> list[Trace]:
     locations = doc.get("locationTable", [])
     if not isinstance(strings, list) or not isinstance(locations, list):
         raise DecodeError("IKET JSON: stringTable / locationTable must be lists", source=str(path))
-    launches = list(doc["launches"])
+    launches = [(f"launches[{i}]", launch) for i, launch in enumerate(doc["launches"])]
     graph = doc.get("graphLaunches") or {}
-    for item in graph.values() if isinstance(graph, dict) else graph:
+    if not isinstance(graph, (dict, list)):
+        raise DecodeError(f"IKET JSON: graphLaunches is not an object (got {type(graph).__name__})",
+                          source=str(path))
+    for key, item in graph.items() if isinstance(graph, dict) else enumerate(graph):
         for launch in item if isinstance(item, list) else [item]:
             if isinstance(launch, dict) and "ranges" in launch:
-                launches.append(launch)
+                launches.append((f"graphLaunches[{key!r}]", launch))
     if not launches:
         raise DecodeError("IKET JSON holds no launch", source=str(path))
-    return [_launch_trace(launch, i, strings, locations, path) for i, launch in enumerate(launches)]
+    for where, launch in launches:
+        if not isinstance(launch, dict):
+            raise DecodeError(f"IKET JSON: {where} is not an object (got {type(launch).__name__})", source=str(path))
+    return [_launch_trace(launch, i, where, strings, locations, path) for i, (where, launch) in enumerate(launches)]
 
 
-def _launch_trace(launch: dict, index: int, strings: list, locations: list, path) -> Trace:
-    where = f"launches[{index}]"
-    gx, gy, gz = (int(_field(launch, f"gridDim{a}", int, where, path)) for a in "XYZ")
+def _launch_trace(launch: dict, index: int, where: str, strings: list, locations: list, path) -> Trace:
+    gx, gy, gz = (_dimension(launch, f"gridDim{a}", where, path) for a in "XYZ")
     threads = 1
     for a in "XYZ":
-        threads *= int(_field(launch, f"blockDim{a}", int, where, path))
-    num_groups = max(1, -(-threads // 32))
+        threads *= _dimension(launch, f"blockDim{a}", where, path)
+    num_groups = -(-threads // 32)
     num_blocks = gx * gy * gz
+    if num_blocks > MAX_BLOCKS or num_groups > MAX_GROUPS:
+        raise DecodeError(f"IKET JSON: {where} has a grid of {num_blocks} blocks of {threads} threads; ikp reads "
+                          f"at most {MAX_BLOCKS} blocks of {MAX_GROUPS} warps", source=str(path))
     malformed: dict[str, int] = {}
-
-    def count(reason: str, n: int = 1) -> None:
-        malformed[reason] = malformed.get(reason, 0) + n
 
     loc_block = np.full(len(locations), -1, np.int64)
     loc_warp = np.full(len(locations), -1, np.int64)
     loc_sm = np.full(len(locations), -1, np.int64)
     for i, loc in enumerate(locations):
+        if not isinstance(loc, dict):
+            continue  # no warp: events naming this location are counted as on an unknown one
         cta, warp = loc.get("ctaId"), loc.get("warpId")
-        if isinstance(cta, list) and len(cta) == 3 and all(isinstance(c, int) for c in cta) and isinstance(warp, int):
+        if isinstance(cta, list) and len(cta) == 3 and all(is_int(c) for c in cta) and is_int(warp):
             x, y, z = cta
             if 0 <= x < gx and 0 <= y < gy and 0 <= z < gz and 0 <= warp < num_groups:
+                sm = loc.get("smId")  # absent or null: not recorded
+                if sm is not None and not (is_int(sm) and 0 <= sm < MAX_BLOCKS):
+                    raise DecodeError(f"IKET JSON: locationTable[{i}] has no valid 'smId' (got {sm!r:.40})",
+                                      source=str(path))
                 loc_block[i], loc_warp[i] = x + y * gx + z * gx * gy, warp
-                loc_sm[i] = int(loc.get("smId", -1))
+                loc_sm[i] = -1 if sm is None else sm
 
     def lane_of(loc_idx) -> tuple[int, int]:
-        if isinstance(loc_idx, int) and 0 <= loc_idx < len(locations) and loc_block[loc_idx] >= 0:
+        if is_int(loc_idx) and 0 <= loc_idx < len(locations) and loc_block[loc_idx] >= 0:
             return int(loc_block[loc_idx]), int(loc_warp[loc_idx])
         return -1, -1
+
+    def named(idx) -> bool:
+        return is_int(idx) and 0 <= idx < len(strings)
 
     cols: dict[str, list[int]] = {k: [] for k in ("sb", "sg", "se", "ss", "sn", "so", "ib", "ig", "ie", "it")}
     event_names: dict[int, str] = {}
     payloads: list[dict] = []
     cross_warp = 0
-    for order, r in enumerate(launch.get("ranges", [])):
-        locs = r.get("warpLocIdxs") or [None, None]
+    unreadable_payloads = 0  # ranges kept whose internalEvents are not a list of objects
+    for order, r in enumerate(_list_field(launch, "ranges", where, path)):
+        if not isinstance(r, dict):
+            count(malformed, "range that is not an object", 2)
+            continue
+        locs = r.get("warpLocIdxs")
+        locs = locs if isinstance(locs, list) and locs else [None]
         block, warp = lane_of(locs[0])
         start, end, name = r.get("startTs"), r.get("endTs"), r.get("rangeNameIdx")
         if block < 0:
-            count("range on an unknown warp location", 2)
+            count(malformed, "range on an unknown warp location", 2)
             continue
-        if not (isinstance(start, int) and isinstance(end, int) and isinstance(name, int) and 0 <= name < len(strings)):
-            count("range without times or name", 2)
+        if not (usable_time(start) and usable_time(end) and named(name)):
+            count(malformed, "range without times or name", 2)
             continue
         if end < start:
-            count("range ends before it starts", 2)
+            count(malformed, "range ends before it starts", 2)
             continue
         if len(locs) > 1 and locs[1] != locs[0]:
             cross_warp += 1  # range_start on one warp, range_end on another: kept on the starting warp
         event_names[name] = str(strings[name])
         for k, v in zip(("sb", "sg", "se", "ss", "sn", "so"), (block, warp, name, start, end, order)):
             cols[k].append(v)
-        if any("payloadVal" in e for e in r.get("internalEvents", [])):
+        internal = r.get("internalEvents", [])
+        if not (isinstance(internal, list) and all(isinstance(e, dict) for e in internal)):
+            unreadable_payloads += 1
+        elif any("payloadVal" in e for e in internal):
             payloads.append({"block": block, "warp": warp, "event": name, "start_ns": start,
-                             "payloads": [e.get("payloadVal") for e in r["internalEvents"]]})
-    for m in launch.get("markers", []):
+                             "payloads": [e.get("payloadVal") for e in internal]})
+    for m in _list_field(launch, "markers", where, path):
+        if not isinstance(m, dict):
+            count(malformed, "marker that is not an object")
+            continue
         block, warp = lane_of(m.get("locIdx"))
         ts, name = m.get("timestamp"), m.get("markerNameIdx")
         if block < 0:
-            count("marker on an unknown warp location")
+            count(malformed, "marker on an unknown warp location")
             continue
-        if not (isinstance(ts, int) and isinstance(name, int) and 0 <= name < len(strings)):
-            count("marker without time or name")
+        if not (usable_time(ts) and named(name)):
+            count(malformed, "marker without time or name")
             continue
         event_names[name] = str(strings[name])
         for k, v in zip(("ib", "ig", "ie", "it"), (block, warp, name, ts)):
@@ -143,9 +181,15 @@ def _launch_trace(launch: dict, index: int, strings: list, locations: list, path
 
     lane_window: dict[int, tuple[int, int]] = {}
     lane_sm: dict[int, int] = {}
-    for life in launch.get("warpLifetimes", []):
-        block, warp = lane_of(life.get("locIdx"))
-        if block >= 0 and isinstance(life.get("startTs"), int) and isinstance(life.get("endTs"), int):
+    for life in _list_field(launch, "warpLifetimes", where, path):  # a lifetime is a begin and an end record
+        block, warp = lane_of(life.get("locIdx")) if isinstance(life, dict) else (-1, -1)
+        if block < 0:
+            count(malformed, "warp lifetime on an unknown warp location", 2)
+        elif not (usable_time(life.get("startTs")) and usable_time(life.get("endTs"))):
+            count(malformed, "warp lifetime without times", 2)
+        elif life["endTs"] < life["startTs"]:
+            count(malformed, "warp lifetime ends before it starts", 2)
+        else:
             lane_window[block * num_groups + warp] = (life["startTs"], life["endTs"])
     for i in range(len(locations)):
         if loc_block[i] >= 0:
@@ -169,12 +213,12 @@ def _launch_trace(launch: dict, index: int, strings: list, locations: list, path
             "file": str(path),
             "cannot_tell": CANNOT_TELL,
             "cross_warp_ranges": cross_warp,
+            "ranges_with_unreadable_payloads": unreadable_payloads,
             "lanes": "(block, warp): every warp is a lane",
         },
         "payloads": payloads[:10000],
     }
-    names = Names(events=event_names, groups={w: f"warp {w}" for w in range(num_groups)})
-    return build_trace(tables, names, absolute=True, meta=meta)
+    return build_trace(tables, Names(events=event_names, groups=warp_names(num_groups)), absolute=True, meta=meta)
 
 
 # IKET decorates slice names in its .pftrace: payloads "math(start_payload=0, end_payload=0)",
@@ -182,6 +226,7 @@ def _launch_trace(launch: dict, index: int, strings: list, locations: list, path
 DECORATION = re.compile(r"^(?P<name>.*?)(?:\((?:start_)?payload=[^()]*\))?(?: \[duration=\d+\])?$")
 WARP_LIFETIME = "Warp Life Time"
 OUTSIDE_WARPS = "event on a track that is no warp's (not a kernel slice)"
+OUT_OF_RANGE = f"event on a warp track whose CTA, warp or SM index is past ikp's limits ({MAX_BLOCKS}, {MAX_GROUPS})"
 
 
 def read_iket_pftrace(path: str | Path) -> list[Trace]:
@@ -219,6 +264,7 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
         return out
 
     lane_of: dict[int, tuple[str, tuple[int, int, int], int, int]] = {}
+    out_of_range: set[int] = set()  # warp tracks whose CTA or warp index is past ikp's limits
     for uuid in tracks:
         chain = ancestry(uuid)
         warp = cta = sm = grid = None
@@ -232,11 +278,15 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
             elif grid is None and re.fullmatch(r"Grid\d+", name):
                 grid = name
         if warp is not None and cta is not None and grid is not None:
-            lane_of[uuid] = (grid, cta, warp, -1 if sm is None else sm)
+            if warp >= MAX_GROUPS or max(cta) >= MAX_BLOCKS or (sm or 0) >= MAX_BLOCKS:
+                out_of_range.add(uuid)
+            else:
+                lane_of[uuid] = (grid, cta, warp, -1 if sm is None else sm)
     open_slices: dict[int, list] = {}
     kernels: dict[str, str] = {}
     per_grid: dict[str, dict] = {}
-    outside = 0  # events on tracks that are no warp's, other than each grid's kernel slice: counted, not kept
+    # events with no lane to put them on (reason -> records), other than each grid's kernel slice: counted
+    unplaced: dict[str, int] = {}
     order = 0
     for p in trace.packet:
         if not p.HasField("track_event"):
@@ -246,10 +296,12 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
         if where is None:
             name = tracks.get(ev.track_uuid, (0, ""))[1]
             on_grid = re.fullmatch(r"Grid\d+", name) is not None
-            if ev.type == ev.TYPE_SLICE_BEGIN and ev.name.startswith("kernel:") and on_grid:
+            if ev.track_uuid in out_of_range:
+                count(unplaced, OUT_OF_RANGE)
+            elif ev.type == ev.TYPE_SLICE_BEGIN and ev.name.startswith("kernel:") and on_grid:
                 kernels[name] = ev.name[len("kernel:"):].split(", gridId:")[0]
             elif not (ev.type == ev.TYPE_SLICE_END and on_grid):
-                outside += 1
+                count(unplaced, OUTSIDE_WARPS)
             continue
         grid, cta, warp, sm = where
         g = per_grid.setdefault(grid, {"spans": [], "instants": [], "malformed": {}, "sm": {}, "windows": {}})
@@ -260,32 +312,48 @@ def iket_pftrace_traces(trace, path) -> list[Trace]:
         elif ev.type == ev.TYPE_SLICE_END:
             stack = open_slices.get(ev.track_uuid)
             if not stack:
-                g["malformed"]["slice end without begin"] = g["malformed"].get("slice end without begin", 0) + 1
+                count(g["malformed"], "slice end without begin")
                 continue
             name, start, o = stack.pop()
+            if not (usable_time(start) and usable_time(p.timestamp)):
+                count(g["malformed"], "slice with a time out of range", 2)
+                continue
+            if p.timestamp < start:
+                count(g["malformed"], "slice ends before it begins", 2)
+                continue
             name = DECORATION.match(name or ev.name).group("name")
             if name == WARP_LIFETIME:
                 g["windows"][(cta, warp)] = (start, p.timestamp)
             else:
                 g["spans"].append((cta, warp, name, start, p.timestamp, o))
         elif ev.type == ev.TYPE_INSTANT:
+            if not usable_time(p.timestamp):
+                count(g["malformed"], "instant with a time out of range")
+                continue
             g["instants"].append((cta, warp, DECORATION.match(ev.name).group("name"), p.timestamp))
+        else:  # a counter sample or an event of no type: nothing of ikp's model holds it
+            count(g["malformed"], "event neither slice nor instant on a warp track")
     for uuid, stack in open_slices.items():
         if stack and uuid in lane_of:
-            g = per_grid[lane_of[uuid][0]]
-            g["malformed"]["slice begin without end"] = g["malformed"].get("slice begin without end", 0) + len(stack)
+            count(per_grid[lane_of[uuid][0]]["malformed"], "slice begin without end", len(stack))
     if not per_grid:
-        raise DecodeError("no IKET warp tracks (Grid > ... > CTA(x, y, z) > WarpNN) in this .pftrace", source=str(path))
-    if outside:  # no lane to put them on: the first grid's loss report carries them
-        first = per_grid[min(per_grid)]["malformed"]
-        first[OUTSIDE_WARPS] = first.get(OUTSIDE_WARPS, 0) + outside
-    return [_pftrace_grid(kernels.get(name, name), g, path) for name, g in sorted(per_grid.items())]
+        past = unplaced.get(OUT_OF_RANGE)
+        detail = f" ({past} events on warp tracks past ikp's limits)" if past else ""
+        raise DecodeError(f"no IKET warp tracks (Grid > ... > CTA(x, y, z) > WarpNN) in this .pftrace{detail}",
+                          source=str(path))
+    first = per_grid[min(per_grid)]["malformed"]  # no lane to put them on: the first grid's loss report has them
+    for reason, records in unplaced.items():
+        count(first, reason, records)
+    return [_pftrace_grid(name, kernels.get(name, name), g, path) for name, g in sorted(per_grid.items())]
 
 
-def _pftrace_grid(kernel: str, g: dict, path) -> Trace:
+def _pftrace_grid(grid: str, kernel: str, g: dict, path) -> Trace:
     ctas = {c for c, _ in g["sm"]}
     gx, gy, gz = (max(c[i] for c in ctas) + 1 for i in range(3))
     num_groups = max(w for _, w in g["sm"]) + 1
+    if gx * gy * gz > MAX_BLOCKS:
+        raise DecodeError(f"{grid}: CTA indices up to ({gx - 1}, {gy - 1}, {gz - 1}) make a grid of {gx * gy * gz} "
+                          f"blocks; ikp reads at most {MAX_BLOCKS}", source=str(path))
     names: dict[str, int] = {}
 
     def eid(name: str) -> int:
@@ -325,5 +393,5 @@ def _pftrace_grid(kernel: str, g: dict, path) -> Trace:
             "lanes": "(block, warp): every warp is a lane",
         },
     }
-    return build_trace(tables, Names(events={v: k for k, v in names.items()},
-                                     groups={w: f"warp {w}" for w in range(num_groups)}), absolute=True, meta=meta)
+    return build_trace(tables, Names(events={v: k for k, v in names.items()}, groups=warp_names(num_groups)),
+                       absolute=True, meta=meta)

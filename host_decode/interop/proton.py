@@ -15,8 +15,6 @@ Proton's default circular buffer overwrites the oldest records when full and cou
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from pathlib import Path
 
@@ -24,7 +22,16 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names, Trace
-from host_decode.interop.tables import ForeignTables, build_trace
+from host_decode.interop.tables import (
+    MAX_BLOCKS,
+    MAX_GROUPS,
+    TIME_LIMIT,
+    ForeignTables,
+    build_trace,
+    count,
+    usable_time,
+    warp_names,
+)
 
 PID = re.compile(r"^(?P<kernel>.*) Core(?P<sm>\d+) CTA(?P<cta>\d+)$")
 TID = re.compile(r"^warp (?P<warp>\d+) \(line (?P<line>\d+)\)$")
@@ -35,42 +42,56 @@ CANNOT_TELL = [
 ]
 
 
-def read_proton_chrome(path: str | Path) -> list[Trace]:
-    from host_decode.interop.sniff import head
+NOT_COMPLETE = "Proton event that is not a complete ('X') event (B/E pair, instant, counter, ...)"
+UNNAMED = "event without Proton's CTA/warp naming"
+OUT_OF_RANGE = f"event whose CTA, warp or SM index is past ikp's limits ({MAX_BLOCKS}, {MAX_GROUPS})"
 
-    try:
-        doc = json.loads(head(path, size=None))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DecodeError(f"Proton Chrome trace does not parse: {e}", source=str(path)) from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else None
+
+def read_proton_chrome(path: str | Path) -> list[Trace]:
+    from host_decode.interop.sniff import read_json
+
+    doc = read_json(path, "Proton Chrome trace")
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc  # Chrome's array form: the events alone
     if not isinstance(events, list):
         raise DecodeError("not a Chrome trace: no 'traceEvents' list", source=str(path))
     per_kernel: dict[str, dict] = {}
-    skipped = 0
+    unplaced: dict[str, int] = {}  # records of no kernel (reason -> records): the first kernel's report has them
+    metadata = 0
     for i, ev in enumerate(events):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            skipped += 1
+        if not isinstance(ev, dict):
+            count(unplaced, "event that is not an object")
             continue
+        if ev.get("ph") == "M":
+            metadata += 1  # process / thread names: no record of the kernel
+            continue
+        records = 2 if ev.get("ph") == "X" else 1  # a complete event is a begin and an end
         pid, tid = PID.match(str(ev.get("pid", ""))), TID.match(str(ev.get("tid", "")))
-        k = per_kernel.setdefault(
-            pid.group("kernel") if pid else str(ev.get("cat", "?")), {"rows": [], "malformed": {}}
-        )
-        ts, dur = ev.get("ts"), ev.get("dur")
-        if not (pid and tid) or not (_finite(ts) and _finite(dur)) or dur < 0:
-            reason = "event without Proton's CTA/warp naming" if not (pid and tid) else "event without valid ts/dur"
-            k["malformed"][reason] = k["malformed"].get(reason, 0) + 2
+        if not (pid and tid):
+            count(unplaced, UNNAMED, records)
             continue
-        # integer cycles: Proton prints ts/dur with 3 decimals of a microsecond at 1 GHz
-        start = int(round(float(ts) * 1000.0))
-        k["rows"].append((int(pid.group("cta")), int(tid.group("warp")), str(ev.get("name", "")), start,
-                          start + int(round(float(dur) * 1000.0)), i, int(pid.group("sm"))))
+        kernel = per_kernel.setdefault(pid.group("kernel"), {"rows": [], "malformed": {}})
+        if ev.get("ph") != "X":
+            count(kernel["malformed"], NOT_COMPLETE, records)
+            continue
+        start, dur = _cycles(ev.get("ts")), _cycles(ev.get("dur"))
+        if start is None or dur is None or dur < 0 or not usable_time(start + dur):
+            count(kernel["malformed"], "event without valid ts/dur", records)
+            continue
+        cta, warp, sm = int(pid.group("cta")), int(tid.group("warp")), int(pid.group("sm"))
+        if cta >= MAX_BLOCKS or warp >= MAX_GROUPS or sm >= MAX_BLOCKS:
+            count(kernel["malformed"], OUT_OF_RANGE, records)
+            continue
+        kernel["rows"].append((cta, warp, str(ev.get("name", "")), start, start + dur, i, sm))
     if not per_kernel:
         raise DecodeError("no Proton intra-kernel events (pid '<kernel> Core<sm> CTA<n>', tid 'warp <w> (line <l>)')",
                           source=str(path))
-    return [_kernel_trace(kernel, k, path, skipped) for kernel, k in sorted(per_kernel.items())]
+    first = per_kernel[min(per_kernel)]["malformed"]
+    for reason, records in unplaced.items():
+        count(first, reason, records)
+    return [_kernel_trace(kernel, k, path, metadata) for kernel, k in sorted(per_kernel.items())]
 
 
-def _kernel_trace(kernel: str, k: dict, path, skipped: int) -> Trace:
+def _kernel_trace(kernel: str, k: dict, path, metadata: int) -> Trace:
     rows = k["rows"]
     names: dict[str, int] = {}
     for r in rows:
@@ -97,15 +118,19 @@ def _kernel_trace(kernel: str, k: dict, path, skipped: int) -> Trace:
             "format": "proton-chrome",
             "file": str(path),
             "cannot_tell": CANNOT_TELL,
-            "non_slice_events_ignored": skipped,
+            "metadata_events_in_file": metadata,
             "lanes": "(block, warp): every warp is a lane; block = Proton's CTA index",
         },
     }
-    return build_trace(tables, Names(events={v: n for n, v in names.items()},
-                                     groups={w: f"warp {w}" for w in range(num_groups)}), absolute=False, meta=meta)
+    return build_trace(tables, Names(events={v: n for n, v in names.items()}, groups=warp_names(num_groups)),
+                       absolute=False, meta=meta)
 
 
-def _finite(value) -> bool:
-    """A number a time can be made of: int or float, not bool, not NaN or infinite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
+def _cycles(value) -> int | None:
+    """Proton's microseconds (at its assumed 1 GHz) as integer cycles: Proton prints ts/dur with 3 decimals.
+    None for what is no finite number (NaN, inf, a bool, a string) or is past TIME_LIMIT cycles."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if not abs(value) < TIME_LIMIT / 1000:  # also NaN; exact for ints of any size
+        return None
+    return int(round(float(value) * 1000.0))

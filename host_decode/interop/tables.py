@@ -1,7 +1,12 @@
 """Builds a :class:`Trace` from the columns a foreign reader collects: one row per span / instant with
 its (block, warp), times in int64, event ids, and per-lane facts. The loss report counts every foreign
 record: a span is two records (begin + end), an instant one; unusable records go to ``malformed`` with
-a reason."""
+a reason.
+
+Limits every reader applies (tests/test_interop.py guards each): a time is an int (not a bool) with
+|t| < TIME_LIMIT, so that the difference of two times fits int64; a warp index is below MAX_GROUPS and a
+block index below MAX_BLOCKS, so that no table sized by an index can be absurd. An event past a limit is
+counted in ``malformed``; a launch whose stated shape (grid, block size) is past one is a DecodeError."""
 
 from __future__ import annotations
 
@@ -19,6 +24,29 @@ from host_decode.core.model import (
     Names,
     Trace,
 )
+
+TIME_LIMIT = 1 << 62  # ns or cycles (146 years of ns): a time at or past it is a corrupted field
+MAX_GROUPS = 1024  # warps per block (CUDA has at most 32; room for other hardware, never billions)
+MAX_BLOCKS = 1 << 31  # blocks per launch (CUDA's gridDim.x limit)
+
+
+def is_int(value) -> bool:
+    """A JSON integer: int, not bool (JSON's true/false arrive as Python bools, which are ints)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def usable_time(value) -> bool:
+    return is_int(value) and -TIME_LIMIT < value < TIME_LIMIT
+
+
+def count(malformed: dict[str, int], reason: str, records: int = 1) -> None:
+    """Adds `records` unusable foreign records to `malformed` under `reason`."""
+    malformed[reason] = malformed.get(reason, 0) + records
+
+
+def warp_names(num_groups: int) -> dict[int, str]:
+    """Group names of a foreign trace: every group is a warp (num_groups is at most MAX_GROUPS)."""
+    return {w: f"warp {w}" for w in range(num_groups)}
 
 
 @dataclasses.dataclass
