@@ -9,6 +9,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -110,6 +111,23 @@ def test_ncu_refuses_garbage():
         ncu.read_ncu_csv("just some\ntext\n")
 
 
+@pytest.mark.parametrize(
+    "cells, column, why",
+    [
+        ('NOP ","1","nan","1","1","0', "Warp Stall Sampling (All Samples)", "not a finite number"),
+        ('NOP ","inf","1","1","1","0', "Instructions Executed", "not a finite number"),
+        ('NOP ","-5","1","1","1","0', "Instructions Executed", "negative"),
+        ('NOP ","1","1","1","-2","0', "stall_wait", "negative"),
+    ],
+)
+def test_ncu_refuses_non_counts(cells, column, why):
+    """float() takes nan and inf, and a negative count reads as a number: each would skew or drop a
+    column silently; refused with the line and column instead."""
+    text = _csv("k", ['NOP ","1","1","1","1","0', cells])
+    with pytest.raises(DecodeError, match=rf"line 4: column '{re.escape(column)}' value .* {why}"):
+        ncu.read_ncu_csv(text)
+
+
 # ================================================================================================
 # CUPTI
 # ================================================================================================
@@ -127,9 +145,9 @@ def test_cupti_synthetic_fixture():
     assert t.counters["samples"].sum() == want
     assert "long_sb" in t.stalls and "no_inst" not in t.stalls  # names mapped, zero-only reasons absent
     assert t.stalls_not_issued and "samples_not_issued" in t.counters
-    with pytest.raises(DecodeError, match="several functions"):
+    with pytest.raises(DecodeError, match="several kernels"):
         cupti.read_cupti_json(CUPTI_JSON)
-    with pytest.raises(DecodeError, match="no samples"):
+    with pytest.raises(DecodeError, match="'absent' not in the file"):
         cupti.read_cupti_json(CUPTI_JSON, kernel="absent")
 
 
@@ -245,7 +263,7 @@ def test_nvbit_shapes_and_errors():
         {"function_name": "k", "pc_offset": "0x10", "executed_count": 3, "dominant_region": "a"},
         {"function_name": "other", "pc_offset": 0, "executed_count": 9},
     ]
-    with pytest.raises(DecodeError, match="several functions"):
+    with pytest.raises(DecodeError, match="several kernels"):
         nvbit.read_nvbit_json(recs)
     t = nvbit.read_nvbit_json(recs, kernel="k")
     assert t.pc.tolist() == [16] and t.counters["inst_executed"].tolist() == [5] and t.regions == ["a"]
@@ -261,6 +279,89 @@ def test_nvbit_shapes_and_errors():
         nvbit.read_nvbit_json([{"pc_offset": "zz"}])
     with pytest.raises(DecodeError, match="no pc_offset"):
         nvbit.read_nvbit_json([{"executed_count": 1}])
+
+
+def _cupti_file(records, **fields) -> dict:
+    obj = {"format": cupti.FORMAT, "stall_reasons": {"0": "smsp__pcsamp_warps_issue_stalled_wait"}}
+    obj.update(records=records, **fields)
+    return obj
+
+
+def _cupti_record(function="k", pc=0, stalls=None) -> dict:
+    return {"cubin_crc": 7, "function_name": function, "pc_offset": pc, "stalls": stalls or {"0": 2}}
+
+
+def test_exact_kernel_name_wins_over_a_longer_one():
+    """`k` must not also take `k_v2` (another function of the same cubin): its data would join with
+    the map of `k` and pass every check. A unique part of a name still picks it."""
+    records = [_cupti_record("k", 0), _cupti_record("k_v2", 0, {"0": 1000}), _cupti_record("k_v2", 16)]
+    t = cupti.read_cupti_json(_cupti_file(records), kernel="k")
+    assert t.kernel == "k" and t.pc.tolist() == [0] and t.counters["samples"].tolist() == [2]
+    assert cupti.read_cupti_json(_cupti_file(records), kernel="v2").kernel == "k_v2"
+    pcs = [
+        {"function_name": "k", "pc_offset": 0, "opcode": "LDC", "executed_count": 4},
+        {"function_name": "k_v2", "pc_offset": 0, "opcode": "FOO", "executed_count": 999},
+    ]
+    t = nvbit.read_nvbit_json(pcs, kernel="k")
+    assert t.kernel == "k" and t.counters["inst_executed"].tolist() == [4] and t.opcode == ["LDC"]
+
+
+def test_nvbit_records_of_one_pc_must_agree_on_the_opcode():
+    """Only the first record's opcode reached the cubin check: a later record of the same PC naming
+    another instruction (another build) went unseen."""
+    pcs = [
+        {"function_name": "k", "pc_offset": 0, "opcode": "LDC", "executed_count": 4},
+        {"function_name": "k", "pc_offset": 0, "opcode": "FFMA", "executed_count": 4},
+    ]
+    with pytest.raises(DecodeError, match="pc 0x0 has opcode FFMA, an earlier record LDC"):
+        nvbit.read_nvbit_json(pcs)
+
+
+@pytest.mark.parametrize(
+    "mutate, what",
+    [
+        (lambda o: o["records"][1].pop("pc_offset"), "record 1 has no pc_offset"),
+        (lambda o: o["records"][1].update(pc_offset=-16), "record 1: pc_offset -16 is negative"),
+        (lambda o: o["records"][1].update(pc_offset=3.5), "record 1: pc_offset 3.5 is not an integer"),
+        (lambda o: o["records"][1].update(stalls=[1, 2]), "record 1: stalls must be an object"),
+        (lambda o: o["records"][1].update(stalls={"x": 3}), "record 1: stalls key 'x' is not an integer"),
+        (lambda o: o["records"][1].update(stalls={"0": "lots"}), r"record 1: stalls\['0'\] count 'lots'"),
+        (lambda o: o["records"][1].update(stalls={"0": -3}), r"record 1: stalls\['0'\] count -3 is negative"),
+        (lambda o: o.update(records={"a": 1}), "'records' must be a list of objects"),
+        (lambda o: o.update(records=[1, 2, 3]), "'records' must be a list of objects"),
+        (lambda o: o.update(stall_reasons=[1, 2]), "'stall_reasons' must be an object"),
+    ],
+    ids=[
+        "no_pc",
+        "negative_pc",
+        "fractional_pc",
+        "stalls_list",
+        "stall_index",
+        "stall_count",
+        "negative_count",
+        "records_dict",
+        "records_ints",
+        "reasons_list",
+    ],
+)
+def test_cupti_refuses_malformed_records(tmp_path, mutate, what):
+    """A malformed file is a DecodeError naming the file and the field, never a KeyError or
+    AttributeError traceback."""
+    obj = _cupti_file([_cupti_record(pc=0), _cupti_record(pc=16)])
+    mutate(obj)
+    path = tmp_path / "pcsamp.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(DecodeError, match=what) as e:
+        cupti.read_cupti_json(str(path))
+    assert e.value.source == str(path)
+
+
+def test_pc_offsets_as_hex_strings_and_negative_counts_alike_in_cupti_and_nvbit():
+    t = cupti.read_cupti_json(_cupti_file([_cupti_record(pc="0x30")]))
+    assert t.pc.tolist() == [0x30]
+    assert nvbit.read_nvbit_json([{"pc_offset": "0x30", "executed_count": 1}]).pc.tolist() == [0x30]
+    with pytest.raises(DecodeError, match="record 0: executed_count -50 is negative"):
+        nvbit.read_nvbit_json([{"pc_offset": 0, "executed_count": -50}])
 
 
 def test_pctable_validates_and_merges():

@@ -152,6 +152,38 @@ def test_executed_unreachable_pc_means_mismatch(region_map):
         join.join(region_map, bad)
 
 
+def test_mismatch_error_names_the_data_file_and_the_cli_flag(region_map):
+    """--force only replaces output files; the flag that joins anyway is --allow-mismatch. The error
+    names the CSV, not the tool."""
+    t = _tables()["ncu"]
+    bad = dataclasses.replace(t, opcode=list(t.opcode))
+    bad.opcode[5] = "HMMA.16816.F32"
+    with pytest.raises(DecodeError) as e:
+        join.join(region_map, bad)
+    assert e.value.source == os.path.join(FIX, "markers_synthetic_ncu.csv")
+    assert "--allow-mismatch" in e.value.reason and "--force" not in e.value.reason
+
+
+def test_data_of_another_kernel_is_a_mismatch(tmp_path, capsys):
+    """A file holding only another kernel's data was read as the kernel's (read_pc_table falls back to
+    the file's only kernel) and joined with check ok: the names must agree, up to mangling."""
+    from host_decode.cli import main
+
+    out_map = tmp_path / "map.json"
+    assert main(["pc2region", CUBIN, "-o", str(out_map)]) == 0
+    m = pc2region.load_map(str(out_map))
+    records = [{"function_name": "markers_v2", "pc_offset": int(pc), "stalls": {"0": 1}} for pc in m.pc[:8]]
+    data = tmp_path / "pcsamp.json"
+    data.write_text(json.dumps({"format": cupti.FORMAT, "stall_reasons": {"0": "wait"}, "records": records}))
+    capsys.readouterr()
+    assert main(["join", "--map", str(out_map), "--cupti", str(data)]) == 2
+    assert "the data is of kernel 'markers_v2', the map of 'markers'" in capsys.readouterr().err
+    assert main(["join", "--map", str(out_map), "--cupti", str(data), "--allow-mismatch"]) == 1  # shown, not ok
+    assert "MISMATCH" in capsys.readouterr().out
+    assert join.same_kernel("_ZN2ns7markersIiEEvPfi", "void ns::markers<int>(float *, int)")
+    assert not join.same_kernel("markers", "markers_v2")
+
+
 def test_external_region_agreement(region_map):
     r = join.join(region_map, _tables()["nvbit"])
     assert 0.85 < r.check["external_region_agreement"] < 1.0  # the fixture's NOPs say "<none>"

@@ -714,3 +714,98 @@ def test_correlated_branches_on_one_predicate_stay_balanced():
     m = _map(kernel(["ISETP.NE.AND P0, PT, R21, RZ, PT"]))  # P0 rewritten: the second branch is free
     path = {op: m.paths[r] for op, r in zip(m.opcode, m.region)}
     assert path["FADD"] == AMBIGUOUS
+
+
+def _instruction(text: str) -> sass.Instruction:
+    (fn,) = sass.parse_listing(_listing("k", [text]))
+    return fn.instructions[0]
+
+
+def test_source_operand_widths():
+    """Registers read per operand: IMAD.WIDE multiplies two 32-bit sources and adds a 64-bit one; a
+    funnel shift (SHF.*.U64) names both 32-bit halves; a shared-memory address is 32-bit; a store's
+    address is 64-bit where it says .64, its data as wide as the opcode. Reading a 32-bit source as
+    a pair makes the next register look live, and cfg liveness then rejects capacity guards."""
+    expected = {
+        "IMAD.WIDE.U32 R16, R13, 0x4, R4": {"R13", "R4", "R5"},
+        "IMAD.WIDE R2, R0, R3, R6": {"R0", "R3", "R6", "R7"},
+        "UIMAD.WIDE UR4, UR4, 0x4, UR6": {"UR4", "UR6", "UR7"},
+        "IMAD.WIDE.U32.X R8, R23, RZ, R8, P1": {"R23", "R8", "R9", "P1"},  # the addend is before the carry
+        "SHF.L.U64.HI R5, R2, 0x2, R3": {"R2", "R3"},
+        "MUFU.RSQ64H R3, R5": {"R5"},
+        "LDS.64 R2, [R4+0x10]": {"R4"},
+        "STG.E.128 desc[UR4][R2.64], R8": {"UR4", "UR5", "R2", "R3", "R8", "R9", "R10", "R11"},
+        "SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4+0x10], R3": {"UR4", "R3"},
+        # unchanged: 32-bit carry chains, and ops whose type makes every source a pair
+        "LEA.HI.X R5, R2, R7, R3, 0x2, P0": {"R2", "R7", "R3", "P0"},
+        "IADD3.X R9, R0, R9, RZ, P0, !PT": {"R0", "R9", "P0"},
+        "IADD.64 R6, R4, R2": {"R4", "R5", "R2", "R3"},
+        "ISETP.NE.S64.AND P3, PT, R6, RZ, PT": {"R6", "R7"},
+        "DMUL R6, R6, UR4": {"R6", "R7", "UR4", "UR5"},
+    }
+    got = {text: sass.uses(_instruction(text)) for text in expected}
+    assert {t: g for t, g in got.items() if g != expected[t]} == {}
+
+
+def test_capacity_guard_before_an_imad_wide_keeps_the_region():
+    """A guarded record writes R14:R15; after the guard IMAD.WIDE.U32 reads R13 (32-bit) and R4:R5.
+    R14 is dead there, so the branch is a capacity guard and the region holds on both paths (read
+    as the pair R13:R14, R14 looked live: no guard, and a RAII region in a loop went <ambiguous>)."""
+    guard = ["ISETP.GE.AND P0, PT, R0, 0x10, PT"]
+    lines = LANE + guard + ["@P0 BRA `(.L_x_1)"] + _mark(["IADD3 R14, R7, 0x4, RZ"], tag_reg=14)
+    lines += [".L_x_1:", "IMAD.WIDE.U32 R16, R13, 0x4, R4", "FFMA R9, R9, R9, R9"]
+    lines += guard + ["@P0 BRA `(.L_x_2)"] + _mark(["IADD3 R14, R7, 0x5, RZ"], tag_reg=14) + [".L_x_2:", "EXIT"]
+    m = _map(lines, names={1: "a"})
+    ffma = [int(p) for p, o in zip(m.pc, m.opcode) if o == "FFMA"][0]
+    assert m.path_of_pc()[ffma] == "a"
+    assert m.summary()[AMBIGUOUS] == 0 and m.problems == []
+
+
+def test_sm120_cs2ur_timer_reads_are_markers():
+    """sm_120 reads %globaltimer into a uniform register: CS2UR.32 (one register) or CS2UR (a pair)."""
+    lines = LANE + [
+        "CS2UR.32 UR6, SR_GLOBALTIMERLO",
+        "IADD3 R2, PT, PT, R7, 0x4, RZ",
+        "MOV R3, UR6",
+        "STG.E.64 desc[UR4][R4.64], R2",
+        "FFMA R9, R9, R9, R9",
+        "CS2UR UR8, SR_GLOBALTIMERLO",
+        "IADD3 R2, PT, PT, R7, 0x5, RZ",
+        "MOV R3, UR9",
+        "STG.E.64 desc[UR4][R4.64], R2",
+        "EXIT",
+    ]
+    m = _map(lines, names={1: "a"})
+    assert [(mk["event_id"], mk["event_type"]) for mk in m.markers] == [(1, 0), (1, 1)]
+    assert m.path_of_pc()[0x70] == "a" and m.problems == []  # the FFMA
+    assert sass.may_defs(_instruction("CS2UR UR8, SR_GLOBALTIMERLO")) == ["UR8", "UR9"]
+
+
+def test_debug_build_is_named_as_such():
+    """Unoptimized code (nvcc -G, -Xptxas -O0) builds a record's 64-bit word with shifts and ORs, so
+    both words look timer-derived. Say that it is a debug build whose tags could not be resolved, not
+    that the kernel writes Proton-style bare timestamps or has no ikp markers."""
+    lines = LANE + [
+        "CS2R.32 R10, SR_GLOBALTIMERLO",
+        "MOV R10, R10",  # a register copied onto itself: only unoptimized code does that
+        "MOV R12, RZ",
+        "SHF.L.U64.HI R12, R10, 0x20, R12",  # (timer << 32) | tag, one 64-bit word
+        "SHF.L.U32 R11, R10, 0x20, RZ",
+        "LOP3.LUT R11, R11, 0x4, RZ, 0xfc, !PT",
+        "MOV R2, R11",
+        "MOV R3, R12",
+        "STG.E.64 desc[UR4][R4.64], R2",
+        "EXIT",
+    ]
+    m = _map(lines)
+    assert not any("Proton" in p or "no ikp v1 markers" in p for p in m.problems), m.problems
+    last = m.problems[-1]  # the one `ikp pc2region` reports as its error when nothing maps
+    assert "debug build" in last and "does not support" in last and "could be resolved" in last
+
+
+def test_cubin_path_and_kernel_choice_errors_speak_to_cli_users(tmp_path):
+    with pytest.raises(DecodeError, match="a directory, not a cubin"):
+        pc2region.read_cubin(str(tmp_path))
+    functions = sass.parse_listing(_listing("k1", ["EXIT"]) + _listing("k2", ["EXIT"]))
+    with pytest.raises(DecodeError, match="--kernel"):
+        sass.select_function(functions, None)

@@ -3,8 +3,9 @@ instruction counts, predication, stall samples by reason, instrumentation cost.
 
 Rules (they held up on real H200 data, docs/pc2region.md):
 * Check first that the data belongs to the mapped cubin: every PC must exist in the map, opcodes must
-  agree where the source printed them, no executions at PCs the map calls unreachable. A mismatch
-  raises (``force=True`` joins anyway and reports it; PCs not in the map then go to ``<not in map>``).
+  agree where the source printed them, no executions at PCs the map calls unreachable, and the data's
+  kernel must be the map's (same_kernel). A mismatch raises naming the data file (``force=True`` /
+  ``--allow-mismatch`` joins anyway and reports it; PCs not in the map then go to ``<not in map>``).
 * Samples at a PC with zero executions (or, without execution counts, right after an unpredicated
   EXIT/BRA/RET) belong to the previous executed PC: warps that finished sit "after" their EXIT
   (stall_drain) and would otherwise land in whatever region the next bytes belong to.
@@ -140,8 +141,8 @@ def join(region_map: RegionMap, table: PcTable, *, force: bool = False, move_sam
         raise DecodeError(
             "per-PC data does not match the mapped cubin: "
             + "; ".join(check["reasons"])
-            + " (pass force=True / --force to join anyway)",
-            source=table.source,
+            + " (--allow-mismatch, force=True in Python, joins anyway)",
+            source=table.meta.get("source", table.source),
         )
     if table.regions is not None:
         check.update(_region_agreement(region_map, table, pos, in_map))
@@ -252,7 +253,9 @@ def check_match(region_map: RegionMap, table: PcTable, pos=None, in_map=None) ->
             reasons.append(f"{executed_unreachable} PC(s) the map calls unreachable were executed")
     name_match = None
     if table.kernel and region_map.kernel:
-        name_match = table.kernel in region_map.kernel or region_map.kernel in table.kernel
+        name_match = same_kernel(table.kernel, region_map.kernel)
+        if not name_match:
+            reasons.append(f"the data is of kernel {table.kernel!r}, the map of {region_map.kernel!r}")
     return {
         "ok": not reasons,
         "reasons": reasons,
@@ -265,6 +268,42 @@ def check_match(region_map: RegionMap, table: PcTable, pos=None, in_map=None) ->
         "kernel_name_match": name_match,
         "map_cubin_sha256": region_map.cubin_sha256,
     }
+
+
+def same_kernel(a: str, b: str) -> bool:
+    """Do two spellings name one kernel: equal, or equal base names once a mangled symbol
+    (``_ZN2ns6kernelIiEEvPf``) or a demangled signature (``void ns::kernel<int>(float*)``) is reduced to
+    its name (``kernel``), since tools print either. ``k`` and ``k_v2`` are different kernels."""
+    return a == b or _base_name(a) == _base_name(b)
+
+
+def _base_name(name: str) -> str:
+    name = name.strip()
+    if name.startswith("_Z"):  # Itanium mangling: [N] <length><identifier>... ; the last one is the name
+        nested = name.startswith("_ZN")
+        i, last = 3 if nested else 2, name
+        while i < len(name) and name[i].isdigit():
+            digits = len(name[i:]) - len(name[i:].lstrip("0123456789"))
+            length = int(name[i : i + digits])
+            last, i = name[i + digits : i + digits + length], i + digits + length
+            if not nested:
+                break
+        return last
+    depth = 0
+    for k, ch in enumerate(name):  # cut the parameter list: "void ns::k<int>(float*)" -> "void ns::k<int>"
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0:
+            name = name[:k]
+            break
+    while name.endswith(">"):  # and the template arguments
+        depth, k = 0, len(name) - 1
+        while k >= 0:
+            depth += (name[k] == ">") - (name[k] == "<")
+            if depth == 0:
+                break
+            k -= 1
+        name = name[:k].rstrip()
+    return name.rsplit("::", 1)[-1].split()[-1] if name.split() else name
 
 
 def _is_sample_column(c: str) -> bool:

@@ -280,7 +280,7 @@ class ValueAnalysis:
     def _transfer(self, j: int, reg: str, depth: int) -> Bits:
         x = self.ins[j]
         dests = self._defs[j]
-        if x.base in ("S2UR", "CS2R", "S2R") and any(sass.TIMER_SR_RE.search(o) for o in x.operands):
+        if sass.reads_timer(x):
             return Bits.top((j,))
         srcs = [o for o in x.operands[1:] if not sass.is_pred(o)]
         ev = lambda tok: self.operand(tok, j, depth)

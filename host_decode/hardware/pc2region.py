@@ -4,8 +4,9 @@ How (facts in docs/pc2region.md; modules: sass (listing, operand semantics), cfg
 known_bits (tag values), region_map (the map type), this one (markers, region stacks, the map)):
 
 1. Disassemble (host_decode.hardware.sass) and find the markers: a 64-bit store (STG/ST/STS .64/.128) of a
-   register pair in which one register derives from a ``%globaltimer`` read (``S2UR``/``CS2R``/``S2R``
-   of ``SR_GLOBALTIMER*``) and the other holds the tag ``(lane << 12) | (event_id << 2) | type``.
+   register pair in which one register derives from a ``%globaltimer`` read (``S2R``/``S2UR``/``CS2R``/
+   ``CS2UR`` of ``SR_GLOBALTIMER*``: sass.reads_timer) and the other holds the tag
+   ``(lane << 12) | (event_id << 2) | type``.
 2. Recover each tag's low 12 bits with a known-bits data-flow evaluation over reaching definitions:
    the lane is a runtime value shifted by 12 (its low 12 bits are known zeros) and ptxas materializes
    the constant part with MOV / IMAD.MOV / IADD3 / VIADD / LEA / LOP3 / HFMA2.MMA (two fp16 halves).
@@ -100,8 +101,13 @@ class Marker:
 _LOW12 = (1 << wire.LANE_SHIFT) - 1
 
 
-def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[str]]:
+def find_markers(prog: Program, va: ValueAnalysis, unoptimized: bool = False) -> tuple[list[Marker], list[str], int]:
+    """Records (64-bit stores of a tag word next to a timer word), problems naming the other stores of
+    timer data, and how many 64-bit stores look timer-derived in both words. `unoptimized`: a debug
+    build, where such a store is more likely a record whose tag could not be separated from its timer
+    than a bare timestamp."""
     markers: list[Marker] = []
+    both_timer = 0
     problems: list[str] = []
     ins = prog.instructions
     for s, x in enumerate(ins):
@@ -119,6 +125,14 @@ def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[s
             continue
         for pair in range(width // 2):
             lo, hi = values[2 * pair], values[2 * pair + 1]
+            both_timer += bool(lo.timer and hi.timer)
+            if lo.timer and hi.timer and unoptimized:
+                problems.append(
+                    f"pc {x.pc:#x}: both words of a 64-bit store to {_space(x)} derive from %globaltimer as far as "
+                    "the analysis can tell (unoptimized code builds a record's word through shifts, local memory "
+                    "and calls, where its tag cannot be told apart from the timer): not used as a region boundary"
+                )
+                continue
             if lo.timer and hi.timer:
                 problems.append(
                     f"pc {x.pc:#x}: a 64-bit %globaltimer timestamp without a tag stored to {_space(x)} "
@@ -145,7 +159,7 @@ def find_markers(prog: Program, va: ValueAnalysis) -> tuple[list[Marker], list[s
                 # e.g. FINALIZE carries the SM id in its event id: the id is a run-time value
                 m.event_type, m.how = m.tag_value & 3, "dataflow (id computed at run time)"
             markers.append(m)
-    return markers, problems
+    return markers, problems, both_timer
 
 
 _NOT_V1 = "a foreign marker, not an ikp v1 record; not used as a region boundary"
@@ -508,9 +522,10 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     events, allowed = _events_and_table(names, marker_table)
     prog = build_program(fn)
     va = ValueAnalysis(prog)
-    markers, problems = find_markers(prog, va)
+    unoptimized = sass.looks_unoptimized(fn)
+    markers, problems, both_timer = find_markers(prog, va, unoptimized)
     resolve_markers(markers, prog, allowed)
-    if markers and not any(m.resolved or m.tag_mask & _LOW12 for m in markers):
+    if not unoptimized and markers and not any(m.resolved or m.tag_mask & _LOW12 for m in markers):
         for m in markers:  # no v1 record anywhere: a (timer, payload) pair of another tool
             problems.append(
                 f"pc {fn.instructions[m.store_index].pc:#x}: a 64-bit store of a %globaltimer value next to a word "
@@ -519,7 +534,11 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
             )
         markers = []
     problems = prog.problems + problems
-    if not markers:
+    if unoptimized:  # first, as it explains the rest; last when nothing maps (the CLI's error is the last)
+        resolved = sum(m.resolved for m in markers)
+        statement = _debug_build(fn.name, resolved, len(markers) - resolved + both_timer)
+        problems = [statement, *problems] if markers else [*problems, statement]
+    elif not markers:
         problems.append(
             f"kernel {fn.name} has no ikp v1 markers (no 64-bit store of a %globaltimer value with a tag): "
             "there are no regions to map"
@@ -546,6 +565,21 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     cost = marker_only_instructions(prog, va, {i for m in markers for i in m.cost_indices})
     reasons, reason_problems = _ambiguity_reasons(prog, seen, events)
     return _assemble(fn, sha, events, markers, seen, problems + reason_problems, cost, reasons)
+
+
+def _debug_build(kernel: str, resolved: int, unresolved: int) -> str:
+    """What is true of an unoptimized kernel: how many record tags were resolved, and why not all."""
+    if not resolved:
+        outcome = "no ikp record's tag could be resolved, so there are no regions to map"
+    elif unresolved:
+        outcome = f"{unresolved} record tag(s) could not be resolved, so regions may be missing or ambiguous"
+    else:
+        outcome = "its record tags were resolved here, but nothing guarantees that for other debug builds"
+    return (
+        f"kernel {kernel} is a debug build (unoptimized code, as nvcc -G or -Xptxas -O0 emit): {outcome}; "
+        "debug builds pass tags through local memory and calls, and pc2region does not support them: "
+        "map an optimized build (add -lineinfo for source lines)"
+    )
 
 
 def _unique_by_timer(markers: list[Marker]) -> list[Marker]:
@@ -677,6 +711,8 @@ def map_compiled(compiled: Any, **kwargs) -> RegionMap:
 
 
 def read_cubin(path: str) -> bytes:
+    if os.path.isdir(path):
+        raise DecodeError("a directory, not a cubin file", source=path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
     with open(path, "rb") as f:

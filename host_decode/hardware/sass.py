@@ -13,9 +13,11 @@ A subroutine (``$kernel$helper``) is emitted inside the kernel's section, so one
 kernel and its subroutines; ``Function.symbols`` maps each symbol to its PC.
 
 Operand semantics (second half): which registers an instruction may write (``may_defs``: widths from
-the opcode's modifiers, MMA accumulator ranges from the shape) and read (``uses``), when it may not
-take effect (``conditional``), and when the next PC is not its successor (``ends_flow``). Guarded by
-tests/test_pc2region.py (test_mma_accumulator_width, the hand-written listings and the real cubins).
+the opcode's modifiers, MMA accumulator ranges from the shape) and read (``uses``, widths per operand
+from ``source_width``), which instructions read %globaltimer (``reads_timer``), when it may not take
+effect (``conditional``), and when the next PC is not its successor (``ends_flow``). Guarded by
+tests/test_pc2region.py (test_mma_accumulator_width, test_source_operand_widths,
+test_sm120_cs2ur_timer_reads_are_markers, the hand-written listings and the real cubins).
 """
 
 from __future__ import annotations
@@ -262,7 +264,8 @@ def select_function(functions: list[Function], kernel: str | None, source: str |
         if len(functions) == 1:
             return functions[0]
         raise DecodeError(
-            "the cubin has several kernels; choose one with kernel=...: " + ", ".join(f.name for f in functions),
+            "the cubin has several kernels; choose one with --kernel (kernel= in Python): "
+            + ", ".join(f.name for f in functions),
             source=source,
         )
     exact = [f for f in functions if f.name == kernel]
@@ -284,6 +287,9 @@ def select_function(functions: list[Function], kernel: str | None, source: str |
 
 _REG_RE = re.compile(r"^(U?R)(\d+|Z)$")
 TIMER_SR_RE = re.compile(r"SR_GLOBALTIMER")
+# the ways ptxas reads %globaltimer: S2R / S2UR (one register), CS2R / CS2UR (a pair, or one with .32;
+# sm_120 reads it into a uniform register with CS2UR.32)
+TIMER_READ_OPS = ("S2R", "S2UR", "CS2R", "CS2UR")
 STORE_OPS = {"STG", "ST", "STS", "STAS"}
 NO_DEST_OPS = STORE_OPS | {
     "STL",
@@ -389,7 +395,7 @@ def may_defs(ins: Instruction) -> list[str]:
         return []
     if ins.base in MMA_OPS:
         width = mma_dest_registers(ins.opcode)
-    elif ins.base == "CS2R":
+    elif ins.base in ("CS2R", "CS2UR"):
         width = 1 if ".32" in ins.opcode else 2
     else:
         width = reg_width(ins.opcode)
@@ -398,6 +404,20 @@ def may_defs(ins: Instruction) -> list[str]:
 
 INT_RE = re.compile(r"^-?(0x[0-9a-fA-F]+|\d+)$")
 _PRED_RE = re.compile(r"^!?U?P(\d+|T)$")
+
+
+_SELF_COPY_RE = re.compile(r"^MOV (U?R\d+), \1$")
+
+
+def looks_unoptimized(fn: Function) -> bool:
+    """A debug build (nvcc -G, -Xptxas -O0): it copies registers onto themselves (`MOV R9, R9`), which
+    ptxas removes from any optimized build."""
+    return any(_SELF_COPY_RE.match(x.text) for x in fn.instructions)
+
+
+def reads_timer(x: Instruction) -> bool:
+    """Whether the instruction reads %globaltimer (a marker's timestamp)."""
+    return x.base in TIMER_READ_OPS and any(TIMER_SR_RE.search(o) for o in x.operands)
 
 
 def mentions_pred(x: Instruction, guard: str) -> bool:
@@ -462,26 +482,53 @@ _REG_TOKEN_RE = re.compile(r"\b(U?R\d+|U?P\d)\b")
 
 def uses(x: Instruction) -> set[str]:
     """Registers and predicates an instruction may read: each register token, plus the registers
-    after it where the operand or the opcode is 64/128-bit wide; MMA-like ops read 'everything'."""
+    after it where that operand is 64/128-bit wide (source_width); MMA-like ops read 'everything'."""
     if x.base in MMA_OPS:
         return {ALL_REGS}
     first_is_dest = x.base not in NO_DEST_OPS and bool(x.operands)
-    wide_op = any(t in x.opcode for t in ("64", "128", "WIDE")) or x.base in ("DADD", "DFMA", "DMUL", "DSETP")
     out: set[str] = set()
     for k, op in enumerate(x.operands):
         if k == 0 and first_is_dest and "[" not in op:
             continue
+        width = source_width(x, k)
         for tok in _REG_TOKEN_RE.findall(op):
             out.add(tok)
-            if "R" not in tok:
-                continue
-            if x.base in STORE_OPS and k == len(x.operands) - 1:
-                out.update(reg_plus(tok, w) for w in range(1, reg_width(x.opcode)))
-            elif wide_op or ".64" in op or ".128" in op:  # a register pair (or more) may be read
-                out.update(reg_plus(tok, w) for w in range(1, 4 if ".128" in op or "128" in x.opcode else 2))
+            if "R" in tok:
+                out.update(reg_plus(tok, w) for w in range(1, width))
     if x.predicated:
         out.add(x.guard.lstrip("!"))
     return out
+
+
+# type modifiers that make every register source a pair (IADD.64, SEL.64, ISETP.NE.S64, F2F.F32.F64);
+# not TRANS64 (SYNCS' transaction count) or RSQ64H (MUFU reads the high word only)
+_PAIR_TYPES = {"64", "B64", "F64", "S64", "U64"}
+_DOUBLE_OPS = {"DADD", "DFMA", "DMUL", "DSETP", "DSET", "DMNMX"}
+_FUNNEL_OPS = {"SHF", "USHF"}  # SHF.L.U64.HI R5, R2, 0x2, R3: two 32-bit halves, each named
+
+
+def source_width(x: Instruction, k: int) -> int:
+    """Registers read by the register tokens of operand k (a source). An address is 64-bit where it
+    says so ([R4.64], desc[UR4]); IMAD.WIDE multiplies two 32-bit sources and adds a 64-bit one (the
+    last, before any carry-in predicate); a store's data is as wide as the opcode; otherwise the
+    opcode's type modifiers decide for every source. Over-approximated where unsure: a missed read
+    would let cfg liveness accept a branch as a capacity guard when a register it skips is live."""
+    op = x.operands[k]
+    mods = x.opcode.split(".")[1:]
+    if "[" in op:
+        return 2 if ".64" in op or "desc[" in op else 1
+    if x.base in STORE_OPS and k == len(x.operands) - 1:
+        return reg_width(x.opcode)
+    if x.base in ("IMAD", "UIMAD") and "WIDE" in mods:
+        sources = [j for j, o in enumerate(x.operands) if j > 0 and not is_pred(o)]
+        return 2 if sources and k == sources[-1] else 1
+    if x.base in _FUNNEL_OPS:
+        return 1
+    if "128" in mods or ".128" in op:
+        return 4
+    if x.base in _DOUBLE_OPS or _PAIR_TYPES & set(mods) or "WIDE" in mods or ".64" in op:
+        return 2
+    return 1
 
 
 def writes(x: Instruction) -> list[str]:

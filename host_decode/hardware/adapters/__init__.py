@@ -3,13 +3,22 @@ table keyed by function-relative PC offset (the key pc2region maps use).
 
 Every adapter returns a :class:`PcTable`; host_decode.hardware.join joins it with a pc2region map. Adapters
 import with numpy alone (CUPTI's collector loads libcupti with ctypes only when called).
+
+Shared rules (tests/test_adapters.py): a kernel is picked by choose_kernel (an exact name wins over a
+substring: test_exact_kernel_name_wins_over_a_longer_one); JSON integer fields go through json_int
+(PCs as ints or "0x.." strings, counts never negative: test_cupti_refuses_malformed_records).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
+
+from host_decode.core.errors import DecodeError
 
 # Canonical stall-reason names (Nsight Compute's `stall_*` suffixes); CUPTI names map onto them.
 STALL_REASONS = (
@@ -82,3 +91,47 @@ def merge_duplicate_pcs(
     for name, col in columns.items():
         out[name] = np.bincount(inverse, weights=np.asarray(col, np.float64)[order], minlength=uniq.size)
     return uniq, out, order[first]
+
+
+def choose_kernel(names: Iterable[str], kernel: str | None, source: str, holder: str = "the file") -> str | None:
+    """The kernel whose data to read: `kernel` itself when `names` has it (``k`` never also takes
+    ``k_v2``), else the only name containing it; without `kernel`, the only name (None when the data
+    names none). Otherwise a DecodeError naming the file and listing the kernels."""
+    names = sorted(set(names))
+    if kernel is None:
+        if len(names) > 1:
+            raise DecodeError(
+                f"{holder} holds several kernels; choose one with --kernel (kernel= in Python): " + ", ".join(names),
+                source=source,
+            )
+        return names[0] if names else None
+    if kernel in names:
+        return kernel
+    partial = [name for name in names if kernel in name]
+    if len(partial) == 1:
+        return partial[0]
+    raise DecodeError(
+        f"kernel {kernel!r} {'is ambiguous' if partial else f'not in {holder}'}; kernels: " + ", ".join(names),
+        source=source,
+    )
+
+
+def json_int(value: Any, what: str, source: str) -> int:
+    """A non-negative integer field of a JSON record (PC offset, count, index): an int, an integral
+    float, or a decimal / "0x.." string (tools print PCs either way). Errors name the file and field."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, str):
+            out = int(value.strip(), 0)
+        elif isinstance(value, float):
+            if not (math.isfinite(value) and value.is_integer()):
+                raise ValueError
+            out = int(value)
+        else:
+            out = int(value)
+    except (TypeError, ValueError):
+        raise DecodeError(f"{what} {value!r} is not an integer", source=source) from None
+    if out < 0:
+        raise DecodeError(f"{what} {value!r} is negative", source=source)
+    return out

@@ -21,9 +21,11 @@ File format (``format: "ikp-cupti-pcsampling-v1"``)::
      "records": [{"cubin_crc": int, "function_name": str, "function_index": int, "pc_offset": int,
                   "stalls": {"<index>": samples, ...}}, ...]}
 
-``pc_offset`` is function-relative. ``mapped_cubin_crc`` (optional, from ``PcSampler.cubin_crc``) is
-CUPTI's CRC of the cubin that was mapped: the reader then keeps only that cubin's records. Stall names
-map onto Nsight Compute's short names (``long_sb``,
+``pc_offset`` is function-relative (an int, or a "0x.." string as NVBit files may hold); sample counts,
+CRCs and indices are non-negative integers; anything else is a DecodeError naming the record and field.
+The kernel is picked by adapters.choose_kernel (an exact name wins). ``mapped_cubin_crc`` (optional,
+from ``PcSampler.cubin_crc``) is CUPTI's CRC of the cubin that was mapped: the reader then keeps only
+that cubin's records. Stall names map onto Nsight Compute's short names (``long_sb``,
 ...); ``*_not_issued`` reasons go to ``stalls_not_issued``. Samples of a PC = sum of its (issued +
 not-issued) reasons, i.e. of the reasons without the ``_not_issued`` suffix.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import glob
 import gzip
 import json
@@ -41,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core.errors import DecodeError
-from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
+from host_decode.hardware.adapters import PcTable, choose_kernel, json_int, merge_duplicate_pcs
 
 FORMAT = "ikp-cupti-pcsampling-v1"
 _PREFIX = "smsp__pcsamp_warps_issue_stalled_"
@@ -88,45 +91,36 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
         obj = path_or_obj
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise DecodeError(f"not a CUPTI PC sampling file (format must be {FORMAT!r})", source=source)
-    try:
-        reasons = {int(k): str(v) for k, v in obj["stall_reasons"].items()}
-        records = obj["records"]
-    except (KeyError, AttributeError, ValueError) as e:
-        raise DecodeError(f"malformed file: {e}", source=source) from None
+    reasons = _stall_reasons(obj.get("stall_reasons"), source)
+    records = [_record(k, r, source) for k, r in enumerate(_record_list(obj.get("records"), source))]
     if cubin_crc is None and obj.get("mapped_cubin_crc") is not None:
-        cubin_crc = int(obj["mapped_cubin_crc"])  # the collector knew which cubin was mapped
-    functions = sorted({(str(r.get("function_name")), int(r.get("cubin_crc", 0))) for r in records})
-    chosen = [r for r in records if _matches(r, kernel, cubin_crc)]
-    if kernel is None and len({f for f, _ in functions}) > 1:
-        raise DecodeError(
-            "samples of several functions; choose one: " + ", ".join(sorted({f for f, _ in functions})), source=source
-        )
-    crcs = {int(r.get("cubin_crc", 0)) for r in chosen}
+        cubin_crc = json_int(obj["mapped_cubin_crc"], "mapped_cubin_crc", source)  # the collector knew the cubin
+    if cubin_crc is not None:
+        records = [r for r in records if r.cubin_crc == cubin_crc]
+    name = choose_kernel({r.function for r in records}, kernel, source)
+    chosen = [r for r in records if r.function == name]
+    crcs = {r.cubin_crc for r in chosen}
     if len(crcs) > 1:
         raise DecodeError(
-            f"function {kernel!r} comes from {len(crcs)} different cubins (CRCs {sorted(crcs)}); pass cubin_crc=",
+            f"function {name!r} comes from {len(crcs)} different cubins (CRCs {sorted(crcs)}); pass cubin_crc=",
             source=source,
         )
     if not chosen:
-        raise DecodeError(
-            f"no samples for kernel {kernel!r}; functions: " + ", ".join(sorted({f for f, _ in functions})),
-            source=source,
-        )
+        raise DecodeError(f"no samples for kernel {kernel!r}", source=source)
     n = len(chosen)
-    pc = np.empty(n, np.int64)
+    pc = np.array([r.pc_offset for r in chosen], np.int64)
     issued: dict[str, np.ndarray] = {}
     not_issued: dict[str, np.ndarray] = {}
     unknown_reasons = 0
     for i, r in enumerate(chosen):
-        pc[i] = int(r["pc_offset"])
-        for idx, count in r.get("stalls", {}).items():
-            name = reasons.get(int(idx))
-            if name is None:
+        for idx, count in r.stalls.items():
+            reason = reasons.get(idx)
+            if reason is None:
                 unknown_reasons += 1
-                name = f"reason_{idx}"
-            short, ni = stall_name(name)
+                reason = f"reason_{idx}"
+            short, ni = stall_name(reason)
             group = not_issued if ni else issued
-            group.setdefault(short, np.zeros(n))[i] += float(count)
+            group.setdefault(short, np.zeros(n))[i] += count
     cols = {f"s:{k}": v for k, v in issued.items()}
     cols.update({f"n:{k}": v for k, v in not_issued.items()})
     uniq, summed, _ = merge_duplicate_pcs(pc, cols)
@@ -135,7 +129,6 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
     counters = {"samples": np.sum(list(stalls.values()), axis=0) if stalls else np.zeros(uniq.size)}
     if stalls_ni:
         counters["samples_not_issued"] = np.sum(list(stalls_ni.values()), axis=0)
-    name = kernel or (functions[0][0] if functions else None)
     meta = {
         k: obj.get(k)
         for k in (
@@ -158,13 +151,44 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
     return PcTable("cupti", name, uniq, counters, stalls, stalls_ni, meta=meta)
 
 
-def _matches(r: dict, kernel: str | None, crc: int | None) -> bool:
-    if crc is not None and int(r.get("cubin_crc", -1)) != crc:
-        return False
-    if kernel is None:
-        return True
-    fn = str(r.get("function_name", ""))
-    return fn == kernel or kernel in fn
+@dataclasses.dataclass(frozen=True)
+class _Record:
+    function: str
+    cubin_crc: int
+    pc_offset: int
+    stalls: dict[int, int]  # stall-reason index -> samples
+
+
+def _stall_reasons(reasons: Any, source: str) -> dict[int, str]:
+    if not isinstance(reasons, dict):
+        raise DecodeError("'stall_reasons' must be an object {index: CUPTI stall name}", source=source)
+    return {json_int(k, "stall_reasons key", source): str(v) for k, v in reasons.items()}
+
+
+def _record_list(records: Any, source: str) -> list[dict]:
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise DecodeError("'records' must be a list of objects", source=source)
+    return records
+
+
+def _record(k: int, r: dict, source: str) -> _Record:
+    """One record, checked: every error names the record and the field."""
+    if "pc_offset" not in r:
+        raise DecodeError(f"record {k} has no pc_offset", source=source)
+    stalls = r.get("stalls", {})
+    if not isinstance(stalls, dict):
+        raise DecodeError(f"record {k}: stalls must be an object {{reason index: samples}}", source=source)
+    return _Record(
+        function=str(r.get("function_name")),
+        cubin_crc=json_int(r.get("cubin_crc", 0), f"record {k}: cubin_crc", source),
+        pc_offset=json_int(r["pc_offset"], f"record {k}: pc_offset", source),
+        stalls={
+            json_int(idx, f"record {k}: stalls key", source): json_int(
+                count, f"record {k}: stalls[{idx!r}] count", source
+            )
+            for idx, count in stalls.items()
+        },
+    )
 
 
 # ================================================================================================

@@ -8,7 +8,8 @@ Produced on the GPU machine by
 Layout (ncu 2025.3; older versions differ only in column names, handled below): a line
 ``"Kernel Name","<name>"`` opens each profiled kernel, the next line is the header, then one row per SASS
 instruction. ``Address`` is absolute, so PCs are rebased on the block's first row (the function's
-first instruction). Counts may carry thousands separators ("1,024"); "-" means not applicable.
+first instruction). Counts may carry thousands separators ("1,024"); "-" means not applicable; a
+nan, inf or negative count is an error naming its line and column (test_ncu_refuses_non_counts).
 Several blocks of the same kernel (several launches) are summed.
 
 Invariants (tests/test_cli_errors.py): binary data or a broken CSV is a DecodeError naming the file; a row
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 
 import numpy as np
 
 from host_decode.core.errors import DecodeError
-from host_decode.hardware.adapters import PcTable
+from host_decode.hardware.adapters import PcTable, choose_kernel
 
 # display name -> our counter name (first match wins; older ncu said "Cycles" where 2025.x says "Samples")
 COUNTER_COLUMNS = {
@@ -106,28 +108,25 @@ def _blocks(text: str, source: str) -> list[tuple[str | None, list[str], list[li
 
 
 def _choose(blocks, kernel, source):
-    names = sorted({b[0] for b in blocks if b[0]})
-    if kernel is None:
-        if len(names) > 1:
-            raise DecodeError("the CSV holds several kernels; choose one: " + "; ".join(names), source=source)
-        return blocks
-    exact = [b for b in blocks if b[0] == kernel]
-    if exact:
-        return exact
-    partial = {b[0] for b in blocks if b[0] and kernel in b[0]}
-    if len(partial) == 1:
-        return [b for b in blocks if b[0] in partial]
-    raise DecodeError(
-        f"kernel {kernel!r} {'is ambiguous' if partial else 'not in the CSV'}; kernels: " + "; ".join(names),
-        source=source,
-    )
+    name = choose_kernel({b[0] for b in blocks if b[0]}, kernel, source, holder="the CSV")
+    return [b for b in blocks if b[0] == name or name is None]
 
 
-def _number(cell: str) -> float:
+def _count(cell: str) -> float:
+    """A count cell: "1,024" -> 1024.0; "", "-" and "N/A" (not applicable) -> 0. A value float() would
+    also take but no count can be (nan, inf, negative) is a ValueError saying why."""
     cell = cell.strip().replace(",", "")
     if cell in ("", "-", "N/A", "n/a"):
         return 0.0
-    return float(cell)
+    try:
+        value = float(cell)
+    except ValueError:
+        raise ValueError("is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError("is not a finite number")
+    if value < 0:
+        raise ValueError("is negative (counts never are)")
+    return value
 
 
 def _block_table(name, header, rows, source, header_line) -> PcTable:
@@ -155,10 +154,10 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
         opcodes.append(_opcode(row[i_src]))
         for col, key in columns.items():
             try:
-                values[key][r] += _number(row[col])
-            except ValueError:
+                values[key][r] += _count(row[col])
+            except ValueError as e:
                 raise DecodeError(
-                    f"line {line_no}: column {header[col]!r} value {row[col]!r} is not a number", source=source
+                    f"line {line_no}: column {header[col]!r} value {row[col]!r} {e}", source=source
                 ) from None
     if n == 0:
         raise DecodeError(f"kernel {name!r}: the table has no instruction rows", source=source)
@@ -185,7 +184,7 @@ def _block_table(name, header, rows, source, header_line) -> PcTable:
         stalls,
         not_issued,
         opcodes,
-        meta={"address_base": base, "rows": n, "launches": 1, "csv": source},
+        meta={"address_base": base, "rows": n, "launches": 1, "source": source},
     )
 
 
@@ -229,8 +228,7 @@ def _sum_launches(tables: list[PcTable], source: str) -> PcTable:
     for t in tables[1:]:
         if not np.array_equal(t.pc, first.pc) or t.opcode != first.opcode:
             raise DecodeError(
-                f"kernel {first.kernel!r} appears several times with different code; "
-                "profile one variant per CSV or pass kernel=",
+                f"kernel {first.kernel!r} appears several times with different code; profile one variant per CSV",
                 source=source,
             )
         for group_a, group_b in (

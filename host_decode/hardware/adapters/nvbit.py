@@ -9,7 +9,7 @@ NVBit is not on any package index reachable here, so this reads what NVBit tools
                  "thread_executed_count": 4096, "pred_on_thread_count": 4096}, ...]}
 
    ``pc_offset`` is function-relative (int or "0x.." string); counts are warp-level executions
-   (``executed_count``) and optional thread-level ones.
+   (``executed_count``) and optional thread-level ones, never negative.
 
 2. Per-PC records of region profilers built on NVBit (a list, or under "pcs" / "records")::
 
@@ -19,7 +19,8 @@ NVBit is not on any package index reachable here, so this reads what NVBit tools
    Their own region attribution is kept in ``PcTable.regions`` so a join can report how often it
    agrees with pc2region.
 
-Records of one PC are summed; records of other functions are left out (counted in ``meta``).
+Records of one PC are summed (they must agree on the opcode); records of other functions are left out
+(counted in ``meta``); the kernel is picked by adapters.choose_kernel (an exact name wins).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core.errors import DecodeError
-from host_decode.hardware.adapters import PcTable, merge_duplicate_pcs
+from host_decode.hardware.adapters import PcTable, choose_kernel, json_int, merge_duplicate_pcs
 
 FORMAT = "ikp-nvbit-pc-v1"
 _COUNT_FIELDS = {
@@ -52,35 +53,41 @@ def read_nvbit_json(path_or_obj: Any, kernel: str | None = None) -> PcTable:
     else:
         obj = path_or_obj
     records, file_kernel = _records(obj, source)
-    kernel = kernel or file_kernel
-    names = sorted({str(r["function_name"]) for r in records if "function_name" in r})
-    if kernel is None and len(names) > 1:
-        raise DecodeError("records of several functions; choose one: " + ", ".join(names), source=source)
-    chosen = [
-        r for r in records if kernel is None or "function_name" not in r or _name_match(r["function_name"], kernel)
-    ]
-    if not chosen:
-        raise DecodeError(f"no records for kernel {kernel!r}; functions: {', '.join(names)}", source=source)
-    pc = np.empty(len(chosen), np.int64)
-    cols = {name: np.zeros(len(chosen)) for name in _COUNT_FIELDS.values()}
+    names = {str(r["function_name"]) for r in records if "function_name" in r}
+    kernel = choose_kernel(names, kernel or file_kernel, source) if names else kernel or file_kernel
+    used = [k for k, r in enumerate(records) if "function_name" not in r or str(r["function_name"]) == kernel]
+    if not used:
+        raise DecodeError("no per-PC records", source=source)
+    chosen = [records[k] for k in used]
+    pc = np.empty(len(used), np.int64)
+    cols = {name: np.zeros(len(used)) for name in _COUNT_FIELDS.values()}
     present = set()
-    for i, r in enumerate(chosen):
-        pc[i] = _int(r.get("pc_offset"), f"record {i}: pc_offset", source)
+    opcode_at: dict[int, str] = {}
+    for i, k in enumerate(used):
+        r = records[k]
+        pc[i] = json_int(r.get("pc_offset"), f"record {k}: pc_offset", source)
         for field, name in _COUNT_FIELDS.items():
             if field in r:
-                cols[name][i] = _int(r[field], f"record {i}: {field}", source)
+                cols[name][i] = json_int(r[field], f"record {k}: {field}", source)
                 present.add(name)
-    if np.any(pc < 0):
-        raise DecodeError("negative pc_offset", source=source)
+        opcode = r.get("opcode")
+        if opcode:  # every record's opcode counts: records of one PC naming two opcodes are two builds
+            first = opcode_at.setdefault(int(pc[i]), str(opcode))
+            if first != str(opcode):
+                raise DecodeError(
+                    f"record {k}: pc {int(pc[i]):#x} has opcode {opcode}, an earlier record {first}: "
+                    "data of different builds in one file",
+                    source=source,
+                )
     cols = {k: v for k, v in cols.items() if k in present}
-    uniq, summed, first = merge_duplicate_pcs(pc, cols)
-    opcode = [str(chosen[i].get("opcode", "")) for i in first] if any("opcode" in r for r in chosen) else None
+    uniq, summed, first_row = merge_duplicate_pcs(pc, cols)
+    opcode = [opcode_at.get(int(p), "") for p in uniq] if opcode_at else None
     regions = None
     if any("dominant_region" in r or "region" in r for r in chosen):
-        regions = [str(chosen[i].get("dominant_region", chosen[i].get("region", ""))) for i in first]
+        regions = [str(chosen[i].get("dominant_region", chosen[i].get("region", ""))) for i in first_row]
     return PcTable(
         "nvbit",
-        kernel or (names[0] if names else None),
+        kernel,
         uniq,
         summed,
         {},
@@ -112,18 +119,3 @@ def _check_list(items: Any, source: str) -> list[dict]:
         if "pc_offset" not in r:
             raise DecodeError(f"record {i} has no pc_offset", source=source)
     return items
-
-
-def _int(value: Any, what: str, source: str) -> int:
-    try:
-        if isinstance(value, str):
-            return int(value, 0)
-        if isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        return int(value)
-    except (TypeError, ValueError):
-        raise DecodeError(f"{what} = {value!r} is not an integer", source=source) from None
-
-
-def _name_match(name: str, kernel: str) -> bool:
-    return name == kernel or kernel in name
