@@ -199,3 +199,52 @@ def test_ctrl_c_at_any_command(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(loader, "_parse", interrupted)
     rc, _, err = run(capsys, "kernels", INSIGHT / "torch_trace.json.gz", "--no-cache")
     assert rc == 130 and err.strip() == "ikp kernels: interrupted (no output written)"
+
+
+@pytest.mark.parametrize(
+    "key,value", [("launch_index", [1]), ("launch_index", "abc"), ("rank", {}), ("launch_index", True)]
+)
+def test_session_sidecar_value_that_is_no_integer(tmp_path, capsys, key, value):
+    for name, index in (("a", 0), ("b", 1)):
+        shutil.copy(BASIC, tmp_path / f"{name}.npy")
+        side = json.loads(BASIC.with_suffix(".json").read_text())
+        side.update({"launch_index": index, "rank": index})
+        if name == "a":
+            side[key] = value
+        (tmp_path / f"{name}.json").write_text(json.dumps(side))
+    caps = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    for argv in (["merge", *caps, "--by", "rank", "-o", tmp_path / "m.json"], ["stats", *caps]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 2 and one_error_line(err, "a.json", repr(key), "must be an integer"), (argv, err)
+    assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize(
+    "argv,flag",
+    [
+        (["merge", BASIC, "-o", "m.json", "--max-lanes", "0"], "--max-lanes"),
+        (["merge", BASIC, "-o", "m.json", "--max-lanes", "-1"], "--max-lanes"),
+        (["merge", BASIC, "-o", "m.json", "--clock-offset", "x=1"], "--clock-offset: wants RANK=NS"),
+        (["diff", BASIC, BASIC, "--alpha", "2"], "--alpha"),
+        (["diff", BASIC, BASIC, "--alpha", "0"], "--alpha"),
+        (["diff", BASIC, BASIC, "--alpha", "nan"], "--alpha"),
+        (["stats", BASIC, "--bins", "0"], "--bins"),
+        (["stats", BASIC, "--bins", "-1"], "--bins"),
+        (["plot", BASIC, "-o", "p", "--bins", "0"], "--bins"),
+    ],
+)
+def test_numeric_flag_out_of_range_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys, argv, flag):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"argument {flag}" in err.splitlines()[-1] and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_diff_gate_error_leaves_no_output(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    rc, _, err = run(capsys, "diff", BASIC, ROOT / "examples" / "megakernel" / "capture.npy", "--fail-above", "1",
+                     "-o", out)
+    assert rc == 2 and one_error_line(err, "no region is in both A and B")
+    assert list(tmp_path.iterdir()) == []

@@ -44,6 +44,24 @@ def test_workflow_order_and_an_example_each():
         assert "example:" in (p.epilog or "") and f"ikp {name}" in p.epilog, name
 
 
+def test_every_example_names_files_that_ship():
+    """Every file an example reads exists in the repository (-o values are outputs; a line naming an
+    UPPERCASE placeholder such as CAPTURE.npy is a synopsis): `ikp waits --help` once named capture.npy."""
+    import shlex
+
+    _, action = subparsers()
+    for name, p in action.choices.items():
+        for line in p.epilog.splitlines()[1:]:
+            words = shlex.split(line.split("#")[0].split("(")[0].rstrip(" \\"))
+            words = words[words.index("ikp") + 2 :] if "ikp" in words else words
+            files = [w for before, w in zip([""] + words, words)
+                     if before not in ("-o", "--output") and not w.startswith("-") and "." in w]
+            if any(Path(w).name.split(".")[0].isupper() for w in files):
+                continue
+            for word in files:
+                assert (ROOT / word).exists(), f"ikp {name} --help example: {word} does not exist"
+
+
 def test_one_meaning_per_flag():
     _, action = subparsers()
     meaning = {}
@@ -133,6 +151,15 @@ def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
     r = run_cli("stats", BASIC, "--format", "json")
     assert json.loads(r.stdout)["regions"]  # stdout stays machine-readable: "next:" goes to stderr
     assert r.stderr.startswith("next: ")
+
+
+def test_quiet_on_every_command_drops_the_next_line(capsys):
+    _, action = subparsers()
+    for name, p in action.choices.items():
+        assert any(a.option_strings == ["-q", "--quiet"] for a in p._actions), f"ikp {name} lacks -q/--quiet"
+    assert main(["stats", str(BASIC), "--format", "json", "-q"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["regions"] and "next:" not in cap.err
 
 
 def test_progress_shown_when_asked(tmp_path):

@@ -299,3 +299,64 @@ def test_save_capture_is_atomic(data, monkeypatch):
     monkeypatch.undo()
     capture.save_capture(data / "again.npy", buf, names={"events": {"0": "x"}})
     assert np.array_equal(np.load(data / "again.npy"), buf) and (data / "again.json").exists()
+
+
+def test_sidecar_of_a_capture_with_any_suffix_is_protected(data, capsys):
+    """decoder.read_sidecar reads NAME.json beside any capture (cap.bin, CAP.NPY): that file is an input too."""
+    for capture, sidecar in (("cap.bin", "cap.json"), ("CAP2.NPY", "CAP2.json")):
+        shutil.copy(data / "capture.npy", data / capture)
+        shutil.copy(data / "capture.json", data / sidecar)
+    before = digest(data)
+    for argv in (["decode", str(data / "cap.bin"), "-o", str(data / "cap.json")],
+                 ["stats", str(data / "CAP2.NPY"), "-o", str(data / "CAP2.json")]):
+        assert main(argv + ["-f"]) == 2, argv
+        err = capsys.readouterr().err
+        assert "refusing to write over the sidecar" in err and err.count("\n") == 1, err
+    assert digest(data) == before and no_temporaries(data)
+
+
+def test_input_through_a_symlink_protects_the_real_sidecar(data, tmp_path, capsys):
+    link = tmp_path / "link.npy"
+    link.symlink_to(data / "capture.npy")
+    before = digest(data)
+    assert main(["decode", str(link), "-o", str(data / "capture.json"), "-f", "-q"]) == 2
+    assert "refusing to write over the sidecar" in capsys.readouterr().err
+    assert digest(data) == before and no_temporaries(data)
+
+
+def test_sigterm_is_like_ctrl_c_and_leaves_nothing(data, tmp_path):
+    """SIGTERM (timeout, Slurm, systemd) in the middle of `ikp plot`: exit 130, one line, no temporary."""
+    import sys
+
+    script = (
+        "import os, signal, sys, time\n"
+        "import host_decode.reports.plots as plots\n"
+        "from host_decode.cli import main\n"
+        "def killed(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(30)\n"
+        "plots.plot_overlap = killed\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "png"
+    run = subprocess.run([sys.executable, "-c", script, "plot", str(data / "capture.npy"), "-o", str(out)],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 130, (run.returncode, run.stderr)  # not -15: killed before cleaning up
+    assert run.stderr.strip() == "ikp plot: interrupted (no output written)"
+    assert not out.exists() and no_temporaries(tmp_path)
+
+
+def test_plot_onto_an_existing_file_is_refused_before_any_work(data, tmp_path, monkeypatch, capsys):
+    import host_decode.analysis.sessions as sessions
+
+    def no_work(*a, **k):
+        raise AssertionError("the output should have been refused before loading")
+
+    monkeypatch.setattr(sessions, "load_trace", no_work)
+    out = tmp_path / "notadir"
+    out.write_text("previous")
+    for force in ([], ["-f"]):
+        assert main(["plot", str(data / "capture.npy"), "-o", str(out)] + force) == 2
+        err = capsys.readouterr().err
+        assert f"{out}: exists and is not a directory" in err and TEMP_PREFIX not in err and err.count("\n") == 1
+    assert out.read_text() == "previous" and no_temporaries(tmp_path)

@@ -103,3 +103,20 @@ def test_cli_fail_above_exit_code(tmp_path, capsys):
     assert main(["diff", a, b, "--fail-above", "25"]) == 0
     assert main(["diff", a, a, "--fail-above", "0"]) == 0
     assert main(["diff", a]) == 2  # one path: a clear usage error
+
+
+def test_regions_whose_names_repeat_are_compared_apart():
+    # events 1 and 2 both named "x": each keeps its own samples (before, the last id replaced the first)
+    names = Names({1: "x", 2: "x"}, {0: "producer"})
+    rows = [(0, 0, 1, 0, 100), (0, 0, 2, 200, 1200), (1, 0, 1, 0, 110), (1, 0, 2, 200, 1210)]
+    t = trace_from_spans(rows, num_groups=1, num_blocks=2, names=names)
+    samples = diff.region_samples(t)
+    assert {k: v.tolist() for k, v in samples.items()} == {
+        ("producer", "x (event 1)"): [100.0, 110.0],
+        ("producer", "x (event 2)"): [1000.0, 1010.0],
+    }
+    got = {r["event"]: (r["n_a"], r["mean_a"]) for r in diff.compare(t, t)}
+    assert got == {"x (event 1)": (2, 105.0), "x (event 2)": (2, 1005.0)}
+    # an unnamed id whose default name ("event_2") another id already has
+    clash = trace_from_spans(rows, num_groups=1, num_blocks=2, names=Names({1: "event_2"}))
+    assert sorted(diff.region_samples(clash)) == [("group_0", "event_2 (event 1)"), ("group_0", "event_2 (event 2)")]

@@ -133,3 +133,18 @@ def test_keep_lanes_counts_the_instants_it_leaves_out():
     kept, left = keep_lanes(t, 1)
     assert left == {"lanes_left_out": 2, "spans_left_out": 2, "instants_left_out": 4}
     assert kept.instants.size + left["instants_left_out"] == t.instants.size
+
+
+def test_merge_a_capture_with_no_spans_and_no_instants(tmp_path, capsys):
+    """Only unmatched begins: nothing to draw, but the merge works (empty tracks), as decode does."""
+    from host_decode.core.capture import save_capture
+
+    bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
+    for lane in range(2):
+        bb.anchor(lane, 1_790_000_000_000_000_000)
+        bb.put(lane, 10, 1, B).put(lane, 20, 2, B).put(lane, 30, lane, F)
+    cap = save_capture(tmp_path / "begins.npy", bb.buf, {"events": {"1": "a", "2": "b"}})
+    out = tmp_path / "m.json"
+    assert main(["merge", str(cap), "-o", str(out)]) == 0, capsys.readouterr().err
+    events = json.loads(out.read_text())["traceEvents"]
+    assert not [e for e in events if e.get("ph") in ("X", "i")]

@@ -1,6 +1,9 @@
 """Compare two captures of the same kernel: per-region deltas with a significance test.
 
 Regions are matched by (group name, event name), so captures whose ids were renumbered still line up.
+Where one capture gives the same names to several ids (two events both "x", or an unnamed id whose
+"event_2" is another's name), those regions stay apart, their ids added to the names that repeat
+("x (event 1)", "x (event 2)"); they are never merged or dropped.
 For each region the samples are its span durations (``unit="span"``) or, per lane, the mean duration of
 its spans (``unit="lane"``: fewer samples, but spans of one lane are correlated, so this is the more
 honest choice when a region runs many times per lane).
@@ -155,10 +158,30 @@ def region_samples(trace: Trace, unit: str = "span") -> dict[tuple[str, str], np
     order = np.lexsort((e, g))
     g, e, d = g[order], e[order], d[order]
     cut = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (e[1:] != e[:-1])])
-    names = trace.names
-    return {
-        (names.group(g[i]), names.event(e[i])): chunk for i, chunk in zip(cut, np.split(d, cut[1:]))
-    }
+    keys = _region_names(trace.names, g[cut].tolist(), e[cut].tolist())
+    return dict(zip(keys, np.split(d, cut[1:])))
+
+
+def _region_names(names, groups: list[int], events: list[int]) -> list[tuple[str, str]]:
+    """(group name, event name) of each distinct (group id, event id); where a pair of names repeats,
+    the ids that differ are added to it ("x (event 2)") so each region keeps its own samples."""
+    keys = [(names.group(gi), names.event(ei)) for gi, ei in zip(groups, events)]
+    at: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(keys):
+        at.setdefault(key, []).append(i)
+    for (group, event), rows in at.items():
+        if len(rows) == 1:
+            continue
+        several_groups = len({groups[i] for i in rows}) > 1
+        several_events = len({events[i] for i in rows}) > 1
+        for i in rows:
+            keys[i] = (f"{group} (group {groups[i]})" if several_groups else group,
+                       f"{event} (event {events[i]})" if several_events else event)
+    if len(set(keys)) != len(keys):  # a name that already reads "x (event 2)": say so, never merge
+        clash = sorted({k for k in keys if keys.count(k) > 1})
+        raise ValueError(f"regions {clash[:3]} name several (group, event) ids even with their ids added: "
+                         "rename them in the sidecar")
+    return keys
 
 
 def compare(

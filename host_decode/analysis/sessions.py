@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from host_decode.core.errors import DecodeError
+from host_decode.core.files import sidecar_of
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
 
 # --- building traces from tables (also used by tests and by concat) -------------------------------------
@@ -138,12 +141,10 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
     `by`: "launch" (label 'launch N') or "rank" (label 'rank N')."""
     parts = []
     for i, t in enumerate(traces):
-        m = t.meta or {}
-        launch = int(m.get("launch_index", i))
-        rank = int(m.get("rank", i if by == "rank" else 0))
+        launch = _meta_int(t, "launch_index", i, i)
+        rank = _meta_int(t, "rank", i if by == "rank" else 0, i)
         label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
-        host = m.get("host_ns")
-        parts.append(Part(t, label, launch, rank, int(host) if host is not None else None))
+        parts.append(Part(t, label, launch, rank, _meta_int(t, "host_ns", None, i)))
     labels_seen = [p.label for p in parts]
     for p in parts:  # two captures claiming the same launch / rank: tell them apart by file
         if labels_seen.count(p.label) > 1 and p.trace.meta.get("source"):
@@ -153,6 +154,21 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
     else:
         parts.sort(key=lambda p: (p.rank, p.launch_index))
     return parts
+
+
+def _meta_int(trace: Trace, key: str, default: int | None, index: int) -> int | None:
+    """An integer sidecar field of a part (absent or null: `default`); any other value ([1], "abc", {},
+    true, 1.5) is a DecodeError naming the sidecar and the key, never a TypeError or a silent int()."""
+    meta = trace.meta or {}
+    value = meta.get(key)
+    if value is None:
+        return default
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    source = meta.get("source")
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise DecodeError(f"{key!r} must be an integer, got {shown}",
+                      source=str(sidecar_of(source)) if source else f"trace {index}")
 
 
 def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None) -> list[Part]:

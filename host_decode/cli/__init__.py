@@ -5,7 +5,8 @@ helpers live in host_decode/cli/common.py.
 
 Invariants (tests/test_cli_grammar.py, tests/test_cli_errors.py):
 - subcommands are listed in workflow order (WORKFLOW; commands added later follow, alphabetically);
-- bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line;
+- bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line,
+  and so does SIGTERM (timeout, Slurm, systemd): both leave no output behind (tests/test_cli_safety.py);
 - `ikp --version` prints the package version.
 """
 
@@ -17,7 +18,9 @@ import os
 import sys
 
 from host_decode.cli import commands
+from host_decode.cli.common import add_quiet
 from host_decode.core.errors import DecodeError
+from host_decode.core.files import terminate_as_interrupt
 
 WORKFLOW = ("decode", "stats", "report", "view", "waits", "diff", "merge", "kernels", "pc2region", "join", "plot")
 
@@ -86,6 +89,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
+        add_quiet(p)  # here, so that no command lacks it
         p.set_defaults(_run=module.run)
     return parser
 
@@ -104,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ikp: interrupted", file=sys.stderr)
         return 130
     try:
-        return int(args._run(args) or 0)
+        with terminate_as_interrupt():  # a killed command cleans up its temporaries as after Ctrl-C
+            return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print(f"ikp {args.command}: interrupted (no output written)", file=sys.stderr)
         return 130

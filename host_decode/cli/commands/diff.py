@@ -6,7 +6,7 @@ EXAMPLE = "ikp diff examples/insight/launch_0.npy examples/insight/launch_1.npy 
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress, number
 
     p.add_argument("a", nargs="+", help="baseline capture(s): BUFFER.npy or a directory of them (a session)")
     p.add_argument("--vs", dest="b", nargs="+", help="candidate capture(s), when A or B is a session of several files")
@@ -25,7 +25,12 @@ def add_arguments(p) -> None:
         default="mean",
         help="duration compared: mean (Welch t test) or p50 (Mann-Whitney U); default mean",
     )
-    p.add_argument("--alpha", type=float, default=0.01, help="significance level (default 0.01)")
+    p.add_argument(
+        "--alpha",
+        type=number(float, above=0, below=1),
+        default=0.01,
+        help="significance level, in (0, 1) (default 0.01)",
+    )
     p.add_argument(
         "--unit",
         choices=("span", "lane"),
@@ -68,6 +73,12 @@ def run(args) -> int:
         a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
         rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
         launches = diff.compare_launches(a, b, alpha=args.alpha)
+        matched = [r for r in rows if r["status"] not in ("only_a", "only_b")]
+        if args.fail_above is not None and not matched:  # inside the block: the error leaves no -o file
+            raise ValueError(
+                f"no region is in both A and B ({len(rows)} region(s), each in one side only): "
+                "--fail-above cannot check anything (same kernel? same names?)"
+            )
         bad = diff.regressions(rows, args.fail_above, args.metric) if args.fail_above is not None else []
         doc = {
             "regions": rows,
@@ -84,14 +95,6 @@ def run(args) -> int:
         print_table(rows, launches, args, console())
     if args.output:
         print(f"wrote {args.output}")
-    matched = [r for r in rows if r["status"] not in ("only_a", "only_b")]
-    if args.fail_above is not None and not matched:
-        print(
-            f"ikp diff: error: no region is in both A and B ({len(rows)} region(s), each in one side only): "
-            "--fail-above cannot check anything (same kernel? same names?)",
-            file=sys.stderr,
-        )
-        return 2
     if bad:
         names = ", ".join(
             f"{r['group']}/{r['event']} {r['delta_pct' if args.metric == 'mean' else 'delta_p50_pct']:+.1f}%"

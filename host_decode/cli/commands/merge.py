@@ -13,7 +13,7 @@ EXAMPLE = (
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy files or directories of them")
     p.add_argument("-o", "--output", required=True, help="merged Chrome JSON trace (.json or .json.gz)")
@@ -31,6 +31,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--clock-offset",
+        type=clock_offset,
         action="append",
         default=[],
         metavar="RANK=NS",
@@ -52,20 +53,26 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--launch-latency", type=int, metavar="NS", help="kernel start -> first record, for --placement start"
     )
-    p.add_argument("--max-lanes", type=int, default=4096, help="lanes written per launch at most (the rest counted)")
+    p.add_argument(
+        "--max-lanes",
+        type=number(int, at_least=1),
+        default=4096,
+        help="lanes written per launch at most (the rest counted)",
+    )
     add_format(p)
     add_force(p)
     add_progress(p)
 
 
-def _offsets(items) -> dict:
-    out = {}
-    for item in items:
-        rank, sep, ns = item.partition("=")
-        if not sep:
-            raise ValueError(f"--clock-offset wants RANK=NS, got {item!r}")
-        out[int(rank)] = int(ns)
-    return out
+def clock_offset(text: str) -> tuple[int, int]:
+    """argparse type of --clock-offset: RANK=NS, both integers (NS may be negative)."""
+    import argparse
+
+    rank, _, ns = text.partition("=")
+    try:
+        return int(rank), int(ns)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants RANK=NS (integers, e.g. 1=-2500), got {text!r}") from None
 
 
 def run(args) -> int:
@@ -75,7 +82,7 @@ def run(args) -> int:
     with outputs(args, args.captures, args.torch) as out:
         tmp = out.add(args.output)
         parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
-        offsets = _offsets(args.clock_offset)
+        offsets = dict(args.clock_offset)
         if args.torch:
             from host_decode.reports.merged import merge_with_torch_trace
 

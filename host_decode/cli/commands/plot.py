@@ -8,14 +8,14 @@ FILES = ("histograms.png", "gantt.png", "overlap.png")
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_progress
+    from host_decode.cli.common import add_force, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) or directories of them (several = a session)")
     p.add_argument(
         "-o", "--output", required=True, help=f"directory for {', '.join(FILES)} (created when its parent exists)"
     )
     p.add_argument("--launch", type=int, default=0, help="which launch of a session the Gantt chart shows (default 0)")
-    p.add_argument("--bins", type=int, default=40, help="histogram bins (default 40)")
+    p.add_argument("--bins", type=number(int, at_least=1), default=40, help="histogram bins (default 40)")
     add_force(p)
     add_progress(p)
 

@@ -10,7 +10,7 @@ SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress
+    from host_decode.cli.common import add_force, add_format, add_progress, number
 
     p.add_argument(
         "captures",
@@ -19,8 +19,8 @@ def add_arguments(p) -> None:
     )
     add_format(p)
     p.add_argument("-o", "--output", help="also write the statistics as JSON to this file")
-    p.add_argument("--top-gaps", type=int, default=10, help="largest gaps to list (default 10)")
-    p.add_argument("--bins", type=int, default=16, help="histogram bins per region (default 16)")
+    p.add_argument("--top-gaps", type=number(int, at_least=0), default=10, help="largest gaps to list (default 10)")
+    p.add_argument("--bins", type=number(int, at_least=1), default=16, help="histogram bins per region (default 16)")
     add_force(p)
     add_progress(p)
 

@@ -5,7 +5,7 @@ HELP = (
     "pipeline waits of one capture: per pipeline x role wait time, blocked vs passed, whom it waited on, critical path"
 )
 
-EXAMPLE = "ikp waits capture.npy --format json     # a capture traced under ikp_cute.trace_pipelines"
+EXAMPLE = "ikp waits examples/pipelines/fa4_sm90_signals.npy    # a capture traced under ikp_cute.trace_pipelines"
 NARROW = 120  # below this many columns the waits table keeps its main columns only
 SHORT_OPS = {"acquire": "acq", "bar_sync": "sync"}
 
