@@ -200,3 +200,50 @@ def test_merge_torch_says_lanes_left_out(tmp_path, capsys):
     assert "1 lane(s) over the limit of 1 left out of the merged trace (1 regions, 0 instants)" in said
     left = json.loads(out.read_text())["ikp_alignment"]
     assert (left["lanes_left_out"], left["spans_left_out"], left["instants_left_out"]) == (1, 1, 0)
+
+
+def test_untimeable_kernel_slices_are_skipped_and_counted():
+    # a negative dur, a dur or ts out of range: skipped and counted as the loader does, the rest aligned
+    t0 = BASE + 10**9
+    doc = profiler_doc([("my_kernel", t0 - 1_000, 12_000)])
+    kernel = {"ph": "X", "cat": "kernel", "name": "my_kernel", "pid": 0, "tid": 7, "args": {}}
+    doc["traceEvents"] += [dict(kernel, ts=2e6, dur=-5.0), dict(kernel, ts=3e6, dur=1e300),
+                           dict(kernel, ts=1e30, dur=1.0), dict(kernel, ts=4e6)]
+    res, chosen = align.align(device_trace(t0), doc)
+    assert len(chosen) == 1 and res.consistent and (res.feasible_lo_ns, res.feasible_hi_ns) == (-1_000, 2_000)
+    assert res.skipped_slices == {"X event with negative dur": 1, "X event without numeric ts/dur": 1,
+                                  "X event with ts, dur or ts + dur beyond 4.6e15 us": 2}
+    with pytest.raises(DecodeError, match=r"occurrence 1: .*\(kernel slices skipped: \{'X event"):
+        align.align(device_trace(t0), doc, occurrence=1)
+
+
+def test_offset_exact_beyond_int64():
+    # epoch-ns slices against a device clock near 2**64 (unsigned): no int64 overflow, exact
+    off, lo, hi, ok = align.solve_offset([(2**64 - 9_000, 2**64)], [(BASE, BASE + 12_000)])
+    assert (lo, hi, ok) == (BASE - 2**64 + 9_000, BASE - 2**64 + 12_000, True) and off == (lo + hi) // 2
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"name": None}, r"traceEvents\[2\] \(a kernel slice\): 'name' = None is not a string"),
+    ({"name": 5}, r"traceEvents\[2\] \(a kernel slice\): 'name' = 5 is not a string"),
+    ({"baseTimeNanoseconds": "abc"}, r"baseTimeNanoseconds = 'abc' is not an integer"),
+    ({"baseTimeNanoseconds": 10**30}, r"baseTimeNanoseconds = .* is not an integer number of ns within"),
+])
+def test_malformed_kernel_slices_name_file_and_field(tmp_path, change, match):
+    doc = profiler_doc([("my_kernel", BASE + 10**9, 12_000)])
+    (doc if "baseTimeNanoseconds" in change else doc["traceEvents"][2]).update(change)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DecodeError, match=match) as err:
+        merged_traces.merge_with_torch_trace(path, device_trace(BASE + 10**9 + 500), tmp_path / "o.json")
+    assert str(path) in str(err.value)
+
+
+def test_kernel_slice_without_name_is_named_empty_as_the_loader_reads_it():
+    t0 = BASE + 10**9
+    doc = profiler_doc([("my_kernel", t0 - 1_000, 12_000), ("", t0 + 50_000, 1_000)])
+    del doc["traceEvents"][3]["name"]
+    res, chosen = align.align(device_trace(t0), doc)
+    assert res.kernel_name == "my_kernel" and chosen == [doc["traceEvents"][2]]
+    with pytest.raises(DecodeError, match="2 distinct kernels.*''"):
+        align.find_kernel(doc, None)

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +26,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "torch"
 CPU_STEPS = FIXTURES / "cpu_steps.json.gz"
 CPU_SHAPES = FIXTURES / "cpu_shapes.json.gz"
 GPU_REAL = FIXTURES / "torch_gpu_2streams.json.gz"  # captured on the GPU machine (gpu/torch_profile_capture.py)
+EPOCH_US = 1_700_000_000_000_000.0  # Kineto's ts: us since the Unix epoch
 
 
 # ------------------------------------------------------------------------------ independent reference
@@ -422,6 +424,46 @@ def test_untimed_events_are_counted_not_dropped(tmp_path):
     assert trace.meta["phases"] == {"X": 2, "B": 1}
 
 
+@pytest.mark.parametrize("parser", ["orjson", "msgspec"])
+def test_negative_and_out_of_range_times_are_skipped(tmp_path, parser):
+    pytest.importorskip(parser)
+    kernel = {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "args": {"device": 0, "stream": 7}}
+    path = write_trace(tmp_path / "t.json", [
+        dict(kernel, name="a", ts=EPOCH_US, dur=10.0), dict(kernel, name="b", ts=EPOCH_US + 5, dur=10.0),
+        dict(kernel, name="neg", ts=EPOCH_US + 40, dur=-4.0),
+        dict(kernel, name="long", ts=EPOCH_US + 50, dur=1e300), dict(kernel, name="late", ts=1e30, dur=1.0),
+        dict(kernel, name="yes", ts=True, dur=1.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy cast warning: nothing out of range reaches the int64 columns
+        trace = tt.load_torch_trace(path, cache=False, parser=parser)
+    assert trace.meta["skipped"] == {tt.SKIP_NEGATIVE: 1, tt.SKIP_OUT_OF_RANGE: 2, tt.SKIP_UNTIMED: 1}
+    assert [trace.names[i] for i in trace.columns["name"]] == ["a", "b"]
+    sel = tt.select(trace)
+    table = tt.name_table(trace, sel)
+    row = table_by_name(table)["a"]
+    assert table["total_us"][row] == 10.0 and table["time_share"][row] == 0.5
+    assert tt.busy_summary(trace, sel)[0] == {"events": 2, "sum_us": 20.0, "union_us": 15.0, "span_us": 15.0}
+
+
+def test_gaps_exact_across_epoch_and_zero(tmp_path):
+    # one kernel at ts 0 on its own stream beside 10 streams at epoch times: the lane-lifted running max
+    # needs range x lanes ~ 1.9e19 > int64, so it is taken over ranks
+    events = [{"ph": "X", "cat": "kernel", "name": "early", "pid": 0, "tid": 1, "ts": 0.0, "dur": 1.0,
+               "args": {"device": 0, "stream": 1}}]
+    for stream in range(2, 12):
+        events += [{"ph": "X", "cat": "kernel", "name": f"k{stream}", "pid": 0, "tid": stream,
+                    "ts": EPOCH_US + 10 * i, "dur": 2.0 + i, "args": {"device": 0, "stream": stream}}
+                   for i in range(3)]
+    trace = tt.load_torch_trace(write_trace(tmp_path / "t.json", events), cache=False)
+    gaps = tt.gap_analysis(trace, tt.select(trace))
+    idle, overlaps, _ = reference_gaps(events, DEVICE, gpu_lane)
+    streams = gaps["streams"]
+    for i, stream in enumerate(streams["stream"].tolist()):
+        assert streams["idle_us"][i] * 1e3 == pytest.approx(idle[0, stream], abs=1e-6)
+        assert streams["overlaps"][i] == overlaps[0, stream] == 0
+    assert streams["idle_us"].tolist() == [0.0] + [15.0] * 10
+
+
 # ------------------------------------------------------------------------------------------------ cache
 
 
@@ -457,6 +499,17 @@ def test_cache_hit_and_invalidation(gpu_trace, monkeypatch):
     assert fourth.meta["cache"].startswith("not written") and not cache.exists()
     assert not list(path.parent.glob("*.tmp*"))
     assert np.array_equal(fourth.columns["ts_ns"], third.columns["ts_ns"])
+
+
+def test_damaged_cache_is_parsed_again(gpu_trace):
+    # a half-written cache (killed, disk full) is a zip cut short: parsed again, not a BadZipFile crash
+    path, events = gpu_trace
+    cache = Path(str(path) + tt.CACHE_SUFFIX)
+    whole = tt.load_torch_trace(path)
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    again = tt.load_torch_trace(path)
+    assert again.meta["cache"].startswith("written")
+    assert np.array_equal(again.columns["ts_ns"], whole.columns["ts_ns"])
 
 
 # -------------------------------------------------------------------------------------------------- names

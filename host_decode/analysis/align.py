@@ -22,22 +22,29 @@ the slack), so the feasible intervals are intersected: the bound tightens to the
 A negative slack (regions longer than the slice: wrong slice, or clocks at different rates) is
 reported as ``consistent = False`` and the offset centres the regions on the slice.
 
+Malformed input: a kernel slice that cannot be timed (no numeric ts/dur, a negative dur, times out of
+range) is skipped and counted per reason as the loader counts it (``Alignment.skipped_slices``); a kernel
+slice whose ``name`` is not a string, or a ``baseTimeNanoseconds`` that is not an integer within +-2**62, is
+a DecodeError naming the file and the field. Offsets are solved on Python integers (no overflow).
+
 Guarded by tests/test_align.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
+from host_decode.torch_traces.loader import float_column, timing_faults, us_to_ns
 from host_decode.torch_traces.loader import read_chrome as load_chrome  # noqa: F401 -- the one torch trace reader
-from host_decode.torch_traces.loader import us_to_ns
 
 KERNEL_CATS = ("kernel",)
+BASE_TIME_LIMIT_NS = 1 << 62  # |baseTimeNanoseconds|: base + a loader-checked ts still fits int64
 AMBIGUITY_RATIO = 10  # auto-match by absolute time only if distance * this <= spacing of the slices
 
 
@@ -56,6 +63,7 @@ class Alignment:
     tail_ns: list  # per launch: last record -> kernel slice end, after alignment
     raw_offset_ns: int  # ks - t0 of the first launch: how far the two clocks are apart before solving
     absolute: bool
+    skipped_slices: dict = dataclasses.field(default_factory=dict)  # kernel slices not timed: reason -> count
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -64,40 +72,69 @@ class Alignment:
 # --- reading the profiler trace ------------------------------------------------------------------------
 
 
+def base_time_ns(doc: dict, source: str = "") -> int:
+    """The document's baseTimeNanoseconds (0 when absent); DecodeError naming the file and the field when
+    it is not an integer within +-BASE_TIME_LIMIT_NS."""
+    value = doc.get("baseTimeNanoseconds", 0)
+    try:
+        base = None if isinstance(value, bool) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        base = None
+    if base is None or abs(base) >= BASE_TIME_LIMIT_NS:
+        raise DecodeError(f"baseTimeNanoseconds = {str(value)[:40]!r} is not an integer number of ns within "
+                          "+-2**62", source=source)
+    return base
 
 
-def profiler_ns(doc: dict, ts_us: float) -> int:
+def profiler_ns(doc: dict, ts_us: float, source: str = "") -> int:
     """Profiler time of a Chrome `ts` as ns since the epoch (see the module docstring)."""
-    return int(doc.get("baseTimeNanoseconds", 0)) + int(us_to_ns(np.array([float(ts_us)]))[0])  # exact at epoch us
+    return base_time_ns(doc, source) + int(us_to_ns(np.array([float(ts_us)]))[0])  # exact at epoch us
 
 
-def kernel_slices(doc: dict) -> list[dict]:
-    """Complete ('X') events of category kernel, in time order."""
-    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in KERNEL_CATS
-          and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
-    return sorted(ev, key=lambda e: e["ts"])
+def kernel_slices(doc: dict, source: str = "") -> tuple[list[dict], dict]:
+    """Complete ('X') events of category kernel, in time order, and the count of those skipped per reason
+    (the loader's: timing_faults). DecodeError for a slice whose name is not a string (absent: "", as the
+    loader reads it)."""
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in KERNEL_CATS]
+    for e in ev:
+        if not isinstance(e.get("name", ""), str):
+            index = next(i for i, x in enumerate(doc["traceEvents"]) if x is e)
+            raise DecodeError(f"traceEvents[{index}] (a kernel slice): 'name' = {e['name']!r} is not a string",
+                              source=source)
+    ts = float_column([e.get("ts") for e in ev])
+    faults = timing_faults(ts, float_column([e.get("dur") for e in ev]))
+    timed = np.ones(len(ev), dtype=bool)
+    skipped = {}
+    for reason, faulty in faults.items():
+        if faulty.any():
+            skipped[reason] = int(np.count_nonzero(faulty))
+            timed &= ~faulty
+    order = np.flatnonzero(timed)[np.argsort(ts[timed], kind="stable")]
+    return [ev[i] for i in order], skipped
 
 
-def find_kernel(doc: dict, kernel_name: str | None, source: str = "") -> tuple[str, list[dict]]:
+def find_kernel(doc: dict, kernel_name: str | None, source: str = "") -> tuple[str, list[dict], dict]:
     """The slices of one kernel: exact name match first, else the name as a substring (one distinct
-    kernel must match). Raises DecodeError naming the candidates when nothing or too much matches."""
-    slices = kernel_slices(doc)
+    kernel must match), and the kernel slices skipped (kernel_slices). Raises DecodeError naming the
+    candidates when nothing or too much matches."""
+    slices, skipped = kernel_slices(doc, source)
     if not slices:
-        raise DecodeError("the profiler trace has no kernel slices (was ProfilerActivity.CUDA enabled?)", source=source)
-    names = [e["name"] for e in slices]
+        raise DecodeError("the profiler trace has no kernel slices (was ProfilerActivity.CUDA enabled?)"
+                          + (f"; skipped {skipped}" if skipped else ""), source=source)
+    names = [e.get("name", "") for e in slices]
     if kernel_name is None:
         distinct = sorted(set(names))
         if len(distinct) != 1:
             raise DecodeError(f"{len(distinct)} distinct kernels in the profiler trace; pass kernel_name "
                               f"(e.g. {', '.join(repr(n[:60]) for n in distinct[:5])})", source=source)
         kernel_name = distinct[0]
-    exact = [e for e in slices if e["name"] == kernel_name]
+    exact = [e for e, n in zip(slices, names) if n == kernel_name]
     if exact:
-        return kernel_name, exact
-    partial = [e for e in slices if kernel_name in e["name"]]
-    distinct = sorted({e["name"] for e in partial})
+        return kernel_name, exact, skipped
+    partial = [e for e, n in zip(slices, names) if kernel_name in n]
+    distinct = sorted({e.get("name", "") for e in partial})
     if len(distinct) == 1:
-        return distinct[0], partial
+        return distinct[0], partial, skipped
     if not distinct:
         common = sorted(set(names), key=names.count, reverse=True)[:5]
         raise DecodeError(f"no kernel slice named like {kernel_name!r}; kernels in the trace: "
@@ -119,12 +156,13 @@ def solve_offset(
     -> (offset, feasible lo, feasible hi, consistent). See the module docstring."""
     if placement not in ("mid", "start"):
         raise ValueError(f"placement must be 'mid' or 'start', not {placement!r}")
-    t = np.asarray(extents, np.int64).reshape(-1, 2)
-    k = np.asarray(slices, np.int64).reshape(-1, 2)
-    lo = int((k[:, 0] - t[:, 0]).max())
-    hi = int((k[:, 1] - t[:, 1]).min())
+    # Python integers: epoch-ns slices minus device times near 0 (or 2**64) stay exact
+    t = [(int(t0), int(t1)) for t0, t1 in extents]
+    k = [(int(ks), int(ke)) for ks, ke in slices]
+    lo = max(ks - t0 for (t0, _), (ks, _) in zip(t, k))
+    hi = min(ke - t1 for (_, t1), (_, ke) in zip(t, k))
     if hi < lo:  # inconsistent: centre each launch's regions on its slice, on average
-        centre = int(np.round(((k[:, 0] + k[:, 1]) - (t[:, 0] + t[:, 1])).mean() / 2))
+        centre = round(Fraction(sum(ks + ke - t0 - t1 for (t0, t1), (ks, ke) in zip(t, k)), 2 * len(k)))
         return centre, lo, hi, False
     if placement == "start" and launch_latency_ns is not None:
         return int(min(max(lo + int(launch_latency_ns), lo), hi)), lo, hi, True
@@ -142,7 +180,7 @@ def align(
 ) -> tuple[Alignment, list[dict]]:
     """Match the capture to its kernel slice(s) and solve the offset. A session trace (meta['parts'])
     is matched launch by launch to consecutive slices starting at `occurrence`."""
-    name, matches = find_kernel(doc, kernel_name or (trace.meta or {}).get("kernel"), source)
+    name, matches, skipped = find_kernel(doc, kernel_name or (trace.meta or {}).get("kernel"), source)
     extents = launch_extents(trace)
     n = len(extents)
     if occurrence is None:
@@ -154,9 +192,10 @@ def align(
         occ = [int(o) + len(matches) if int(o) < 0 else int(o) for o in occurrence]
     if len(occ) != n or min(occ) < 0 or max(occ) >= len(matches):
         raise DecodeError(f"occurrence {occurrence!r}: need {n} slice(s) of {name[:60]!r} and the trace has "
-                          f"{len(matches)}", source=source)
+                          f"{len(matches)}" + (f" (kernel slices skipped: {skipped})" if skipped else ""),
+                          source=source)
     chosen = [matches[i] for i in occ]
-    ks = [(profiler_ns(doc, e["ts"]), profiler_ns(doc, e["ts"]) + int(round(e["dur"] * 1000))) for e in chosen]
+    ks = [(profiler_ns(doc, e["ts"], source), profiler_ns(doc, e["ts"], source) + _dur_ns(e["dur"])) for e in chosen]
     offset, lo, hi, ok = solve_offset(extents, ks, placement, launch_latency_ns)
     slack = min((ke - kb) - (t1 - t0) for (t0, t1), (kb, ke) in zip(extents, ks))
     result = Alignment(
@@ -173,8 +212,13 @@ def align(
         tail_ns=[int(ke - (t1 + offset)) for (_, t1), (_, ke) in zip(extents, ks)],
         raw_offset_ns=int(ks[0][0] - extents[0][0]),
         absolute=bool(trace.absolute),
+        skipped_slices=skipped,
     )
     return result, chosen
+
+
+def _dur_ns(dur_us) -> int:
+    return int(us_to_ns(np.array([float(dur_us)]))[0])
 
 
 def launch_extents(trace: Trace) -> list[tuple[int, int]]:
@@ -205,10 +249,10 @@ def _pick_occurrences(doc, matches, extents, absolute, source, name) -> list[int
     # absolute %globaltimer is near the profiler's epoch clock: take the slice closest in time, but only
     # when the distance is small against the spacing of the slices (the clocks may be further apart than
     # launches are, and then the nearest slice is the wrong one)
-    starts = np.array([profiler_ns(doc, e["ts"]) for e in matches], np.int64)
-    dist = np.abs(starts - extents[0][0])
-    best = int(np.argmin(dist))
-    spacing = np.abs(np.delete(starts, best) - starts[best]).min() if starts.size > 1 else np.inf
+    starts = [profiler_ns(doc, e["ts"], source) for e in matches]  # Python integers: exact at any distance
+    dist = [abs(s - extents[0][0]) for s in starts]
+    best = dist.index(min(dist))
+    spacing = min((abs(s - starts[best]) for i, s in enumerate(starts) if i != best), default=float("inf"))
     if AMBIGUITY_RATIO * dist[best] > spacing:
         raise DecodeError(f"{len(matches)} slices of {name[:60]!r}: the capture's absolute time is "
                           f"{int(dist[best])} ns from the nearest and the slices are {int(spacing)} ns apart, "

@@ -1,8 +1,9 @@
 """Analyses of a loaded torch trace (host_decode.torch_traces.loader.TorchTrace): ProfilerStep assignment,
 row selection, per-name tables, busy time and per-stream gap analysis. Definitions: README, `ikp kernels`.
 
-Invariants (tests/test_kernels.py): durations and gaps are computed on int64 ns (exact); every selected row
-is in exactly one table row; a GPU row belongs to the step in which its launch happened.
+Invariants (tests/test_kernels.py): durations and gaps are computed on int64 ns (exact, for any time range the
+loader admits: test_gaps_exact_across_epoch_and_zero); every selected row is in exactly one table row; a GPU
+row belongs to the step in which its launch happened.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from host_decode.core.arrays import ranks
 from host_decode.torch_traces.loader import DEVICE_CATS, RUNTIME_CATS, STEP_CATS, STEP_RE, TorchTrace
 from host_decode.torch_traces.names import short_names
 
@@ -247,13 +249,20 @@ def gap_analysis(trace: TorchTrace, sel: Selection, *, gap_min_us: float = 0.0, 
 
 
 def _grouped_cummax(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Running max restarting at each group (groups contiguous, ascending): shift groups apart."""
+    """Running max restarting at each group (groups contiguous, ascending from 0): lift each group above
+    the one before, so that one running max never carries across groups. Lifted by the values' range;
+    by their ranks where range x groups would overflow int64 (epoch times beside a time near 0)."""
     if len(values) == 0:
         return values
-    low = values.min()
-    width = int(values.max() - low) + 1
-    lifted = (values - low) + group.astype(np.int64) * width
-    return np.maximum.accumulate(lifted) - group.astype(np.int64) * width + low
+    group = group.astype(np.int64)
+    low = int(values.min())
+    width = int(values.max()) - low + 1
+    if width * (int(group[-1]) + 1) < 1 << 63:
+        lift = group * width
+        return np.maximum.accumulate((values - low) + lift) - lift + low
+    rank, distinct = ranks(values)
+    lift = group * len(distinct)
+    return distinct[np.maximum.accumulate(rank + lift) - lift]
 
 
 def _lane_table(a, b, s, e, lane_start, lane_id, gap, overlap) -> dict:

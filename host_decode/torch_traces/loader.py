@@ -15,8 +15,12 @@ path. `workers > 1` parses chunks in that many processes.
 
 Invariants a change could break (guarded by tests/test_kernels.py):
 - every element of `traceEvents` is counted: complete events ("ph": "X") become rows, the others are
-  counted per phase in `meta["phases"]`; X events without a numeric ts/dur are counted in
-  `meta["skipped"]`, never dropped silently (test_counts_every_event).
+  counted per phase in `meta["phases"]`; X events that cannot be timed (no numeric ts/dur, a negative dur,
+  ts or ts + dur beyond TIME_LIMIT_US) are counted in `meta["skipped"]` under a reason (`timing_faults`),
+  never dropped silently (test_counts_every_event, test_untimed_events_are_counted_not_dropped,
+  test_negative_and_out_of_range_times_are_skipped).
+- times stay far inside int64: |ts|, |dur| and |ts + dur| < TIME_LIMIT_US, so any difference of two
+  times fits int64 (the analyses subtract them freely).
 - timestamps are int64 ns, exact: the whole microseconds are split off as integers before scaling
   (never `ts * 1000.0` in float, which at epoch magnitudes ~1.7e18 ns snaps to multiples of 256 ns);
   integer ts in the file are exact, fractional ones exact to the value the file's decimal parses to
@@ -25,7 +29,8 @@ Invariants a change could break (guarded by tests/test_kernels.py):
   as LABEL_BASE - i, far below any real id (test_negative_tids_parallel).
 - read_chrome: a document whose traceEvents are not all JSON objects is a DecodeError naming the event.
 - the cache (`<trace>.ikpcache.npz`) is used only when its format version, source size and mtime match
-  (test_cache_hit_and_invalidation); it is written without pickle and loaded with allow_pickle=False.
+  (test_cache_hit_and_invalidation); it is written without pickle and loaded with allow_pickle=False; a
+  damaged one is parsed again (test_damaged_cache_is_parsed_again).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,10 +50,15 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 
-CACHE_FORMAT = 2  # 2: label codes at LABEL_BASE, exact epoch timestamps
+CACHE_FORMAT = 3  # 2: label codes at LABEL_BASE, exact epoch timestamps; 3: untimeable rows skipped
 LABEL_BASE = -(1 << 62)  # a pid/tid given as a string is stored as LABEL_BASE - index into `labels`
 CACHE_SUFFIX = ".ikpcache.npz"
 CHUNK_BYTES = 8 << 20  # per chunk: ~8 MB text -> ~60 MB of orjson objects, freed before the next
+# |ts|, |dur|, |ts + dur| below 4.6e18 ns (< 2**62; the year 2115 in epoch ns): differences of times fit int64
+TIME_LIMIT_US = 4.6e15
+SKIP_UNTIMED = "X event without numeric ts/dur"
+SKIP_OUT_OF_RANGE = "X event with ts, dur or ts + dur beyond 4.6e15 us"
+SKIP_NEGATIVE = "X event with negative dur"
 
 # Categories, compared lower-case: current Kineto names first, older profiler names after.
 KERNEL_CATS = {"kernel": "kernel"}
@@ -191,14 +202,12 @@ class _Builder:
             e for e, ph in zip(events, phases) if ph == "X"]
         if not complete:
             return
-        try:  # None (a missing field) becomes NaN here: caught by the finiteness check
-            ts = np.array([e.get("ts") for e in complete], dtype=np.float64)
-            dur = np.array([e.get("dur") for e in complete], dtype=np.float64)
-            timed = bool(np.isfinite(ts).all() and np.isfinite(dur).all())
-        except (TypeError, ValueError):
-            timed = False
-        if not timed:
-            complete, ts, dur = self._drop_untimed(complete)
+        ts = float_column([e.get("ts") for e in complete])
+        dur = float_column([e.get("dur") for e in complete])
+        timed = self._count_untimeable(ts, dur)
+        if not timed.all():
+            complete = [e for e, keep in zip(complete, timed) if keep]
+            ts, dur = ts[timed], dur[timed]
         args = [e.get("args") or {} for e in complete]
         try:
             device = [a.get("device", -1) for a in args]
@@ -226,22 +235,20 @@ class _Builder:
         for key, values in (("device", device), ("stream", stream), ("correlation", corr)):
             p[key].append(_int_column(values, key, source, first_index))
 
-    def _drop_untimed(self, complete):
-        kept, ts, dur = [], [], []
-        for e in complete:
-            t, d = _number(e.get("ts")), _number(e.get("dur"))
-            if t is not None and d is not None:
-                kept.append(e)
-                ts.append(t)
-                dur.append(d)
-            else:
-                reason = "X event without numeric ts/dur"
-                self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        return kept, np.array(ts, dtype=np.float64), np.array(dur, dtype=np.float64)
+    def _count_untimeable(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        """Count the rows that cannot be timed in `skipped`, per reason; the mask of the others."""
+        timed = np.ones(len(ts), dtype=bool)
+        for reason, faulty in timing_faults(ts, dur).items():
+            n = int(np.count_nonzero(faulty))
+            if n:
+                self.skipped[reason] = self.skipped.get(reason, 0) + n
+                timed &= ~faulty
+        return timed
 
     def add_structs(self, events: list) -> bool:
         """Columns from msgspec-decoded events (see _struct_decoder); False, with nothing added, when
-        some complete event lacks ts/dur: the orjson path then counts it as skipped."""
+        some complete event lacks ts/dur: the orjson path then counts it as skipped. Events with a negative
+        dur or times out of range are counted as skipped here, as the orjson path counts them."""
         phases = [e.ph for e in events]
         counts = Counter(phases)
         complete = events if counts.get("X", 0) == len(events) else [e for e in events if e.ph == "X"]
@@ -251,6 +258,10 @@ class _Builder:
             return False
         for ph, n in counts.items():
             self.phases[str(ph)] = self.phases.get(str(ph), 0) + n
+        timed = self._count_untimeable(ts, dur)
+        if not timed.all():
+            complete = [e for e, keep in zip(complete, timed) if keep]
+            ts, dur = ts[timed], dur[timed]
         if not complete:
             return True
         names, cats, code, p = self.names, self.cats, self.label_code, self.parts
@@ -294,10 +305,39 @@ class _Builder:
         return TorchTrace(source, columns, *strings, meta)
 
 
+def float_column(values: list) -> np.ndarray:
+    """JSON numbers (or numeric strings, as numpy takes them) as float64; NaN where a value is missing,
+    not a number (a bool is not one) or not finite: `timing_faults` then names the row untimed."""
+    try:
+        column = np.array(values, dtype=np.float64)
+        if column.ndim == 1 and not any(v.__class__ is bool for v in values):
+            return column
+    except (TypeError, ValueError, OverflowError):
+        pass
+    return np.array([_number(v) for v in values], dtype=np.float64)  # None -> NaN
+
+
+def timing_faults(ts_us: np.ndarray, dur_us: np.ndarray) -> dict:
+    """Why rows of float microsecond ts/dur columns (float_column) cannot be timed: skip reason -> mask,
+    the masks disjoint (a row gets the first reason that applies). The other rows convert exactly with
+    us_to_ns, and any difference of their times (ts, ts + dur) fits int64."""
+    untimed = ~(np.isfinite(ts_us) & np.isfinite(dur_us))
+    with np.errstate(invalid="ignore", over="ignore"):
+        in_range = ((np.abs(ts_us) < TIME_LIMIT_US) & (np.abs(dur_us) < TIME_LIMIT_US)
+                    & (np.abs(ts_us + dur_us) < TIME_LIMIT_US))
+    out_of_range = ~untimed & ~in_range
+    return {SKIP_UNTIMED: untimed, SKIP_OUT_OF_RANGE: out_of_range,
+            SKIP_NEGATIVE: ~untimed & ~out_of_range & (dur_us < 0)}
+
+
 def us_to_ns(us: np.ndarray) -> np.ndarray:
-    """Float microseconds -> int64 ns without rounding the magnitude away: the whole microseconds are
-    taken as integers (exact: a float64 at or above 2**52 is already an integer), only the fraction is
-    scaled in float. `np.rint(us * 1000.0)` would round 1.7e18 ns to a multiple of 256 ns."""
+    """Float microseconds (|us| < TIME_LIMIT_US, else ValueError) -> int64 ns without rounding the
+    magnitude away: the whole microseconds are taken as integers (exact: a float64 at or above 2**52 is
+    already an integer), only the fraction is scaled in float. `np.rint(us * 1000.0)` would round 1.7e18 ns
+    to a multiple of 256 ns."""
+    us = np.asarray(us, dtype=np.float64)
+    if not (np.abs(us) < TIME_LIMIT_US).all():  # NaN fails too
+        raise ValueError(f"microseconds beyond +-{TIME_LIMIT_US:g} (or not finite) have no int64 ns here")
     whole = np.floor(us)
     frac_ns = np.rint((us - whole) * 1000.0).astype(np.int64)  # us - whole is exact (Sterbenz)
     return whole.astype(np.int64) * 1000 + frac_ns
@@ -322,7 +362,7 @@ def _number(value):
         return None
     try:
         x = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return x if np.isfinite(x) else None
 
@@ -730,8 +770,8 @@ def _read_cache(cache_path: Path, path: Path, st):
             columns = {k: z[f"col_{k}"] for k in COLUMNS}
             strings = {k: _str_list(z[f"{k}_blob"], z[f"{k}_off"]) for k in ("names", "cats", "labels")}
             meta = json.loads(z["meta"].tobytes())
-    except (OSError, KeyError, ValueError, EOFError):
-        return None  # absent, stale format or damaged: parse again
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return None  # absent, stale format or damaged (a half-written zip): parse again
     meta["cache"] = f"hit: {cache_path}"
     return TorchTrace(str(path), columns, strings["names"], strings["cats"], strings["labels"], meta)
 

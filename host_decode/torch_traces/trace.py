@@ -28,11 +28,17 @@ from host_decode.torch_traces.loader import (  # noqa: F401
     LABEL_BASE,
     MEMORY_CATS,
     RUNTIME_CATS,
+    SKIP_NEGATIVE,
+    SKIP_OUT_OF_RANGE,
+    SKIP_UNTIMED,
     STEP_CATS,
     STEP_RE,
+    TIME_LIMIT_US,
     TorchTrace,
+    float_column,
     load_torch_trace,
     read_chrome,
+    timing_faults,
     us_to_ns,
 )
 from host_decode.torch_traces.names import demangle, short_names, shorten  # noqa: F401
