@@ -185,7 +185,7 @@ class Profiler<false, Extensions> {
   __device__ __forceinline__ void record_reserved(u32, u32, u32, bool) {}
   __device__ __forceinline__ void atomic_instant(u32, bool) {}
   __device__ __forceinline__ bool atomic_writer(bool) const { return false; }
-  __device__ __forceinline__ bool valid_event(u32) { return false; }
+  __device__ __forceinline__ bool atomic_event(u32, u32) { return false; }
   __device__ __forceinline__ bool leader() const { return false; }
   __device__ __forceinline__ u32 dropped() const { return 0; }
   __device__ __forceinline__ void finalize() {}
@@ -260,10 +260,18 @@ class Profiler<true, Extensions> {
     }
   }
   __device__ __forceinline__ void atomic_instant(u32 ev, bool writer) {
-    if (atomic_writer(writer) && valid_event(ev)) record_reserved(ev, kInstant, reserve(1), true);
+    if (atomic_writer(writer) && atomic_event(ev, 1)) record_reserved(ev, kInstant, reserve(1), true);
   }
-  // Atomic mode reserves nothing for an id past kMaxUserEventId: such a record is counted in the
-  // writing thread's dropped() (in the lane's DROPPED record when that thread is the one finalizing).
+  // Atomic mode: `records` records with an id past kMaxUserEventId are replaced by one DROPPED record
+  // counting them, in a slot of its own, so that any writer's count reaches the lane (the decoder adds
+  // up a lane's DROPPED records). Returns whether the id is valid.
+  __device__ __forceinline__ bool atomic_event(u32 ev, u32 records) {
+    if (ev <= kMaxUserEventId) return true;
+    const u32 k = reserve(1);
+    if (k < capacity_end_) store(k, pack(records, lane_bits_ | event_bits(kDroppedEventId, kInstant)));
+    return false;
+  }
+  // Cursor and static modes: a record with an id past kMaxUserEventId is dropped and counted.
   __device__ __forceinline__ bool valid_event(u32 ev) {
     if (ev <= kMaxUserEventId) return true;
     ++static_dropped_;
@@ -374,7 +382,7 @@ class AtomicRegion {
  public:
   __device__ __forceinline__ AtomicRegion(P& prof, u32 ev) : AtomicRegion(prof, ev, prof.leader()) {}
   __device__ __forceinline__ AtomicRegion(P& prof, u32 ev, bool writer)
-      : prof_(prof), ev_(ev), writer_(prof.atomic_writer(writer) && prof.valid_event(ev)),
+      : prof_(prof), ev_(ev), writer_(prof.atomic_writer(writer) && prof.atomic_event(ev, 2)),
         k_(writer_ ? prof.reserve(2) : 0u) {
     prof_.record_reserved(ev_, kBegin, k_, writer_);
   }

@@ -385,7 +385,7 @@ def main() -> int:
 
 
 MISUSE_BLOCKS, MISUSE_RECORDS = 4, 12
-BAD_GROUP, STATIC_INDEX, EVENT_ID, BAD_STRIDE = range(4)
+BAD_GROUP, STATIC_INDEX, EVENT_ID, BAD_STRIDE, ATOMIC_EVENT_ID = range(5)
 VALID_EVENT = 6
 
 
@@ -446,6 +446,9 @@ def misuse_checks(example) -> list[tuple[str, list[str], str]]:
     for ev in (1021, 1022, 1023, 1024, 5000):
         problems = valid_only(run(EVENT_ID, ev, 1), list(range(MISUSE_BLOCKS)), 4)
         out.append((f"misuse_event_{ev}", problems, "no forged record, 4 dropped and counted"))
+    for ev in (1021, 1024):  # atomic mode, from a writer that is not the lane's leader: a region and an instant
+        problems = valid_only(run(ATOMIC_EVENT_ID, ev, 1), list(range(MISUSE_BLOCKS)), 3)
+        out.append((f"misuse_atomic_event_{ev}", problems, "no forged record, 3 dropped and counted"))
     for stride in (-8, -1, 0, 1 << 29, (1 << 31) - 1):
         buf = run(BAD_STRIDE, stride, 1, write_stride=stride)
         problems = [] if not buf.any() else [f"{int((buf != 0).sum())} slots written"]

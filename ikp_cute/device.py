@@ -405,7 +405,7 @@ def _smem_stage(spec: ProfileSpec):
     the kernel holds the one stage ProfileSpec sized and checked, not one per Profiler.create."""
     kernel = inline_ptx.kernel_op()
     for known_kernel, known_spec, stage in _SMEM_STAGES:
-        if known_spec == spec and known_kernel is not None and known_kernel == kernel:
+        if known_spec == spec and kernel is not None and inline_ptx.same_op(known_kernel, kernel):
             return stage
     with inline_ptx.at_kernel_entry():
         stage = cute.arch.alloc_smem(Int64, spec.num_groups * spec.records_per_lane, alignment=16)

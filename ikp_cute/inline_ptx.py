@@ -49,6 +49,11 @@ def kernel_op():
     return None
 
 
+def same_op(a, b) -> bool:
+    """The same MLIR operation (None only equals None; the bindings refuse `op == None`)."""
+    return a is b or (a is not None and b is not None and a == b)
+
+
 def at_kernel_entry():
     """Context: emit at the beginning of the traced kernel's entry block (code placed there dominates every
     use and runs before anything else in the kernel); a null context outside a kernel."""

@@ -360,3 +360,46 @@ def test_plot_onto_an_existing_file_is_refused_before_any_work(data, tmp_path, m
         err = capsys.readouterr().err
         assert f"{out}: exists and is not a directory" in err and TEMP_PREFIX not in err and err.count("\n") == 1
     assert out.read_text() == "previous" and no_temporaries(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_input_is_read_whole(data, tmp_path):
+    """`--names <(...)`: the check for a capture's sidecar used to read the first bytes of every input,
+    a pipe's included, so the names file lost them (and a pipe with no writer would block there)."""
+    import json
+    import threading
+
+    fifo = tmp_path / "names.pipe"
+    os.mkfifo(fifo)
+    names = json.dumps({"events": {"0": "piped_region"}})
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write(names)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    out = tmp_path / "out.json"
+    assert main(["decode", str(data / "capture.npy"), "--names", str(fifo), "-o", str(out), "-q"]) == 0
+    writer.join(5)
+    assert "piped_region" in out.read_text()
+
+
+def test_sigterm_guard_does_not_chain_onto_errors_off_the_main_thread():
+    import threading
+
+    from host_decode.core.files import terminate_as_interrupt
+
+    seen = []
+
+    def run() -> None:
+        try:
+            with terminate_as_interrupt():
+                raise RuntimeError("the command's own error")
+        except RuntimeError as e:
+            seen.append(e.__context__)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [None]

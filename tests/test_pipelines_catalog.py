@@ -97,3 +97,22 @@ def test_metadata_follows_the_contract():
             "ids"} <= set(entry)
     assert entry["ids"] == {"acquire": 0, "commit": 2, "wait": 4, "release": 6}
     assert cat.metadata()["pipeline_level"] == "signals"
+
+
+def test_a_pipeline_of_another_shape_in_a_later_kernel_gets_its_own_entry():
+    """Two PipelineOrders made by one helper (same name, site and stage count) in two kernels: depth 2 x
+    length 2 and depth 4 x length 1 differ in which first waits pass, so the later may not take the
+    earlier's entry (its host matching would be one phase off)."""
+    events = EventRegistry()
+    cat = Catalog(events, "signals")
+
+    def order(passes):
+        pipe = _pipe("turns", 4)
+        pipe.cls, pipe.first_wait_passes = "PipelineOrder", passes
+        return pipe
+
+    first = cat.pipeline("kernel_a", lambda: order([0, 2]), kernel="kernel a")
+    second = cat.pipeline("kernel_b", lambda: order([0, 1, 2, 3]), kernel="kernel b")
+    again = cat.pipeline("kernel_c", lambda: order([0, 2]), kernel="kernel c")
+    assert second is not first and second.first_wait_passes == [0, 1, 2, 3]
+    assert again is first  # the same pipeline traced again takes its entry

@@ -28,6 +28,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 from pathlib import Path
 from typing import Iterable
 
@@ -55,6 +56,8 @@ def _is_capture(p: Path) -> bool:
     if p.suffix.lower() == ".npy":
         return True
     try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            return False  # a pipe (--names <(...)) must not lose its first bytes to this look, nor block
         with open(p, "rb") as f:
             return f.read(len(NUMPY_MAGIC)) == NUMPY_MAGIC
     except OSError:
@@ -243,9 +246,12 @@ def terminate_as_interrupt():
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    main_thread = True
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)
     except ValueError:  # not the main thread (checked this way: importing threading costs every command)
+        main_thread = False
+    if not main_thread:  # yielded outside the except, so the command's own errors do not chain to it
         yield
         return
     try:

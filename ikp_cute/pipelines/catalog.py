@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from ikp_cute import inline_ptx
+
 OPS = ("acquire", "wait", "commit", "release", "poll")
 LEVELS = ("waits", "signals", "all")
 # Which ops each level records (cumulative). "all" adds `poll` instants (every try_wait, whatever its
@@ -105,11 +107,7 @@ class Pipeline:
 def _description(pipe: Pipeline) -> tuple:
     """What a freshly made pipeline is (before ids, call sites and a unique name are added)."""
     return (pipe.name, pipe.cls, pipe.site, pipe.num_stages, pipe.producer_arrivals, pipe.consumer_arrivals,
-            pipe.tx_bytes, pipe.op_type, str(pipe.cluster), pipe.released_by)
-
-
-def _same_kernel(a, b) -> bool:
-    return a is b or (a is not None and b is not None and a == b)
+            pipe.tx_bytes, pipe.op_type, str(pipe.cluster), pipe.released_by, tuple(pipe.first_wait_passes or ()))
 
 
 def _distinct(pipes) -> list:
@@ -160,7 +158,7 @@ class Catalog:
         if key not in self.pipelines:
             pipe = make()
             described = _description(pipe)
-            taken_here = [p for k, p in self.pipelines.items() if _same_kernel(self._kernels[k], kernel)]
+            taken_here = [p for k, p in self.pipelines.items() if inline_ptx.same_op(self._kernels[k], kernel)]
             earlier = [p for p, d in self._described if d == described and not any(p is q for q in taken_here)]
             if earlier and kernel is not None:
                 pipe = earlier[0]

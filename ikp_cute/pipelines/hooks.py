@@ -344,7 +344,7 @@ class Tracer:
         first = len(block.operations)
         check()
         kernel = inline_ptx.kernel_op()
-        if not _same_op(kernel, self._checks_kernel):
+        if not inline_ptx.same_op(kernel, self._checks_kernel):
             self._checks, self._checks_kernel = [], kernel
         self._checks.append((block, [block.operations[i] for i in range(first, len(block.operations))]))
 
@@ -370,7 +370,7 @@ class Tracer:
         block is built: to its end, before its terminator. An earlier kernel's checks stay."""
         if not self._checks:
             return
-        if not _same_op(inline_ptx.kernel_op(), self._checks_kernel):
+        if not inline_ptx.same_op(inline_ptx.kernel_op(), self._checks_kernel):
             self._checks = []  # an earlier kernel's checks stay where they are (its IR may be gone already)
             return
         from cutlass._mlir import ir
@@ -813,11 +813,6 @@ def _after(block, op, other) -> bool:
         if candidate == op:
             return False
     return False
-
-
-def _same_op(a, b) -> bool:
-    """The same MLIR operation (None only equals None; the bindings refuse `op == None`)."""
-    return a is b or (a is not None and b is not None and a == b)
 
 
 def _first_wait_passes(owner, cls: str) -> list[int] | None:
