@@ -50,15 +50,26 @@ Invariants a change could break, and the tests that guard them:
   capturable in a CUDA graph), so window changes apply exactly at launch boundaries of that stream
   (test_host_updates_are_device_ops).
 * Every filled slot is decoded as its own launch (launch_index = its recorded launch index), and the
-  loss report of each launch is exact as for a single launch (test_launches_decode_each_slot).
+  loss report of each launch is exact as for a single launch (test_launches_decode_each_slot); a slot
+  whose launch wrote no record is no Trace and no file, but is named in the ring block
+  (``launches_without_records``: test_a_launch_without_records_is_counted_not_fatal).
+* The host reads a control block only when its counters can be true: filled <= R, filled + lost <=
+  launches seen, launch index and STRAY in range; otherwise a DecodeError names the counter
+  (test_impossible_counters_are_refused_naming_the_counter).
+* ``save(DIR)`` always writes DIR/PREFIX_ring.json (the ring block: launches seen, recorded, lost,
+  stray records), so a window that never opened leaves a record of it
+  (test_save_of_a_window_that_never_opened_says_so).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
+
+from host_decode.core.errors import DecodeError
 
 FILLED_EVERY, START, STOP, DONE = 0, 1, 2, 3  # int32 words of line 0 (one 16-byte load)
 TICKS, LOST, STRAY = 128, 130, 132  # 64-bit counters, 512 bytes past the window words (ring.py: why)
@@ -71,6 +82,8 @@ MAX_SLOTS = 0xFFFF  # filled and every share one int32 word (16 bits each)
 MAX_EVERY = 0x7FFF  # stays positive in the int32 word
 OPEN_ENDED = 0xFFFFFFFF
 U32 = 1 << 32
+SUMMARY_FORMAT = "ikp-ring"  # PREFIX_ring.json written by Ring.save (read by host_decode.analysis.sessions)
+REARM = "session.ring.arm(reset_epoch=True) clears the count"
 
 
 def control_words64(slots: int) -> int:
@@ -191,6 +204,14 @@ class Ring:
         self.slots = spec.window_slots
         self.control_words64 = control_words64(self.slots)
         self.slot_words = spec.total_slots
+        expected = self.control_words64 + self.slots * self.slot_words
+        if session.buffer.numel() != expected:
+            raise DecodeError(
+                f"buffer of {session.buffer.numel()} int64 words for a ring of {self.slots} slots, which needs "
+                f"{expected} ({self.control_words64} control + {self.slots} x {self.slot_words}): the buffer "
+                "belongs to another spec",
+                source="ring",
+            )
         self.control = session.buffer[: self.control_words64].view(_torch().int32)
         self.counters = session.buffer[: self.control_words64]  # int64: [TICKS // 2], [LOST // 2]
         self.ring = session.buffer[self.control_words64 :].view(self.slots, self.slot_words)
@@ -273,7 +294,8 @@ class Ring:
             self.counters[TICKS // 2].bitwise_and_(~(LAUNCH_TICKS - 1))
 
     def state(self) -> dict:
-        """Control block as numbers (synchronizes): epoch, filled, lost, window, slot launch indices."""
+        """Control block as numbers (synchronizes): epoch, filled, lost, window, slot launch indices; as the
+        words say, true or not (launches() checks them: check_counters)."""
         raw = self.control.cpu().numpy()
         c = raw.astype(np.int64) % U32
         filled = int(c[FILLED_EVERY] & 0xFFFF)
@@ -288,33 +310,37 @@ class Ring:
             "lanes_done": 0 if count_error else int(c[DONE]),
             "count_error": count_error,
             "ticks_pending": ticks % LAUNCH_TICKS + lost % LAUNCH_TICKS,
-            "slot_launches": [int(v) for v in c[SLOT_EPOCHS : SLOT_EPOCHS + filled]],
+            "slot_launches": [int(v) for v in c[SLOT_EPOCHS : SLOT_EPOCHS + min(filled, self.slots)]],
             "ring_slots": self.slots,
         }
 
     def launches(self) -> list[tuple[int, np.ndarray, int]]:
-        """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order."""
+        """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order. A control
+        block that cannot be true (check_counters) or a launch not counted whole is a DecodeError."""
         state = self.state()
-        rearm = "session.ring.arm(reset_epoch=True) clears the count"
+        check_counters(state)
         if state["count_error"]:
-            raise RuntimeError(
-                "ring: the launch count was off when a recording launch ended (TICKS not a whole number of "
+            raise DecodeError(
+                "the launch count was off when a recording launch ended (TICKS not a whole number of "
                 "launches at its last lane's finalize: a lane counted twice, e.g. two Profilers or a "
-                f"Profiler and window_branch for one group, or a lane created again after its finalize); {rearm}"
+                f"Profiler and window_branch for one group, or a lane created again after its finalize); {REARM}",
+                source="ring",
             )
         if state["lanes_done"] or state["ticks_pending"]:
-            raise RuntimeError(
-                f"ring: a launch has not finished ({state['lanes_done']} lanes finalized, "
+            raise DecodeError(
+                f"a launch has not finished ({state['lanes_done']} lanes finalized, "
                 f"{state['ticks_pending']} of its {LAUNCH_TICKS} launch-count ticks in): read the ring after the "
                 "launch completes (and every lane must be counted once per launch: create its Profiler once and "
                 "finalize it once, or run window_branch in every warp of its group; a kernel that uses "
-                f"window_branch uses it for every group); once the kernel is fixed, {rearm}"
+                f"window_branch uses it for every group); once the kernel is fixed, {REARM}",
+                source="ring",
             )
         recorded = state["slot_launches"]
         if any(b <= a for a, b in zip(recorded, recorded[1:])) or any(v >= state["epoch"] for v in recorded):
-            raise RuntimeError(
-                f"ring: slot launch indices {recorded} are not increasing below the launch count "
-                f"{state['epoch']}: one launch was recorded more than once (a lane counted twice); {rearm}"
+            raise DecodeError(
+                f"slot launch indices {recorded} are not increasing below the launch count "
+                f"{state['epoch']}: one launch was recorded more than once (a lane counted twice); {REARM}",
+                source="ring",
             )
         spec = self.session.spec
         host = self.ring[: state["filled"]].cpu().numpy()
@@ -324,21 +350,28 @@ class Ring:
         ]
 
     def decode(self) -> list:
-        """One host_decode Trace per filled slot; meta carries launch_index and the ring counts."""
+        """One host_decode Trace per filled slot that holds records; meta carries launch_index and the ring
+        block (ring counts; a launch that wrote no record is listed there, not decoded: warned)."""
         from host_decode.core.decoder import decode
 
         state = self.state()
-        traces = []
-        for launch, records, stray in self.launches():
-            meta = self._meta(launch, stray, state)
-            write_stride = self.session.spec.write_stride
-            traces.append(decode(records, names=self.session.names(), write_stride=write_stride, meta=meta))
-        return traces
+        launches = self.launches()
+        block = _ring_block(state, launches)
+        _warn_unrecorded("ring.decode()", block)
+        names, write_stride = self.session.names(), self.session.spec.write_stride
+        return [
+            decode(records, names=names, write_stride=write_stride, meta=self._meta(launch, stray, block))
+            for launch, records, stray in launches
+            if launch not in block["launches_without_records"]
+        ]
 
     def save(self, directory: str | Path, prefix: str = "launch", force: bool = False) -> list[Path]:
-        """One capture per filled slot: DIRECTORY/PREFIX_<launch>.npy + sidecar (launch_index, ring counts);
-        ``ikp stats DIRECTORY`` reads them as one session. A directory that already holds PREFIX_*.npy is
-        refused (it would mix two sessions) unless force=True, which removes those files first."""
+        """One capture per filled slot that holds records: DIRECTORY/PREFIX_<launch>.npy + sidecar (launch_index,
+        ring block), and always DIRECTORY/PREFIX_ring.json (the ring block: launches seen, recorded, lost,
+        stray records, launches without records), so a window that never opened leaves its counts (and a
+        warning); ``ikp stats DIRECTORY`` reads the captures as one session. A directory that already holds
+        PREFIX_*.npy is refused (it would mix two sessions) unless force=True, which removes those files
+        first. -> the .npy paths."""
         from host_decode.core.capture import save_capture
 
         directory = Path(directory)
@@ -350,31 +383,79 @@ class Ring:
                 f"{stale[0].name}); `ikp stats` would read them as launches of this session. Use an empty "
                 "directory, or force=True to remove them first"
             )
+        state = self.state()
+        launches = self.launches()  # refuses an impossible control block before anything is removed
+        block = _ring_block(state, launches)
         for old in stale:
             old.unlink()
             old.with_suffix(".json").unlink(missing_ok=True)
-        state = self.state()
         paths = []
-        for launch, records, stray in self.launches():
-            meta = self._meta(launch, stray, state)
+        for launch, records, stray in launches:
+            if launch in block["launches_without_records"]:
+                continue
+            meta = self._meta(launch, stray, block)
             meta.pop("format", None)
             paths.append(save_capture(directory / f"{prefix}_{launch:06d}.npy", records, self.session.names(), **meta))
+        summary = {"format": SUMMARY_FORMAT, "kernel": self.session.kernel, "ring": block,
+                   "saved": [int(p.stem.rsplit("_", 1)[1]) for p in paths]}
+        (directory / f"{prefix}_ring.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+        _warn_unrecorded(f"ring.save({str(directory)!r})", block)
         return paths
 
-    def _meta(self, launch: int, stray: int, state: dict) -> dict:
+    def _meta(self, launch: int, stray: int, block: dict) -> dict:
         meta = self.session.meta_for_slot(stray)
-        meta.update(
-            launch_index=launch,
-            ring={
-                "slots": self.slots,
-                "filled": state["filled"],
-                "lost_launches": state["lost_launches"],
-                "stray_records": state["stray_records"],
-                "window": state["window"],
-                "launches_seen": state["epoch"],
-            },
-        )
+        meta.update(launch_index=launch, ring=block)
         return meta
+
+
+def check_counters(state: dict) -> None:
+    """Refuse a control block (Ring.state()) whose counters cannot be true, naming the counter: more slots
+    filled than the ring has, a launch index past 32 bits, more launches recorded and lost than seen, a
+    STRAY count that is negative as an int64 (each a corrupt word, or a buffer of another spec)."""
+    filled, slots, seen, lost = state["filled"], state["ring_slots"], state["epoch"], state["lost_launches"]
+    cure = "session.ring.arm(reset_epoch=True) empties the ring and restarts the counters"
+    if filled > slots:
+        reason = f"FILLED is {filled}, but the ring has {slots} slots"
+    elif seen >= U32:
+        reason = f"TICKS counts {seen} launches, past the 32-bit launch index"
+    elif filled + lost > seen:
+        reason = f"LOST counts {lost} launches; with FILLED = {filled} that is more than the {seen} launches seen"
+    elif state["stray_records"] >= 1 << 63:
+        reason = f"STRAY is {state['stray_records']}, negative as a 64-bit count"
+    else:
+        return
+    raise DecodeError(f"impossible control block: {reason}; {cure}", source="ring")
+
+
+def _ring_block(state: dict, launches: list) -> dict:
+    """The ring's counts as a sidecar / summary / meta block (docs/capture.md). launches_without_records:
+    launches recorded into a slot that holds no record after its header (nothing to decode; counted)."""
+    return {
+        "slots": state["ring_slots"],
+        "filled": state["filled"],
+        "lost_launches": state["lost_launches"],
+        "stray_records": state["stray_records"],
+        "window": state["window"],
+        "launches_seen": state["epoch"],
+        "launches_without_records": [launch for launch, records, _ in launches if not records[1:].any()],
+    }
+
+
+def _warn_unrecorded(call: str, block: dict) -> None:
+    """Warn when a read of the ring gives fewer launches than it recorded, or none at all."""
+    import warnings
+
+    without = block["launches_without_records"]
+    if not block["filled"]:
+        window = block["window"]
+        reason = (f"no launch recorded: the window (start {window['start']}, stop {window['stop']}, every "
+                  f"{window['every']}) took none of the {block['launches_seen']} launches counted "
+                  f"({block['lost_launches']} lost, {block['stray_records']} stray records)")
+    elif without:
+        reason = f"launch(es) {without} wrote no record (their slot holds only its header): counted, not decoded"
+    else:
+        return
+    warnings.warn(f"{call}: {reason}", stacklevel=3)
 
 
 def _torch():

@@ -160,11 +160,14 @@ class Session:
 
     def stray_records(self) -> int:
         """Records of threads that claimed a lane that does not exist (a runtime group= outside
-        0..num_groups-1, a block past write_stride): never written, counted here."""
+        0..num_groups-1, a block past write_stride): never written, counted here. With a window they are
+        counted in the ring's STRAY word (their launch is not known; ikp_cute/ring.py), added to any
+        per-slot count."""
         if self.buffer is None:
             raise RuntimeError("this Session is disabled: there is no buffer")
         if self.ring is not None:
-            return sum(stray for _, _, stray in self.ring.launches())
+            per_slot = sum(stray for _, _, stray in self.ring.launches())  # checks the control block first
+            return self.ring.state()["stray_records"] + per_slot
         return int(self.buffer[self.spec.stray_slot].item())
 
     def dropped_on_device(self) -> int:

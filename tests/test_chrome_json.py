@@ -25,7 +25,7 @@ def load(path) -> list[dict]:
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     doc = json.loads(raw)
-    assert set(doc) == {"traceEvents"}  # in particular no displayTimeUnit
+    assert set(doc) <= {"traceEvents", "otherData"}  # in particular no displayTimeUnit
     return doc["traceEvents"]
 
 
@@ -79,6 +79,19 @@ def test_spans_instants_metadata(tmp_path):
     assert x_args == [{"lane": 0, "event": 1, "sm": 4}]
     counters = [e for e in events if e["ph"] == "C"]
     assert {e["name"] for e in counters} == {"lanes in main\"loop", "lanes in mma"}
+
+
+def test_title_is_the_perfetto_root_track_name(tmp_path):
+    """A launch of a ring: the .json names kernel and launch as the .pftrace's root track does."""
+    import dataclasses
+
+    from host_decode.writers.tracks import root_name
+
+    trace = make_trace({0: [("B", 0, 0), ("E", 0, 10)]})
+    trace = dataclasses.replace(trace, meta={**trace.meta, "kernel": "toy", "launch_index": 2})
+    write_chrome_json(trace, tmp_path / "t.json")
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert doc["otherData"]["title"] == root_name(trace) == "toy (launch 2)"
 
 
 def test_timestamps_exact_for_absolute_times(tmp_path):

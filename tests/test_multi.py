@@ -148,3 +148,24 @@ def test_merge_a_capture_with_no_spans_and_no_instants(tmp_path, capsys):
     assert main(["merge", str(cap), "-o", str(out)]) == 0, capsys.readouterr().err
     events = json.loads(out.read_text())["traceEvents"]
     assert not [e for e in events if e.get("ph") in ("X", "i")]
+
+
+def test_parts_that_number_their_events_alike_keep_their_own_names():
+    """Kernels of one foreign trace (and captures of different kernels) each number their regions from 0:
+    merged, a name keeps one id and a clashing id moves, so kernel B's `epilogue` is not shown as
+    kernel A's `load` (concat used to keep the first part's name for every part's id 0)."""
+    from host_decode.analysis.sessions import concat, parts_from_traces
+    from host_decode.core.decoder import decode
+
+    def one_region(names: dict, event: int):
+        b = BufferBuilder(1, 1, 8)
+        b.put(0, 100, event, B).put(0, 200, event, E)
+        return decode(b.buf, names={"events": names})
+
+    a = one_region({0: "load", 1: "mma"}, 0)
+    b = one_region({0: "epilogue", 1: "load"}, 1)  # its "load" is A's load, its 0 is new
+    c = one_region({0: "load", 1: "mma"}, 1)  # numbered like A: unchanged
+    merged = concat(parts_from_traces([a, b, c]))
+    names = [merged.names.event(int(e)) for e in merged.spans["event"]]
+    assert names == ["load", "load", "mma"]
+    assert sorted(merged.names.events.values()) == ["epilogue", "load", "mma"]

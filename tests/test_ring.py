@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from host_decode.core import wire
+from host_decode.core.errors import DecodeError
 from tests.buffers import B, BufferBuilder, E, F
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -208,7 +209,7 @@ def test_launches_refuse_a_count_error_and_name_the_cure():
     session.ring.open()
     c = session.ring.control.numpy()
     ring.run_launch(c, 2, session.spec.num_lanes, _counted_twice(session.spec.num_lanes))
-    with pytest.raises(RuntimeError, match=r"counted twice.*arm\(reset_epoch=True\)"):
+    with pytest.raises(DecodeError, match=r"counted twice.*arm\(reset_epoch=True\)"):
         session.ring.launches()
     session.ring.arm()  # clears the error and rounds the count down to a whole launch
     state = session.ring.state()
@@ -346,7 +347,7 @@ def test_save_refuses_to_mix_sessions(tmp_path):
     with pytest.raises(FileExistsError, match="launch_"):
         session.ring.save(tmp_path)
     assert session.ring.save(tmp_path, force=True) == first
-    expected = [p.name for p in first] + [p.with_suffix(".json").name for p in first]
+    expected = [p.name for p in first] + [p.with_suffix(".json").name for p in first] + ["launch_ring.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)
 
 
@@ -367,6 +368,148 @@ def test_launches_decode_each_slot_and_stats_reads_the_session(tmp_path, capsys)
     out = json.loads(capsys.readouterr().out)
     assert out["launches"] == 3 and out["records_lost"] == 0
     assert sum(row["count"] for row in out["regions"]) == 24  # 3 launches x 8 lanes, one span each
+
+
+def add_strays(session, count):
+    """The device's count of records from lanes outside the session (ring.py: STRAY)."""
+    ring._add64(session.ring.control.numpy(), ring.STRAY, count)
+
+
+def test_stray_records_of_a_ring_session_include_the_ring_word():
+    """With a window strays are counted in the ring's STRAY word, never in a slot's: session.stray_records()
+    must report them (it summed the per-slot words only, always 0)."""
+    session = session_of(spec_of(window_slots=3))
+    session.window(start=0, count=2)
+    for i in range(3):
+        fake_launch(session, 1_000_000 * (i + 1))
+    add_strays(session, 40)
+    assert session.stray_records() == 40
+
+
+def test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays(tmp_path, capsys):
+    """A ring of 2 slots, window of 10 launches from launch 1, 6 launches: 1 and 2 recorded, 3, 4, 5 lost;
+    40 stray records. `ikp stats` (text and JSON) and `ikp report` of the directory say so."""
+    from host_decode.cli import main
+    from host_decode.reports.html import extract_data
+
+    session = session_of(spec_of(window_slots=2))
+    session.window(start=1, count=10)
+    for i in range(6):
+        fake_launch(session, 1_000_000 * (i + 1))
+    add_strays(session, 40)
+    session.ring.save(tmp_path / "cap")
+    line = "ring: 6 launches seen, 2 recorded, 3 lost to a full ring, 40 stray records"
+    assert main(["stats", str(tmp_path / "cap")]) == 0
+    assert line in capsys.readouterr().out
+    assert main(["stats", str(tmp_path / "cap"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["launches"] == 2 and out["ring"] == {"launches_seen": 6, "recorded": 2, "lost_launches": 3,
+                                                   "stray_records": 40, "launches_without_records": [], "rings": 1}
+    page = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "cap"), "-o", str(page)]) == 0
+    kernel = extract_data(page.read_text())["kernel"]
+    assert kernel["meta"]["ring"] == line and kernel["ring"]["lost_launches"] == 3
+    capsys.readouterr()
+    assert main(["stats", str(tmp_path / "cap" / "launch_000002.npy"), "--format", "json"]) == 0  # one launch too
+    assert json.loads(capsys.readouterr().out)["ring"]["stray_records"] == 40
+
+
+def test_save_of_a_window_that_never_opened_says_so(tmp_path, capsys):
+    """A window never reached: save() warns, writes the ring block to launch_ring.json, and `ikp stats DIR`
+    says the window recorded no launch (with the counts), not only that the directory holds no capture."""
+    from host_decode.cli import main
+
+    session = session_of(spec_of(window_slots=3))
+    session.window(start=100, count=2)
+    for i in range(5):
+        fake_launch(session, 1_000_000 * (i + 1))
+    add_strays(session, 12)
+    with pytest.warns(UserWarning, match=r"no launch recorded.*start 100, stop 102.*5 launches"):
+        assert session.ring.save(tmp_path / "cap") == []
+    summary = json.loads((tmp_path / "cap" / "launch_ring.json").read_text())
+    assert summary["ring"]["launches_seen"] == 5 and summary["ring"]["stray_records"] == 12 and summary["saved"] == []
+    with pytest.warns(UserWarning, match="no launch recorded"):
+        assert session.ring.decode() == []
+    assert main(["stats", str(tmp_path / "cap")]) != 0
+    err = capsys.readouterr().err
+    assert "window (start 100, stop 102, every 1) recorded no launch" in err
+    assert "5 launches seen, 0 recorded" in err and "12 stray records" in err
+
+
+def test_a_launch_without_records_is_counted_not_fatal(tmp_path, capsys):
+    """Launch 1 records into slot 1 but its lanes write nothing (the slot holds only its header): the other
+    launches decode, save and merge; launch 1 is listed in the ring block, never blamed as "slot 1" of a
+    buffer."""
+    from host_decode.cli import main
+
+    session = session_of(spec_of(window_slots=4))
+    session.window(start=0, count=3)
+    fake_launch(session, 1_000_000)
+    ring.run_launch(session.ring.control.numpy(), 4, session.spec.num_lanes)  # recorded, wrote nothing
+    fake_launch(session, 3_000_000)
+    with pytest.warns(UserWarning, match=r"launch\(es\) \[1\] wrote no record"):
+        traces = session.ring.decode()
+    assert [t.meta["launch_index"] for t in traces] == [0, 2]
+    assert traces[0].meta["ring"]["launches_without_records"] == [1]
+    with pytest.warns(UserWarning, match="wrote no record"):
+        paths = session.ring.save(tmp_path / "cap")
+    assert [p.name for p in paths] == ["launch_000000.npy", "launch_000002.npy"]
+    assert main(["stats", str(tmp_path / "cap"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["launches"] == 2 and out["ring"]["recorded"] == 3 and out["ring"]["launches_without_records"] == [1]
+    assert main(["merge", str(tmp_path / "cap"), "-o", str(tmp_path / "m.json")]) == 0
+
+
+def _corrupt(word, value=None, add=None):
+    def apply(c):
+        if add is not None:
+            ring._add64(c, word, add)
+        else:
+            c[word] = value
+    return apply
+
+
+@pytest.mark.parametrize("slots, corrupt, match", [
+    (4, _corrupt(ring.FILLED_EVERY, 6 | 1 << 16), "FILLED is 6, but the ring has 4 slots"),
+    (3, _corrupt(ring.FILLED_EVERY, 4 | 1 << 16), "FILLED is 4, but the ring has 3 slots"),  # 3 slots: a padding word
+    (3, _corrupt(ring.LOST, add=-ring.LAUNCH_TICKS), r"LOST counts 1099511627775 launches.*3 launches seen"),
+    (8, _corrupt(ring.LOST, add=2 * ring.LAUNCH_TICKS), r"LOST counts 2 launches; with FILLED = 3.*3 launches seen"),
+    (3, _corrupt(ring.STRAY, add=-7), "STRAY is 18446744073709551609, negative"),
+    (3, _corrupt(ring.TICKS + 1, -1), "TICKS counts 1099511627523 launches, past the 32-bit launch index"),
+], ids=["filled>slots", "filled>slots-padding-word", "lost-wrapped", "lost>seen", "stray-negative", "ticks-huge"])
+def test_impossible_counters_are_refused_naming_the_counter(slots, corrupt, match):
+    session = session_of(spec_of(window_slots=slots))
+    session.window(start=0, count=3)
+    for i in range(3):
+        fake_launch(session, 1_000_000 * (i + 1))
+    corrupt(session.ring.control.numpy())
+    for read in (session.ring.launches, session.ring.decode, session.stray_records):
+        with pytest.raises(DecodeError, match=f"ring: impossible control block: {match}"):
+            read()
+
+
+def test_a_buffer_of_another_spec_is_refused_naming_both_sizes():
+    import torch
+
+    session = session_of(spec_of(window_slots=3))
+    session.buffer = torch.zeros(session.spec.buffer_slots - 7, dtype=torch.int64)
+    with pytest.raises(DecodeError, match=r"ring: buffer of 465 int64 words for a ring of 3 slots, which needs 472"):
+        ring.Ring(session)
+
+
+def test_a_launch_of_a_ring_is_named_alike_in_every_output(tmp_path, capsys):
+    """launch_000002.npy of kernel "toy": its .pftrace root track is "toy (launch 2)"; the .json trace
+    carries the same title, and `ikp decode`'s summary names the launch."""
+    from host_decode.cli import main
+
+    session = session_of(spec_of(window_slots=3))
+    session.window(start=2, count=1)
+    for i in range(3):
+        fake_launch(session, 1_000_000 * (i + 1))
+    (path,) = session.ring.save(tmp_path / "cap")
+    assert main(["decode", str(path), "-o", str(tmp_path / "t.json")]) == 0
+    assert "toy (launch 2)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "t.json").read_text())["otherData"]["title"] == "toy (launch 2)"
 
 
 # --- compile-time (sm_90a PTX, no GPU) --------------------------------------------------------------------

@@ -255,10 +255,12 @@ def check_window_branch_with_late_warps(launches=12, spins=20) -> dict:
     twice_session.ring.open()
     twice_launch()
     torch.cuda.synchronize()
+    from host_decode.core.errors import DecodeError
+
     try:
         twice_session.ring.launches()
         refused = ""
-    except RuntimeError as error:
+    except DecodeError as error:
         refused = str(error)
     counted_twice_refused = "counted" in refused
     return {"copies": copies, "slot_launches": {k: v["slot_launches"] for k, v in state.items()},

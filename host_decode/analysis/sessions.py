@@ -5,8 +5,13 @@ timestamps. Parts combine two ways:
 
 * :func:`concat` -> one :class:`Trace` that holds every part's spans, with blocks renumbered
   (``block + block_offset`` of the part, so every (part, block) is its own block) and
-  ``meta["parts"]`` listing each part's label, launch index, rank, block range and time shift. Statistics
+  ``meta["parts"]`` listing each part's label, launch index, rank, block range and time shift, and
+  ``meta["ring"]`` the ring block of launches saved by ``session.ring.save`` (their sidecars'). Statistics
   over all launches (``ikp stats``, ``ikp diff``) run on it unchanged.
+* :func:`ring_counts` -> what the ring says beyond the launches decoded (launches seen, recorded, lost,
+  stray records, launches without records), from a capture's sidecar or a session's ``meta["ring"]``; the
+  one reading ``ikp stats`` and ``ikp report`` show (:func:`describe_ring`). A directory that holds no
+  capture but a ring summary (PREFIX_ring.json, written by every ``ring.save``) is refused saying why.
 * :func:`shifts` -> where each part goes on one timeline, for one Chrome JSON trace with one process
   (track group) per part (written by host_decode.reports.merged.write_session), on either
 
@@ -171,6 +176,112 @@ def _meta_int(trace: Trace, key: str, default: int | None, index: int) -> int | 
                       source=str(sidecar_of(source)) if source else f"trace {index}")
 
 
+# --- ring counts (ikp_cute/ring.py: a capture window's launches beyond those decoded) ------------------
+
+RING_COUNTS = ("slots", "filled", "lost_launches", "stray_records", "launches_seen")
+
+
+def _ring_block(meta: dict, where: str) -> dict | None:
+    """A sidecar's / summary's ring block with its counts checked (non-negative integers, a list of launch
+    indices without records); None when there is none. Anything else is a DecodeError naming the key."""
+    block = meta.get("ring")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise DecodeError(f"'ring' must be an object, got {type(block).__name__}", source=where)
+    out = dict(block)
+    for key in RING_COUNTS:
+        value = block.get(key, 0)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            raise DecodeError(f"'ring.{key}' must be a non-negative integer, got {value!r:.40}", source=where)
+        out[key] = int(value)
+    without = block.get("launches_without_records", [])
+    if not isinstance(without, list) or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in without):
+        raise DecodeError(f"'ring.launches_without_records' must be a list of launch indices, got {without!r:.40}",
+                          source=where)
+    out["launches_without_records"] = [int(v) for v in without]
+    return out
+
+
+def _sidecar_name(meta: dict, fallback: str) -> str:
+    """Where a part's meta came from, for an error: its capture's sidecar, else `fallback` (a foreign trace's
+    source is no path)."""
+    source = meta.get("source")
+    return str(sidecar_of(source)) if isinstance(source, (str, os.PathLike)) else fallback
+
+
+def _merged_ring(parts: Sequence[Part]) -> dict | None:
+    """The ring block of a session's parts: one ring's (every launch of one save carries the same), or,
+    for captures of several rings (directories of several sessions), their counts added up."""
+    blocks: dict = {}
+    for i, p in enumerate(parts):
+        block = _ring_block(p.trace.meta or {}, _sidecar_name(p.trace.meta or {}, f"trace {i}"))
+        if block is not None:
+            blocks.setdefault(repr(sorted(block.items())), block)
+    if len(blocks) <= 1:
+        return next(iter(blocks.values()), None)
+    merged = {key: sum(b[key] for b in blocks.values()) for key in RING_COUNTS}
+    merged["launches_without_records"] = [v for b in blocks.values() for v in b["launches_without_records"]]
+    merged["rings"] = len(blocks)
+    return merged
+
+
+def ring_counts(trace: Trace) -> dict | None:
+    """What a capture window's ring said about the launches of `trace` (None: not from a ring):
+    {launches_seen, recorded, lost_launches, stray_records, launches_without_records, rings}. launches_seen
+    counts every launch of the kernel since the session's count began; recorded = the ring slots filled
+    (those without records among them); lost = launches in the window that found the ring full; stray
+    records = records of lanes outside the session, counted per ring, not per launch."""
+    meta = trace.meta or {}
+    block = _ring_block(meta, _sidecar_name(meta, "trace"))
+    return None if block is None else _counts_of(block)
+
+
+def _counts_of(block: dict) -> dict:
+    return {
+        "launches_seen": block["launches_seen"],
+        "recorded": block["filled"],
+        "lost_launches": block["lost_launches"],
+        "stray_records": block["stray_records"],
+        "launches_without_records": block["launches_without_records"],
+        "rings": int(block.get("rings", 1)),
+    }
+
+
+def describe_ring(counts: dict) -> str:
+    """One line of ring_counts: 'ring: 6 launches seen, 2 recorded, 3 lost to a full ring, 40 stray records'."""
+    without = counts["launches_without_records"]
+    recorded = f"{counts['recorded']} recorded"
+    if without:
+        recorded += f" ({len(without)} without records: launch {', '.join(map(str, without[:8]))}" + (
+            ", ...)" if len(without) > 8 else ")")
+    rings = f" over {counts['rings']} rings" if counts["rings"] > 1 else ""
+    return (f"ring{rings}: {counts['launches_seen']} launches seen, {recorded}, "
+            f"{counts['lost_launches']} lost to a full ring, {counts['stray_records']} stray records")
+
+
+def _no_captures(directory: Path) -> str:
+    """Why a directory holds no capture: the ring summary's counts when ring.save left one there."""
+    import json
+
+    why = "directory holds no captures (BUFFER.npy files)"
+    for summary in sorted(directory.glob("*_ring.json")):
+        try:
+            meta = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            continue  # not a summary: the plain message stands
+        block = _ring_block(meta, str(summary)) if isinstance(meta, dict) else None
+        if block is not None:
+            counts = _counts_of(block)
+            window = block.get("window") if isinstance(block.get("window"), dict) else {}
+            bounds = ", ".join(f"{k} {window[k]}" for k in ("start", "stop", "every") if k in window)
+            reason = (f"the window{f' ({bounds})' if bounds else ''} recorded no launch" if not counts["recorded"]
+                      else "no recorded launch wrote a record")
+            return f"{why}: {reason} ({summary.name}: {describe_ring(counts)})"
+    return why
+
+
 def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None) -> list[Part]:
     """Load captures (BUFFER.npy + sidecar) or directories of them; sorted by launch index / rank."""
     from host_decode.core.decoder import load_capture
@@ -179,7 +290,7 @@ def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress:
     for p in map(Path, paths):
         found = sorted(p.glob("*.npy")) if p.is_dir() else [p]
         if not found:  # a directory that holds no capture would otherwise drop out of the session silently
-            raise ValueError(f"{p}: directory holds no captures (BUFFER.npy files)")
+            raise ValueError(f"{p}: {_no_captures(p)}")
         files.extend(found)
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
@@ -228,6 +339,40 @@ def _relane(lane: np.ndarray, part_groups: int, block_offset: int, groups: int) 
     return (lane // part_groups + block_offset) * groups + lane % part_groups
 
 
+def _merged_events(parts: Sequence[Part]) -> tuple[dict[int, str], list[np.ndarray | None]]:
+    """One event table for the merged trace, and per part the id map its events need (None: unchanged).
+    Parts number their events on their own (the kernels of one foreign trace each from 0; captures of
+    different kernels): a name keeps one id everywhere, the first part's ids stay, and an id that another
+    part gave another name (or left unnamed while this part names it) moves to a free one."""
+    names: dict[int, str] = {}
+    by_name: dict[str, int] = {}
+    taken: set[int] = set()
+    maps: list[np.ndarray | None] = []
+    for p in parts:
+        t = p.trace
+        own = np.union1d(np.union1d(t.spans["event"], t.instants["event"]), list(t.names.events)).astype(np.int64)
+        ids: dict[int, int] = {}
+        for i in own.tolist():
+            name = t.names.events.get(i)
+            if name is not None and name in by_name:
+                ids[i] = by_name[name]
+            elif i not in taken or (name is None and i not in names):
+                ids[i] = i
+            else:
+                ids[i] = max(taken) + 1
+            taken.add(ids[i])
+            if name is not None:
+                names.setdefault(ids[i], name)
+                by_name.setdefault(name, ids[i])
+        if all(k == v for k, v in ids.items()):
+            maps.append(None)
+        else:
+            lut = np.arange(max(ids) + 1, dtype=np.int64)
+            lut[list(ids)] = list(ids.values())
+            maps.append(lut)
+    return names, maps
+
+
 def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> Trace:
     """One Trace holding every part; block ids renumbered per part; meta['parts'] describes the parts. Parts
     may differ in num_groups (kernels of one foreign trace, launches of different block sizes): the merged
@@ -235,14 +380,17 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     if not parts:
         raise ValueError("concat needs at least one part")
     g = max(p.trace.num_groups for p in parts)
+    event_names, event_ids = _merged_events(parts)
     shift = shifts(parts, mode, clock_offsets_ns)
     block_off = np.concatenate([[0], np.cumsum([p.trace.num_blocks for p in parts])[:-1]]).astype(np.int64)
     spans, lanes, instants, per_lane = [], [], [], []
-    for p, dt, boff in zip(parts, shift, block_off):  # per part (few), never per span
+    for p, dt, boff, ids in zip(parts, shift, block_off, event_ids):  # per part (few), never per span
         t = p.trace
         relane = functools.partial(_relane, part_groups=t.num_groups, block_offset=int(boff), groups=g)
         s = t.spans.copy()
         s["lane"] = relane(s["lane"])
+        if ids is not None:
+            s["event"] = ids[s["event"]]
         s["block"] += boff
         s["start_ns"] += dt
         s["end_ns"] += dt
@@ -255,6 +403,8 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         lanes.append(ln)
         it = t.instants.copy()
         it["lane"] = relane(it["lane"])
+        if ids is not None:
+            it["event"] = ids[it["event"]]
         it["block"] += boff
         it["ts_ns"] += dt
         instants.append(it)
@@ -291,10 +441,11 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
             for p, dt, boff in zip(parts, shift, block_off)
         ],
     }
-    names = Names(dict(parts[0].trace.names.events), dict(parts[0].trace.names.groups))
+    ring = _merged_ring(parts)
+    if ring is not None:
+        meta["ring"] = ring
+    names = Names(event_names, dict(parts[0].trace.names.groups))
     for p in parts[1:]:
-        for k, v in p.trace.names.events.items():
-            names.events.setdefault(k, v)
         for k, v in p.trace.names.groups.items():
             names.groups.setdefault(k, v)
     return Trace(
@@ -317,14 +468,12 @@ def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progr
     recognised by content (host_decode.interop)."""
     paths = list(paths)
     if len(paths) == 1 and not Path(paths[0]).is_dir():
-        from host_decode.core.errors import DecodeError
-        from host_decode.interop import describe, detect, not_readable, read_foreign
+        from host_decode.interop import detect, read_foreign, refuse_unreadable
 
         if detect(paths[0]):  # an IKET or Proton trace: one Trace per launch it holds
             traces = read_foreign(paths[0])
             return traces[0] if len(traces) == 1 else concat(parts_from_traces(traces), mode=mode)
-        if describe(paths[0]):  # JSON that is no trace of ours: say what it looks like
-            raise DecodeError(not_readable(paths[0]), source=str(paths[0]))
+        refuse_unreadable(paths[0])
         from host_decode.core.decoder import load_capture
 
         return load_capture(str(paths[0]))

@@ -160,8 +160,7 @@ def next_step(text: str, args=None) -> None:
 def load_input(path, names=None, write_stride=None):
     """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
     (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.interop)."""
-    from host_decode.core.errors import DecodeError
-    from host_decode.interop import describe, detect, not_readable
+    from host_decode.interop import detect, refuse_unreadable
 
     kind = detect(path)
     if kind:
@@ -170,8 +169,7 @@ def load_input(path, names=None, write_stride=None):
         from host_decode.analysis.sessions import load_trace
 
         return load_trace([path])
-    if describe(path):  # JSON that is no trace of ours: say what it looks like, not "not a .npy buffer"
-        raise DecodeError(not_readable(path), source=str(path))
+    refuse_unreadable(path)
     from host_decode.core.decoder import load_capture
 
     return load_capture(path, names=names, write_stride=write_stride)

@@ -56,6 +56,15 @@ def read_foreign(path: str | Path) -> list[Trace]:
     raise DecodeError(not_readable(path), source=str(path))
 
 
+def refuse_unreadable(path: str | Path) -> None:
+    """A DecodeError saying what `path` looks like when it is JSON no reader of ikp's takes (so that it is
+    not reported as a broken .npy buffer); nothing for a file that may be an ikp capture."""
+    if describe(path):
+        from host_decode.core.errors import DecodeError
+
+        raise DecodeError(not_readable(path), source=str(path))
+
+
 def not_readable(path: str | Path) -> str:
     """Why `path` is none of the formats ikp reads, saying what it looks like where that can be told."""
     looks = describe(path)

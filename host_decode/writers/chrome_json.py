@@ -37,6 +37,7 @@ import numpy as np
 
 from host_decode.core.model import Trace
 from host_decode.writers import order as od
+from host_decode.writers import tracks
 
 CHUNK = 25_000  # events formatted per list: a list of strings costs ~130 B an event
 FIRST_TID = 1  # trace processor reads tid 0 as tid = pid (module docstring): never a region's thread
@@ -246,12 +247,16 @@ def write_chrome_json(
     trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool | None = None,
     progress: bool = False,
 ) -> dict:
-    """Write `trace` as Chrome JSON (lanes by block). gzip=None: gzip iff the path ends in .gz.
+    """Write `trace` as Chrome JSON (lanes by block), titled as the Perfetto writer titles its root track
+    (``otherData.title``: kernel, device, launch index). gzip=None: gzip iff the path ends in .gz.
     counters: the lanes-inside counters; None = as the Perfetto writer decides (small traces only)."""
     t0 = time.perf_counter()
     if counters is None:
         counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
-    events = write_document(path, chrome_events(trace, args=args, counters=counters), gzip=gzip)
+    # the title the Perfetto writer gives its root track ("toy on H100 (launch 2)"): JSON has no track above
+    # the block processes, so it goes in the metadata (Perfetto: Info and stats)
+    head = {"otherData": {"title": tracks.root_name(trace), "generator": "ikp_cute"}}
+    events = write_document(path, chrome_events(trace, args=args, counters=counters), head=head, gzip=gzip)
     secs = time.perf_counter() - t0
     if progress:
         print(f"chrome json: {events:,} events in {secs * 1e3:.0f} ms -> {path}", file=sys.stderr)

@@ -48,6 +48,10 @@ def run(args) -> int:
             from host_decode.reports.text import print_loss, print_summary
 
             con = console()
+            if trace.meta.get("launch_index") is not None:  # one launch of a ring: named as its trace is titled
+                from host_decode.writers.tracks import root_name
+
+                con.print(root_name(trace), markup=False)
             print_loss(trace, con)
             print_summary(trace, con)
         if loss_tmp:

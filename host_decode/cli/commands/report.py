@@ -10,7 +10,8 @@ EXAMPLE = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("capture", help="BUFFER.npy (its BUFFER.json sidecar is read when present)")
+    p.add_argument("capture", help="BUFFER.npy (its BUFFER.json sidecar is read when present), or a directory of "
+                                   "captures (a session, e.g. session.ring.save's): every launch on one page")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
     p.add_argument("--map", help="pc2region map JSON (host_decode.hardware.pc2region RegionMap.save)")
     p.add_argument(
@@ -49,7 +50,15 @@ def run(args) -> int:
     with outputs(args, inputs) as out:
         tmp = out.add(args.output)
         names = read_names(args.names) if args.names else None
-        trace = load_input(args.capture, names=names)
+        if Path(args.capture).is_dir():  # a session: its launches concatenated, the ring's counts in meta
+            from host_decode.analysis.sessions import load_trace
+
+            if names is not None:
+                raise ValueError(f"{args.capture}: --names applies to one capture; a directory's captures carry "
+                                 "their names in their sidecars")
+            trace = load_trace([args.capture], progress=args.progress)
+        else:
+            trace = load_input(args.capture, names=names)
         region_map, sass_text, pc_files = _region_map(args, trace)
         pc_table = _pc_table(args, region_map, trace)
         source_text = None

@@ -28,6 +28,7 @@ def add_arguments(p) -> None:
 def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
     """Everything `ikp stats` reports, JSON-ready."""
     from host_decode.analysis import regions as analysis
+    from host_decode.analysis.sessions import ring_counts
     from host_decode.analysis.stats import region_summary, summary_rows
     from host_decode.cli.common import jsonable
 
@@ -44,6 +45,7 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
         "absolute_time": bool(trace.absolute),
         "launches": len((trace.meta or {}).get("parts", [])) or 1,
         "records_lost": int(trace.loss.lost),
+        "ring": ring_counts(trace),  # a capture window's launches seen / recorded / lost, strays (else None)
         "regions": regions,
     }
     out.update(analysis.analyze(trace, top_gaps=top_gaps))
@@ -109,6 +111,12 @@ def print_report(d: dict, console=None) -> None:
     if d["records_lost"]:
         head += f", [red]{d['records_lost']} records lost[/red] (see `ikp decode`)"
     console.print(head)
+    if d.get("ring"):
+        from host_decode.analysis.sessions import describe_ring
+
+        ring = d["ring"]
+        missed = ring["lost_launches"] or ring["stray_records"] or ring["launches_without_records"]
+        console.print(f"[red]{describe_ring(ring)}[/red]" if missed else describe_ring(ring))
 
     if not d["regions"]:
         console.print(
