@@ -102,3 +102,19 @@ def test_a_tokenless_wait_beside_another_rings_poll_is_matched(torch, tmp_path):
     for name in ("ring_a", "ring_b"):
         assert found[(name, "acquire")] == {"first_use": 2 * BLOCKS, "matched": BLOCKS * (ITERS - 2)}, found
     assert analysis.unmatched() == {}
+
+
+def test_pipeline_order_turns_are_matched_with_group_zero_a_phase_ahead(torch, tmp_path):
+    """ordered_kernel: two warp groups take turns through cutlass's PipelineOrder (2 stages per group).
+    Group 0 starts a phase ahead, so each of its warps' first wait on each of its 2 stages passes
+    (first_use); every other wait is matched to the other group's arrive (the sidecar's
+    first_wait_passes; without it group 0's waits were matched one arrive late)."""
+    capture, analysis, meta = run_traced(torch, tmp_path, "launch_ordered")
+    (entry,) = meta["pipelines"]
+    assert entry["class"] == "PipelineOrder" and entry["first_wait_passes"] == [0, 2]
+    found = ops_by_pipeline(analysis)
+    warps = 8
+    assert found[("turns", "wait")] == {"first_use": BLOCKS * 4 * 2, "matched": BLOCKS * (warps * ITERS - 4 * 2)}, found
+    assert analysis.unmatched() == {}
+    matched = analysis.waits[analysis.waits["src_ns"] >= 0]
+    assert (matched["end_ns"] >= matched["src_ns"]).all()  # no wait ends before the arrive that released it

@@ -226,18 +226,18 @@ def launch_two_rings(out: cute.Tensor, n_iters: Int32, num_blocks: cutlass.Const
 
 @cute.kernel
 def ordered_kernel(out: cute.Tensor, n_iters: Int32):
-    """Two warp groups take turns through cutlass's PipelineOrder (2 stages per group): compiled on the
-    CPU for the sidecar's first_wait_passes. On an H200 (2026-11-27) it ran one iteration but hung from
-    the second, untraced as well (most likely its state is not carried by the dynamic loop; not
-    pursued), so no GPU test runs it: the host's matching is checked on a synthetic capture."""
+    """Two warp groups take turns through cutlass's PipelineOrder (2 stages per group). Its arrive()
+    advances the state inside cutlass, which a dynamic loop does not see: the state is its own object,
+    assigned back from arrive() (so the loop carries it; `turns.wait()` / `turns.arrive()` on the
+    pipeline's own state repeat the first stage and phase on every iteration, and hang)."""
     group = cute.arch.make_warp_uniform(cute.arch.warp_idx()) // 4
     turns = pipeline.PipelineOrder.create(depth=2, length=2, group_id=group,
                                           producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 128),
                                           barrier_storage=cute.arch.alloc_smem(Int64, 4, alignment=8))
-    state = turns.state  # a local, so that the dynamic loop carries it (the pipeline's own field is not)
+    state = pipeline.PipelineState(2, Int32(0), Int32(0), Int32(group == 0))  # group 0 starts a phase ahead
     for _ in cutlass.range(n_iters):
         turns.wait(state)
-        turns.arrive(state)
+        state = turns.arrive(state)
 
 
 @cute.jit
