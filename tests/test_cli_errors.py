@@ -231,6 +231,18 @@ def test_session_sidecar_value_that_is_no_integer(tmp_path, capsys, key, value):
         (["stats", BASIC, "--bins", "0"], "--bins"),
         (["stats", BASIC, "--bins", "-1"], "--bins"),
         (["plot", BASIC, "-o", "p", "--bins", "0"], "--bins"),
+        (["plot", BASIC, "-o", "p", "--launch", "-1"], "--launch"),
+        (["waits", BASIC, "--max-blocks", "0"], "--max-blocks"),
+        (["waits", BASIC, "--cluster", "0"], "--cluster"),
+        (["kernels", INSIGHT / "torch_trace.json.gz", "--no-cache", "--bins", "0"], "--bins"),
+        (["kernels", INSIGHT / "torch_trace.json.gz", "--no-cache", "--top", "-1"], "--top"),
+        (["kernels", INSIGHT / "torch_trace.json.gz", "--no-cache", "--gap-min", "-1"], "--gap-min"),
+        (["kernels", INSIGHT / "torch_trace.json.gz", "--no-cache", "-j", "0"], "-j/--jobs"),
+        (["diff", BASIC, BASIC, "--min-delta", "-1"], "--min-delta"),
+        (["diff", BASIC, BASIC, "--fail-above", "-5"], "--fail-above"),
+        (["merge", BASIC, "-o", "m.json", "--occurrence", "-1"], "--occurrence"),
+        (["decode", BASIC, "--write-stride", "0"], "--write-stride"),
+        (["view", BASIC, "--no-browser", "--port", "70000"], "--port"),
     ],
 )
 def test_numeric_flag_out_of_range_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys, argv, flag):
@@ -248,3 +260,29 @@ def test_diff_gate_error_leaves_no_output(tmp_path, capsys):
                      "-o", out)
     assert rc == 2 and one_error_line(err, "no region is in both A and B")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["stats", "diff", "plot", "merge", "waits", "report"])
+def test_names_on_a_foreign_trace_is_refused(tmp_path, capsys, command):
+    """--names names ikp captures; an IKET / Proton trace carries its own: every command refuses the pair with
+    decode's message (analysis.sessions.load_trace / load_parts), writing nothing."""
+    foreign = ROOT / "examples" / "interop" / "proton_add.chrome_trace"
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"events": {"0": "x"}}))
+    rc, _, err = run(capsys, "decode", foreign, "--names", names)
+    reason = err.split("error: ", 1)[1].strip()
+    assert rc == 2 and "--names" in reason and "proton-chrome" in reason
+    argv = {"diff": ["diff", foreign, foreign], "plot": ["plot", foreign, "-o", tmp_path / "p"],
+            "merge": ["merge", foreign, "-o", tmp_path / "m.json"],
+            "report": ["report", foreign, "-o", tmp_path / "r.html"]}
+    rc, _, err = run(capsys, *argv.get(command, [command, foreign]), "--names", names)
+    assert rc == 2 and one_error_line(err, f"ikp {command}: error: {reason}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["names.json"]
+
+
+def test_plot_launch_past_a_single_capture_is_refused(tmp_path):
+    """A single capture is one launch: --launch 5 used to draw launch 0 and exit 0."""
+    from host_decode.cli import main
+
+    rc = main(["plot", "examples/insight/launch_0.npy", "--launch", "5", "-o", str(tmp_path / "plots")])
+    assert rc == 2 and not (tmp_path / "plots").exists()

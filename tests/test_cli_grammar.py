@@ -184,3 +184,59 @@ def test_format_json_everywhere_a_table_is_printed(tmp_path, capsys):
     for argv in cases:
         assert main([str(a) for a in argv] + ["--format", "json"]) == 0, argv
         json.loads(capsys.readouterr().out)
+
+
+CAPTURE_COMMANDS = ("decode", "stats", "report", "view", "waits", "diff", "merge", "plot")  # they decode captures
+UNBOUNDED = {("kernels", "--stream"), ("kernels", "--device")}  # tids and pids may be negative
+
+
+def test_names_and_bounds_on_every_command():
+    """Every command that decodes captures takes --names FILE (cli/common.py add_names); every int/float flag
+    is checked by cli/common.py number(...) but the ids that may be negative."""
+    _, action = subparsers()
+    for name in CAPTURE_COMMANDS:
+        flag = next((a for a in action.choices[name]._actions if "--names" in a.option_strings), None)
+        assert flag is not None and flag.metavar == "FILE" and "sidecar" in flag.help, name
+    plain = {(name, a.option_strings[-1]) for name, p in action.choices.items() for a in p._actions
+             if a.type in (int, float)}
+    assert plain == UNBOUNDED
+
+
+PIPELINES = ROOT / "examples" / "pipelines" / "fa4_sm90_signals.npy"
+RENAMED = {"events": {"1": "renamed_load", "2": "renamed_compute"}, "groups": {"0": "renamed_producer"}}
+
+
+@pytest.mark.parametrize("command", ["stats", "diff", "merge", "plot", "waits", "report-session"])
+def test_names_flag_names_the_captures(tmp_path, monkeypatch, capsys, command):
+    """--names reaches every capture a command decodes (diff: both sides; report: every launch of a directory),
+    over the sidecars' names, through analysis.sessions.load_trace / load_parts."""
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps(RENAMED))
+    session = tmp_path / "session"
+    session.mkdir()
+    for f in ("launch_0.npy", "launch_0.json", "launch_1.npy", "launch_1.json"):
+        (session / f).symlink_to(ROOT / "examples" / "insight" / f)
+    argv = {
+        "stats": ["stats", BASIC, "--format", "json"],
+        "diff": ["diff", BASIC, BASIC, "--format", "json"],
+        "merge": ["merge", session, "-o", tmp_path / "m.json"],
+        "plot": ["plot", session, "-o", tmp_path / "plots"],
+        "waits": ["waits", PIPELINES, "--roles", "group", "--format", "json"],
+        "report-session": ["report", session, "-o", tmp_path / "r.html"],
+    }[command]
+    seen = []
+    if command == "plot":  # a PNG's text cannot be read back: look at the trace the histograms are drawn from
+        from host_decode.reports import plots
+
+        draw = plots.plot_histograms
+        monkeypatch.setattr(plots, "plot_histograms", lambda trace, *a, **k: seen.append(trace) or draw(trace, *a, **k))
+    assert main([str(a) for a in argv] + ["--names", str(names)]) == 0
+    text = capsys.readouterr().out + "".join(p.read_text() for p in tmp_path.glob("[mr].*"))
+    if command == "plot":
+        text = json.dumps(seen[0].names.to_json())
+    assert "renamed_producer" in text, command
+    if command != "waits":  # waits names roles (groups), not regions
+        assert "renamed_load" in text, command
+    if command == "diff":  # one naming on both sides: every region matched, none on one side only
+        rows = json.loads(text)["regions"]
+        assert rows and all(r["status"] not in ("only_a", "only_b") for r in rows)

@@ -169,3 +169,19 @@ def test_parts_that_number_their_events_alike_keep_their_own_names():
     names = [merged.names.event(int(e)) for e in merged.spans["event"]]
     assert names == ["load", "load", "mma"]
     assert sorted(merged.names.events.values()) == ["epilogue", "load", "mma"]
+
+
+def test_parts_that_name_a_group_differently_show_both_names():
+    """A group is an index within a block: merged, a part's lanes used to show the first part's name for
+    that index (another kernel's `warp 0` spans read as `producer`)."""
+    from host_decode.analysis.sessions import concat, parts_from_traces
+    from host_decode.core.decoder import decode
+
+    def one_region(groups: dict):
+        b = BufferBuilder(1, 1, 8)
+        b.put(0, 100, 0, B).put(0, 200, 0, E)
+        return decode(b.buf, names={"events": {0: "r"}, "groups": groups})
+
+    merged = concat(parts_from_traces([one_region({0: "producer"}), one_region({0: "warp 0"}),
+                                       one_region({0: "producer"})]))
+    assert merged.names.group(0) == "producer / warp 0"

@@ -282,22 +282,34 @@ def _no_captures(directory: Path) -> str:
     return why
 
 
-def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None) -> list[Part]:
-    """Load captures (BUFFER.npy + sidecar) or directories of them; sorted by launch index / rank."""
+def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None,
+               names: Names | None = None, write_stride: int | None = None) -> list[Part]:
+    """Load captures (BUFFER.npy + sidecar) or directories of them; sorted by launch index / rank. `names`
+    and `write_stride` (`--names`, `--write-stride`) apply to every capture, over its sidecar's."""
     from host_decode.core.decoder import load_capture
+    from host_decode.interop import detect
 
     files: list[Path] = []
     for p in map(Path, paths):
         found = sorted(p.glob("*.npy")) if p.is_dir() else [p]
         if not found:  # a directory that holds no capture would otherwise drop out of the session silently
             raise ValueError(f"{p}: {_no_captures(p)}")
+        if not p.is_dir() and (names is not None or write_stride is not None):
+            _refuse_capture_options(p, detect(p))
         files.extend(found)
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
-    traces = [load_capture(str(f)) for f in _progress(files, "decode", progress)]
+    traces = [load_capture(str(f), names=names, write_stride=write_stride)
+              for f in _progress(files, "decode", progress)]
     for t, f in zip(traces, files):
         t.meta.setdefault("source", str(f))
     return parts_from_traces(traces, by=by)
+
+
+def _refuse_capture_options(path, kind: str | None) -> None:
+    """--names and --write-stride name and lay out ikp captures; a foreign trace (`kind`) has its own."""
+    if kind:
+        raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {kind} trace")
 
 
 def _progress(items, desc: str, progress: bool | None):
@@ -373,6 +385,18 @@ def _merged_events(parts: Sequence[Part]) -> tuple[dict[int, str], list[np.ndarr
     return names, maps
 
 
+def _merged_groups(parts: Sequence[Part]) -> dict[int, str]:
+    """Group names of the merged trace. A group is an index within a block, so parts that name one index
+    differently (two kernels' roles, `producer` and `warp 0`) share it: its name then lists theirs in part
+    order (`producer / warp 0`) rather than showing one part's name on another part's lanes."""
+    seen: dict[int, list[str]] = {}
+    for p in parts:
+        for k, v in p.trace.names.groups.items():
+            if v not in seen.setdefault(k, []):
+                seen[k].append(v)
+    return {k: " / ".join(v) for k, v in seen.items()}
+
+
 def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> Trace:
     """One Trace holding every part; block ids renumbered per part; meta['parts'] describes the parts. Parts
     may differ in num_groups (kernels of one foreign trace, launches of different block sizes): the merged
@@ -444,10 +468,6 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     ring = _merged_ring(parts)
     if ring is not None:
         meta["ring"] = ring
-    names = Names(event_names, dict(parts[0].trace.names.groups))
-    for p in parts[1:]:
-        for k, v in p.trace.names.groups.items():
-            names.groups.setdefault(k, v)
     return Trace(
         num_blocks=int(block_off[-1] + parts[-1].trace.num_blocks),
         num_groups=g,
@@ -456,25 +476,31 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         instants=np.concatenate(instants),
         lanes=np.concatenate(lanes),
         loss=loss,
-        names=names,
+        names=Names(event_names, _merged_groups(parts)),
         absolute=mode == "timeline" and all(p.trace.absolute for p in parts),
         meta=meta,
     )
 
 
-def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None) -> Trace:
+def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None,
+               names: Names | None = None, write_stride: int | None = None) -> Trace:
     """One capture -> its Trace; several (or a directory) -> the concat of all launches (meta['parts']).
     A single file may also be another tracer's trace (IKET JSON / .pftrace, Proton Chrome trace),
-    recognised by content (host_decode.interop)."""
+    recognised by content (host_decode.interop). `names` and `write_stride` (`--names`, `--write-stride`) apply
+    to every ikp capture, over its sidecar's; a foreign trace is refused with either, its names and layout
+    being its own (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
     paths = list(paths)
     if len(paths) == 1 and not Path(paths[0]).is_dir():
         from host_decode.interop import detect, read_foreign, refuse_unreadable
 
-        if detect(paths[0]):  # an IKET or Proton trace: one Trace per launch it holds
+        kind = detect(paths[0])
+        if kind:  # an IKET or Proton trace: one Trace per launch it holds
+            if names is not None or write_stride is not None:
+                _refuse_capture_options(paths[0], kind)
             traces = read_foreign(paths[0])
             return traces[0] if len(traces) == 1 else concat(parts_from_traces(traces), mode=mode)
         refuse_unreadable(paths[0])
         from host_decode.core.decoder import load_capture
 
-        return load_capture(str(paths[0]))
-    return concat(load_parts(paths, progress=progress), mode=mode)
+        return load_capture(str(paths[0]), names=names, write_stride=write_stride)
+    return concat(load_parts(paths, progress=progress, names=names, write_stride=write_stride), mode=mode)

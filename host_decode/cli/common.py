@@ -8,6 +8,7 @@ Grammar (guarded by tests/test_cli_grammar.py):
   is both a switch and a path.
 - `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
 - `-q/--quiet` on every command (added by cli.build_parser): no "next:" line.
+- `--names FILE` (`add_names`) on every command that decodes captures; it names every capture it reads.
 - Numeric flags are checked by argparse through `number(...)`: a value out of range is a usage error
   naming the flag (exit 2), never a silent wrong result.
 """
@@ -43,6 +44,16 @@ def add_progress(p: argparse.ArgumentParser) -> None:
 def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), default: str = "table") -> None:
     p.add_argument(
         "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
+    )
+
+
+def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
+    """--names FILE: event and group names for ikp captures, over their sidecars' (read_names reads it;
+    analysis.sessions.load_trace applies it; a foreign trace refuses it)."""
+    p.add_argument(
+        "--names",
+        metavar="FILE",
+        help=f"JSON names file {{'events': {{id: name}}, 'groups': {{id: name}}}} for {of} (overrides the sidecar's)",
     )
 
 
@@ -159,20 +170,16 @@ def next_step(text: str, args=None) -> None:
 
 def load_input(path, names=None, write_stride=None):
     """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
-    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.interop)."""
-    from host_decode.interop import detect, refuse_unreadable
+    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (sessions.load_trace of one file;
+    a directory is a session, no one input)."""
+    import errno
+    import os
 
-    kind = detect(path)
-    if kind:
-        if names is not None or write_stride is not None:
-            raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {kind} trace")
-        from host_decode.analysis.sessions import load_trace
+    from host_decode.analysis.sessions import load_trace
 
-        return load_trace([path])
-    refuse_unreadable(path)
-    from host_decode.core.decoder import load_capture
-
-    return load_capture(path, names=names, write_stride=write_stride)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    return load_trace([path], names=names, write_stride=write_stride)
 
 
 def read_names(path) -> "object":

@@ -76,10 +76,12 @@ def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x
 def launch_subset(trace: Trace, launch: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(spans, lanes) of one launch of a merged session (meta['parts']); the whole trace otherwise."""
     parts = (trace.meta or {}).get("parts")
-    if not parts or launch is None:
+    if launch is None:
         return trace.spans, trace.lanes
-    if not 0 <= launch < len(parts):
-        raise ValueError(f"launch {launch} out of range: the session has {len(parts)} launch(es)")
+    if not 0 <= launch < len(parts or [None]):  # a single capture is one launch: launch 0
+        raise ValueError(f"launch {launch} out of range: the session has {len(parts or [None])} launch(es)")
+    if not parts:
+        return trace.spans, trace.lanes
     lo = parts[launch]["block_offset"]
     hi = lo + parts[launch]["num_blocks"]
     sm = (trace.spans["block"] >= lo) & (trace.spans["block"] < hi)
@@ -95,7 +97,7 @@ def plot_gantt(trace: Trace, path: str | os.PathLike, launch: int | None = 0, ma
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
-    sp, lanes = launch_subset(trace, launch if (trace.meta or {}).get("parts") else None)
+    sp, lanes = launch_subset(trace, launch)
     if sp.size == 0:
         fig, ax = plt.subplots(figsize=(8, 2))
         ax.text(0.5, 0.5, "no regions recorded", ha="center")

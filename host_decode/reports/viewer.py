@@ -139,10 +139,9 @@ def trace_to_serve(path: str | os.PathLike, work_dir: str | os.PathLike, names=N
         raise ViewerError(f"{path}: not a capture (.npy), a trace (.pftrace, .json, optionally .gz), "
                           "or an IKET / Proton trace")
     from host_decode.analysis.sessions import load_trace
-    from host_decode.core.decoder import load_capture
     from host_decode.writers import write_trace
 
-    trace = load_trace([path]) if foreign else load_capture(path, names=names)
+    trace = load_trace([path], names=names)  # a foreign trace refuses names (its own are in it)
     out = Path(work_dir) / (path.stem + ".pftrace")
     write_trace(trace, out)
     return out

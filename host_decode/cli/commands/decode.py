@@ -6,7 +6,7 @@ EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then ope
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_progress
+    from host_decode.cli.common import add_force, add_names, add_progress, number
 
     p.add_argument(
         "buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present"
@@ -20,8 +20,9 @@ def add_arguments(p) -> None:
         help="also write one row per span: block,group,event,start_ns,end_ns,duration_ns (ids)",
     )
     p.add_argument("--loss-json", metavar="FILE", help="also write the loss report as JSON")
-    p.add_argument("--names", help="JSON names file {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
-    p.add_argument("--write-stride", type=int, help="lane layout stride (default: sidecar, else inferred)")
+    add_names(p, "the capture")
+    p.add_argument("--write-stride", type=number(int, at_least=1),
+                   help="lane layout stride (default: sidecar, else inferred)")
     p.add_argument("--slice-args", action="store_true",
                    help="per-slice args in the trace (block, group, SM, lane, event; they are on the tracks already)")
     p.add_argument("--lane-counters", choices=("auto", "on", "off"), default="auto",

@@ -6,15 +6,16 @@ EXAMPLE = "ikp diff examples/insight/launch_0.npy examples/insight/launch_1.npy 
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress, number
+    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
     p.add_argument("a", nargs="+", help="baseline capture(s): BUFFER.npy or a directory of them (a session)")
     p.add_argument("--vs", dest="b", nargs="+", help="candidate capture(s), when A or B is a session of several files")
+    add_names(p, "every capture of both sides")
     add_format(p)
     p.add_argument("-o", "--output", help="also write the comparison as JSON to this file")
     p.add_argument(
         "--fail-above",
-        type=float,
+        type=number(float, at_least=0),
         metavar="PCT",
         help="exit 1 if a region got significantly slower by more than PCT percent (CI gate); "
         "exit 2 when no region is in both A and B (a gate that cannot fail is an error)",
@@ -39,10 +40,10 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--min-delta",
-        type=float,
+        type=number(float, at_least=0),
         default=0.0,
         metavar="PCT",
-        help="smaller deltas are reported as 'same' even when significant (default 0)",
+        help="smaller deltas (in percent, >= 0) are reported as 'same' even when significant (default 0)",
     )
     add_force(p)
     add_progress(p)
@@ -65,12 +66,14 @@ def run(args) -> int:
 
     from host_decode.analysis import diff
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import console, dumps, next_step, outputs
+    from host_decode.cli.common import console, dumps, next_step, outputs, read_names
 
     pa, pb = split_args(args)
-    with outputs(args, pa, pb) as out:
+    with outputs(args, pa, pb, args.names) as out:
         tmp = out.add(args.output) if args.output else None
-        a, b = load_trace(pa, progress=args.progress), load_trace(pb, progress=args.progress)
+        names = read_names(args.names) if args.names else None  # one naming for both sides
+        a = load_trace(pa, progress=args.progress, names=names)
+        b = load_trace(pb, progress=args.progress, names=names)
         rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)
         launches = diff.compare_launches(a, b, alpha=args.alpha)
         matched = [r for r in rows if r["status"] not in ("only_a", "only_b")]

@@ -22,6 +22,8 @@ CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from host_decode.cli.common import add_force, add_format, add_progress, number
+
     p.add_argument("trace", help="torch.profiler Chrome trace (.json or .json.gz)")
     p.add_argument(
         "--sort",
@@ -29,8 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="total",
         help="kernel/runtime table order, descending (default: total)",
     )
-    p.add_argument("--top", type=int, default=30, help="rows per table (0: all; default 30)")
-    p.add_argument("--step", type=int, default=None, help="only ProfilerStep#N (GPU rows by their launch)")
+    p.add_argument("--top", type=number(int, at_least=0), default=30, help="rows per table (0: all; default 30)")
+    p.add_argument("--step", type=number(int, at_least=0), default=None,
+                   help="only ProfilerStep#N (GPU rows by their launch)")
     p.add_argument("--stream", type=int, default=None, help="only this stream (tid for CPU categories)")
     p.add_argument("--device", type=int, default=None, help="only this device (pid for CPU categories)")
     p.add_argument(
@@ -39,9 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="comma-separated event categories to tabulate instead of kernels "
         "(default kernel; memcpy/memset have their own table; e.g. cpu_op)",
     )
-    p.add_argument("--gap-min", type=float, default=0.0, help="gap histogram/pairs range start, us (default 0)")
-    p.add_argument("--gap-max", type=float, default=math.inf, help="gap histogram/pairs range end, us (default inf)")
-    p.add_argument("--bins", type=int, default=10, help="gap histogram bins (default 10)")
+    gap_us = number(float, at_least=0)  # gaps are >= 0 (overlaps count as 0)
+    p.add_argument("--gap-min", type=gap_us, default=0.0, help="gap histogram/pairs range start, us (default 0)")
+    p.add_argument("--gap-max", type=gap_us, default=math.inf, help="gap histogram/pairs range end, us (default inf)")
+    p.add_argument("--bins", type=number(int, at_least=1), default=10, help="gap histogram bins (default 10)")
     p.add_argument("--linear", action="store_true", help="linear gap histogram bins (default: log-spaced)")
     p.add_argument(
         "--pairs-by",
@@ -51,8 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-gaps", action="store_true", help="skip the gap analysis")
     p.add_argument("-v", "--verbose", action="store_true", help="full kernel names; say what the cache did")
-    from host_decode.cli.common import add_force, add_format, add_progress
-
     add_format(p, ("table", "json", "csv"))
     p.add_argument(
         "--table", choices=CSV_TABLES, default="kernels", help="the table --format csv prints (default kernels)"
@@ -69,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-j",
         "--jobs",
-        type=int,
+        type=number(int, at_least=1),
         default=min(2, os.cpu_count() or 1),
         help="parser processes for large traces (default: min(2, CPUs))",
     )
@@ -93,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--occurrence",
-        type=int,
+        type=number(int, at_least=0),
         default=None,
         help="with --merge: which launch (0-based) of the kernel the capture is, when not unique",
     )
@@ -109,7 +111,7 @@ def run(args) -> int:
         tmp = out.add(args.output) if args.output else None
         with Step("reading the profiler trace", args):
             trace = tt.load_torch_trace(
-                args.trace, cache=not args.no_cache, workers=max(args.jobs, 1), parser=args.parser
+                args.trace, cache=not args.no_cache, workers=args.jobs, parser=args.parser
             )
         report = build_report(trace, args)
         if args.capture:

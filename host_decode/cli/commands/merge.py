@@ -13,10 +13,11 @@ EXAMPLE = (
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress, number
+    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy files or directories of them")
     p.add_argument("-o", "--output", required=True, help="merged Chrome JSON trace (.json or .json.gz)")
+    add_names(p)
     p.add_argument(
         "--by",
         choices=("launch", "rank"),
@@ -42,7 +43,9 @@ def add_arguments(p) -> None:
         "--kernel", help="kernel name (or unique substring) in the profiler trace (default: sidecar 'kernel')"
     )
     p.add_argument(
-        "--occurrence", type=int, help="index of the kernel slice of the (first) launch among slices of that name"
+        "--occurrence",
+        type=number(int, at_least=0),
+        help="index of the kernel slice of the (first) launch among slices of that name",
     )
     p.add_argument(
         "--placement",
@@ -51,7 +54,10 @@ def add_arguments(p) -> None:
         help="offset within the feasible interval: its middle, or kernel start + --launch-latency",
     )
     p.add_argument(
-        "--launch-latency", type=int, metavar="NS", help="kernel start -> first record, for --placement start"
+        "--launch-latency",
+        type=number(int, at_least=0),
+        metavar="NS",
+        help="kernel start -> first record, for --placement start",
     )
     p.add_argument(
         "--max-lanes",
@@ -77,11 +83,12 @@ def clock_offset(text: str) -> tuple[int, int]:
 
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.common import Step, dumps, ensure_gzip, next_step, outputs, say_left_out
+    from host_decode.cli.common import Step, dumps, ensure_gzip, next_step, outputs, read_names, say_left_out
 
-    with outputs(args, args.captures, args.torch) as out:
+    with outputs(args, args.captures, args.torch, args.names) as out:
         tmp = out.add(args.output)
-        parts = multi.load_parts(args.captures, by=args.by, progress=args.progress)
+        names = read_names(args.names) if args.names else None
+        parts = multi.load_parts(args.captures, by=args.by, progress=args.progress, names=names)
         offsets = dict(args.clock_offset)
         if args.torch:
             from host_decode.reports.merged import merge_with_torch_trace

@@ -8,13 +8,15 @@ FILES = ("histograms.png", "gantt.png", "overlap.png")
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_progress, number
+    from host_decode.cli.common import add_force, add_names, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) or directories of them (several = a session)")
     p.add_argument(
         "-o", "--output", required=True, help=f"directory for {', '.join(FILES)} (created when its parent exists)"
     )
-    p.add_argument("--launch", type=int, default=0, help="which launch of a session the Gantt chart shows (default 0)")
+    add_names(p)
+    p.add_argument("--launch", type=number(int, at_least=0), default=0,
+                   help="which launch of a session the Gantt chart shows (default 0)")
     p.add_argument("--bins", type=number(int, at_least=1), default=40, help="histogram bins (default 40)")
     add_force(p)
     add_progress(p)
@@ -24,17 +26,18 @@ def run(args) -> int:
     from pathlib import Path
 
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import next_step, outputs, progress
+    from host_decode.cli.common import next_step, outputs, progress, read_names
     from host_decode.reports import plots
 
     out_dir = Path(args.output)
-    with outputs(args, args.captures) as out:
+    with outputs(args, args.captures, args.names) as out:
         if out_dir.is_dir():  # each PNG replaced atomically, and only with --force
             tmp = out.add_dir(out_dir, FILES)
         else:  # a new directory: written whole under a temporary name, renamed into place at the end
             tmp_dir = out.add_new_dir(out_dir)
             tmp = {name: tmp_dir / name for name in FILES}
-        trace = load_trace(args.captures, progress=args.progress)
+        names = read_names(args.names) if args.names else None
+        trace = load_trace(args.captures, progress=args.progress, names=names)
         steps = [
             lambda: plots.plot_histograms(trace, tmp["histograms.png"], bins=args.bins),
             lambda: plots.plot_gantt(trace, tmp["gantt.png"], launch=args.launch),

@@ -10,6 +10,8 @@ EXAMPLE = (
 
 
 def add_arguments(p) -> None:
+    from host_decode.cli.common import add_force, add_names, add_progress
+
     p.add_argument("capture", help="BUFFER.npy (its BUFFER.json sidecar is read when present), or a directory of "
                                    "captures (a session, e.g. session.ring.save's): every launch on one page")
     p.add_argument("-o", "--output", default="report.html", help="HTML file to write (default report.html)")
@@ -28,14 +30,12 @@ def add_arguments(p) -> None:
     p.add_argument(
         "--source", help="the kernel's source file (Python or CUDA C++), shown with lines coloured by region"
     )
-    p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} (overrides BUFFER.json's)")
+    add_names(p, "the capture (every capture of a directory)")
     p.add_argument(
         "--allow-mismatch",
         action="store_true",
         help="join per-PC data even when it does not match the map (reported on the page)",
     )
-    from host_decode.cli.common import add_force, add_progress
-
     add_force(p)
     add_progress(p)
 
@@ -43,22 +43,16 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from host_decode.cli.common import Step, load_input, next_step, outputs, read_names
+    from host_decode.analysis.sessions import load_trace
+    from host_decode.cli.common import Step, next_step, outputs, read_names
     from host_decode.reports.html import write_report
 
     inputs = [args.capture, args.map, args.cubin, args.ncu, args.cupti, args.nvbit, args.source, args.names]
     with outputs(args, inputs) as out:
         tmp = out.add(args.output)
         names = read_names(args.names) if args.names else None
-        if Path(args.capture).is_dir():  # a session: its launches concatenated, the ring's counts in meta
-            from host_decode.analysis.sessions import load_trace
-
-            if names is not None:
-                raise ValueError(f"{args.capture}: --names applies to one capture; a directory's captures carry "
-                                 "their names in their sidecars")
-            trace = load_trace([args.capture], progress=args.progress)
-        else:
-            trace = load_input(args.capture, names=names)
+        # a directory is a session: its launches concatenated, the ring's counts in meta
+        trace = load_trace([args.capture], progress=args.progress, names=names)
         region_map, sass_text, pc_files = _region_map(args, trace)
         pc_table = _pc_table(args, region_map, trace)
         source_text = None

@@ -10,13 +10,14 @@ SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress, number
+    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
     p.add_argument(
         "captures",
         nargs="+",
         help="BUFFER.npy file(s) (sidecar BUFFER.json read) or directories of them; several = one session",
     )
+    add_names(p)
     add_format(p)
     p.add_argument("-o", "--output", help="also write the statistics as JSON to this file")
     p.add_argument("--top-gaps", type=number(int, at_least=0), default=10, help="largest gaps to list (default 10)")
@@ -54,11 +55,12 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
 
 def run(args) -> int:
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, dumps, next_step, outputs
+    from host_decode.cli.common import Step, dumps, next_step, outputs, read_names
 
-    with outputs(args, args.captures) as out:
+    with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None
-        trace = load_trace(args.captures, progress=args.progress)
+        names = read_names(args.names) if args.names else None
+        trace = load_trace(args.captures, progress=args.progress, names=names)
         with Step("statistics", args):
             data = collect(trace, args.top_gaps, args.bins)
         if tmp:

@@ -6,20 +6,20 @@ HELP = "open a capture (.npy) or trace (.pftrace / .json) in a Perfetto UI serve
 
 
 def add_arguments(p) -> None:
+    from host_decode.cli.common import add_names, number
+
     p.add_argument("file", help="capture BUFFER.npy (decoded to a temporary .pftrace), "
                    "or a .pftrace / .json trace (served as is)")
-    p.add_argument("--port", type=int, default=0, help="TCP port to serve on (default 0: a free port)")
+    p.add_argument("--port", type=number(int, at_least=0, below=65536), default=0,
+                   help="TCP port to serve on (default 0: a free port)")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--no-browser", action="store_true", help="only print the URL; do not open a browser")
-    p.add_argument("--names", help="JSON names sidecar {'events': {...}, 'groups': {...}} for a capture "
-                   "(overrides BUFFER.json's)")
+    add_names(p, "a capture")
 
 
 def run(args) -> int:
     from host_decode.core.model import Names
     from host_decode.reports.viewer import serve
 
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port {args.port}: not a TCP port (0..65535; 0 picks a free one)")
     names = Names.read(args.names) if args.names else None
     return serve(args.file, port=args.port, bind=args.bind, open_browser=not args.no_browser, names=names)

@@ -29,14 +29,16 @@ REASONS = {
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_format
+    from host_decode.cli.common import add_format, add_names, number
 
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
+    add_names(p, "the capture")
     add_format(p)
-    p.add_argument("--max-blocks", type=int, default=4096, help="blocks whose critical path is walked (default 4096)")
+    p.add_argument("--max-blocks", type=number(int, at_least=1), default=4096,
+                   help="blocks whose critical path is walked (default 4096)")
     p.add_argument(
         "--cluster",
-        type=int,
+        type=number(int, at_least=1),
         default=None,
         help="CTAs per cluster, for pipelines whose metadata says none (waits reported as signal_in_other_cta: "
         "their signals came from another CTA of the cluster)",
@@ -53,10 +55,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
-    from host_decode.cli.common import dumps, next_step
-    from host_decode.core.decoder import load_capture
+    from host_decode.cli.common import dumps, load_input, next_step, read_names
 
-    trace = load_capture(args.capture)
+    trace = load_input(args.capture, names=read_names(args.names) if args.names else None)
     if not has_pipelines(trace):
         raise ValueError(
             f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
