@@ -810,3 +810,42 @@ def test_pipeline_order_group_zero_first_waits_pass():
     assert rows[(g0, 0, 0)][0] == "first_use" and rows[(g0, 2, 0)][0] == "first_use"
     assert rows[(g0, 0, 1)] == ("matched", 20)  # group 1's first arrive on stage 0 (tick 20), not its second
     assert rows[(g1, 1, 0)] == ("matched", 2)
+
+
+def test_an_inferred_bound_never_ends_after_the_wait_it_released():
+    """Level waits (acquire and wait only, releases inferred from the consumers' wait ends), waits recorded
+    only when they blocked: the phase table then joins different iterations of different lanes, and an
+    acquire was given a consumer wait that ended after the acquire itself as its bound. Such a bound is
+    reported as not recorded instead."""
+    schedule = {PRODUCER: [(0, 1), (3, 10), (12, 20), (22, 30)],
+                MMA0: [(1, 3), (6, 12), (15, 22), (26, 31)],
+                MMA1: [(0, 2), (11, 13), (21, 23), (25, 32)]}
+    c = Capture(1, 3)
+    for group, spans in schedule.items():
+        event = ACQ if group == PRODUCER else WAIT
+        for a, z in spans:
+            if z - a >= 3:  # only the waits that blocked are recorded
+                c.region(0, group, event, a, z)
+            else:
+                c.instant(0, group, 99, a)
+    trace = c.trace([k_pipeline(("acquire", "wait"), stages=1)], pipeline_level="waits")
+    w = pl.analyze_pipelines(trace).waits
+    sourced = w[w["src_ns"] >= 0]
+    assert sourced.size and (sourced["src_ns"] <= sourced["end_ns"]).all()
+    assert int((w["status"] == pl.STATUSES.index("bound_not_recorded")).sum()) == 2
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"num_stages": True}, "num_stages must be an integer"),
+    ({"cluster": True}, "cluster must be a positive integer"),
+    ({"scope": "grid"}, "scope must be 'cluster' or 'cta'"),
+    ({"ids": {"wait": 20.0}}, "ids.wait must be an integer event id"),
+])
+def test_malformed_pipeline_metadata_is_refused_by_name(change, match):
+    with pytest.raises(ValueError, match=match):
+        pl.channels_of({"pipelines": [k_pipeline(**change) if "ids" not in change else {**k_pipeline(), **change}]})
+
+
+def test_two_pipelines_of_one_name_are_refused():
+    with pytest.raises(ValueError, match="a second pipeline named 'K'"):
+        pl.channels_of({"pipelines": [k_pipeline(), k_pipeline()]})

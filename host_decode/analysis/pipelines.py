@@ -159,23 +159,31 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
     pipelines = meta.get("pipelines") or []
     if not isinstance(pipelines, list):
         raise ValueError(f"sidecar 'pipelines' must be a list, got {type(pipelines).__name__}")
+    names: set[str] = set()
     for i, p in enumerate(pipelines):
         where = f"sidecar pipelines[{i}]"
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
             raise ValueError(f"{where}: want an object with a 'name' string, got {p!r:.120}")
+        if p["name"] in names:
+            raise ValueError(f"{where}: a second pipeline named {p['name']!r} (names must be distinct)")
+        names.add(p["name"])
         n, ids = p.get("num_stages"), p.get("ids")
-        if not isinstance(n, int) or n < 1:
+        if not _is_int(n) or n < 1:
             raise ValueError(f"{where} ({p['name']}): num_stages must be an integer >= 1, got {n!r}")
         if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS + IGNORED_OPS):
             raise ValueError(
                 f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS + IGNORED_OPS} to event ids, got {ids!r}"
             )
         for op, base in ids.items():
-            if not isinstance(base, int) or base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
+            if not _is_int(base):
+                raise ValueError(f"{where} ({p['name']}): ids.{op} must be an integer event id, got {base!r}")
+            if base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
                 raise ValueError(
                     f"{where} ({p['name']}): ids.{op}={base!r} does not leave {n} stage ids "
                     f"in 0..{wire.MAX_USER_EVENT_ID}"
                 )
+        if p.get("scope", "cluster") not in ("cluster", "cta"):
+            raise ValueError(f"{where} ({p['name']}): scope must be 'cluster' or 'cta', got {p.get('scope')!r}")
         given = p.get("cluster", cluster if "scope" not in p else None)
         shape = _cluster_shape(given, where) if p.get("scope", "cluster") != "cta" else (1, 1, 1)
         released_by = p.get("released_by") or ""
@@ -229,12 +237,17 @@ def _barrier_names(names: Any) -> dict[int, str]:
     return out
 
 
+def _is_int(value: Any) -> bool:
+    """A JSON integer (true / false are not)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _cluster_shape(value: Any, where: str) -> tuple:
     if value is None:
         return (1, 1, 1)
-    if isinstance(value, int) and value >= 1:
+    if _is_int(value) and value >= 1:
         return (value, 1, 1)
-    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3 and all(isinstance(v, int) and v >= 1 for v in value):
+    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3 and all(_is_int(v) and v >= 1 for v in value):
         return tuple(value) + (1,) * (3 - len(value))
     raise ValueError(f"{where}: cluster must be a positive integer or [x, y, z], got {value!r}")
 
@@ -558,6 +571,13 @@ class _Ctx:
         # a phase with every present signalling lane is matched unless a lane of the unit is missing; a
         # phase with fewer lanes only when no lane of the unit is missing or overflowed before the wait ended
         ok = np.where(full, ~missing[u], found & (reason < 0))
+        if status == "inferred":
+            # An inferred bound is a wait's end, and waits are recorded only when they blocked: the phase
+            # table may then join different iterations of different lanes. A bound that ends after the
+            # wait it would have released cannot be its bound: say the bound left no record instead.
+            impossible = ok & (phase_t[pos] > waits.t)
+            ok &= ~impossible
+            reason = np.where(impossible, _S["bound_not_recorded"], reason)
         out["status"][todo] = np.where(
             ok[todo], _S[status], np.where(reason[todo] >= 0, reason[todo], beyond)
         )
