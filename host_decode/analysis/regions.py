@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import distinct_small, positions_in_sorted, ranks
+from host_decode.core.arrays import distinct_small, positions_in_sorted, segmented_cummax
 from host_decode.core.model import Trace
 from host_decode.core.wire import MAX_EVENT_ID
 
@@ -78,7 +78,7 @@ def _union_sorted(key, start, end) -> _Union:
         e = np.zeros(0, np.int64)
         u.seg, u.first, u.key, u.lo, u.hi, u.s_end = e, e, e, e, e, e
         return u
-    running_end = _segmented_cummax(t, k)
+    running_end = segmented_cummax(t, np.cumsum(np.r_[True, k[1:] != k[:-1]]) - 1)
     new = np.ones(n, bool)
     new[1:] = (k[1:] != k[:-1]) | (s[1:] > running_end[:-1])
     u.first = np.flatnonzero(new)
@@ -91,21 +91,6 @@ def _union_sorted(key, start, end) -> _Union:
 def _is_sorted(key: np.ndarray, start: np.ndarray) -> bool:
     dk = np.diff(key)
     return bool((dk >= 0).all() and (start[1:][dk == 0] >= start[:-1][dk == 0]).all())
-
-
-def _segmented_cummax(values: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Running max of `values` restarting at each change of `key` (key sorted). Lifts each segment
-    above all earlier ones so one global cummax does it."""
-    if values.size == 0:
-        return values.copy()
-    rel = values - values.min()
-    span = int(rel.max()) + 1
-    seg = np.cumsum(np.r_[True, key[1:] != key[:-1]]) - 1
-    if int(seg[-1]) * span >= (1 << 62):  # lanes days apart: the same running max over ranks
-        rank, distinct = ranks(values)
-        return distinct[_segmented_cummax(rank, key)]
-    lifted = seg * span + rel
-    return np.maximum.accumulate(lifted) - seg * span + values.min()
 
 
 def _clip(lo, hi, wlo, whi):

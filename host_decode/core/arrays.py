@@ -7,12 +7,30 @@ import bisect
 import numpy as np
 
 
-def ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rank of each value among the distinct values, the sorted distinct values): the same order in a
     range below values.size, for keys that pack times with other fields and would overflow int64 over a
     very long time range (a trace whose lanes sit days apart)."""
     distinct, rank = np.unique(values, return_inverse=True)
     return rank.reshape(-1).astype(np.int64, copy=False), distinct
+
+
+def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Running max of int64 `values` restarting where `segment` (nondecreasing segment numbers) changes.
+    Each segment is lifted above the ones before, so one running max never carries across segments; by
+    the values' range, or by their ranks where range x segments would overflow int64 (lanes days apart,
+    epoch times beside a time near 0)."""
+    if values.size == 0:
+        return values.copy()
+    segment = segment.astype(np.int64)
+    low = int(values.min())
+    width = int(values.max()) - low + 1
+    if width * (int(segment[-1]) + 1) < 1 << 62:
+        lift = segment * width
+        return np.maximum.accumulate((values - low) + lift) - lift + low
+    rank, distinct = _ranks(values)
+    lift = segment * distinct.size
+    return distinct[np.maximum.accumulate(rank + lift) - lift]
 
 
 def positions_in_sorted(column: np.ndarray, keys) -> np.ndarray:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from host_decode.core.arrays import ranks
+from host_decode.core.arrays import segmented_cummax
 from host_decode.torch_traces.loader import DEVICE_CATS, RUNTIME_CATS, STEP_CATS, STEP_RE, TorchTrace
 from host_decode.torch_traces.names import short_names
 
@@ -231,7 +231,7 @@ def gap_analysis(trace: TorchTrace, sel: Selection, *, gap_min_us: float = 0.0, 
     lane_start = np.ones(len(s), dtype=bool)
     lane_start[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
     lane_id = np.cumsum(lane_start) - 1
-    reach = _grouped_cummax(e, lane_id)
+    reach = segmented_cummax(e, lane_id)
     follows = ~lane_start  # rows with a predecessor on their lane
     raw_gap = np.zeros(len(s), dtype=np.int64)
     raw_gap[1:] = s[1:] - reach[:-1]
@@ -246,23 +246,6 @@ def gap_analysis(trace: TorchTrace, sel: Selection, *, gap_min_us: float = 0.0, 
     return {"streams": streams, "histogram": _histogram(gaps_us, bins, log_bins, gap_min_us, gap_max_us),
             "pairs": pairs, "n_gaps": int(follows.sum()), "n_in_range": int(in_range.sum()),
             "range_us": [gap_min_us, gap_max_us]}
-
-
-def _grouped_cummax(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Running max restarting at each group (groups contiguous, ascending from 0): lift each group above
-    the one before, so that one running max never carries across groups. Lifted by the values' range;
-    by their ranks where range x groups would overflow int64 (epoch times beside a time near 0)."""
-    if len(values) == 0:
-        return values
-    group = group.astype(np.int64)
-    low = int(values.min())
-    width = int(values.max()) - low + 1
-    if width * (int(group[-1]) + 1) < 1 << 63:
-        lift = group * width
-        return np.maximum.accumulate((values - low) + lift) - lift + low
-    rank, distinct = ranks(values)
-    lift = group * len(distinct)
-    return distinct[np.maximum.accumulate(rank + lift) - lift]
 
 
 def _lane_table(a, b, s, e, lane_start, lane_id, gap, overlap) -> dict:

@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from host_decode.core.arrays import positions_in_sorted, ranks
+from host_decode.core.arrays import positions_in_sorted, segmented_cummax
 from host_decode.core.model import Trace
 
 CHUNK_SPANS = 1 << 16  # spans ordered and encoded at a time (whole lanes): temporaries stay ~20 MB
@@ -498,16 +498,11 @@ def _outermost_same_id(lane, event, start, end) -> np.ndarray:
         o = np.lexsort((-end, start, event, lane))
     grp = (lane[o] << 16) | event[o]
     new = np.r_[True, grp[1:] != grp[:-1]]
-    seg = np.cumsum(new) - 1
-    # running max of end inside each group; groups are offset so a max never leaks into the next one
-    stride = int(end.max()) + 1
-    if (int(seg[-1]) + 1) * stride >= 1 << 62:  # lanes days apart: compare ranks of the times instead
-        rank, _ = ranks(np.concatenate([start, end]))
-        start, end = rank[: start.size], rank[start.size :]
-        stride = int(end.max()) + 1
-    runmax = np.maximum.accumulate(end[o] + seg * stride)
+    # the running max of end inside each group: a span starting at or after it is outermost (the first
+    # of a group always is, whatever the previous group's max)
+    runmax = segmented_cummax(end[o], np.cumsum(new) - 1)
     prev = np.r_[-1, runmax[:-1]]
-    is_outer = new | (start[o] + seg * stride >= prev)
+    is_outer = new | (start[o] >= prev)
     return np.sort(o[is_outer])
 
 
