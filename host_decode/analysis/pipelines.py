@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core import wire
-from host_decode.core.model import FLOW_DTYPE, CounterSeries, Trace
+from host_decode.core.model import FLOW_DTYPE, CounterSeries, Trace, is_json_int
 
 PIPELINE_OPS = ("acquire", "wait", "commit", "release")
 IGNORED_OPS = ("poll",)  # level "all": every try_wait as an instant; not a wait, not a signal
@@ -168,14 +168,14 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
             raise ValueError(f"{where}: a second pipeline named {p['name']!r} (names must be distinct)")
         names.add(p["name"])
         n, ids = p.get("num_stages"), p.get("ids")
-        if not _is_int(n) or n < 1:
+        if not is_json_int(n) or n < 1:
             raise ValueError(f"{where} ({p['name']}): num_stages must be an integer >= 1, got {n!r}")
         if not isinstance(ids, dict) or not ids or set(ids) - set(PIPELINE_OPS + IGNORED_OPS):
             raise ValueError(
                 f"{where} ({p['name']}): ids must map some of {PIPELINE_OPS + IGNORED_OPS} to event ids, got {ids!r}"
             )
         for op, base in ids.items():
-            if not _is_int(base):
+            if not is_json_int(base):
                 raise ValueError(f"{where} ({p['name']}): ids.{op} must be an integer event id, got {base!r}")
             if base < 0 or base + n - 1 > wire.MAX_USER_EVENT_ID:
                 raise ValueError(
@@ -237,17 +237,12 @@ def _barrier_names(names: Any) -> dict[int, str]:
     return out
 
 
-def _is_int(value: Any) -> bool:
-    """A JSON integer (true / false are not)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _cluster_shape(value: Any, where: str) -> tuple:
     if value is None:
         return (1, 1, 1)
-    if _is_int(value) and value >= 1:
+    if is_json_int(value) and value >= 1:
         return (value, 1, 1)
-    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3 and all(_is_int(v) and v >= 1 for v in value):
+    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3 and all(is_json_int(v) and v >= 1 for v in value):
         return tuple(value) + (1,) * (3 - len(value))
     raise ValueError(f"{where}: cluster must be a positive integer or [x, y, z], got {value!r}")
 

@@ -161,6 +161,11 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
     return parts
 
 
+def _integral(value) -> bool:
+    """An integer of a sidecar or of in-memory meta (numpy integers too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def _meta_int(trace: Trace, key: str, default: int | None, index: int) -> int | None:
     """An integer sidecar field of a part (absent or null: `default`); any other value ([1], "abc", {},
     true, 1.5) is a DecodeError naming the sidecar and the key, never a TypeError or a silent int()."""
@@ -168,7 +173,7 @@ def _meta_int(trace: Trace, key: str, default: int | None, index: int) -> int | 
     value = meta.get(key)
     if value is None:
         return default
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if _integral(value):
         return int(value)
     source = meta.get("source")
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
@@ -192,12 +197,11 @@ def _ring_block(meta: dict, where: str) -> dict | None:
     out = dict(block)
     for key in RING_COUNTS:
         value = block.get(key, 0)
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+        if not _integral(value) or value < 0:
             raise DecodeError(f"'ring.{key}' must be a non-negative integer, got {value!r:.40}", source=where)
         out[key] = int(value)
     without = block.get("launches_without_records", [])
-    if not isinstance(without, list) or not all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in without):
+    if not isinstance(without, list) or not all(_integral(v) for v in without):
         raise DecodeError(f"'ring.launches_without_records' must be a list of launch indices, got {without!r:.40}",
                           source=where)
     out["launches_without_records"] = [int(v) for v in without]

@@ -107,6 +107,11 @@ class Names:
         }
 
 
+def is_json_int(value: Any) -> bool:
+    """A JSON integer: an int, not a bool (JSON's true / false arrive as Python bools, which are ints)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _id_map(value: Any, what: str) -> dict[int, str]:
     if isinstance(value, list):
         return {i: str(name) for i, name in enumerate(value)}

@@ -25,14 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from host_decode.core.errors import DecodeError
-from host_decode.core.model import Names, Trace
+from host_decode.core.model import Names, Trace, is_json_int
 from host_decode.interop.tables import (
     MAX_BLOCKS,
     MAX_GROUPS,
     ForeignTables,
     build_trace,
     count,
-    is_int,
     usable_time,
     warp_names,
 )
@@ -62,7 +61,7 @@ def _list_field(obj: dict, key: str, where: str, path) -> list:
 
 def _dimension(launch: dict, key: str, where: str, path) -> int:
     value = launch.get(key)
-    if not (is_int(value) and 1 <= value <= MAX_BLOCKS):
+    if not (is_json_int(value) and 1 <= value <= MAX_BLOCKS):
         raise DecodeError(f"IKET JSON: {where} has no valid {key!r} (an integer from 1 to {MAX_BLOCKS}, "
                           f"got {value!r:.40})", source=str(path))
     return value
@@ -110,23 +109,23 @@ def _launch_trace(launch: dict, index: int, where: str, strings: list, locations
         if not isinstance(loc, dict):
             continue  # no warp: events naming this location are counted as on an unknown one
         cta, warp = loc.get("ctaId"), loc.get("warpId")
-        if isinstance(cta, list) and len(cta) == 3 and all(is_int(c) for c in cta) and is_int(warp):
+        if isinstance(cta, list) and len(cta) == 3 and all(is_json_int(c) for c in cta) and is_json_int(warp):
             x, y, z = cta
             if 0 <= x < gx and 0 <= y < gy and 0 <= z < gz and 0 <= warp < num_groups:
                 sm = loc.get("smId")  # absent or null: not recorded
-                if sm is not None and not (is_int(sm) and 0 <= sm < MAX_BLOCKS):
+                if sm is not None and not (is_json_int(sm) and 0 <= sm < MAX_BLOCKS):
                     raise DecodeError(f"IKET JSON: locationTable[{i}] has no valid 'smId' (got {sm!r:.40})",
                                       source=str(path))
                 loc_block[i], loc_warp[i] = x + y * gx + z * gx * gy, warp
                 loc_sm[i] = -1 if sm is None else sm
 
     def lane_of(loc_idx) -> tuple[int, int]:
-        if is_int(loc_idx) and 0 <= loc_idx < len(locations) and loc_block[loc_idx] >= 0:
+        if is_json_int(loc_idx) and 0 <= loc_idx < len(locations) and loc_block[loc_idx] >= 0:
             return int(loc_block[loc_idx]), int(loc_warp[loc_idx])
         return -1, -1
 
     def named(idx) -> bool:
-        return is_int(idx) and 0 <= idx < len(strings)
+        return is_json_int(idx) and 0 <= idx < len(strings)
 
     cols: dict[str, list[int]] = {k: [] for k in ("sb", "sg", "se", "ss", "sn", "so", "ib", "ig", "ie", "it")}
     event_names: dict[int, str] = {}

@@ -23,6 +23,7 @@ from host_decode.core.model import (
     LossReport,
     Names,
     Trace,
+    is_json_int,
 )
 
 TIME_LIMIT = 1 << 62  # ns or cycles (146 years of ns): a time at or past it is a corrupted field
@@ -30,13 +31,8 @@ MAX_GROUPS = 1024  # warps per block (CUDA has at most 32; room for other hardwa
 MAX_BLOCKS = 1 << 31  # blocks per launch (CUDA's gridDim.x limit)
 
 
-def is_int(value) -> bool:
-    """A JSON integer: int, not bool (JSON's true/false arrive as Python bools, which are ints)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def usable_time(value) -> bool:
-    return is_int(value) and -TIME_LIMIT < value < TIME_LIMIT
+    return is_json_int(value) and -TIME_LIMIT < value < TIME_LIMIT
 
 
 def count(malformed: dict[str, int], reason: str, records: int = 1) -> None:
