@@ -110,14 +110,6 @@ def _description(pipe: Pipeline) -> tuple:
             pipe.tx_bytes, pipe.op_type, str(pipe.cluster), pipe.released_by, tuple(pipe.first_wait_passes or ()))
 
 
-def _distinct(pipes) -> list:
-    out: list = []
-    for p in pipes:
-        if not any(p is q for q in out):
-            out.append(p)
-    return out
-
-
 class Catalog:
     """Pipelines and barriers seen while tracing, with their id blocks in `events` (an EventRegistry)."""
 
@@ -131,7 +123,7 @@ class Catalog:
         self.ops = None if ops is None else frozenset(ops)
         self.pipelines: dict[object, Pipeline] = {}  # one Pipeline may sit under keys of several kernels
         self._kernels: dict[object, object] = {}  # key -> the kernel op that made it
-        self._described: list[tuple] = []  # (Pipeline, its description when made): distinct entries
+        self._described: list[tuple] = []  # (Pipeline, its description when made): the distinct entries, in order
         self.barrier_ids: dict[str, int] = {}
         self.barrier_names: dict[int, str] = {}
         self.barrier_sites: dict[str, list[str]] = {}
@@ -202,7 +194,7 @@ class Catalog:
     def metadata(self) -> dict:
         """The sidecar keys of the contract: `pipelines`, `barriers` (when traced), and what was not."""
         out: dict = {
-            "pipelines": [p.as_json() for p in _distinct(self.pipelines.values())],
+            "pipelines": [p.as_json() for p, _ in self._described],
             "pipeline_level": self.level,
         }
         if self.barrier_ids:
