@@ -59,14 +59,18 @@ def read_foreign(path: str | Path) -> list[Trace]:
 def refuse_unreadable(path: str | Path) -> None:
     """A DecodeError saying what `path` looks like when it is JSON no reader of ikp's takes (so that it is
     not reported as a broken .npy buffer); nothing for a file that may be an ikp capture."""
-    if describe(path):
+    looks = describe(path)
+    if looks:
         from host_decode.core.errors import DecodeError
 
-        raise DecodeError(not_readable(path), source=str(path))
+        raise DecodeError(_not_readable(looks), source=str(path))
 
 
 def not_readable(path: str | Path) -> str:
     """Why `path` is none of the formats ikp reads, saying what it looks like where that can be told."""
-    looks = describe(path)
+    return _not_readable(describe(path))
+
+
+def _not_readable(looks: str | None) -> str:
     return (f"not a trace ikp can read{': it is ' + looks if looks else ''}; expected an ikp capture (.npy), an "
             "IKET trace (.trace.json / .pftrace) or a Proton intra-kernel Chrome trace (.chrome_trace)")
