@@ -314,10 +314,11 @@ class Ring:
             "ring_slots": self.slots,
         }
 
-    def launches(self) -> list[tuple[int, np.ndarray, int]]:
+    def launches(self, state: dict | None = None) -> list[tuple[int, np.ndarray, int]]:
         """(launch index, v1 records as uint64, stray records) of every filled slot, in slot order. A control
-        block that cannot be true (check_counters) or a launch not counted whole is a DecodeError."""
-        state = self.state()
+        block that cannot be true (check_counters) or a launch not counted whole is a DecodeError. `state`:
+        the control block already read (state()), so that a caller's counts and slots are one snapshot."""
+        state = self.state() if state is None else state
         check_counters(state)
         if state["count_error"]:
             raise DecodeError(
@@ -355,7 +356,7 @@ class Ring:
         from host_decode.core.decoder import decode
 
         state = self.state()
-        launches = self.launches()
+        launches = self.launches(state)
         block = _ring_block(state, launches)
         _warn_unrecorded("ring.decode()", block)
         names, write_stride = self.session.names(), self.session.spec.write_stride
@@ -384,7 +385,7 @@ class Ring:
                 "directory, or force=True to remove them first"
             )
         state = self.state()
-        launches = self.launches()  # refuses an impossible control block before anything is removed
+        launches = self.launches(state)  # refuses an impossible control block before anything is removed
         block = _ring_block(state, launches)
         for old in stale:
             old.unlink()

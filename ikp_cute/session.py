@@ -166,8 +166,9 @@ class Session:
         if self.buffer is None:
             raise RuntimeError("this Session is disabled: there is no buffer")
         if self.ring is not None:
-            per_slot = sum(stray for _, _, stray in self.ring.launches())  # checks the control block first
-            return self.ring.state()["stray_records"] + per_slot
+            state = self.ring.state()
+            per_slot = sum(stray for _, _, stray in self.ring.launches(state))  # checks the control block first
+            return state["stray_records"] + per_slot
         return int(self.buffer[self.spec.stray_slot].item())
 
     def dropped_on_device(self) -> int:
