@@ -40,7 +40,7 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
-from host_decode.torch_traces.loader import float_column, timing_faults, us_to_ns
+from host_decode.torch_traces.loader import float_column, timed_rows, us_to_ns
 from host_decode.torch_traces.loader import read_chrome as load_chrome  # noqa: F401 -- the one torch trace reader
 
 KERNEL_CATS = ("kernel",)
@@ -93,7 +93,7 @@ def profiler_ns(doc: dict, ts_us: float, source: str = "") -> int:
 
 def kernel_slices(doc: dict, source: str = "") -> tuple[list[dict], dict]:
     """Complete ('X') events of category kernel, in time order, and the count of those skipped per reason
-    (the loader's: timing_faults). DecodeError for a slice whose name is not a string (absent: "", as the
+    (the loader's: timed_rows). DecodeError for a slice whose name is not a string (absent: "", as the
     loader reads it)."""
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in KERNEL_CATS]
     for e in ev:
@@ -102,13 +102,7 @@ def kernel_slices(doc: dict, source: str = "") -> tuple[list[dict], dict]:
             raise DecodeError(f"traceEvents[{index}] (a kernel slice): 'name' = {e['name']!r} is not a string",
                               source=source)
     ts = float_column([e.get("ts") for e in ev])
-    faults = timing_faults(ts, float_column([e.get("dur") for e in ev]))
-    timed = np.ones(len(ev), dtype=bool)
-    skipped = {}
-    for reason, faulty in faults.items():
-        if faulty.any():
-            skipped[reason] = int(np.count_nonzero(faulty))
-            timed &= ~faulty
+    timed, skipped = timed_rows(ts, float_column([e.get("dur") for e in ev]))
     order = np.flatnonzero(timed)[np.argsort(ts[timed], kind="stable")]
     return [ev[i] for i in order], skipped
 

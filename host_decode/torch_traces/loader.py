@@ -204,10 +204,7 @@ class _Builder:
             return
         ts = float_column([e.get("ts") for e in complete])
         dur = float_column([e.get("dur") for e in complete])
-        timed = self._count_untimeable(ts, dur)
-        if not timed.all():
-            complete = [e for e, keep in zip(complete, timed) if keep]
-            ts, dur = ts[timed], dur[timed]
+        complete, ts, dur = self._keep_timed(complete, ts, dur)
         args = [e.get("args") or {} for e in complete]
         try:
             device = [a.get("device", -1) for a in args]
@@ -235,15 +232,14 @@ class _Builder:
         for key, values in (("device", device), ("stream", stream), ("correlation", corr)):
             p[key].append(_int_column(values, key, source, first_index))
 
-    def _count_untimeable(self, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-        """Count the rows that cannot be timed in `skipped`, per reason; the mask of the others."""
-        timed = np.ones(len(ts), dtype=bool)
-        for reason, faulty in timing_faults(ts, dur).items():
-            n = int(np.count_nonzero(faulty))
-            if n:
-                self.skipped[reason] = self.skipped.get(reason, 0) + n
-                timed &= ~faulty
-        return timed
+    def _keep_timed(self, complete: list, ts: np.ndarray, dur: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+        """The events that can be timed, and their ts / dur; the others counted in `skipped` per reason."""
+        timed, skipped = timed_rows(ts, dur)
+        for reason, n in skipped.items():
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+        if timed.all():
+            return complete, ts, dur
+        return [e for e, keep in zip(complete, timed) if keep], ts[timed], dur[timed]
 
     def add_structs(self, events: list) -> bool:
         """Columns from msgspec-decoded events (see _struct_decoder); False, with nothing added, when
@@ -258,10 +254,7 @@ class _Builder:
             return False
         for ph, n in counts.items():
             self.phases[str(ph)] = self.phases.get(str(ph), 0) + n
-        timed = self._count_untimeable(ts, dur)
-        if not timed.all():
-            complete = [e for e, keep in zip(complete, timed) if keep]
-            ts, dur = ts[timed], dur[timed]
+        complete, ts, dur = self._keep_timed(complete, ts, dur)
         if not complete:
             return True
         names, cats, code, p = self.names, self.cats, self.label_code, self.parts
@@ -328,6 +321,18 @@ def timing_faults(ts_us: np.ndarray, dur_us: np.ndarray) -> dict:
     out_of_range = ~untimed & ~in_range
     return {SKIP_UNTIMED: untimed, SKIP_OUT_OF_RANGE: out_of_range,
             SKIP_NEGATIVE: ~untimed & ~out_of_range & (dur_us < 0)}
+
+
+def timed_rows(ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(mask of the rows that can be timed, rows that cannot per skip reason) (timing_faults)."""
+    timed = np.ones(len(ts_us), dtype=bool)
+    skipped = {}
+    for reason, faulty in timing_faults(ts_us, dur_us).items():
+        n = int(np.count_nonzero(faulty))
+        if n:
+            skipped[reason] = n
+            timed &= ~faulty
+    return timed, skipped
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ from host_decode.torch_traces.loader import (  # noqa: F401
     float_column,
     load_torch_trace,
     read_chrome,
-    timing_faults,
+    timed_rows,
     us_to_ns,
 )
 from host_decode.torch_traces.names import demangle, short_names, shorten  # noqa: F401
