@@ -184,7 +184,9 @@ def load_input(path, names=None, write_stride=None):
 
 def read_names(path) -> "object":
     """A --names file: a JSON object with 'events' and/or 'groups' (a capture sidecar is one); anything
-    else is an error naming the file, never silently no names."""
+    else is an error naming the file, never silently no names. No --names given: None."""
+    if not path:
+        return None
     import json
 
     from host_decode.core.errors import DecodeError

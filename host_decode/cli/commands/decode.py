@@ -42,7 +42,7 @@ def run(args) -> int:
         trace_tmp = out.add(args.output) if args.output else None
         csv_tmp = out.add(args.spans_csv) if args.spans_csv else None
         loss_tmp = out.add(args.loss_json) if args.loss_json else None
-        names = read_names(args.names) if args.names else None
+        names = read_names(args.names)
         with Step(f"decoding {args.buffer}", args):
             trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:

@@ -71,7 +71,7 @@ def run(args) -> int:
     pa, pb = split_args(args)
     with outputs(args, pa, pb, args.names) as out:
         tmp = out.add(args.output) if args.output else None
-        names = read_names(args.names) if args.names else None  # one naming for both sides
+        names = read_names(args.names)  # one naming for both sides
         a = load_trace(pa, progress=args.progress, names=names)
         b = load_trace(pb, progress=args.progress, names=names)
         rows = diff.compare(a, b, unit=args.unit, alpha=args.alpha, metric=args.metric, min_delta_pct=args.min_delta)

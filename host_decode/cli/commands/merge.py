@@ -87,7 +87,7 @@ def run(args) -> int:
 
     with outputs(args, args.captures, args.torch, args.names) as out:
         tmp = out.add(args.output)
-        names = read_names(args.names) if args.names else None
+        names = read_names(args.names)
         parts = multi.load_parts(args.captures, by=args.by, progress=args.progress, names=names)
         offsets = dict(args.clock_offset)
         if args.torch:

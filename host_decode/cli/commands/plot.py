@@ -36,7 +36,7 @@ def run(args) -> int:
         else:  # a new directory: written whole under a temporary name, renamed into place at the end
             tmp_dir = out.add_new_dir(out_dir)
             tmp = {name: tmp_dir / name for name in FILES}
-        names = read_names(args.names) if args.names else None
+        names = read_names(args.names)
         trace = load_trace(args.captures, progress=args.progress, names=names)
         steps = [
             lambda: plots.plot_histograms(trace, tmp["histograms.png"], bins=args.bins),

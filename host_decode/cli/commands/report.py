@@ -50,7 +50,7 @@ def run(args) -> int:
     inputs = [args.capture, args.map, args.cubin, args.ncu, args.cupti, args.nvbit, args.source, args.names]
     with outputs(args, inputs) as out:
         tmp = out.add(args.output)
-        names = read_names(args.names) if args.names else None
+        names = read_names(args.names)
         # a directory is a session: its launches concatenated, the ring's counts in meta
         trace = load_trace([args.capture], progress=args.progress, names=names)
         region_map, sass_text, pc_files = _region_map(args, trace)

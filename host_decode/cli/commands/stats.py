@@ -59,7 +59,7 @@ def run(args) -> int:
 
     with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None
-        names = read_names(args.names) if args.names else None
+        names = read_names(args.names)
         trace = load_trace(args.captures, progress=args.progress, names=names)
         with Step("statistics", args):
             data = collect(trace, args.top_gaps, args.bins)

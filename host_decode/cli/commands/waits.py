@@ -57,7 +57,7 @@ def run(args) -> int:
     from host_decode.analysis.waits import waits_summary
     from host_decode.cli.common import dumps, load_input, next_step, read_names
 
-    trace = load_input(args.capture, names=read_names(args.names) if args.names else None)
+    trace = load_input(args.capture, names=read_names(args.names))
     if not has_pipelines(trace):
         raise ValueError(
             f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
