@@ -12,7 +12,9 @@ single-warp launch (1 block x 32 threads) is timed the same way.
 launcher (python3 -m iket.cli.main --working-dir DIR profile --postprocess perfetto -- python3 /abs/path).
 Without it the IKET row is omitted and the prior measurement (docs/gpu.md) is printed,
 labelled as such. Timing: CUDA events around each launch, buffer re-zeroed outside the events before
-every launch (all variants alike, so atomic counters start from zero), medians of `--reps` launches.
+every launch (all variants alike, so atomic counters start from zero); the variants take turns launch
+by launch; per variant the median of `--reps` launches in each of `--rounds` rounds, and the median of
+those (the spread column: the rounds' max - min).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 PRIOR_IKET = ("IKET's twin of this kernel (earlier runs under IKET's launcher, docs/gpu.md; not this run): "
-              "14.2 and 13.8 ns/event/warp on the H200, 13.0 on the H100")
+              "22.5 ns/event/warp on the H200, 22.3 on the H100 (2026-11-27)")
 
 VARIANTS = [  # (label, mode or None for uninstrumented, fence)
     ("uninstrumented", None, "none"),
@@ -83,38 +85,39 @@ def sass_per_event(label, mode, fence):
     return opcodes_per_event(mode, fence=fence)
 
 
-def time_launches(launch, zero, reps):
-    import torch
+def time_interleaved(launches: dict, reps: int) -> dict:
+    """{label: median ms} of `reps` launches of each variant (label: (launch, zero)), the variants taking
+    turns launch by launch so that clock and thermal drift hit every variant alike, each launch between its
+    own CUDA events with its buffer re-zeroed before the start event, all queued behind a sleep kernel so
+    that the Python launch path opens no gap inside a timed interval (examples/pipeline/measure.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pipeline"))
+    from measure import time_alternating
 
-    times = []
-    for _ in range(reps):
-        zero()
-        start, end = (
-            torch.cuda.Event(enable_timing=True),
-            torch.cuda.Event(enable_timing=True),
-        )
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    times = time_alternating({label: (zero, launch) for label, (launch, zero) in launches.items()}, reps)
+    return {label: float(statistics.median(t)) for label, t in times.items()}
 
 
-def measure(variants, blocks, warps, regions, reps, rounds=2):
+def measure(variants, blocks, warps, regions, reps, rounds=3):
+    """{label: [median ms of each round]}: `rounds` rounds of `reps` interleaved launches per variant."""
     import torch
 
     x = torch.rand(blocks * warps * 32, device="cuda", dtype=torch.float32)
     built = {v[0]: build(v, blocks, warps, regions, x) for v in variants}
+    return measure_built(built, reps, rounds)
+
+
+def measure_built(built: dict, reps: int, rounds: int) -> dict:
+    import torch
+
     for launch, zero in built.values():  # warm up: module load, first-launch costs, clocks
         for _ in range(20):
             zero()
             launch()
     torch.cuda.synchronize()
     results = {label: [] for label in built}
-    for _ in range(rounds):  # interleaved rounds: drift hits every variant alike
-        for label, (launch, zero) in built.items():
-            results[label].append(time_launches(launch, zero, reps))
+    for _ in range(rounds):
+        for label, ms in time_interleaved(built, reps).items():
+            results[label].append(ms)
     return results
 
 
@@ -157,6 +160,7 @@ def main(argv=None) -> int:
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--regions", type=int, default=256, help="regions per warp")
     p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iket", action="store_true", help="add the IKET twin (needs IKET's launcher)")
     p.add_argument("--json", help="write all numbers here")
     p.add_argument("--iket-fixture", action="store_true",
@@ -183,8 +187,8 @@ def main(argv=None) -> int:
         except (FileNotFoundError, subprocess.CalledProcessError) as exc:  # nvdisasm missing: timing still runs
             print(f"SASS count for {label} unavailable: {exc}", file=sys.stderr)
 
-    main_results = measure(variants, args.blocks, args.warps, args.regions, args.reps)
-    single_results = measure([v for v in variants if v[0] != "iket"], 1, 1, args.regions, args.reps)
+    main_results = measure(variants, args.blocks, args.warps, args.regions, args.reps, args.rounds)
+    single_results = measure([v for v in variants if v[0] != "iket"], 1, 1, args.regions, args.reps, args.rounds)
     device = torch.cuda.get_device_name()
     main_rows = table(main_results, args.regions, sass_counts=sass_counts)
     single_rows = table(single_results, args.regions, sass_counts=sass_counts)
@@ -201,7 +205,7 @@ def main(argv=None) -> int:
     print(
         format_rows(
             f"[{device}] {args.blocks} blocks x {args.warps} warps, {args.regions} regions/warp "
-            f"(32 dependent FMAs each), medians of {args.reps} launches x 2 rounds",
+            f"(32 dependent FMAs each), medians of {args.reps} interleaved launches x {args.rounds} rounds",
             main_rows,
         )
     )

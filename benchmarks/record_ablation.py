@@ -4,7 +4,8 @@ shipped cursor and, under IKET's launcher, IKET's twin, in one process.
 Kernel: benchmarks/device_overhead.py's (528 blocks x 8 warps, every warp a lane, 256 regions of 32
 dependent FMAs per warp: issue-bound, so a record costs what its instructions take to issue), built with
 each recorder of ikp_cute/testing/record_variants.py in place of the cursor's. Reported per row: median
-kernel time (CUDA events, medians of --reps launches, --rounds interleaved rounds), ns per event per warp
+kernel time (CUDA events, the rows taking turns launch by launch, medians of --reps launches in each
+of --rounds rounds), ns per event per warp
 over the uninstrumented kernel, the ratio to IKET when it ran, and the marginal SASS instructions per
 record by opcode (from the cubin: 8 vs 4 regions per loop iteration, overhead.opcodes_per_event). Before
 timing, --check launches of the shipped cursor are decoded: every region of every warp, nothing lost.
@@ -28,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from benchmarks.device_overhead import build, time_launches  # noqa: E402
+from benchmarks.device_overhead import build, measure_built  # noqa: E402
 
 BLOCKS, WARPS, REGIONS = 528, 8, 256
 
@@ -84,15 +85,7 @@ def main(argv=None) -> int:
         launches[name] = build((name, mode, "none"), BLOCKS, WARPS, REGIONS, x, recorder_class=cls)
     if args.iket:
         launches["iket"] = build(("iket", None, "none"), BLOCKS, WARPS, REGIONS, x)
-    for launch, zero in launches.values():
-        for _ in range(20):
-            zero()
-            launch()
-    torch.cuda.synchronize()
-    times = {name: [] for name in launches}
-    for _ in range(args.rounds):
-        for name, (launch, zero) in launches.items():
-            times[name].append(time_launches(launch, zero, args.reps))
+    times = measure_built(launches, args.reps, args.rounds)
     base = statistics.median(times["uninstrumented"])
     ns = {name: (statistics.median(t) - base) * 1e6 / (2 * REGIONS) for name, t in times.items()}
     device = torch.cuda.get_device_name()
