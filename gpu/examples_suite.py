@@ -37,16 +37,20 @@ def load_run_module(name: str):
     return module
 
 
-def run_one(name: str, out: Path, launches: int, quick: bool, ablation: bool = False) -> list[dict]:
+def run_one(
+    name: str, out: Path, launches: int, quick: bool, ablation: bool = False, lean_ab: bool = False
+) -> list[dict]:
     module = load_run_module(name)
     work = out / name
     work.mkdir(parents=True, exist_ok=True)
-    if ablation:  # FA4 only: where the slowdown comes from (partial instrumentations)
-        return module.ablation(work, launches=launches)
+    if ablation:  # FA4 only: where the slowdown comes from (partial instrumentations), both masks
+        return [row for causal in (False, True) for row in module.ablation(work, launches=launches, causal=causal)]
     module.small_capture(out / f"{name}_capture.npy")
     kwargs = {"launches": launches}
     if quick:
         kwargs.update(getattr(module, "QUICK", {}))
+    if lean_ab:  # FA4 only: lean with its leaf-region pairing off beside today's, in the same alternation
+        kwargs["variants"] = tuple(module.VARIANTS) + tuple(module.LEAN_AB)
     return module.run(work, **kwargs)
 
 
@@ -79,9 +83,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def child(name: str, work: Path, launches: int, quick: bool, ablation: bool) -> int:
+def child(name: str, work: Path, launches: int, quick: bool, ablation: bool, lean_ab: bool) -> int:
     """Run one example in this process; rows go to work/<name>_rows.json."""
-    rows = run_one(name, work, launches, quick, ablation)
+    rows = run_one(name, work, launches, quick, ablation, lean_ab)
     (work / f"{name}_rows.json").write_text(json.dumps(rows, indent=1, default=float))
     return 0
 
@@ -105,11 +109,14 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--fa4-ablation", action="store_true", help="FA4: time partial instrumentations (where the cost is)"
     )
+    ap.add_argument(
+        "--fa4-lean-ab", action="store_true", help="FA4: add lean with its leaf-region pairing off to the table (A/B)"
+    )
     ap.add_argument("--child", choices=EXAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, default=Path("/tmp/ikp_examples_suite"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        return child(args.child, args.work, args.launches, args.quick, args.fa4_ablation)
+        return child(args.child, args.work, args.launches, args.quick, args.fa4_ablation, args.fa4_lean_ab)
     out = Path(os.environ.get("OUT") or "examples_out")
     work = args.work
     shutil.rmtree(work, ignore_errors=True)
@@ -119,6 +126,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--child", name, "--work", str(work), "--launches", str(args.launches)]
         cmd += ["--quick"] if args.quick else []
         cmd += ["--fa4-ablation"] if args.fa4_ablation and name == "fa4" else []
+        cmd += ["--fa4-lean-ab"] if args.fa4_lean_ab and name == "fa4" else []
         try:
             rc = subprocess.run(cmd, timeout=args.timeout, check=False).returncode
         except subprocess.TimeoutExpired:

@@ -9,7 +9,7 @@ Invariants a change could break, and the test that guards each (tests/test_devic
 named otherwise; GPU ones in tests/test_device_gpu.py):
 * No store passes a lane's capacity, in any mode: every cursor record is guarded by `room > 0` (an END
   right after its BEGIN by the BEGIN's, its slot being at most the DROPPED slot), an atomic region's two
-  slots by one check, a static index by an unsigned range check
+  slots and a lean leaf region's two slots by one check, a static index by an unsigned range check
   (test_overflow_is_dropped_on_device_and_counted_exactly, memcheck in gpu/device_suite.py).
 * Every record not stored is counted: in the lane's DROPPED instant, or, for a thread whose lane does
   not exist (dynamic group out of range, grid past write_stride), in the stray word after the v1 buffer
@@ -429,36 +429,69 @@ def _smem_finalize(lane: Lane, staged, room, spec: cutlass.Constexpr):
 
 @dataclasses.dataclass(frozen=True)
 class LeanRecorder:
-    """mode="lean": no state in registers between records. The lane's (index << 32 | room) sits in 8 bytes
-    of shared memory per group; each record is one predicated PTX block that re-reads %tid.x and the
-    state (no branch, so the leader's warp does not diverge)."""
+    """mode="lean": no state in registers between regions. Each lane's state is 8 bytes of shared memory
+    (records taken, the lane's tag bits), re-found from a fresh %tid.x at every record site.
+
+    A record on its own (a mark, a BEGIN, an END) loads the state, stores, and writes the count back,
+    all predicated on the lane's leader (no branch, so the leader's warp does not diverge); its store
+    waits for the load. A leaf region (its END in the BEGIN's block, nothing recorded between them, no
+    loop inside) instead takes both of its slots at its BEGIN with one shared-memory atomic (every other
+    thread's atomic goes to a dummy word) and stores both records at its END: nothing inside the region
+    waits on shared memory. Slots are taken in program order either way, so a lane stays in time order
+    as the cursor's does."""
 
     needs_token = False
     buffer: cute.Tensor
     state_base: Int32
     spec: cutlass.Constexpr[ProfileSpec]
 
-    @staticmethod
-    def create(spec: ProfileSpec, buffer, group, leader, buffer_ok=None):
+    @classmethod
+    def create(cls, spec: ProfileSpec, buffer, group, leader, buffer_ok=None):
         if leader is not None:
             raise ProfileUsageError(
                 f"Profiler.create(leader=...) at {_source_site()}: mode='lean' fixes the leader (lane 0 of warp "
                 "group*warps_per_group); leader= is not accepted"
             )
         _check_constant_group(spec, group)  # lean takes the group from the warp, but a bad one is still a bug
-        return _lean_setup(spec, buffer, buffer_ok)
-
-    def _record(self, bits: int):
-        _lean_record(self.buffer, self.state_base, timer_lo(), _fresh_thread_x(), self.spec, bits)
+        return cls(buffer, _lean_setup(spec, buffer, buffer_ok), spec)
 
     def begin(self, event_id: int, index):
-        self._record(event_bits(event_id, BEGIN))
+        read = inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")  # timer_lo(), keeping its op
+        timer = Int32(Int64(read))
+        record = self.record(event_bits(event_id, BEGIN), timer)
+        return _LeanBegin(timer, read.owner, record, _current_block(), [False])
 
     def end(self, event_id: int, token_value, adjacent: bool):
-        self._record(event_bits(event_id, END))
+        # with fence="cta" every record stays where it is traced: a BEGIN's record precedes its fence
+        if token_value is not None and adjacent and self.spec.fence == "none" and token_value.can_pair():
+            self._pair(token_value, event_id)
+        else:
+            self.record(event_bits(event_id, END), timer_lo())
 
     def mark(self, event_id: int, index):
-        self._record(event_bits(event_id, INSTANT))
+        self.record(event_bits(event_id, INSTANT), timer_lo())
+
+    def record(self, bits: int, timer):
+        """One record on its own; returns its inline-PTX op."""
+        operands = [Int32(self.state_base), Int64(self.buffer.iterator.toint()), Int32(timer), fresh_thread_x()]
+        return inline_ptx.asm(None, operands, _lean_alone_ptx(bits, self.spec), "r,l,r,r")
+
+    def _pair(self, begin: _LeanBegin, event_id: int):
+        """The BEGIN's record op becomes one atomic taking both slots (at the BEGIN), and both records are
+        stored here."""
+        from cutlass._mlir import ir
+
+        begin.paired[0] = True
+        with ir.InsertionPoint(begin.timer_read):  # the slots are taken before the BEGIN's time is read
+            operands = [Int32(self.state_base), fresh_thread_x()]
+            taken, tag, leader = inline_ptx.asm_results((Int32, Int32, Int32), operands, _lean_take_ptx(2, self.spec),
+                                                        "=r,=r,=r,r,r")
+        thread_x = begin.record.operation.operands[3].owner  # read for the record alone: unused now
+        begin.record.operation.erase()
+        thread_x.erase()
+        bits = (event_bits(event_id, BEGIN), event_bits(event_id, END))
+        operands = [taken, tag, leader, Int64(self.buffer.iterator.toint()), Int32(begin.timer), Int32(timer_lo())]
+        inline_ptx.asm(None, operands, _lean_pair_ptx(bits, self.spec), "r,r,r,l,r,r")
 
     def finalize(self, leader):
         if leader is not None:
@@ -466,12 +499,16 @@ class LeanRecorder:
                 f"prof.finalize(leader=...) at {_source_site()}: mode='lean' takes no leader= "
                 "(the lane leader is fixed)"
             )
-        _lean_finalize(self.buffer, self.state_base, cute.arch.globaltimer_lo(), _fresh_thread_x(), self.spec)
+        _lean_finalize(self.buffer, self.state_base, cute.arch.globaltimer_lo(), fresh_thread_x(), self.spec)
 
 
-def _fresh_thread_x():
+def fresh_thread_x():
     """%tid.x read afresh where it is used: an ordinary read would be CSE'd and kept live across loops."""
     return Int32(inline_ptx.asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
+
+
+_LEAN_NO_TAG = 0xFFFFFFFF  # tag of a lane that does not exist (a real one has its 12 low bits clear)
+_LEAN_NO_LANE = 1 << 30  # records taken by a lane that does not exist: never below the capacity
 
 
 def _lean_slot(state_base, tid, spec: ProfileSpec):
@@ -483,40 +520,161 @@ def _lean_slot(state_base, tid, spec: ProfileSpec):
 
 @cute.jit
 def _lean_setup(spec: cutlass.Constexpr, buffer, buffer_ok):
-    state_base = Int32(cute.arch.alloc_smem(Int64, spec.num_groups, alignment=8).toint())
+    # the lanes' states, then one dummy word per lane of a warp (the other threads' atomics: _lean_take_ptx)
+    state_base = Int32(cute.arch.alloc_smem(Int32, 2 * spec.num_groups + 32, alignment=8).toint())
     tid, _, _ = cute.arch.thread_idx()
     lean_leader, address = _lean_slot(state_base, Int32(tid), spec)
     group = Int32(tid) >> ((32 * spec.warps_per_group).bit_length() - 1)
     lane = Lane.create(spec, buffer, group, lean_leader, buffer_ok)
     if lean_leader:
-        # A lane that does not exist, or a buffer too short for the spec (dynamic size): room -2, so that
-        # no record fits, and a lane index past write_stride, so that finalize writes no trailer either.
-        room = cutlass.select_(lane.leader, Int32(spec.user_capacity), Int32(-2))
-        lane_index = cutlass.select_(lane.leader, lane.block * spec.num_groups + group, Int32(spec.write_stride))
-        state = (Int64(lane_index) << 32) | Int64(Uint32(room))
+        # A lane that does not exist, or a buffer too short for the spec (dynamic size): records taken start
+        # at 2**30, so that none fits, and the tag marks it, so that finalize writes no trailer either.
+        taken = cutlass.select_(lane.leader, Int32(0), Int32(_LEAN_NO_LANE))
+        tag = cutlass.select_(lane.leader, lane.tag, Int32(Uint32(_LEAN_NO_TAG)))
+        state = (Int64(Uint32(tag)) << 32) | Int64(Uint32(taken))
         inline_ptx.asm(None, [address, state], "st.volatile.shared.u64 [$0], $1;", "r,l")
-    return LeanRecorder(buffer, state_base, spec)
+    return state_base
 
 
-def _lean_record(buffer, state_base, timer, tid, spec: ProfileSpec, bits: int):
+def _lean_locate(spec: ProfileSpec) -> str:
+    """PTX: p = this thread (%tid.x in $tid) leads its lane; a = the address of its lane's state."""
     threads = 32 * spec.warps_per_group
-    asm = (
-        "{ .reg .pred p, q; .reg .u32 r, s, a, room, lane, k, tag; .reg .u64 off, addr, rec;"
-        f" and.b32 r, $3, {threads - 1}; shr.u32 s, $3, {threads.bit_length() - 1};"
-        f" setp.eq.u32 p, r, 0; setp.lt.and.u32 p, s, {spec.num_groups}, p;"
-        " mad.lo.u32 a, s, 8, $0;"
-        " @p ld.volatile.shared.v2.u32 {room, lane}, [a];"
-        " setp.gt.and.s32 q, room, 0, p;"
-        f" sub.s32 k, {spec.trailer_slot}, room; mad.lo.s32 k, k, {spec.write_stride}, lane;"
-        " mul.wide.s32 off, k, 8; add.s64 addr, $1, off;"
-        f" shl.b32 tag, lane, {wire.LANE_SHIFT}; or.b32 tag, tag, {bits};"
-        " mov.b64 rec, {tag, $2};"
-        " @q st.global.b64 [addr+8], rec;"
-        " sub.s32 room, room, 1;"
-        " @p st.volatile.shared.u32 [a], room; }"
+    return (
+        f" and.b32 r, $tid, {threads - 1}; shr.u32 s, $tid, {threads.bit_length() - 1};"
+        f" setp.eq.u32 p, r, 0; setp.lt.and.u32 p, s, {spec.num_groups}, p; mad.lo.u32 a, s, 8, $state;"
     )
-    base = Int64(buffer.iterator.toint())
-    inline_ptx.asm(None, [Int32(state_base), base, Int32(timer), Int32(tid)], asm, "r,l,r,r")
+
+
+def _lean_address(spec: ProfileSpec) -> str:
+    """PTX: addr = the byte address of slot `taken` of the lane whose tag is `tag`, less the anchors and the
+    header (the stores' immediate offset: _lean_first_offset)."""
+    return (
+        f" shr.u32 lane, tag, {wire.LANE_SHIFT}; mad.lo.u32 k, taken, {spec.write_stride}, lane;"
+        " mad.wide.u32 addr, k, 8, $buffer;"
+    )
+
+
+def _lean_first_offset(spec: ProfileSpec) -> int:
+    return 8 * (1 + wire.ANCHOR_RECORDS * spec.write_stride)
+
+
+def _numbered(text: str, names: list[str]) -> str:
+    for i, name in enumerate(names):
+        text = text.replace(f"${name}", f"${i}")
+    return text
+
+
+def _lean_alone_ptx(bits: int, spec: ProfileSpec) -> str:
+    """One record: load the lane's state, store if it fits (a record past the capacity is counted by the
+    state's count at finalize), write the count back. Operands: state base, buffer, timer, %tid.x."""
+    text = (
+        "{ .reg .pred p, q; .reg .u32 r, s, a, taken, tag, lane, k; .reg .u64 addr;"
+        + _lean_locate(spec)
+        + " @p ld.volatile.shared.v2.u32 {taken, tag}, [a];"
+        f" setp.lt.and.u32 q, taken, {spec.user_capacity}, p;"
+        + _lean_address(spec)
+        + f" or.b32 tag, tag, {bits}; @q st.global.v2.u32 [addr+{_lean_first_offset(spec)}], {{tag, $timer}};"
+        " add.u32 taken, taken, 1; @p st.volatile.shared.u32 [a], taken; }"
+    )
+    return _numbered(text, ["state", "buffer", "timer", "tid"])
+
+
+def _lean_take_ptx(count: int, spec: ProfileSpec) -> str:
+    """Take `count` slots with one atomic add on the lane's count, and load its tag: neither result is
+    waited for here. Every other thread adds to a dummy word of its own, one bank per lane of the warp (a
+    predicated atomic compiles to a branch around it), and loads nothing. Results: taken, tag (the
+    leader's), leader (1 or 0); operands: state base, %tid.x."""
+    text = (
+        "{ .reg .pred p; .reg .u32 r, s, a, d;"
+        + _lean_locate(spec)
+        + f" and.b32 d, $tid, 31; mad.lo.u32 d, d, 4, $state; add.u32 d, d, {8 * spec.num_groups};"
+        " selp.u32 a, a, d, p; selp.u32 $leader, 1, 0, p;"
+        f" atom.shared.add.u32 $taken, [a], {count}; @p ld.shared.u32 $tag, [a+4]; }}"
+    )
+    return _numbered(text, ["taken", "tag", "leader", "state", "tid"])
+
+
+def _lean_pair_ptx(bits: tuple[int, int], spec: ProfileSpec) -> str:
+    """A leaf region's two records at the slots its BEGIN took, under one check that the BEGIN fits: the
+    END's slot is then at most the lane's DROPPED slot (inside the lane), past the capacity and counted,
+    and finalize's DROPPED record replaces it (as a cursor END sharing its BEGIN's check). Operands:
+    taken, tag, leader, buffer, BEGIN timer, END timer."""
+    first = _lean_first_offset(spec)
+    text = (
+        "{ .reg .pred q; .reg .u32 taken, tag, lane, k, b, e; .reg .u64 addr;"
+        " mov.u32 taken, $taken; mov.u32 tag, $tag;"
+        f" setp.lt.u32 q, taken, {spec.user_capacity}; setp.ne.and.u32 q, $leader, 0, q;"
+        + _lean_address(spec)
+        + f" or.b32 b, tag, {bits[0]}; @q st.global.v2.u32 [addr+{first}], {{b, $t0}};"
+        f" or.b32 e, tag, {bits[1]}; @q st.global.v2.u32 [addr+{first + 8 * spec.write_stride}], {{e, $t1}}; }}"
+    )
+    return _numbered(text, ["taken", "tag", "leader", "buffer", "t0", "t1"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _LeanBegin:
+    """A lean BEGIN as traced: its time, the ops reading it and storing its record, and where it was opened
+    (a leaf region's END replaces the record op with the atomic taking both slots, placed before the
+    timer read)."""
+
+    timer: Int32
+    timer_read: object
+    record: object
+    block: object
+    paired: list
+
+    def can_pair(self) -> bool:
+        """No END took this BEGIN yet, the END is in the BEGIN's block, and no loop lies between them (the
+        BEGIN's values would be live across it, as the cursor's state is)."""
+        return not self.paired[0] and _current_block() == self.block and not _loop_after(self.record)
+
+
+def _loop_after(op) -> bool:
+    """Whether a loop that stays a loop follows `op` in its block (at any depth inside the ops after it):
+    anything but a `for` of constant bounds that LLVM unrolls fully (_unrolled)."""
+
+    def loop(o) -> bool:
+        name = o.operation.name
+        if name in ("scf.while", "scf.parallel") or (name == "scf.for" and not _unrolled(o)):
+            return True
+        return any(loop(inner) for region in o.operation.regions for block in region.blocks
+                   for inner in block.operations)
+
+    after = False
+    for sibling in op.operation.block.operations:
+        if after and loop(sibling):
+            return True
+        after = after or sibling.operation == op.operation
+    return False
+
+
+_UNROLLED_TRIPS = 16  # a constant `for` of at most this many trips and no unroll hint: LLVM unrolls it
+
+
+def _unrolled(for_op) -> bool:
+    """An scf.for of constant bounds that becomes straight-line code: marked to unroll fully, or unrolled
+    by a count of at least its trip count, or (no hint) short (cutlass.range(n, unroll=1) stays a loop,
+    and so does a long one: LLVM unrolls cutlass.range(1000) by 8)."""
+    import re
+
+    from cutlass._mlir import ir
+
+    bounds = []
+    for value in list(for_op.operation.operands)[:3]:
+        owner = value.owner
+        if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+            return False
+        bounds.append(ir.IntegerAttr(owner.attributes["value"]).value)
+    lower, upper, step = bounds
+    trips = max(0, -(-(upper - lower) // step)) if step > 0 else 0
+    attributes = for_op.operation.attributes
+    hint = str(attributes["loop_annotation"]) if "loop_annotation" in attributes else ""
+    if "full = true" in hint:
+        return True
+    if "disable = true" in hint:
+        return False
+    count = re.search(r"count = (\d+)", hint)
+    return trips <= (int(count.group(1)) if count else _UNROLLED_TRIPS)
 
 
 @cute.jit
@@ -525,13 +683,14 @@ def _lean_finalize(buffer, state_base, timer, tid, spec: cutlass.Constexpr):
     if leader:
         load = "ld.volatile.shared.u64 $0, [$1];"
         state = Int64(inline_ptx.asm(Int64.mlir_type, [address], load, "=l,r"))
-        room = Int32(state)
-        lane = Int32(state >> 32)
-        if lane < spec.write_stride:
+        taken = Int32(state)
+        tag = Uint32(state >> 32)
+        if tag != _LEAN_NO_TAG:  # the lane exists
+            lane = Int32(tag >> wire.LANE_SHIFT)
             records = cute.make_tensor(
                 buffer.iterator + 1 + lane, cute.make_layout(spec.records_per_lane, stride=spec.write_stride)
             )
-            _write_trailer(records, lane << wire.LANE_SHIFT, -room, timer, True, spec)
+            _write_trailer(records, Int32(tag), taken - spec.user_capacity, timer, True, spec)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,15 +97,19 @@ class ProfileSpec:
 
     mode:             how a lane's records reach the buffer; one recorder per mode (ikp_cute/device.py):
                       "cursor"   (default) register cursor, records stored at once; one capacity check
-                                 per straight-line group of up to GROUP_LIMIT records.
+                                 per record, shared by a region's END that directly follows its BEGIN.
                       "deferred" cursor whose begin record is stored together with its end record (slot
                                  and time taken at the begin; a trap inside the region loses the begin).
                       "smem"     cursor whose records go to static shared memory (num_groups *
                                  records_per_lane * 8 bytes per block); finalize() copies them out, by the
                                  whole leader warp: finalize is then required.
-                      "lean"     no profiler state in registers between records: the lane's room and index
-                                 sit in 8 bytes of shared memory per group, re-read by each record (~12 SASS
-                                 per record instead of ~3). For register-tight kernels with sparse records.
+                      "lean"     no profiler state in registers between regions: the lane's count and tag
+                                 sit in 8 bytes of shared memory per group, found afresh by each record; a
+                                 leaf region takes both slots with one atomic at its BEGIN and stores both
+                                 at its END (6 SASS per record in a loop of leaf regions, the cursor 2.5;
+                                 a trap inside a leaf region loses its BEGIN, as in "deferred"; with
+                                 fence="cta" no region pairs). For register-tight kernels with sparse
+                                 records.
                                  The lane's group is the warp's (``warp_idx // warps_per_group``, 1-D
                                  blocks, ``32 * warps_per_group`` a power of two); ``leader=`` is refused.
                       "atomic"   each region reserves two slots with a shared-memory atomic (several

@@ -248,11 +248,12 @@ def test_dynamic_bad_group_is_dropped_and_counted(torch, mode, shift):
     assert np.all(session.records()[1:] == 0)
 
 
-@pytest.mark.parametrize("mode", ["cursor", "atomic"])
+@pytest.mark.parametrize("mode", ["cursor", "atomic", "lean"])
 def test_region_starting_on_the_last_slot_is_counted_exactly(torch, mode):
     """A mark, then regions: with an even capacity a region's BEGIN takes the last slot and its END is
     past the capacity. Exactly the records past the capacity are dropped and counted, and nothing is
-    written outside the lanes' slots (atomic: the END lands on the DROPPED slot, which finalize rewrites)."""
+    written outside the lanes' slots (atomic, and a lean leaf region: the END lands on the DROPPED slot,
+    which finalize rewrites)."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import from_dlpack
 

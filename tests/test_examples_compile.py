@@ -277,6 +277,7 @@ def fa4_ptx():
         "off": _compile_fa4(ProfileSpec(enabled=False), "iter"),
         "full": _compile_fa4(spec, "full"),
         "tile_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "tile"),
+        "full_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "full"),
         "spec": spec,
     }
 
@@ -293,10 +294,20 @@ def test_fa4_instrumented_compiles_and_differs_only_by_profiler(fa4_ptx):
 
 
 def test_fa4_lean_tile_view_differs_only_by_profiler(fa4_ptx):
-    """The lean per-tile view (the README's <=2% FA4 view): only profiler code added, state re-read from
-    shared memory at each record."""
+    """The lean per-tile view (the README's <=2% FA4 view): only profiler code added, each slot taken from
+    the lane's state in shared memory."""
     assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["tile_lean"]) == {}
-    assert "ld.volatile.shared.v2.u32" in fa4_ptx["tile_lean"] and str(BAKED) in fa4_ptx["tile_lean"]
+    assert "atom.shared.add.u32" in fa4_ptx["tile_lean"] and str(BAKED) in fa4_ptx["tile_lean"]
+
+
+def test_fa4_lean_leaf_regions_take_both_slots_at_their_begin(fa4_ptx):
+    """At detail `full`, FA4's leaf regions (softmax, the producer's load_K / load_V, the epilogue) take
+    both slots with one atomic at their BEGIN and store at their END; the other records (n_block, which
+    holds softmax; the role regions and mainloop, which hold FA4's loops) load the lane state alone."""
+    assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["full_lean"]) == {}
+    amounts = re.findall(r"atom\.shared\.add\.u32 [^;]*\], (\d);", fa4_ptx["full_lean"])
+    assert len(amounts) >= 4 and set(amounts) == {"2"}, amounts
+    assert "@p ld.volatile.shared.v2.u32" in fa4_ptx["full_lean"]
 
 
 def test_fa4_detail_levels_are_cumulative():

@@ -114,9 +114,10 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
     """FA4 sm90 forward + ikp_cute regions. `profile_spec`: a baked-address ProfileSpec with 3 groups."""
 
     def __init__(self, *args, profile_spec: ProfileSpec, detail: str = "iter", roles=("producer", "consumer"),
-                 events=None, late_setup: bool = False, **kwargs):
+                 events=None, late_setup: bool = False, recorder_class=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.profile_spec = profile_spec
+        self.recorder_class = recorder_class  # an A/B knob: another recorder of the mode (ikp_cute.testing)
         self.detail = detail
         self.roles = tuple(roles)  # which roles record at all (an ablation knob: cost per role)
         if profile_spec.enabled and profile_spec.window_slots and set(self.roles) != {"producer", "consumer"}:
@@ -200,7 +201,7 @@ class InstrumentedFlashAttentionForwardSm90(FlashAttentionForwardSm90):
         loads), the consumers' end is (the epilogue)."""
 
         def recorded():
-            self._prof = Profiler.create(self.profile_spec, None, group=group)
+            self._prof = Profiler.create(self.profile_spec, None, group=group, recorder_class=self.recorder_class)
             with self._region(region):
                 body(*args, **kwargs)
             self._prof.finalize()
@@ -261,7 +262,8 @@ def patched_interface(spec: ProfileSpec, detail: str = "iter", **options):
     """Inside the block, `flash_attn.cute.interface` (flash_attn_func, ...) runs the instrumented sm90
     forward recording into `spec`'s baked buffer. Compiled kernels are cached per (spec, detail,
     options), apart from FA4's own cache, and reused by later blocks with the same arguments.
-    options: `roles`, `events` of InstrumentedFlashAttentionForwardSm90 (ablations)."""
+    options: `roles`, `events`, `late_setup`, `recorder_class` of InstrumentedFlashAttentionForwardSm90
+    (ablations)."""
     from flash_attn.cute import interface
 
     saved_cls = interface.FlashAttentionForwardSm90

@@ -43,6 +43,13 @@ VARIANTS = {
     "full_lean": ("full", {"mode": "lean"}),
     "producer_full": ("full", {"roles": ("producer",)}),
 }
+# Lean with its leaf-region pairing turned off (every record loads its lane's state from shared memory and
+# stores at once, as every lean record did before session 12): the A/B rows for the lean record that
+# takes a leaf region's slots at its BEGIN.
+LEAN_AB = {
+    f"{level}_lean_shared_state": (level, {"mode": "lean", "recorder_class": "SharedStateLean"})
+    for level in ("tile", "iter", "full")
+}
 SESSION_OPTIONS = ("mode",)  # variant options that configure the Session, not the FA4 subclass
 
 
@@ -53,6 +60,15 @@ def split_options(options: dict) -> tuple[dict, dict]:
 
 sys.path.insert(0, str(HERE.parent / "pipeline"))
 from measure import time_alternating, write_outputs
+
+
+def with_recorder_class(options: dict) -> dict:
+    """A variant names its recorder class (ikp_cute.testing.record_variants) by name: the class itself."""
+    if not isinstance(options.get("recorder_class"), str):
+        return options
+    from ikp_cute.testing import record_variants
+
+    return {**options, "recorder_class": getattr(record_variants, options["recorder_class"])}
 
 
 def fa4_forward(q, k, v, causal: bool):
@@ -209,8 +225,9 @@ def run(out_dir: Path, *, batch=2, seqlen=4096, heads=16, dim=128, launches=200,
 
         launches_by_name = {"fa4": call_fa4, "fa4_again": call_fa4}
         for name in variants:
-            detail, options = VARIANTS[name]
+            detail, options = {**VARIANTS, **LEAN_AB}[name]
             session_options, options = split_options(options)
+            options = with_recorder_class(options)
             session = make_session(fi, batch, seqlen, heads, detail, **session_options)
             out, trace = capture(fi, session, detail, q, k, v, causal, **options)  # FA4 allocates `out` itself
             err = rel_error(out, ref32)
@@ -265,6 +282,11 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "tile_lean_consumer_only": ("tile", {"roles": ("consumer",), "mode": "lean"}),
     "iter_lean": ("iter", {"mode": "lean"}),
     "full_producer_only": ("full", {"roles": ("producer",)}),
+    # where the cost of a lean n_block region goes: the records' compiler barrier alone, each record
+    # storing on its own (session 12)
+    "iter": ("iter", {}),
+    "iter_lean barrier only": ("iter", {"mode": "lean", "recorder_class": "LeanBarrierOnly"}),
+    "iter_lean_shared_state": ("iter", {"mode": "lean", "recorder_class": "SharedStateLean"}),
 }
 
 
@@ -280,6 +302,7 @@ def ablation(
     variants = {"fa4": lambda: fa4_forward(q, k, v, causal), "fa4_again": lambda: fa4_forward(q, k, v, causal)}
     for name, (detail, options) in ABLATIONS.items():
         session_options, options = split_options(options)
+        options = with_recorder_class(options)
         session = make_session(fi, batch, seqlen, heads, detail, **session_options)
 
         def launch(session=session, detail=detail, options=options):
@@ -300,7 +323,7 @@ def ablation(
         for n, t in times.items()
         if n != "fa4"
     ]
-    (out_dir / "fa4_ablation.json").write_text(json.dumps(rows, indent=1))
+    (out_dir / f"fa4_ablation_{'causal' if causal else 'non-causal'}.json").write_text(json.dumps(rows, indent=1))
     return rows
 
 

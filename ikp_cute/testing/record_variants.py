@@ -9,8 +9,19 @@ records every BEGIN and END on its own (no check shared within a region):
     TimerOnly        the timer read, folded into the room register; nothing stored
     SmemNoCheck      NoCheck into shared memory, 32 bits (the timer only), as IKET stages its records
 
+and, for the lean A/B (benchmarks and FA4), the lean record with its leaf-region pairing turned off,
+which is how every lean record worked before session 12 (on today's 8-byte state):
+
+    SharedStateLean  every record loads its lane's state from shared memory, stores, and writes the
+                     count back (its store waits for the load)
+
+and, to find where FA4's cost of a lean region comes from (gpu/examples_suite.py --fa4-ablation):
+
+    LeanBarrierOnly  each record is an empty inline-PTX block with side effects: no instruction, only the
+                     compiler barrier every record brings (a timer read alone is removed by ptxas)
+
 Only benchmarks use these; none is a mode, and NoCheck, TimerOnly and SmemNoCheck do not write a
-decodable lane.
+decodable lane (SharedStateLean does: lean's state and finalize).
 """
 
 from __future__ import annotations
@@ -20,7 +31,7 @@ import dataclasses
 import cutlass
 from cutlass import const_expr, cute
 
-from ikp_cute import device
+from ikp_cute import device, inline_ptx
 
 
 class _EveryRecordAlone:
@@ -87,10 +98,29 @@ class SmemNoCheck(_EveryRecordAlone, device.SmemRecorder):
         self.room[0] = device.sub_nsw(room, 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class SharedStateLean(device.LeanRecorder):
+    def end(self, event_id: int, token_value, adjacent: bool):
+        self.record(device.event_bits(event_id, device.END), device.timer_lo())
+
+
+@dataclasses.dataclass(frozen=True)
+class LeanBarrierOnly(device.LeanRecorder):
+    def begin(self, event_id: int, index):
+        inline_ptx.asm(None, [], "", "")
+
+    def end(self, event_id: int, token_value, adjacent: bool):
+        inline_ptx.asm(None, [], "", "")
+
+    def mark(self, event_id: int, index):
+        inline_ptx.asm(None, [], "", "")
+
+
 VARIANTS = {  # row name: (mode, recorder class)
     "per_record_check": ("cursor", PerRecordCheck),
     "no_check": ("cursor", NoCheck),
     "no_timer": ("cursor", NoTimer),
     "timer_only": ("cursor", TimerOnly),
     "smem_no_check": ("smem", SmemNoCheck),
+    "lean_shared_state": ("lean", SharedStateLean),
 }

@@ -5,6 +5,11 @@ compare counts differ only by which ENDs share their BEGIN's check.
     "pair_then_mark":  region "a" (nothing inside), then mark "m": the END shares the BEGIN's check
     "mark_inside":     mark "m" inside region "a": the END checks the room itself
     "end_elsewhere":   region "a" begun before an `if`, ended inside it: the END checks the room itself
+    "loop_inside":     region "a" holds a dynamic loop without records, then mark "m" (lean: the BEGIN
+                       stores its own record, so nothing of the region is live across the loop)
+    "static_loop_inside": the same with a short loop of constant bounds (unrolled into straight-line code)
+    "unroll1_loop_inside": a loop of constant bounds marked not to unroll (it stays a loop)
+    "long_loop_inside": a loop of 1000 constant trips (LLVM unrolls it by 8 only: it stays a loop)
 """
 
 import cutlass
@@ -22,6 +27,18 @@ def shared_check_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Co
         prof.mark("w")
     token = prof.begin("a")
     acc = acc * 1.0001 + 0.5
+    if const_expr(layout == "loop_inside"):
+        for _ in cutlass.range(iters):
+            acc = acc * 0.5 + 1.0
+    if const_expr(layout == "static_loop_inside"):
+        for _ in cutlass.range(4):
+            acc = acc * 0.5 + 1.0
+    if const_expr(layout == "unroll1_loop_inside"):
+        for _ in cutlass.range(8, unroll=1):
+            acc = acc * 0.5 + 1.0
+    if const_expr(layout == "long_loop_inside"):
+        for _ in cutlass.range(1000):
+            acc = acc * 0.5 + 1.0
     if const_expr(layout == "mark_inside"):
         prof.mark("m")
     if const_expr(layout == "end_elsewhere"):
