@@ -432,3 +432,22 @@ def test_consumer_wait_share_counts_only_waits_inside_each_iteration():
     assert share["n_block_iterations"] == 2
     assert share["wait_share_total"] == pytest.approx((20 + 80) / 300)
     assert share["wait_share_p50"] == pytest.approx((0.2 + 0.4) / 2)
+
+
+def test_fa4_variants_name_recorders_that_exist():
+    """The FA4 tables and ablations name their recorder classes (ikp_cute.testing.record_variants) by
+    string, resolved only on the GPU machine: a misspelt or removed one must fail here, on the CPU."""
+    pytest.importorskip("cutlass")
+    from ikp_cute.testing import record_variants
+
+    spec = importlib.util.spec_from_file_location("ikp_fa4_run_under_test", EXAMPLES / "fa4_sm90" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    named = [
+        options["recorder_class"]
+        for table in (run.VARIANTS, run.LEAN_AB, run.ABLATIONS)
+        for _, options in table.values()
+        if "recorder_class" in options
+    ]
+    assert named and all(isinstance(getattr(record_variants, name, None), type) for name in named), named
+    assert run.with_recorder_class({"recorder_class": named[0]})["recorder_class"] is getattr(record_variants, named[0])

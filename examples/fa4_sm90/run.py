@@ -287,6 +287,9 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "iter": ("iter", {}),
     "iter_lean barrier only": ("iter", {"mode": "lean", "recorder_class": "LeanBarrierOnly"}),
     "iter_lean_shared_state": ("iter", {"mode": "lean", "recorder_class": "SharedStateLean"}),
+    "iter_lean global count": ("iter", {"mode": "lean", "recorder_class": "LeanGlobalCount"}),
+    "full_lean": ("full", {"mode": "lean"}),
+    "full_lean global count": ("full", {"mode": "lean", "recorder_class": "LeanGlobalCount"}),
 }
 
 

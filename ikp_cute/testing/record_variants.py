@@ -19,6 +19,10 @@ and, to find where FA4's cost of a lean region comes from (gpu/examples_suite.py
 
     LeanBarrierOnly  each record is an empty inline-PTX block with side effects: no instruction, only the
                      compiler barrier every record brings (a timer read alone is removed by ptxas)
+    LeanGlobalCount  lean that touches no shared memory: the lane's count is a global atomic on the low
+                     word of the lane's FINALIZE slot (finalize overwrites it), the lane found from
+                     %ctaid and %tid; leaf regions pair as in lean (a diagnostic: its DROPPED count is
+                     not written)
 
 Only benchmarks use these; none is a mode, and NoCheck, TimerOnly and SmemNoCheck do not write a
 decodable lane (SharedStateLean does: lean's state and finalize).
@@ -29,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import cutlass
-from cutlass import const_expr, cute
+from cutlass import Int32, Int64, const_expr, cute
 
 from ikp_cute import device, inline_ptx
 
@@ -114,6 +118,81 @@ class LeanBarrierOnly(device.LeanRecorder):
 
     def mark(self, event_id: int, index):
         inline_ptx.asm(None, [], "", "")
+
+
+def _global_locate(spec) -> str:
+    """PTX: p = this thread leads an existing lane; lane = its index; c = the address of its count."""
+    threads = 32 * spec.warps_per_group
+    count_offset = 8 * (1 + (spec.records_per_lane - 1) * spec.write_stride)
+    return (
+        f" and.b32 r, $tid, {threads - 1}; shr.u32 g, $tid, {threads.bit_length() - 1};"
+        " mov.u32 cx, %ctaid.x; mov.u32 cy, %ctaid.y; mov.u32 cz, %ctaid.z; mov.u32 nx, %nctaid.x;"
+        " mov.u32 ny, %nctaid.y; mad.lo.u32 b, cz, ny, cy; mad.lo.u32 b, b, nx, cx;"
+        f" mad.lo.u32 lane, b, {spec.num_groups}, g;"
+        f" setp.eq.u32 p, r, 0; setp.lt.and.u32 p, g, {spec.num_groups}, p;"
+        f" setp.lt.and.u32 p, lane, {spec.write_stride}, p;"
+        f" mad.wide.u32 c, lane, 8, $buffer; add.s64 c, c, {count_offset};"
+    )
+
+
+def _global_stores(spec, bits) -> str:
+    first = 8 * (1 + 2 * spec.write_stride)  # the header and the anchors
+    stores = "".join(
+        f" or.b32 tag, lane_tag, {b}; @q st.global.v2.u32 [addr+{first + 8 * spec.write_stride * i}], {{tag, $t{i}}};"
+        for i, b in enumerate(bits)
+    )
+    return (
+        f" setp.lt.and.u32 q, taken, {spec.user_capacity}, p;"
+        f" mad.lo.u32 k, taken, {spec.write_stride}, lane; mad.wide.u32 addr, k, 8, $buffer;"
+        " shl.b32 lane_tag, lane, 12;" + stores
+    )
+
+
+def _numbered(text: str, names: list) -> str:
+    for i, name in enumerate(names):
+        text = text.replace(f"${name}", f"${i}")
+    return text
+
+
+_GLOBAL_REGS = (
+    ".reg .pred p, q; .reg .u32 r, g, b, lane, taken, k, tag, lane_tag, cx, cy, cz, nx, ny; .reg .u64 c, addr;"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeanGlobalCount(device.LeanRecorder):
+    def record(self, bits: int, timer):
+        text = (
+            "{ " + _GLOBAL_REGS + _global_locate(self.spec)
+            + " @p atom.global.add.u32 taken, [c], 1;" + _global_stores(self.spec, [bits]) + " }"
+        )
+        operands = [Int64(self.buffer.iterator.toint()), device.fresh_thread_x(), Int32(timer)]
+        return inline_ptx.asm(None, operands, _numbered(text, ["buffer", "tid", "t0"]), "l,r,r")
+
+    def _pair(self, begin, event_id: int):
+        from cutlass._mlir import ir
+
+        begin.paired[0] = True
+        with ir.InsertionPoint(begin.timer_read):
+            buffer = Int64(self.buffer.iterator.toint())
+            take = (
+                "{ " + _GLOBAL_REGS + _global_locate(self.spec)
+                + " @p atom.global.add.u32 taken, [c], 2; mov.u32 $taken, taken; mov.u32 $lane, lane;"
+                " selp.u32 $leader, 1, 0, p; }"
+            )
+            names = ["taken", "lane", "leader", "buffer", "tid"]
+            taken, lane, leader = inline_ptx.asm_results(
+                (Int32, Int32, Int32), [buffer, device.fresh_thread_x()], _numbered(take, names), "=r,=r,=r,l,r"
+            )
+        begin.record.operation.erase()
+        bits = (device.event_bits(event_id, device.BEGIN), device.event_bits(event_id, device.END))
+        store = (
+            "{ " + _GLOBAL_REGS + " mov.u32 taken, $taken; mov.u32 lane, $lane; setp.ne.u32 p, $leader, 0;"
+            + _global_stores(self.spec, bits) + " }"
+        )
+        operands = [taken, lane, leader, buffer, Int32(begin.timer), Int32(device.timer_lo())]
+        names = ["taken", "lane", "leader", "buffer", "t0", "t1"]
+        inline_ptx.asm(None, operands, _numbered(store, names), "r,r,r,l,r,r")
 
 
 VARIANTS = {  # row name: (mode, recorder class)
