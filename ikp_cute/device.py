@@ -558,7 +558,9 @@ def _lean_first_offset(spec: ProfileSpec) -> int:
     return 8 * (1 + wire.ANCHOR_RECORDS * spec.write_stride)
 
 
-def _numbered(text: str, names: list[str]) -> str:
+def numbered_ptx(text: str, names: list[str]) -> str:
+    """Inline PTX written with named operands (`$state`, `$tid`, ...): each `$name` becomes `$i`, its
+    position in `names` (no name may be a prefix of another)."""
     for i, name in enumerate(names):
         text = text.replace(f"${name}", f"${i}")
     return text
@@ -576,7 +578,7 @@ def _lean_alone_ptx(bits: int, spec: ProfileSpec) -> str:
         + f" or.b32 tag, tag, {bits}; @q st.global.v2.u32 [addr+{_lean_first_offset(spec)}], {{tag, $timer}};"
         " add.u32 taken, taken, 1; @p st.volatile.shared.u32 [a], taken; }"
     )
-    return _numbered(text, ["state", "buffer", "timer", "tid"])
+    return numbered_ptx(text, ["state", "buffer", "timer", "tid"])
 
 
 def _lean_take_ptx(count: int, spec: ProfileSpec) -> str:
@@ -591,7 +593,7 @@ def _lean_take_ptx(count: int, spec: ProfileSpec) -> str:
         " selp.u32 a, a, d, p; selp.u32 $leader, 1, 0, p;"
         f" atom.shared.add.u32 $taken, [a], {count}; @p ld.shared.u32 $tag, [a+4]; }}"
     )
-    return _numbered(text, ["taken", "tag", "leader", "state", "tid"])
+    return numbered_ptx(text, ["taken", "tag", "leader", "state", "tid"])
 
 
 def _lean_pair_ptx(bits: tuple[int, int], spec: ProfileSpec) -> str:
@@ -608,7 +610,7 @@ def _lean_pair_ptx(bits: tuple[int, int], spec: ProfileSpec) -> str:
         + f" or.b32 b, tag, {bits[0]}; @q st.global.v2.u32 [addr+{first}], {{b, $t0}};"
         f" or.b32 e, tag, {bits[1]}; @q st.global.v2.u32 [addr+{first + 8 * spec.write_stride}], {{e, $t1}}; }}"
     )
-    return _numbered(text, ["taken", "tag", "leader", "buffer", "t0", "t1"])
+    return numbered_ptx(text, ["taken", "tag", "leader", "buffer", "t0", "t1"])
 
 
 @dataclasses.dataclass(frozen=True)

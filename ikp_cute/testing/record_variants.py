@@ -148,12 +148,6 @@ def _global_stores(spec, bits) -> str:
     )
 
 
-def _numbered(text: str, names: list) -> str:
-    for i, name in enumerate(names):
-        text = text.replace(f"${name}", f"${i}")
-    return text
-
-
 _GLOBAL_REGS = (
     ".reg .pred p, q; .reg .u32 r, g, b, lane, taken, k, tag, lane_tag, cx, cy, cz, nx, ny; .reg .u64 c, addr;"
 )
@@ -167,7 +161,7 @@ class LeanGlobalCount(device.LeanRecorder):
             + " @p atom.global.add.u32 taken, [c], 1;" + _global_stores(self.spec, [bits]) + " }"
         )
         operands = [Int64(self.buffer.iterator.toint()), device.fresh_thread_x(), Int32(timer)]
-        return inline_ptx.asm(None, operands, _numbered(text, ["buffer", "tid", "t0"]), "l,r,r")
+        return inline_ptx.asm(None, operands, device.numbered_ptx(text, ["buffer", "tid", "t0"]), "l,r,r")
 
     def _pair(self, begin, event_id: int):
         from cutlass._mlir import ir
@@ -180,10 +174,9 @@ class LeanGlobalCount(device.LeanRecorder):
                 + " @p atom.global.add.u32 taken, [c], 2; mov.u32 $taken, taken; mov.u32 $lane, lane;"
                 " selp.u32 $leader, 1, 0, p; }"
             )
-            names = ["taken", "lane", "leader", "buffer", "tid"]
-            taken, lane, leader = inline_ptx.asm_results(
-                (Int32, Int32, Int32), [buffer, device.fresh_thread_x()], _numbered(take, names), "=r,=r,=r,l,r"
-            )
+            take = device.numbered_ptx(take, ["taken", "lane", "leader", "buffer", "tid"])
+            operands = [buffer, device.fresh_thread_x()]
+            taken, lane, leader = inline_ptx.asm_results((Int32, Int32, Int32), operands, take, "=r,=r,=r,l,r")
         begin.record.operation.erase()
         bits = (device.event_bits(event_id, device.BEGIN), device.event_bits(event_id, device.END))
         store = (
@@ -192,7 +185,7 @@ class LeanGlobalCount(device.LeanRecorder):
         )
         operands = [taken, lane, leader, buffer, Int32(begin.timer), Int32(device.timer_lo())]
         names = ["taken", "lane", "leader", "buffer", "t0", "t1"]
-        inline_ptx.asm(None, operands, _numbered(store, names), "r,r,r,l,r,r")
+        inline_ptx.asm(None, operands, device.numbered_ptx(store, names), "r,r,r,l,r,r")
 
 
 VARIANTS = {  # row name: (mode, recorder class)
