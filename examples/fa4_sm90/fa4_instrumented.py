@@ -20,13 +20,12 @@ Lanes: group 0 = producer warp group (leader: lane 0 of warp 0, FA4's TMA warp),
 two consumer (MMA) warp groups (leaders: lane 0 of warps 4 and 8). One lane per (CTA, group); FA4's
 sm90 forward is not persistent, so num_blocks = batch * heads * ceil(seqlen_q / tile_m).
 
-Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 300 alternating launches, measured with the earlier
-version that also proxied the pipeline waits; README, "Real kernels"):
-per-tile regions on both roles cost +1.59% non-causal / +0.35% causal with a lean session
+Cost (H200, b=2 s=4096 h=16 d=128 bf16, medians of 200 alternating launches, 2026-11-27; README, "Real
+kernels"): per-tile regions on both roles cost +1.88% non-causal / +1.00% causal with a lean session
 (`ProfileSpec(mode="lean")`: no profiler state in the consumers' registers across FA4's register-tight main
-loop), +4.9% with the default register cursor, whose lane state held live across that loop changes
-its schedule. Per-iteration regions (`iter`, +4.8%) are cheaper with the default cursor; the producer
-role alone costs ~0.5% even at detail "full".
+loop), +4.73% / -0.57% with the default register cursor, whose lane state held live across that loop
+changes its schedule. Per-iteration regions (`iter`: +3.11% / +1.18% with the cursor, +7.51% / +4.81% lean)
+are cheaper with the default cursor; the producer role alone costs +0.43% / +0.93% even at detail "full".
 
 Invariants a change could break (tests/test_examples_compile.py guards them):
 * with a disabled spec the class compiles to FA4's own PTX (test_fa4_disabled_is_fa4);
