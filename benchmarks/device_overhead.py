@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pipeline"))  # measure.time_alternating
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 PRIOR_IKET = ("IKET's twin of this kernel (earlier runs under IKET's launcher, docs/gpu.md; not this run): "
@@ -90,7 +91,6 @@ def time_interleaved(launches: dict, reps: int) -> dict:
     turns launch by launch so that clock and thermal drift hit every variant alike, each launch between its
     own CUDA events with its buffer re-zeroed before the start event, all queued behind a sleep kernel so
     that the Python launch path opens no gap inside a timed interval (examples/pipeline/measure.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "pipeline"))
     from measure import time_alternating
 
     times = time_alternating({label: (zero, launch) for label, (launch, zero) in launches.items()}, reps)

@@ -38,6 +38,7 @@ groups was built and lost records on an H100 (docs/device.md); not shipped.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import cutlass
 from cutlass import Boolean, Int32, Int64, Uint32, Uint64, const_expr, cute
@@ -69,7 +70,13 @@ def _pack(timer32, tag32):
 def timer_lo():
     """Low 32 bits of a 64-bit `%globaltimer` read: ptxas reads it with one CS2R, whereas
     `%globaltimer_lo` costs S2UR + NOP + MOV."""
-    return Int32(Int64(inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")))
+    return _timer_read()[0]
+
+
+def _timer_read():
+    """(timer_lo(), the inline-PTX op reading it): a lean BEGIN places ops before its timer read."""
+    read = inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")
+    return Int32(Int64(read)), read.owner
 
 
 def sub_nsw(value, amount):
@@ -456,10 +463,9 @@ class LeanRecorder:
         return cls(buffer, _lean_setup(spec, buffer, buffer_ok), spec)
 
     def begin(self, event_id: int, index):
-        read = inline_ptx.asm(Int64.mlir_type, [], "mov.u64 $0, %globaltimer;", "=l")  # timer_lo(), keeping its op
-        timer = Int32(Int64(read))
+        timer, timer_read = _timer_read()
         record = self.record(event_bits(event_id, BEGIN), timer)
-        return _LeanBegin(timer, read.owner, record, _current_block(), [False])
+        return _LeanBegin(timer, timer_read, record, _current_block(), [False])
 
     def end(self, event_id: int, token_value, adjacent: bool):
         # with fence="cta" every record stays where it is traced: a BEGIN's record precedes its fence
@@ -476,22 +482,27 @@ class LeanRecorder:
         operands = [Int32(self.state_base), Int64(self.buffer.iterator.toint()), Int32(timer), fresh_thread_x()]
         return inline_ptx.asm(None, operands, _lean_alone_ptx(bits, self.spec), "r,l,r,r")
 
+    def take_pair(self) -> tuple:
+        """Take a leaf region's two slots (emitted at its BEGIN); returns what store_pair needs."""
+        operands = [Int32(self.state_base), fresh_thread_x()]
+        return inline_ptx.asm_results((Int32, Int32, Int32), operands, _lean_take_ptx(2, self.spec), "=r,=r,=r,r,r")
+
+    def store_pair(self, took: tuple, bits: tuple[int, int], timers: tuple):
+        """Store a leaf region's two records (emitted at its END) at the slots take_pair took."""
+        operands = [*took, Int64(self.buffer.iterator.toint()), *(Int32(t) for t in timers)]
+        inline_ptx.asm(None, operands, _lean_pair_ptx(bits, self.spec), "r,r,r,l,r,r")
+
     def _pair(self, begin: _LeanBegin, event_id: int):
-        """The BEGIN's record op becomes one atomic taking both slots (at the BEGIN), and both records are
+        """The BEGIN's record op becomes take_pair (before the BEGIN's timer read), and both records are
         stored here."""
         from cutlass._mlir import ir
 
         begin.paired[0] = True
         with ir.InsertionPoint(begin.timer_read):  # the slots are taken before the BEGIN's time is read
-            operands = [Int32(self.state_base), fresh_thread_x()]
-            taken, tag, leader = inline_ptx.asm_results((Int32, Int32, Int32), operands, _lean_take_ptx(2, self.spec),
-                                                        "=r,=r,=r,r,r")
-        thread_x = begin.record.operation.operands[3].owner  # read for the record alone: unused now
-        begin.record.operation.erase()
-        thread_x.erase()
+            took = self.take_pair()
+        _erase_with_its_thread_x(begin.record)
         bits = (event_bits(event_id, BEGIN), event_bits(event_id, END))
-        operands = [taken, tag, leader, Int64(self.buffer.iterator.toint()), Int32(begin.timer), Int32(timer_lo())]
-        inline_ptx.asm(None, operands, _lean_pair_ptx(bits, self.spec), "r,r,r,l,r,r")
+        self.store_pair(took, bits, (begin.timer, timer_lo()))
 
     def finalize(self, leader):
         if leader is not None:
@@ -502,9 +513,26 @@ class LeanRecorder:
         _lean_finalize(self.buffer, self.state_base, cute.arch.globaltimer_lo(), fresh_thread_x(), self.spec)
 
 
+_THREAD_X = "mov.u32 $0, %tid.x;"
+
+
 def fresh_thread_x():
     """%tid.x read afresh where it is used: an ordinary read would be CSE'd and kept live across loops."""
-    return Int32(inline_ptx.asm(Int32.mlir_type, [], "mov.u32 $0, %tid.x;", "=r"))
+    return Int32(inline_ptx.asm(Int32.mlir_type, [], _THREAD_X, "=r"))
+
+
+def _erase_with_its_thread_x(op):
+    """Erase `op`, and the fresh %tid.x reads it alone used (inline PTX with side effects: LLVM keeps them)."""
+    from cutlass._mlir import ir
+
+    owners = [value.owner for value in op.operation.operands if not isinstance(value.owner, ir.Block)]
+    op.operation.erase()
+    for owner in owners:
+        reads_thread_x = owner.name == "llvm.inline_asm" and (
+            ir.StringAttr(owner.attributes["asm_string"]).value == _THREAD_X
+        )
+        if reads_thread_x and not list(owner.results[0].uses):
+            owner.erase()
 
 
 _LEAN_NO_TAG = 0xFFFFFFFF  # tag of a lane that does not exist (a real one has its 12 low bits clear)
@@ -657,8 +685,6 @@ def _unrolled(for_op) -> bool:
     """An scf.for of constant bounds that becomes straight-line code: marked to unroll fully, or unrolled
     by a count of at least its trip count, or (no hint) short (cutlass.range(n, unroll=1) stays a loop,
     and so does a long one: LLVM unrolls cutlass.range(1000) by 8)."""
-    import re
-
     from cutlass._mlir import ir
 
     bounds = []

@@ -35,6 +35,7 @@ import dataclasses
 import cutlass
 from cutlass import Int32, Int64, const_expr, cute
 
+from host_decode.core import wire
 from ikp_cute import device, inline_ptx
 
 
@@ -136,7 +137,7 @@ def _global_locate(spec) -> str:
 
 
 def _global_stores(spec, bits) -> str:
-    first = 8 * (1 + 2 * spec.write_stride)  # the header and the anchors
+    first = 8 * (1 + wire.ANCHOR_RECORDS * spec.write_stride)  # the header and the anchors
     stores = "".join(
         f" or.b32 tag, lane_tag, {b}; @q st.global.v2.u32 [addr+{first + 8 * spec.write_stride * i}], {{tag, $t{i}}};"
         for i, b in enumerate(bits)
@@ -144,7 +145,7 @@ def _global_stores(spec, bits) -> str:
     return (
         f" setp.lt.and.u32 q, taken, {spec.user_capacity}, p;"
         f" mad.lo.u32 k, taken, {spec.write_stride}, lane; mad.wide.u32 addr, k, 8, $buffer;"
-        " shl.b32 lane_tag, lane, 12;" + stores
+        f" shl.b32 lane_tag, lane, {wire.LANE_SHIFT};" + stores
     )
 
 
@@ -155,35 +156,33 @@ _GLOBAL_REGS = (
 
 @dataclasses.dataclass(frozen=True)
 class LeanGlobalCount(device.LeanRecorder):
+    def _buffer(self):
+        return Int64(self.buffer.iterator.toint())
+
     def record(self, bits: int, timer):
         text = (
             "{ " + _GLOBAL_REGS + _global_locate(self.spec)
             + " @p atom.global.add.u32 taken, [c], 1;" + _global_stores(self.spec, [bits]) + " }"
         )
-        operands = [Int64(self.buffer.iterator.toint()), device.fresh_thread_x(), Int32(timer)]
+        operands = [self._buffer(), device.fresh_thread_x(), Int32(timer)]
         return inline_ptx.asm(None, operands, device.numbered_ptx(text, ["buffer", "tid", "t0"]), "l,r,r")
 
-    def _pair(self, begin, event_id: int):
-        from cutlass._mlir import ir
+    def take_pair(self) -> tuple:
+        take = (
+            "{ " + _GLOBAL_REGS + _global_locate(self.spec)
+            + " @p atom.global.add.u32 taken, [c], 2; mov.u32 $taken, taken; mov.u32 $lane, lane;"
+            " selp.u32 $leader, 1, 0, p; }"
+        )
+        take = device.numbered_ptx(take, ["taken", "lane", "leader", "buffer", "tid"])
+        operands = [self._buffer(), device.fresh_thread_x()]
+        return inline_ptx.asm_results((Int32, Int32, Int32), operands, take, "=r,=r,=r,l,r")
 
-        begin.paired[0] = True
-        with ir.InsertionPoint(begin.timer_read):
-            buffer = Int64(self.buffer.iterator.toint())
-            take = (
-                "{ " + _GLOBAL_REGS + _global_locate(self.spec)
-                + " @p atom.global.add.u32 taken, [c], 2; mov.u32 $taken, taken; mov.u32 $lane, lane;"
-                " selp.u32 $leader, 1, 0, p; }"
-            )
-            take = device.numbered_ptx(take, ["taken", "lane", "leader", "buffer", "tid"])
-            operands = [buffer, device.fresh_thread_x()]
-            taken, lane, leader = inline_ptx.asm_results((Int32, Int32, Int32), operands, take, "=r,=r,=r,l,r")
-        begin.record.operation.erase()
-        bits = (device.event_bits(event_id, device.BEGIN), device.event_bits(event_id, device.END))
+    def store_pair(self, took: tuple, bits: tuple, timers: tuple):
         store = (
             "{ " + _GLOBAL_REGS + " mov.u32 taken, $taken; mov.u32 lane, $lane; setp.ne.u32 p, $leader, 0;"
             + _global_stores(self.spec, bits) + " }"
         )
-        operands = [taken, lane, leader, buffer, Int32(begin.timer), Int32(device.timer_lo())]
+        operands = [*took, self._buffer(), *(Int32(t) for t in timers)]
         names = ["taken", "lane", "leader", "buffer", "t0", "t1"]
         inline_ptx.asm(None, operands, device.numbered_ptx(store, names), "r,r,r,l,r,r")
 
