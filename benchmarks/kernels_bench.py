@@ -116,13 +116,14 @@ def run_child(trace: Path, extra: list) -> dict:
     its parser workers, as each worker measured itself (bytes), exit code."""
     code = """
 import argparse, json, resource, sys
+from host_decode.core.jsonable import dumps
 from host_decode.torch_traces import trace as tt
 from host_decode.cli.commands import kernels
 ap = argparse.ArgumentParser()
 kernels.add_arguments(ap)
 args = ap.parse_args(sys.argv[1:])
 trace = tt.load_torch_trace(args.trace, cache=not args.no_cache, workers=args.jobs, parser=args.parser)
-json.dumps(kernels.build_report(trace, args), default=kernels._jsonable)
+dumps(kernels.build_report(trace, args))
 s = resource.getrusage(resource.RUSAGE_SELF)
 c = resource.getrusage(resource.RUSAGE_CHILDREN)
 print('USAGE', s.ru_maxrss * 1024, trace.meta.get('worker_peak_rss', 0),

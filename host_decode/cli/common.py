@@ -16,7 +16,6 @@ Grammar (guarded by tests/test_cli_grammar.py):
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any, Iterable
 
@@ -139,26 +138,6 @@ def table(con, title: str, headers: list, rows: list, **kw):
     from host_decode.reports.text import table as make
 
     return make(con, title, headers, rows, **kw)
-
-
-def jsonable(x: Any) -> Any:
-    """One JSON-safe converter for every command: numpy scalars/arrays -> Python, dict keys -> str,
-    tuples -> lists, and the one NaN rule: NaN and +-inf -> null (strict JSON has neither)."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if hasattr(x, "tolist") and not isinstance(x, (str, bytes)):  # numpy scalar or array
-        return jsonable(x.tolist())
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def dumps(x: Any) -> str:
-    import json
-
-    return json.dumps(jsonable(x), indent=1, allow_nan=False)
 
 
 def next_step(text: str, args=None) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from host_decode.core import wire
 from host_decode.core.decoder import as_uint64
+from host_decode.core.jsonable import to_jsonable
 from host_decode.core.model import Names
 
 FORMAT = "ikp-v1"
@@ -37,16 +38,10 @@ def save_capture(path: str | Path, buffer: Any, names: Names | dict | None = Non
     side = {"format": FORMAT, "num_blocks": num_blocks, "num_groups": num_groups}
     side.update(names.to_json())
     side.update({k: v for k, v in meta.items() if v is not None})
-    text = json.dumps(side, indent=1, sort_keys=True, default=_jsonable)
+    text = json.dumps(to_jsonable(side), indent=1, sort_keys=True)
     with OutputFiles(force=True) as out:  # a library save replaces a capture of the same name, atomically
         npy, sidecar = out.add(path), out.add(sidecar_of(path))
         with open(npy, "wb") as f:
             np.save(f, buf, allow_pickle=False)
         sidecar.write_text(text)
     return path
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"sidecar value of type {type(value).__name__} is not JSON-serializable")

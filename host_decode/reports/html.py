@@ -37,7 +37,6 @@ import dataclasses
 import datetime
 import html
 import json
-import math
 import re
 import types
 from collections.abc import Callable
@@ -48,6 +47,7 @@ import numpy as np
 
 from host_decode.core import wire
 from host_decode.core.arrays import CHUNK_ROWS, distinct_small, positions_of, runs_of_whole_lanes, span_durations
+from host_decode.core.jsonable import to_jsonable
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
@@ -129,7 +129,7 @@ def build_report_data(
     for view in REPORT_VIEWS:
         data[view.key] = view.build(trace, options)
     data["missing"] = missing
-    return jsonable(data)
+    return to_jsonable(data)
 
 
 def _groups_with_spans(trace: Trace) -> np.ndarray:
@@ -786,21 +786,6 @@ def stands_out(row: dict) -> dict:
         kind, value, text = max(flags, key=lambda f: f[1] / threshold[f[0]])
         return {"kind": kind, "value": value, "text": text, "also": [f[2] for f in flags if f[0] != kind]}
     return {"kind": "none", "value": None, "text": "steady (no tail or imbalance; no stall data)", "also": []}
-
-
-def jsonable(x: Any) -> Any:
-    """Plain JSON types; NaN / inf -> null (the page's JSON must be strict)."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def read_sass_listing(cubin: bytes, kernel: str | None = None) -> tuple[dict[int, str], dict[int, str | None]]:

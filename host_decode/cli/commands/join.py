@@ -35,7 +35,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import console, dumps, load_map, next_step, outputs, read_pc_table
+    from host_decode.cli.common import console, load_map, next_step, outputs, read_pc_table
+    from host_decode.core.jsonable import dumps
     from host_decode.hardware import join
 
     kind = "ncu" if args.ncu else "cupti" if args.cupti else "nvbit"

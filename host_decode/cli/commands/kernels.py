@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 import os
 import sys
@@ -103,6 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from host_decode.cli.common import Step, next_step, outputs
+    from host_decode.core.jsonable import dumps
     from host_decode.torch_traces import trace as tt
 
     if args.merge:
@@ -117,7 +117,7 @@ def run(args) -> int:
         if args.capture:
             report["capture"] = _capture_summary(args.capture, report["kernels"])
         if args.format == "json":
-            text = json.dumps(report, indent=1, default=_jsonable, allow_nan=False)
+            text = dumps(report)
         elif args.format == "csv":
             text = _csv(report, args.table)
         else:
@@ -207,15 +207,11 @@ def build_report(trace, args) -> dict:
 
 
 def _rows(table: dict) -> list:
+    from host_decode.core.jsonable import to_jsonable
+
     keys = list(table)
     n = len(table[keys[0]]) if keys else 0
-    return [{k: _jsonable(table[k][i]) for k in keys} for i in range(n)]
-
-
-def _jsonable(value):
-    from host_decode.cli.common import jsonable
-
-    return jsonable(value)
+    return [{k: to_jsonable(table[k][i]) for k in keys} for i in range(n)]
 
 
 def _csv(report: dict, table: str) -> str:

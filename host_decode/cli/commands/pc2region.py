@@ -28,7 +28,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import dumps, next_step, outputs, read_cubin_map
+    from host_decode.cli.common import next_step, outputs, read_cubin_map
+    from host_decode.core.jsonable import dumps
 
     with outputs(args, args.cubin, args.names, args.marker_table) as out:
         tmp = out.add(args.output) if args.output else None

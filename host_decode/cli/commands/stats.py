@@ -31,7 +31,7 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
     from host_decode.analysis import regions as analysis
     from host_decode.analysis.sessions import ring_counts
     from host_decode.analysis.stats import region_summary, summary_rows
-    from host_decode.cli.common import jsonable
+    from host_decode.core.jsonable import to_jsonable
 
     summary = region_summary(trace)
     regions = summary_rows(summary, trace.names)
@@ -50,12 +50,13 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
         "regions": regions,
     }
     out.update(analysis.analyze(trace, top_gaps=top_gaps))
-    return jsonable(out)
+    return to_jsonable(out)
 
 
 def run(args) -> int:
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, dumps, next_step, outputs, read_names
+    from host_decode.cli.common import Step, next_step, outputs, read_names
+    from host_decode.core.jsonable import dumps
 
     with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None
