@@ -19,6 +19,7 @@ from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
 from host_decode.writers import protobuf
+from host_decode.writers.options import TraceOptions
 from tests.stream_oracle import KIND_BEGIN, KIND_INSTANT, merged_stream
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -300,10 +301,9 @@ def tree_checks(result: dict, trace: Trace) -> None:
             assert d.name == trace.names.group(int(d.sibling_merge_key.split()[1]))
 
 
-def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", **kw) -> dict:
+def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", args=True, lane_counters="auto") -> dict:
     path = tmp_path / name
-    kw.setdefault("args", True)
-    stats = pf.write_perfetto(trace, path, **kw)
+    stats = pf.write_perfetto(trace, path, TraceOptions(slice_args=args, lane_counters=lane_counters))
     data = path.read_bytes()
     assert stats.bytes == len(data)
     return replay(data)
@@ -412,7 +412,7 @@ def test_interning_defined_before_use(tmp_path):
 def test_no_sm_no_counters_no_args(tmp_path):
     trace = random_trace(3, num_lanes=4)
     trace.lanes["sm"] = -1
-    res = write_and_replay(trace, tmp_path, counters=False, args=False)
+    res = write_and_replay(trace, tmp_path, args=False, lane_counters="off")
     assert not any(d.HasField("counter") for d in res["tracks"].values())
     assert not any(d.name.startswith("SM") for d in res["tracks"].values())
     assert all(not s["args"] for s in res["slices"])
@@ -460,7 +460,7 @@ def _frame(packets: list[bytes]) -> bytes:
 def _valid_bytes() -> tuple[Trace, bytes]:
     lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 20)]}
     trace = make_trace(lanes)
-    return trace, pf.perfetto_bytes(trace, args=True)
+    return trace, pf.perfetto_bytes(trace, TraceOptions(slice_args=True))
 
 
 def test_validator_rejects_unknown_field():
@@ -613,7 +613,7 @@ def test_file_order_is_merged_stream_order(seed, plain):
     if plain:
         trace.spans = trace.spans[trace.spans["end_ns"] > trace.spans["start_ns"]]
         trace.instants = trace.instants[:0]
-    data = pf.perfetto_bytes(trace, args=False, counters=False)
+    data = pf.perfetto_bytes(trace, TraceOptions(lane_counters="off"))
     origin = pf.trace_origin(trace)
     stream = merged_stream(trace.spans, trace.instants, origin)
     sp, ins = trace.spans, trace.instants
@@ -774,7 +774,7 @@ def test_slice_costs_34_bytes_in_the_goal_layout():
     # BEGIN 19 + END 15 bytes with 3-byte timestamps, 2-byte track uuids and 1-byte names (no args)
     lanes = {lane: [("B", 0, 0), ("E", 0, 1 << 20)] for lane in range(200)}
     trace = make_trace(lanes)
-    chunks, _ = pf.encode_perfetto(trace, args=False, counters=False)
+    chunks, _ = pf.encode_perfetto(trace, TraceOptions(lane_counters="off"))
     assert list(chunks)[-1].size == 34 * trace.spans.size
 
 

@@ -673,16 +673,17 @@ def test_ikp_waits_command(tmp_path, capsys):
     assert "no 'pipelines' or 'barriers' metadata" in capsys.readouterr().err
 
 
-def test_decode_passes_flows_and_counters_to_the_writer(tmp_path):
-    """`ikp decode -o` hands the flows and counters to the writer when the capture has pipeline metadata."""
-    from host_decode.cli.commands.decode import pipeline_extras
+def test_the_writer_draws_the_pipeline_overlay(tmp_path):
+    """The writer's pipelines overlay holds the analysis' flows and counters when the capture has pipeline
+    metadata, and nothing otherwise."""
+    from host_decode.writers.overlays import pipeline_overlay
 
     trace = fa_like().trace([k_pipeline()])
-    extras, note = pipeline_extras(trace)
-    assert extras["flows"].size == 10 and extras["flow_kinds"] == pl.FLOW_KINDS and len(extras["counters"]) == 1
-    assert note == "10 pipeline flows, 1 stages-full counters"
+    drawn = pipeline_overlay(trace)
+    assert drawn.flows.size == 10 and drawn.flow_kinds == pl.FLOW_KINDS and len(drawn.counters) == 1
+    assert drawn.notes == ("10 pipeline flows, 1 stages-full counters",)
     plain = decode(fa_like().buffer())
-    assert pipeline_extras(plain) == ({}, "")
+    assert pipeline_overlay(plain) is None
 
 
 def test_ikp_decode_writes_the_flows(tmp_path):

@@ -38,6 +38,7 @@ import numpy as np
 from host_decode.core.model import Trace
 from host_decode.writers import order as od
 from host_decode.writers import tracks
+from host_decode.writers.options import DEFAULT_OPTIONS, TraceOptions
 
 CHUNK = 25_000  # events formatted per list: a list of strings costs ~130 B an event
 FIRST_TID = 1  # trace processor reads tid 0 as tid = pid (module docstring): never a region's thread
@@ -243,22 +244,20 @@ def _dumps_events(events: Sequence[dict]) -> list[str]:
         return [json.dumps(e) for e in events]
 
 
-def write_chrome_json(
-    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool | None = None,
-    progress: bool = False,
-) -> dict:
+def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | None = None) -> dict:
     """Write `trace` as Chrome JSON (lanes by block), titled as the Perfetto writer titles its root track
-    (``otherData.title``: kernel, device, launch index). gzip=None: gzip iff the path ends in .gz.
-    counters: the lanes-inside counters; None = as the Perfetto writer decides (small traces only)."""
+    (``otherData.title``: kernel, device, launch index), with `options` (TraceOptions: slice args, lane
+    counters, gzip, progress; JSON draws no overlays)."""
     t0 = time.perf_counter()
-    if counters is None:
-        counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
+    options = options or DEFAULT_OPTIONS
     # the title the Perfetto writer gives its root track ("toy on H100 (launch 2)"): JSON has no track above
     # the block processes, so it goes in the metadata (Perfetto: Info and stats)
     head = {"otherData": {"title": tracks.root_name(trace), "generator": "ikp_cute"}}
-    events = write_document(path, chrome_events(trace, args=args, counters=counters), head=head, gzip=gzip)
+    events = write_document(path, chrome_events(trace, args=options.slice_args,
+                                                counters=options.with_lane_counters(trace)),
+                            head=head, gzip=options.gzipped(path))
     secs = time.perf_counter() - t0
-    if progress:
+    if options.progress:
         print(f"chrome json: {events:,} events in {secs * 1e3:.0f} ms -> {path}", file=sys.stderr)
     return {"path": str(path), "events": events, "bytes": Path(path).stat().st_size, "seconds": secs}
 
