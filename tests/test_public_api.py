@@ -70,8 +70,8 @@ def test_public_names_are_their_modules_objects():
     from host_decode.writers.options import TraceOptions
 
     expected = dict(decode=decode, load_capture=load_capture, save_capture=save_capture, write_trace=write_trace,
-                    TraceOptions=TraceOptions, region_summary=region_summary, Trace=Trace, LossReport=LossReport, DecodeError=DecodeError,
-                    Names=Names)
+                    TraceOptions=TraceOptions, region_summary=region_summary, Trace=Trace, LossReport=LossReport,
+                    DecodeError=DecodeError, Names=Names)
     assert sorted(host_decode.__all__) == sorted(expected)
     for name, obj in expected.items():
         assert getattr(host_decode, name) is obj, name

@@ -732,7 +732,7 @@ def test_waits_tables_fit_80_columns():
 
     from rich.console import Console
 
-    from host_decode.cli.commands.waits import print_waits
+    from host_decode.reports.tables.waits import print_waits
 
     data = ws.waits_summary(fa_like().trace([k_pipeline()]))
     con = Console(width=80, record=True, file=open(os.devnull, "w"))

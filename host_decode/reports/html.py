@@ -45,21 +45,19 @@ from typing import Any
 
 import numpy as np
 
-from host_decode.core import wire
-from host_decode.core.arrays import CHUNK_ROWS, distinct_small, positions_of, runs_of_whole_lanes, span_durations
+from host_decode.analysis.regions import region_rows
+from host_decode.core.arrays import distinct_small
 from host_decode.core.jsonable import to_jsonable
 from host_decode.core.model import Trace
 
 REPORT_FORMAT = "ikp-report-v1"
 DATA_ELEMENT_ID = "ikp-data"
-HIST_BINS = 24
 MAX_LOSS_LANES = 50
 MAX_SOURCE_LINES = 20_000
 
 # Thresholds of the "what stands out" flags (README, "ikp report", explains them).
 TAIL_RATIO_FLAG = 2.0  # p99 / p50 of a region's durations
 BLOCK_IMBALANCE_FLAG = 1.5  # max / mean over blocks of a region's total time per block
-LOG_BINS_RATIO = 8  # max / min duration above which histogram bins grow geometrically
 
 HOW_TO = {
     "map": (
@@ -109,7 +107,7 @@ def build_report_data(
         "generated_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "kernel": kernel_facts(trace, capture_path),
         "loss": loss_data(trace),
-        "regions": region_rows(trace),
+        "regions": region_rows(trace),  # host_decode.analysis.regions
         "groups": {str(g): trace.names.group(g) for g in _groups_with_spans(trace).tolist()},
     }
     data.update(_timeline_analysis(trace, missing))
@@ -300,184 +298,8 @@ def loss_data(trace: Trace) -> dict:
     return out
 
 
-def region_rows(trace: Trace) -> list[dict]:
-    """Per (group, event): stats.region_summary + histogram + share of the group's lane time + spread
-    across blocks. Temporaries stay at one row's spans (or one run of lanes): of the whole table only
-    the one-byte row id of each span is held (with few rows)."""
-    from host_decode.analysis.stats import FEW_KEYS, pair_ids, region_summary, summary_rows
-
-    summary = region_summary(trace)
-    rows = summary_rows(summary, trace.names)
-    sp = trace.spans
-    if not sp.size:
-        return rows
-    ids = pair_ids(sp["group"], sp["event"])[0]  # row of each span (the summary's rows, in its order)
-    exclusive, parent_event = _nesting_by_row(sp, ids, summary.size)
-    lanes = trace.lanes[trace.lanes["first_ns"] >= 0]
-    window_by_group = {
-        int(g): int((lanes["last_ns"] - lanes["first_ns"])[lanes["group"] == g].sum())
-        for g in np.unique(lanes["group"])
-    }
-    by_row = starts = None
-    if summary.size > FEW_KEYS:  # many rows: one stable sort by row instead of a scan per row
-        by_row = np.argsort(ids, kind="stable")
-        starts = np.searchsorted(ids[by_row], np.arange(summary.size + 1))
-    for k, (row, r) in enumerate(zip(rows, summary)):
-        g, e = int(r["group"]), int(r["event"])
-        members = positions_of(ids, k) if by_row is None else by_row[starts[k] : starts[k + 1]]
-        dur = span_durations(sp, members)
-        counts, edges, geometric = duration_histogram(dur)
-        row["hist_counts"] = counts
-        row["hist_edges_ns"] = edges
-        row["hist_log"] = geometric
-        window = window_by_group.get(g, 0)
-        row["share_of_group_time"] = r["total_ns"] / window if window else None
-        row["tail_ratio"] = float(r["p99_ns"] / r["p50_ns"]) if r["p50_ns"] > 0 else None
-        per_block = _sum_by_block(sp, members, dur)
-        row["blocks"] = int(per_block.size)
-        row["block_imbalance"] = float(per_block.max() / per_block.mean()) if per_block.size else None
-        row["key"] = f"{g}:{e}"
-        row["exclusive_ns"] = int(exclusive[k])
-        # the region this one runs inside most often (its row is indented under that one)
-        row["parent_key"] = f"{g}:{int(parent_event[k])}" if parent_event[k] >= 0 else None
-        row["exclusive_share_of_group_time"] = row["exclusive_ns"] / window if window else None
-    return rows
-
-
-def _sum_by_block(sp: np.ndarray, members: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """The non-zero per-block sums of `dur` (the durations of spans `members`), in block order, a chunk
-    at a time (exact: integer sums below 2**53)."""
-    total = np.zeros(0)
-    for i in range(0, members.size, CHUNK_ROWS):
-        part = np.bincount(sp["block"][members[i : i + CHUNK_ROWS]], weights=dur[i : i + CHUNK_ROWS])
-        if part.size > total.size:
-            part[: total.size] += total
-            total = part
-        else:
-            total[: part.size] += part
-    return total[total > 0]
-
-
-def _nesting_by_row(sp: np.ndarray, ids: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the sum of its spans' exclusive_durations, and the event its spans run inside most often
-    (ties: the smaller id; -1, no parent, before any event). Both are found run of whole lanes by run (a
-    span's parent is in its lane), so no parent index of the whole table is held; exact: each run's
-    per-row sums are integers below 2**53."""
-    exclusive = np.zeros(rows, np.int64)
-    codes, counts = [], []  # per run: distinct (row, parent event + 1) codes and how many spans have each
-    for part in _lane_runs(sp):
-        spans = sp[part]
-        parent = span_parents(spans)
-        exclusive += np.rint(np.bincount(ids[part], weights=exclusive_durations(spans, parent),
-                                         minlength=rows)).astype(np.int64)
-        up = np.where(parent >= 0, spans["event"][np.maximum(parent, 0)], -1).astype(np.int64)
-        code, count = np.unique(ids[part] * np.int64(wire.MAX_EVENT_ID + 2) + (up + 1), return_counts=True)
-        codes.append(code)
-        counts.append(count)
-    code, where = np.unique(np.concatenate(codes), return_inverse=True)
-    count = np.bincount(where, weights=np.concatenate(counts))
-    row, up = np.divmod(code, wire.MAX_EVENT_ID + 2)
-    best = np.lexsort((up, -count, row))  # per row, the most spans first, then the smaller event
-    first = best[np.r_[True, row[best][1:] != row[best][:-1]]]
-    parent_event = np.full(rows, -1, np.int64)
-    parent_event[row[first]] = up[first] - 1
-    return exclusive, parent_event
-
-
-LANE_RUN_SPANS = 1 << 18  # spans per run of whole lanes in the report's per-span passes
-
-
-def _lane_runs(sp: np.ndarray):
-    """Slices of the span table holding whole lanes (about LANE_RUN_SPANS spans each) when it is in lane
-    order (decoded traces are), else the whole table as one slice."""
-    lane = sp["lane"]
-    if lane.size and not bool((lane[1:] >= lane[:-1]).all()):
-        return iter([slice(0, lane.size)])
-    return runs_of_whole_lanes(lane, LANE_RUN_SPANS)
-
-
-def span_parents(sp: np.ndarray) -> np.ndarray:
-    """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
-    order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
-    lane, then begin in program order (core.model): then run of whole lanes by run;
-    tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
-    n = sp.size
-    index = np.int32 if n < 1 << 31 else np.int64  # indices, half the memory for any real capture
-    parent = np.full(n, -1, index)
-    if n == 0:
-        return parent
-    lane = sp["lane"]
-    if bool((lane[1:] >= lane[:-1]).all()):  # decoded traces: already in lane order
-        for part in _lane_runs(sp):
-            found = _parents_in_lane_order(lane[part], sp["depth"][part], index)
-            found[found >= 0] += part.start
-            parent[part] = found
-        return parent
-    order = np.argsort(lane, kind="stable").astype(index)
-    found = _parents_in_lane_order(lane[order], sp["depth"][order], index)
-    ok = found >= 0
-    parent[order[ok]] = order[found[ok]]
-    return parent
-
-
-def _parents_in_lane_order(lane: np.ndarray, depth: np.ndarray, index) -> np.ndarray:
-    """span_parents of spans already in lane order (positions in these arrays)."""
-    parent = np.full(lane.size, -1, index)
-    for d in range(1, int(depth.max()) + 1 if depth.size else 1):
-        kids, cands = np.flatnonzero(depth == d).astype(index), np.flatnonzero(depth == d - 1).astype(index)
-        if not kids.size or not cands.size:
-            continue
-        k = np.searchsorted(cands, kids) - 1
-        ok = k >= 0
-        found = cands[np.maximum(k, 0)]
-        ok &= lane[found] == lane[kids]
-        parent[kids[ok]] = found[ok]
-    return parent
-
-
-def exclusive_durations(sp: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Each span's duration minus the time of the spans directly inside it (never below 0: regions of
-    other ids that overlap without nesting can cover more than their parent)."""
-    dur = (sp["end_ns"] - sp["start_ns"]).astype(np.int64)
-    inner = np.bincount(parent[parent >= 0], weights=dur[parent >= 0], minlength=sp.size).astype(np.int64)
-    return np.maximum(dur - inner, 0)
-
-
-def duration_histogram(d: np.ndarray, bins: int = HIST_BINS, step: int = wire.TIMER_STEP_NS) -> tuple[list, list, bool]:
-    """Counts, edges (ns) and whether the bins grow geometrically. Durations read off %globaltimer are
-    multiples of its step (32 ns): bins are then whole steps centred on the values, so no bin is empty
-    only because no multiple of 32 fell in it (the comb a plain linspace gives). When the longest
-    duration is more than LOG_BINS_RATIO x the shortest, bin widths grow geometrically (still whole
-    steps), so a 2 µs tail beside 200 ns regions gets bins of its own instead of one flat bar. Edges are
-    bin boundaries, half a step off the values (the page labels values, never a negative one)."""
-    d = np.asarray(d, np.int64)
-    if d.size == 0:
-        return [], [], False
-    lo, hi = int(d.min()), int(d.max())
-    geometric = False
-    if step > 1 and not any(np.any(d[i : i + CHUNK_ROWS] % step) for i in range(0, d.size, CHUNK_ROWS)):
-        steps = (hi - lo) // step + 1  # values lo, lo + step, ..., hi
-        if steps > bins and (hi + step) / max(lo, step) > LOG_BINS_RATIO:
-            k = np.unique(np.rint(np.geomspace(1, steps + 1, bins + 1)).astype(np.int64)) - 1
-            edges = lo - step / 2 + step * k.astype(np.float64)
-            geometric = True
-        else:
-            width = step * max(1, -(-(hi - lo + step) // (bins * step)))
-            n = (hi - lo) // width + 1
-            edges = lo - step / 2 + width * np.arange(n + 1, dtype=np.float64)
-    elif hi > lo:
-        edges = np.linspace(lo, hi, bins + 1)
-    else:
-        edges = np.array([lo - 0.5, hi + 0.5])
-    counts, edges = np.histogram(d, edges)
-    return [int(c) for c in counts], [float(x) for x in edges], geometric
-
-
 def analysis_data(trace: Trace, analysis_mod: Any) -> tuple[dict, list[dict]]:
-    out = analysis_mod.analyze(trace)
-    sms, _ = analysis_mod.sm_table(trace)
-    sm_rows = [{k: int(r[k]) for k in sms.dtype.names} for r in sms]
-    return out, sm_rows
+    return analysis_mod.analyze(trace), analysis_mod.sm_rows(trace)
 
 
 def _analysis_module():

@@ -46,7 +46,7 @@ def run(args) -> int:
         with Step(f"decoding {args.buffer}", args):
             trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
-            from host_decode.reports.text import print_loss, print_summary
+            from host_decode.reports.tables.decode import print_loss, print_summary
 
             con = console()
             if trace.meta.get("launch_index") is not None:  # one launch of a ring: named as its trace is titled
