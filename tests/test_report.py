@@ -123,7 +123,7 @@ def inputs(tmp_path_factory):
     region_map.save(str(map_path))
     csv_path = d / "sass.csv"
     csv_path.write_text(synthetic_ncu_csv(region_map))
-    from host_decode.reports.html import read_sass_listing
+    from host_decode.reports.html_hardware import read_sass_listing
 
     sass_text, pc_files = read_sass_listing(cubin, "markers")
     return {"dir": d, "capture": capture, "map": map_path, "cubin": CUBIN, "csv": csv_path, "source": SOURCE,
@@ -326,7 +326,7 @@ def test_mismatched_hardware_data_is_refused(inputs):
 
 
 def test_marker_lines_without_map():
-    from host_decode.reports.html import marker_lines
+    from host_decode.reports.html_source import marker_lines
 
     src = """@cute.kernel
 def k(prof):

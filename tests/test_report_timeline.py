@@ -13,7 +13,7 @@ from host_decode.analysis import histograms, nesting, regions
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import load_capture
 from host_decode.core.model import SPAN_DTYPE
-from host_decode.reports import html, timeline
+from host_decode.reports import html, html_hardware, html_source, timeline
 
 
 def spans(rows):
@@ -133,7 +133,7 @@ def test_samples_shared_by_groups_running_the_same_code():
     rows = [{"event": 1, "group_name": "producer"}, {"event": 1, "group_name": "consumer"},
             {"event": 2, "group_name": "consumer"}]
     agg = {"samples": 10, "samples_share": 0.5, "inst_executed": 1, "stalls": {"wait": 3}, "paths": ["a"]}
-    html._attach_hardware_to_regions(rows, {"by_event": {"1": agg, "2": agg}})
+    html_hardware.attach_hardware_to_regions(rows, {"by_event": {"1": agg, "2": agg}})
     assert rows[0]["hw"]["shared_by"] == rows[1]["hw"]["shared_by"] == ["producer", "consumer"]
     assert rows[2]["hw"]["shared_by"] is None
 
@@ -141,7 +141,7 @@ def test_samples_shared_by_groups_running_the_same_code():
 def test_marker_line_totals_without_map(tmp_path):
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
     text = 'with profile_region(p, "outer"):\n    with profile_region(p, "body"):\n        x = 1\n'
-    src = html.source_data(text, "k.py", None, trace)
+    src = html_source.source_data(text, "k.py", None, trace)
     sp = trace.spans
     for line, event in (("1", 1), ("2", 2)):
         m = sp["event"] == event
@@ -153,7 +153,7 @@ def test_marker_line_totals_without_map(tmp_path):
 def test_def_line_attribution():
     lines = ["@cute.kernel", "def k(x):", "    y = x + 1"]
     pcs = {"line": [1, 1, 2, 3], "path": [0, 1, 1, 1], "metrics": {"samples_attributed": [5, 7, 1, 9]}}
-    out = html.def_line_attribution(lines, {"1": [0, 1], "2": [1], "3": [1]}, pcs, [0, 1, 2, 3], {})
+    out = html_source.def_line_attribution(lines, {"1": [0, 1], "2": [1], "3": [1]}, pcs, [0, 1, 2, 3], {})
     assert out == {"1": {"by_path": {"0": [1, 5.0], "1": [1, 7.0]}, "metric": "samples_attributed"},
                    "2": {"by_path": {"1": [1, 1.0]}, "metric": "samples_attributed"}}
 
