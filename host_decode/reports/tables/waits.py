@@ -8,7 +8,7 @@ fits 80 (tests/test_waits.py::test_waits_tables_fit_80_columns).
 
 from __future__ import annotations
 
-from host_decode.analysis.pipelines import MATCHED_STATUSES
+from host_decode.analysis.pipeline_match import MATCHED_STATUSES
 from host_decode.reports.tables.console import make_console
 
 NARROW = 120  # below this many columns the waits table keeps its main columns only
