@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace  # noqa: E402
-from host_decode.writers import order as od  # noqa: E402
+from host_decode.writers import lanes as ln  # noqa: E402
 from host_decode.writers import perfetto as pf  # noqa: E402
 from host_decode.writers.chrome_json import write_chrome_json  # noqa: E402
 from host_decode.writers.options import TraceOptions  # noqa: E402
@@ -104,8 +104,8 @@ def per_object_writer(trace: Trace, path: str) -> tuple[float, float]:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     origin = pf.trace_origin(trace)
-    chunks = od.lane_chunks(trace.spans, trace.instants)
-    table = od.lane_table(chunks, origin)
+    chunks = ln.lane_chunks(trace.spans, trace.instants)
+    table = ln.lane_table(chunks, origin)
     tree = build_track_tree(trace, table, counters=False)
     t0, c0 = time.perf_counter(), time.process_time()
     out = pb.Trace()
@@ -122,7 +122,7 @@ def per_object_writer(trace: Trace, path: str) -> tuple[float, float]:
         td.uuid, td.name = u, tree.name[i]
         if tree.parent[i]:
             td.parent_uuid = tree.parent[i]
-    for oc in od.ordered_chunks(chunks, origin, table.subs):  # the file order, one packet object per event
+    for oc in ln.ordered_chunks(chunks, origin, table.subs):  # the file order, one packet object per event
         o, cols = oc.order, oc.cols
         pos = np.concatenate([2 * o.pb, 2 * o.pe, 2 * o.pb[o.zero] + 1])
         kind = np.concatenate([np.full(o.pb.size, 1), np.zeros(o.pe.size + int(o.zero.sum()), np.int64)])

@@ -12,7 +12,7 @@ import pytest
 
 from host_decode.core.model import Names
 from host_decode.writers import TraceOptions, trace_format, write_trace
-from host_decode.writers import order as od
+from host_decode.writers import lane_counters as lc
 from host_decode.writers import perfetto as pf
 from host_decode.writers.chrome_json import chrome_events, write_chrome_json, write_chrome_parts
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
@@ -116,7 +116,7 @@ def test_random_traces(tmp_path, seed):
                       (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
     got = sorted((e["pid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
     assert got == want
-    ev, t, v = od.lanes_inside(sp)
+    ev, t, v = lc.lanes_inside(sp)
     c = sorted((e["name"], ns(e["ts"]), e["args"]["lanes"]) for e in events if e["ph"] == "C")
     want_c = zip([f"lanes in {trace.names.event(a)}" for a in ev.tolist()], (t - origin).tolist(), v.tolist())
     assert c == sorted(want_c)

@@ -32,7 +32,6 @@ KNOWN = {
     "lines: host_decode/core/decoder.py": "hostload, core split: split in progress",
     "lines: host_decode/hardware/pc2region.py": "hostpres, 600-line cap: split in progress",
     "lines: host_decode/torch_traces/loader.py": "hostpres, 600-line cap: split in progress",
-    "lines: host_decode/writers/order.py": "hostpres, 600-line cap: split in progress",
 }
 
 

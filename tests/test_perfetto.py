@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+from host_decode.writers import lane_counters as lc
+from host_decode.writers import lanes as ln
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
 from host_decode.writers import protobuf
@@ -437,7 +439,7 @@ def test_lanes_inside_counts_lanes_once():
     lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
              2: [("B", 0, 3), ("E", 0, 12)]}
     trace = make_trace(lanes)
-    ev, t, v = od.lanes_inside(trace.spans)
+    ev, t, v = lc.lanes_inside(trace.spans)
     assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
 
 
@@ -664,7 +666,7 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     assert pf.perfetto_bytes(trace) == data
     monkeypatch.setattr(pf, "_CHUNK_ROWS", 7)
     assert pf.perfetto_bytes(trace) == data
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the same file, streamed
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)  # runs of a few lanes: the same file, streamed
     assert pf.perfetto_bytes(trace) == data
 
 
@@ -680,9 +682,9 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
     if crossing:
         lanes[9] = CROSSING_LANE
     trace = make_trace(lanes)
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
-    chunks = od.lane_chunks(trace.spans, trace.instants)
-    two_pass = od.lane_table(chunks, pf.trace_origin(trace))
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
+    chunks = ln.lane_chunks(trace.spans, trace.instants)
+    two_pass = ln.lane_table(chunks, pf.trace_origin(trace))
     assert bool(two_pass.subs) == crossing
     want = b"".join(bytes(c) for c in pf.encode_perfetto(trace, one_pass=False)[0])
     one, _ = pf.encode_perfetto(trace, one_pass=True)
@@ -690,7 +692,7 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
         with pytest.raises(pf.SubTracksNeeded):
             b"".join(bytes(c) for c in one)
     else:
-        facts = od.lane_facts(chunks)
+        facts = ln.lane_facts(chunks)
         for field in ("lanes", "block", "group", "nsub", "span_events", "span_lanes", "tracks"):
             assert np.array_equal(getattr(facts, field), getattr(two_pass, field)), field
         assert b"".join(bytes(c) for c in one) == want
@@ -709,7 +711,7 @@ def test_deferred_records_give_the_same_bytes(monkeypatch):
                     ("E", 2, lane + 12), ("E", 0, lane + 20)] for lane in range(12)}
     lanes[7] = CROSSING_LANE
     trace = make_trace(lanes)
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)
     chunks = list(pf.encode_perfetto(trace, deferred=True)[0])
     assert sum(isinstance(c, pf.UnplacedEvents) for c in chunks) > 1
     placed = [c.place() if isinstance(c, pf.UnplacedEvents) else c for c in chunks]
@@ -720,7 +722,7 @@ def test_sparse_lane_ids_find_their_tracks(tmp_path):
     # lane ids far apart: TrackTree.lane_uuid binary-searches instead of reading its lane -> uuid table
     lanes = {1: [("B", 0, 0), ("E", 0, 10)], 400_001: [("B", 1, 2), ("I", 2, 3), ("E", 1, 9)]}
     trace = make_trace(lanes)
-    tree = pf.build_track_tree(trace, od.lane_facts(od.lane_chunks(trace.spans, trace.instants)), counters=False)
+    tree = pf.build_track_tree(trace, ln.lane_facts(ln.lane_chunks(trace.spans, trace.instants)), counters=False)
     assert tree._uuid_by_lane is None
     res = write_and_replay(trace, tmp_path)
     check_against_trace(trace, res, args=True)

@@ -6,7 +6,7 @@ what each layer needs of it; no layer re-declares the choices one by one. The fi
 * ``slice_args``: per-slice debug annotations (block, group, SM, lane, event; ``ikp decode --slice-args``).
   Off by default: those facts are on the track descriptors already.
 * ``lane_counters``: the "lanes in <region>" counter tracks, ``"auto"`` | ``"on"`` | ``"off"``; auto writes
-  them for traces of at most order.LANE_COUNTERS_AUTO regions (they add about two samples a region).
+  them for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (they add about two samples a region).
 * ``gzip``: None gzips iff the file name ends in .gz.
 * ``progress``: phase timings on stderr.
 * ``overlays``: the names of the overlays the Perfetto writer draws from the trace
@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from host_decode.core.model import Trace
-from host_decode.writers.order import LANE_COUNTERS_AUTO
+from host_decode.writers.lane_counters import LANE_COUNTERS_AUTO
 from host_decode.writers.overlays import OVERLAYS
 
 LANE_COUNTER_CHOICES = ("auto", "on", "off")

@@ -14,7 +14,7 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
 5. the overlay's flows: per dependency a ``TYPE_INSTANT`` on the source lane's group track carrying ``flow_ids`` and
    one on the destination lane's carrying ``terminating_flow_ids`` (name: the flow kind).
 
-Streaming: the events are encoded and written one run of whole lanes at a time (order.lane_chunks), so
+Streaming: the events are encoded and written one run of whole lanes at a time (lanes.lane_chunks), so
 memory beyond the span table stays bounded by a chunk. write_perfetto orders a run and lays out its
 packets on the calling thread while its file-write thread builds the previous run's records, places them
 and writes them (UnplacedEvents: long numpy calls, which release the GIL, so the two share two cores).
@@ -31,7 +31,7 @@ its own.
 Size: per-lane constants (block, group, SM, lane) are on the track descriptors once; per-slice debug
 annotations only with ``TraceOptions(slice_args=True)`` (``ikp decode --slice-args``). The lanes-inside
 counters add about two samples per region, so by default (``lane_counters="auto"``) they are written only
-for traces of at most order.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without
+for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without
 them).
 
 Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
@@ -63,6 +63,9 @@ from typing import BinaryIO, Iterator
 import numpy as np
 
 from host_decode.core.model import CounterSeries, Trace
+from host_decode.writers import ids
+from host_decode.writers import lane_counters as lc
+from host_decode.writers import lanes as ln
 from host_decode.writers import order as od
 from host_decode.writers.options import DEFAULT_OPTIONS, TraceOptions
 from host_decode.writers.overlays import Overlay, draw_overlays
@@ -256,17 +259,17 @@ def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, o
     args, series, flows = options.slice_args, overlay.counters, overlay.flows
     lane_counters = options.with_lane_counters(trace)
     origin = _origin(trace, series, flows)
-    chunks = od.lane_chunks(spans, instants)
-    table = _with_lanes(trace, od.lane_facts(chunks) if one_pass else od.lane_table(chunks, origin), flows)
+    chunks = ln.lane_chunks(spans, instants)
+    table = _with_lanes(trace, ln.lane_facts(chunks) if one_pass else ln.lane_table(chunks, origin), flows)
     phase("order")
     tree = build_track_tree(trace, table, counters=lane_counters and spans.size > 0, series=series)
     info["tracks"], info["overlap_tracks"] = tree.num_tracks, int(tree.overlap_tracks)
     widths = _widths(trace, table, tree, origin, args)
     phase("tracks")
-    event_ids = od.union(table.span_events, od.present(instants["event"].astype(np.int64)))
+    event_ids = ids.union(table.span_events, ids.present(instants["event"].astype(np.int64)))
     yield _interning_packet(trace, event_ids, args, overlay.flow_kinds)
     yield tree.descriptor_bytes(origin, trace.absolute)
-    for oc in od.ordered_chunks(chunks, origin, None if one_pass else table.subs):
+    for oc in ln.ordered_chunks(chunks, origin, None if one_pass else table.subs):
         if one_pass and oc.sub.any():
             raise SubTracksNeeded
         out = _encode_events(trace, oc, tree, widths, origin, args, deferred)
@@ -297,7 +300,7 @@ def _origin(trace: Trace, series: tuple, flows: np.ndarray) -> int:
     return min([origin] + lows)
 
 
-def _with_lanes(trace: Trace, table: od.LaneTable, flows: np.ndarray) -> od.LaneTable:
+def _with_lanes(trace: Trace, table: ln.LaneTable, flows: np.ndarray) -> ln.LaneTable:
     """The lane table plus a group track for every lane a flow starts or ends on."""
     if not flows.size:
         return table
@@ -313,7 +316,7 @@ def _with_lanes(trace: Trace, table: od.LaneTable, flows: np.ndarray) -> od.Lane
         nsub=np.concatenate([table.nsub, np.ones(extra.size, np.int64)])[o])
 
 
-def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, args: bool) -> _Widths:
+def _widths(trace: Trace, table: ln.LaneTable, tree: TrackTree, origin: int, args: bool) -> _Widths:
     spans, inst = trace.spans, trace.instants
     one = lambda values: uwidth(np.array([values], np.int64))  # noqa: E731
     top = [0]
@@ -327,7 +330,7 @@ def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, arg
                 inst_name=one(int(inst["event"].max()) + 1) if inst.size else 1, span_args=[], inst_args=[])
     if args:
         sm_span = trace.sm_of_lane(table.span_lanes)
-        inst_lanes = od.present(inst["lane"].astype(np.int64))
+        inst_lanes = ids.present(inst["lane"].astype(np.int64))
         sm_inst = trace.sm_of_lane(inst_lanes)
         with_sm = bool((np.concatenate([sm_span, sm_inst]) >= 0).any())
         for table_, sm, out in ((spans, sm_span, w.span_args), (inst, sm_inst, w.inst_args)):
@@ -413,7 +416,7 @@ class UnplacedEvents:
         return out
 
 
-def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
+def _encode_events(trace: Trace, oc: ln.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
                    args: bool, deferred: bool = False) -> np.ndarray | UnplacedEvents:
     """The chunk's slice and instant packets in file order, as one byte array (deferred: as UnplacedEvents,
     whose place() makes that array).
@@ -491,7 +494,7 @@ def _arg_columns(trace: Trace, cols: od.SpanColumns, inst: np.ndarray) -> tuple[
 
 
 def _encode_lane_counters(spans: np.ndarray, tree: TrackTree, origin: int) -> tuple[np.ndarray, int]:
-    ev, t, value = od.lanes_inside(spans)
+    ev, t, value = lc.lanes_inside(spans)
     # each counter starts at 0 at the origin, so its track reads from the launch start
     first = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
     need = first[t[first] > origin]
