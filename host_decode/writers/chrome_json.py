@@ -35,6 +35,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from host_decode.core.jsonable import dumps
 from host_decode.core.model import Trace
 from host_decode.writers import ids, tracks
 from host_decode.writers import lane_counters as lc
@@ -220,7 +221,7 @@ def write_document(path: str | Path, events: Iterable[list[str]], *, head: dict 
         lambda p: open(p, "w", encoding="utf-8"))
     written = 0
     with opener(path) as f:
-        f.write("{" + (json.dumps(head)[1:-1] + "," if head else "") + '"traceEvents":[\n')
+        f.write("{" + (dumps(head, indent=None)[1:-1] + "," if head else "") + '"traceEvents":[\n')
         sep = ""
         for lo in range(0, len(foreign), CHUNK):
             chunk = _dumps_events(foreign[lo : lo + CHUNK])
