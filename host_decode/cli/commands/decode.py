@@ -58,6 +58,8 @@ def run(args) -> int:
         if loss_tmp:
             loss_tmp.write_text(trace.loss.dumps())
         if csv_tmp:
+            from host_decode.writers.spans_csv import write_spans_csv
+
             write_spans_csv(trace, csv_tmp)
         note = ""
         if trace_tmp:
@@ -83,13 +85,3 @@ def run(args) -> int:
             args,
         )
     return 0
-
-
-def write_spans_csv(trace, path) -> None:
-    import numpy as np
-
-    s = trace.spans
-    cols = np.column_stack(
-        [s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]]
-    )
-    np.savetxt(path, cols, fmt="%d", delimiter=",", header="block,group,event,start_ns,end_ns,duration_ns", comments="")
