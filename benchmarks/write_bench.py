@@ -26,9 +26,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace  # noqa: E402
-from host_decode.writers import order as od  # noqa: E402
+from host_decode.writers import lanes as ln  # noqa: E402
 from host_decode.writers import perfetto as pf  # noqa: E402
 from host_decode.writers.chrome_json import write_chrome_json  # noqa: E402
+from host_decode.writers.options import TraceOptions  # noqa: E402
 from host_decode.writers.tracks import SEQUENCE_ID, build_track_tree  # noqa: E402
 
 STEP = 32  # ns
@@ -103,8 +104,8 @@ def per_object_writer(trace: Trace, path: str) -> tuple[float, float]:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     origin = pf.trace_origin(trace)
-    chunks = od.lane_chunks(trace.spans, trace.instants)
-    table = od.lane_table(chunks, origin)
+    chunks = ln.lane_chunks(trace.spans, trace.instants)
+    table = ln.lane_table(chunks, origin)
     tree = build_track_tree(trace, table, counters=False)
     t0, c0 = time.perf_counter(), time.process_time()
     out = pb.Trace()
@@ -121,7 +122,7 @@ def per_object_writer(trace: Trace, path: str) -> tuple[float, float]:
         td.uuid, td.name = u, tree.name[i]
         if tree.parent[i]:
             td.parent_uuid = tree.parent[i]
-    for oc in od.ordered_chunks(chunks, origin, table.subs):  # the file order, one packet object per event
+    for oc in ln.ordered_chunks(chunks, origin, table.subs):  # the file order, one packet object per event
         o, cols = oc.order, oc.cols
         pos = np.concatenate([2 * o.pb, 2 * o.pe, 2 * o.pb[o.zero] + 1])
         kind = np.concatenate([np.full(o.pb.size, 1), np.zeros(o.pe.size + int(o.zero.sum()), np.int64)])
@@ -177,11 +178,12 @@ def main() -> int:
           f"(cpus: {os.cpu_count()})")
 
     rows = []
-    for label, kw in (("GOAL  no args, no counters (ikp decode -o default)", dict(args=False, counters=False)),
-                      ("      args, no counters (--slice-args)", dict(args=True, counters=False)),
-                      ("      args + counters (--slice-args --lane-counters on)", dict(args=True, counters=True))):
+    for label, opts in (("GOAL  no args, no counters (ikp decode -o default)", TraceOptions(lane_counters="off")),
+                        ("      args, no counters (--slice-args)", TraceOptions(slice_args=True, lane_counters="off")),
+                        ("      args + counters (--slice-args --lane-counters on)",
+                         TraceOptions(slice_args=True, lane_counters="on"))):
         path = out / "bench.pftrace"
-        wall, cpu, stats = best_of(a.repeat, lambda: pf.write_perfetto(trace, path, **kw))
+        wall, cpu, stats = best_of(a.repeat, lambda: pf.write_perfetto(trace, path, opts))
         rows.append((label, n / wall, n / cpu, stats.bytes / n, stats))
     print(f"\n{'perfetto writer, 1 M spans':48s} {'M slices/s':>11s} {'(CPU time)':>11s} {'bytes/slice':>12s}")
     for label, rate, cpu_rate, bps, stats in rows:
@@ -197,7 +199,7 @@ def main() -> int:
     runs = [per_object_writer(sub_trace, str(out / "baseline.pftrace")) for _ in range(min(2, a.repeat))]
     base_wall, base_cpu = min(r[0] for r in runs), min(r[1] for r in runs)
     mine_wall, mine_cpu, _ = best_of(
-        a.repeat, lambda: pf.write_perfetto(sub_trace, out / "sub.pftrace", args=False, counters=False))
+        a.repeat, lambda: pf.write_perfetto(sub_trace, out / "sub.pftrace", TraceOptions(lane_counters="off")))
     print(f"\nsame {m:,} spans (no args, no counters), M slices/s wall (CPU):")
     print(f"  per-object protobuf writer  {m / base_wall / 1e6:6.3f} ({m / base_cpu / 1e6:6.3f})  "
           f"{os.path.getsize(out / 'baseline.pftrace') / m:.1f} B/slice")
@@ -207,7 +209,8 @@ def main() -> int:
     print(f"1 M-span numpy rate / per-object rate: {rows[0][1] * base_wall / m:.1f}x wall, "
           f"{rows[0][2] * base_cpu / m:.1f}x CPU (goal >= 10x)")
 
-    jwall, jcpu, _ = best_of(1, lambda: write_chrome_json(trace, out / "bench.json", args=True, counters=True))
+    json_opts = TraceOptions(slice_args=True, lane_counters="on")
+    jwall, jcpu, _ = best_of(1, lambda: write_chrome_json(trace, out / "bench.json", json_opts))
     jb = os.path.getsize(out / "bench.json")
     print(f"\nchrome JSON writer (args + counters): {n / jwall / 1e6:.2f} M slices/s wall ({n / jcpu / 1e6:.2f} CPU), "
           f"{jb / n:.1f} bytes/slice")

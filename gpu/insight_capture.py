@@ -309,7 +309,7 @@ def main() -> int:
 
     from host_decode.analysis import align, diff
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.commands.stats import collect
+    from host_decode.analysis.regions import stats_data
     from host_decode.reports import merged, plots
 
     if not torch.cuda.is_available():
@@ -362,7 +362,7 @@ def main() -> int:
     results["host_clock_vs_globaltimer_gpu0"] = host_bracket_offset(lib, torch, 0)
 
     merged.write_session(parts, out / "session.json")
-    stats = collect(session)
+    stats = stats_data(session)
     (out / "stats.json").write_text(json.dumps(stats, indent=1))
     plots.plot_all(session, out / "plots")
     half = len(parts) // 2

@@ -10,6 +10,7 @@ cheap and imports no numpy)::
     trace = hd.decode(buffer, names={...})        # a raw buffer (numpy / torch.cpu().numpy())
     hd.save_capture("capture.npy", buffer, names={...}, write_stride=...)
     hd.write_trace(trace, "trace.pftrace")        # or .json, optionally .gz
+    hd.write_trace(trace, "t.pftrace", hd.TraceOptions(slice_args=True, lane_counters="on"))
     hd.region_summary(trace)                      # per (group, region) statistics
     trace.loss                                    # LossReport: every record decoded or counted
 
@@ -29,6 +30,7 @@ _PUBLIC = {
     "load_capture": "host_decode.core.decoder:load_capture",
     "save_capture": "host_decode.core.capture:save_capture",
     "write_trace": "host_decode.writers:write_trace",
+    "TraceOptions": "host_decode.writers.options:TraceOptions",
     "region_summary": "host_decode.analysis.stats:region_summary",
 }
 

@@ -1,11 +1,16 @@
-"""host_decode.analysis.regions against hand-computed values on small traces, and against a brute-force
-per-nanosecond model on random ones."""
+"""The region analyses (host_decode.analysis: intervals, bubbles, overlap, launch, regions) against
+hand-computed values on small traces, and against a brute-force per-nanosecond model on random ones."""
 
 import json
 
 import numpy as np
 import pytest
 
+from host_decode.analysis import bubbles as bub
+from host_decode.analysis import histograms as hi
+from host_decode.analysis import intervals as iv
+from host_decode.analysis import launch as la
+from host_decode.analysis import overlap as olap
 from host_decode.analysis import regions as an
 from host_decode.analysis.sessions import trace_from_spans
 from host_decode.core.model import Names
@@ -46,7 +51,7 @@ def small_trace():
 
 
 def test_union_intervals_merges_overlaps_and_touching_per_key():
-    k, lo, hi, member = an.union_intervals([0, 0, 0, 1, 0], [10, 15, 30, 0, 40], [20, 30, 35, 5, 50])
+    k, lo, hi, member = iv.union_intervals([0, 0, 0, 1, 0], [10, 15, 30, 0, 40], [20, 30, 35, 5, 50])
     assert k.tolist() == [0, 0, 1]
     assert lo.tolist() == [10, 40, 0]
     assert hi.tolist() == [35, 50, 5]
@@ -55,7 +60,7 @@ def test_union_intervals_merges_overlaps_and_touching_per_key():
 
 def test_gaps_and_bubbles_hand_computed():
     t = small_trace()
-    gaps = an.lane_gaps(t)
+    gaps = bub.lane_gaps(t)
     rows = [
         (int(g["lane"]), int(g["start_ns"]), int(g["end_ns"]), int(g["prev_event"]), int(g["next_event"])) for g in gaps
     ]
@@ -65,36 +70,36 @@ def test_gaps_and_bubbles_hand_computed():
         (0, 50, 70, EV1, -1),  # tail
         (3, 100, 140, -1, -1),  # lane without regions: all bubble
     ]
-    b = an.lane_bubbles(t, gaps)
+    b = bub.lane_bubbles(t, gaps)
     by_lane = {int(r["lane"]): r for r in b}
     assert by_lane[0]["window_ns"] == 65 and by_lane[0]["busy_ns"] == 30 and by_lane[0]["bubble_ns"] == 35
     assert by_lane[0]["gaps"] == 3 and by_lane[0]["largest_gap_ns"] == 20
     assert by_lane[0]["bubble_frac"] == pytest.approx(35 / 65)
     assert by_lane[1]["bubble_ns"] == 0 and by_lane[1]["busy_ns"] == 25  # nested ev4 counted once
     assert by_lane[3]["bubble_frac"] == 1.0
-    top = an.largest_gaps(gaps, 2)
+    top = bub.largest_gaps(gaps, 2)
     assert top["dur_ns"].tolist() == [40, 20]
 
 
 def test_overlap_hand_computed():
     t = small_trace()
-    ov = an.group_overlap(t)
+    ov = olap.group_overlap(t)
     b0 = ov[ov["block"] == 0][0]
     # U(producer) = [10,30]+[40,50] = 30; U(consumer) = [20,45] = 25; both = [20,30]+[40,45] = 15
     assert (b0["a_ns"], b0["b_ns"], b0["both_ns"]) == (30, 25, 15)
     assert b0["a_overlapped"] == pytest.approx(0.5) and b0["b_overlapped"] == pytest.approx(0.6)
     b1 = ov[ov["block"] == 1][0]
     assert b1["a_ns"] == 30 and b1["both_ns"] == 0 and np.isnan(b1["b_overlapped"])
-    (s,) = an.overlap_summary(ov)
+    (s,) = olap.overlap_summary(ov)
     assert s["a_overlapped"] == pytest.approx(15 / 260)  # block 2's 200 ns of producer has no consumer
     assert s["b_overlapped"] == pytest.approx(15 / 25)
 
 
 def test_sm_table_tail_imbalance_hand_computed():
     t = small_trace()
-    blocks = an.block_intervals(t)
+    blocks = la.block_intervals(t)
     assert blocks[["start_ns", "end_ns", "sm"]].tolist() == [(5, 70, 3), (100, 140, 3), (0, 200, 5)]
-    sms, s = an.sm_table(t, blocks)
+    sms, s = la.sm_table(t, blocks)
     assert sms["busy_ns"].tolist() == [105, 200]
     assert sms["blocks"].tolist() == [2, 1] and sms["waves"].tolist() == [2, 1]
     assert s["tail_ns"] == 60 and s["tail_frac"] == pytest.approx(0.3)
@@ -106,7 +111,7 @@ def test_sm_table_tail_imbalance_hand_computed():
 def test_concurrent_blocks_on_one_sm():
     spans = [(0, 0, 1, 0, 10), (1, 0, 1, 5, 15), (2, 0, 1, 15, 20)]  # touching at 15 is not concurrent
     t = trace_from_spans(spans, num_groups=1, sm_of_block={0: 0, 1: 0, 2: 0})
-    sms, s = an.sm_table(t)
+    sms, s = la.sm_table(t)
     assert sms["max_resident"].tolist() == [2]
     assert sms["waves"].tolist() == [2]
     assert sms["busy_ns"].tolist() == [20]
@@ -114,13 +119,13 @@ def test_concurrent_blocks_on_one_sm():
 
 def test_critical_lanes_hand_computed():
     t = small_trace()
-    c = an.critical_lanes(t)
+    c = la.critical_lanes(t)
     assert c[["block", "lane", "group", "slack_ns", "last_event", "last_event_end_ns"]].tolist() == [
         (0, 0, 0, 25, EV1, 50),
         (1, 3, 1, 10, -1, -1),
         (2, 4, 0, 0, EV1, 200),
     ]
-    r = an.critical_regions(t, c)
+    r = la.critical_regions(t, c)
     top = r[0]
     assert (top["group"], top["event"], top["spans"], top["total_ns"]) == (0, EV1, 3, 220)
     assert top["share"] == pytest.approx(220 / (65 + 40 + 200))
@@ -137,7 +142,7 @@ def test_analyze_is_json_ready():
 
 def test_histogram_counts_every_span():
     t = small_trace()
-    counts, edges = an.duration_histogram(t, 0, EV1, bins=4)
+    counts, edges = hi.region_histogram(t, 0, EV1, bins=4)
     assert counts.sum() == 4 and edges[0] == 10 and edges[-1] == 200
 
 
@@ -151,14 +156,14 @@ def test_random_traces_match_per_ns_model():
         start = rng.integers(0, 90, n)
         end = start + rng.integers(0, 15, n)
         t = trace_from_spans(list(zip(blocks, groups, rng.integers(0, 3, n), start, end)), num_groups=2, num_blocks=3)
-        b = an.lane_bubbles(t)
+        b = bub.lane_bubbles(t)
         for lane_row in b:
             m = t.spans["lane"] == lane_row["lane"]
             cov = np.zeros(120, bool)
             for s, e in zip(t.spans["start_ns"][m], t.spans["end_ns"][m]):
                 cov[s:e] = True
             assert lane_row["busy_ns"] == cov.sum()
-        ov = an.group_overlap(t, pairs=[(0, 1)])
+        ov = olap.group_overlap(t, pairs=[(0, 1)])
         for r in ov:
             cov = np.zeros((2, 120), bool)
             m = t.spans["block"] == r["block"]
@@ -171,7 +176,7 @@ def test_empty_trace_gives_empty_tables_not_errors():
     t = trace_from_spans([], num_groups=2, num_blocks=1)
     out = an.analyze(t)
     assert out["bubbles"]["lanes"] == 0 and out["overlap"] == [] and out["critical"]["regions"] == []
-    assert an.lane_gaps(t).size == 0 and an.critical_lanes(t).size == 0
+    assert bub.lane_gaps(t).size == 0 and la.critical_lanes(t).size == 0
 
 
 def test_session_launch_numbers_are_per_launch_medians():
@@ -182,7 +187,7 @@ def test_session_launch_numbers_are_per_launch_medians():
     b = trace_from_spans(
         [(0, 0, 1, 10_000, 10_100), (1, 0, 1, 10_000, 10_400)], num_groups=1, sm_of_block={0: 0, 1: 1}, absolute=True
     )
-    s = an.launch_summary(concat(parts_from_traces([a, b])))
+    s = la.launch_summary(concat(parts_from_traces([a, b])))
     assert [d["tail_ns"] for d in s["per_launch"]] == [50, 150]
     assert s["tail_ns"] == 100 and s["launches"] == 2
     assert s["launch_ns"] == pytest.approx((200 + 400) / 2)
@@ -205,10 +210,10 @@ def test_runs_change_nothing(monkeypatch, seed):
     trace = trace_from_spans(rows, num_groups=3)
     if seed == 2:
         trace.spans = trace.spans[rng.permutation(trace.spans.size)]
-    whole = (an.lane_gaps(trace), an.group_overlap(trace), an.analyze(trace))
-    monkeypatch.setattr(an, "CHUNK_SPANS", 5)
-    assert len(list(an._block_runs(trace))) > 3
-    runs = (an.lane_gaps(trace), an.group_overlap(trace), an.analyze(trace))
+    whole = (bub.lane_gaps(trace), olap.group_overlap(trace), an.analyze(trace))
+    monkeypatch.setattr(iv, "CHUNK_SPANS", 5)
+    assert len(list(iv.block_runs(trace))) > 3
+    runs = (bub.lane_gaps(trace), olap.group_overlap(trace), an.analyze(trace))
     assert whole[0].tobytes() == runs[0].tobytes()
     assert np.array_equal(whole[1], runs[1], equal_nan=False) or whole[1].tobytes() == runs[1].tobytes()
     assert json.dumps(whole[2], sort_keys=True, default=str) == json.dumps(runs[2], sort_keys=True, default=str)

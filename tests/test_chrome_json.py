@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from host_decode.core.model import Names
-from host_decode.writers import order as od
+from host_decode.writers import TraceOptions, trace_format, write_trace
+from host_decode.writers import lane_counters as lc
 from host_decode.writers import perfetto as pf
-from host_decode.writers import trace_format, write_trace
 from host_decode.writers.chrome_json import chrome_events, write_chrome_json, write_chrome_parts
 from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
 
@@ -61,7 +61,7 @@ def test_spans_instants_metadata(tmp_path):
              3: [("B", 0, 5), ("E", 0, 15)]}
     names = Names(events={0: "main\"loop", 1: "mma", 7: "mark"}, groups={1: "consumer"})
     trace = make_trace(lanes, sm={0: 4, 3: 9}, names=names)
-    stats = write_chrome_json(trace, tmp_path / "t.json", args=True)
+    stats = write_chrome_json(trace, tmp_path / "t.json", TraceOptions(slice_args=True))
     events = load(tmp_path / "t.json")
     assert stats["events"] == len(events)
     x = sorted((e["pid"], e["tid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
@@ -97,7 +97,7 @@ def test_title_is_the_perfetto_root_track_name(tmp_path):
 def test_timestamps_exact_for_absolute_times(tmp_path):
     # absolute %globaltimer values as float microseconds would lose ~21 ns; rebased 3-decimal text does not
     trace = make_trace({0: [("B", 0, 123_456_789_001), ("E", 0, 123_456_789_999)], 1: [("I", 3, 0)]})
-    write_chrome_json(trace, tmp_path / "t.json", counters=False)
+    write_chrome_json(trace, tmp_path / "t.json", TraceOptions(lane_counters="off"))
     (e,) = [e for e in load(tmp_path / "t.json") if e["ph"] == "X"]
     assert (ns(e["ts"]), ns(e["dur"])) == (123_456_789_001, 998)
     assert ORIGIN > 2**53  # the case that needs rebasing
@@ -116,7 +116,7 @@ def test_random_traces(tmp_path, seed):
                       (sp["start_ns"] - origin).tolist(), (sp["end_ns"] - sp["start_ns"]).tolist()))
     got = sorted((e["pid"], e["name"], ns(e["ts"]), ns(e["dur"])) for e in events if e["ph"] == "X")
     assert got == want
-    ev, t, v = od.lanes_inside(sp)
+    ev, t, v = lc.lanes_inside(sp)
     c = sorted((e["name"], ns(e["ts"]), e["args"]["lanes"]) for e in events if e["ph"] == "C")
     want_c = zip([f"lanes in {trace.names.event(a)}" for a in ev.tolist()], (t - origin).tolist(), v.tolist())
     assert c == sorted(want_c)
@@ -197,9 +197,13 @@ def test_write_trace_dispatches(tmp_path):
     assert raw[:2] == b"\x1f\x8b"
     res = replay(raw)
     assert len([s for s in res["slices"] if not s["instant"]]) == trace.spans.size
-    write_trace(trace, tmp_path / "t.json", counters=False)
+    write_trace(trace, tmp_path / "t.json", TraceOptions(lane_counters="off"))
     events = load(tmp_path / "t.json")
     assert not [e for e in events if e["ph"] == "C"]
     assert len([e for e in events if e["ph"] == "X"]) == trace.spans.size
-    write_trace(trace, tmp_path / "plain.pftrace", gzip=False)
+    write_trace(trace, tmp_path / "plain.pftrace", TraceOptions(gzip=False))
     assert (tmp_path / "plain.pftrace").read_bytes()[:1] == b"\x0a"
+    write_trace(trace, tmp_path / "forced.pftrace", TraceOptions(gzip=True))  # gzip given wins over the name
+    assert (tmp_path / "forced.pftrace").read_bytes()[:2] == b"\x1f\x8b"
+    write_trace(trace, tmp_path / "forced.json", TraceOptions(gzip=True))
+    assert (tmp_path / "forced.json").read_bytes()[:2] == b"\x1f\x8b"

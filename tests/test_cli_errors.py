@@ -196,7 +196,7 @@ def test_ctrl_c_at_any_command(monkeypatch, capsys, tmp_path):
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(loader, "_parse", interrupted)
+    monkeypatch.setattr(loader, "parse_trace", interrupted)
     rc, _, err = run(capsys, "kernels", INSIGHT / "torch_trace.json.gz", "--no-cache")
     assert rc == 130 and err.strip() == "ikp kernels: interrupted (no output written)"
 

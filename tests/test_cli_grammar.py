@@ -101,19 +101,20 @@ def test_tables_readable_at_80_columns(tmp_path):
     # stdout is a pipe here, so the console is 160 wide; the narrow layout is what a terminal of 80 gets
     from rich.console import Console
 
-    from host_decode.cli.commands import join as join_command
-    from host_decode.cli.commands import stats
+    from host_decode.analysis.regions import stats_data
     from host_decode.core.decoder import load_capture
     from host_decode.hardware import join
     from host_decode.hardware.adapters.ncu import read_ncu_csv
     from host_decode.hardware.pc2region import load_map
-    from host_decode.reports.text import print_loss, print_summary
+    from host_decode.reports.tables.decode import print_loss, print_summary
+    from host_decode.reports.tables.hardware import print_join
+    from host_decode.reports.tables.stats import print_stats
 
     trace = load_capture(FA4)
     for show in (
         lambda c: (print_loss(trace, c), print_summary(trace, c)),
-        lambda c: stats.print_report(stats.collect(trace), c),
-        lambda c: join_command.print_table(
+        lambda c: print_stats(stats_data(trace), c),
+        lambda c: print_join(
             join.table(
                 join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv")))
             ),

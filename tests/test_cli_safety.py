@@ -170,11 +170,11 @@ def _half_then_enospc(path, text):
 
 @pytest.mark.parametrize("case", ["decode-json", "decode-pftrace", "spans-csv", "stats", "merge", "plot", "report"])
 def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data, tmp_path, monkeypatch, capsys, case):
-    import host_decode.cli.commands.decode as decode_cmd
     import host_decode.reports.html as html
     import host_decode.reports.merged as merged
     import host_decode.reports.plots as plots
     import host_decode.writers as writers
+    import host_decode.writers.spans_csv as spans_csv
 
     cap, l0, l1 = str(data / "capture.npy"), str(data / "launch_0.npy"), str(data / "launch_1.npy")
     out_dir = tmp_path / "out"
@@ -183,12 +183,12 @@ def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data,
         out = out_dir / ("t.json" if case == "decode-json" else "t.pftrace")
         argv = ["decode", cap, "-o", str(out), "-f", "-q"]
         monkeypatch.setattr(
-            writers, "write_trace", lambda trace, path, **k: _half_then_enospc(path, '{"traceEvents":[' * 50)
+            writers, "write_trace", lambda trace, path, options=None: _half_then_enospc(path, '{"traceEvents":[' * 50)
         )
     elif case == "spans-csv":
         out = out_dir / "spans.csv"
         argv = ["decode", cap, "--spans-csv", str(out), "-f", "-q"]
-        monkeypatch.setattr(decode_cmd, "write_spans_csv", lambda trace, path: _half_then_enospc(path, "1,2,3\n" * 50))
+        monkeypatch.setattr(spans_csv, "write_spans_csv", lambda trace, path: _half_then_enospc(path, "1,2,3\n" * 50))
     elif case == "stats":
         out = out_dir / "s.json"
         argv = ["stats", cap, "-o", str(out), "-f", "--format", "json"]

@@ -1,12 +1,16 @@
 """Flows and counter series in the Perfetto writer (the contract in PIPELINES_CONTRACT.md): parsed back
-with the official protos and replayed like trace processor (tests/test_perfetto.py::replay)."""
+with the official protos and replayed like trace processor (tests/test_perfetto.py::replay); the one
+TraceOptions, and the overlays the writer draws itself, whichever entry point writes the trace."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from host_decode.core.model import FLOW_DTYPE, CounterSeries, Names
+from host_decode.writers import OVERLAYS, Overlay, TraceOptions
+from host_decode.writers import overlays as ov
 from host_decode.writers import perfetto as pf
-from host_decode.writers import write_trace
 from tests.test_perfetto import ORIGIN, check_against_trace, lane_of_track, make_trace, replay
 
 pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -37,7 +41,7 @@ def test_flows_and_counter_series_parse(tmp_path):
               CounterSeries("block 1 bytes", "B", np.array([ORIGIN + 8, ORIGIN + 11]), np.array([1024.0, 0.0]),
                             block=1))
     path = tmp_path / "f.pftrace"
-    stats = write_trace(trace, path, counters=series, flows=_flows(), flow_kinds=KINDS)
+    stats = pf.write_perfetto(trace, path, overlay=Overlay(_flows(), KINDS, series))
     assert stats.flows == 3
     res = replay(path.read_bytes())
     flow_marks = [s for s in res["slices"] if s["flow_ids"] or s["terminating_flow_ids"]]
@@ -59,16 +63,17 @@ def test_flows_and_counter_series_parse(tmp_path):
     u, d = by_name["block 1 bytes"]
     assert d.counter.unit_name == "B" and res["tracks"][d.parent_uuid].name.startswith("block 1")
     assert res["counters"][u] == [(8, 1024.0), (11, 0.0)]
-    # the older spelling still works: counters=True means the lanes-inside counters
-    res = replay(pf.perfetto_bytes(trace, counters=True))
+    res = replay(pf.perfetto_bytes(trace, TraceOptions(lane_counters="on")))
     assert any(d.name == "lanes in wait" for d in res["tracks"].values())
+    res = replay(pf.perfetto_bytes(trace, TraceOptions(lane_counters="off")))
+    assert not any(d.name == "lanes in wait" for d in res["tracks"].values())
 
 
 def test_flows_name_their_lanes_even_without_regions(tmp_path):
     trace = _trace()
     flows = np.zeros(1, FLOW_DTYPE)
     flows[0] = (0, ORIGIN + 10, 2, ORIGIN + 15, 0)  # lane 2 (block 1 producer) has no region or instant
-    res = replay(pf.perfetto_bytes(trace, flows=flows, flow_kinds=KINDS))
+    res = replay(pf.perfetto_bytes(trace, overlay=Overlay(flows, KINDS)))
     lane_of = lane_of_track(res["tracks"], trace.num_groups)
     ends = [lane_of[s["track"]] for s in res["slices"] if s["terminating_flow_ids"]]
     assert ends == [2]
@@ -78,12 +83,74 @@ def test_bad_flows_and_series_are_refused():
     trace = _trace()
     flows = _flows()
     with pytest.raises(ValueError, match="kind must index flow_kinds"):
-        pf.perfetto_bytes(trace, flows=flows, flow_kinds=KINDS[:1])
+        pf.perfetto_bytes(trace, overlay=Overlay(flows, KINDS[:1]))
     bad = flows.copy()
     bad["dst_lane"][0] = trace.num_lanes
     with pytest.raises(ValueError, match="lanes must be within"):
-        pf.perfetto_bytes(trace, flows=bad, flow_kinds=KINDS)
+        pf.perfetto_bytes(trace, overlay=Overlay(bad, KINDS))
+    with pytest.raises(ValueError, match="FLOW_DTYPE"):
+        pf.perfetto_bytes(trace, overlay=Overlay(np.zeros(1, np.int64), KINDS))
     with pytest.raises(ValueError, match="one length"):
-        pf.perfetto_bytes(trace, counters=[CounterSeries("x", "u", np.array([1, 2]), np.array([1.0]))])
+        short = CounterSeries("x", "u", np.array([1, 2]), np.array([1.0]))
+        pf.perfetto_bytes(trace, overlay=Overlay(counters=(short,)))
     with pytest.raises(TypeError, match="CounterSeries"):
-        pf.perfetto_bytes(trace, counters=["x"])
+        pf.perfetto_bytes(trace, overlay=Overlay(counters=("x",)))
+
+
+def test_trace_options_are_checked():
+    """One spelling per choice: anything else is refused when the options are made, naming it."""
+    with pytest.raises(ValueError, match="lane_counters.*True"):
+        TraceOptions(lane_counters=True)
+    with pytest.raises(ValueError, match="unknown overlay.*'tma'"):
+        TraceOptions(overlays=("pipelines", "tma"))
+    with pytest.raises(ValueError, match="tuple of overlay names"):
+        TraceOptions(overlays="pipelines")
+    assert TraceOptions(overlays=["pipelines"]).overlays == ("pipelines",)
+    assert TraceOptions().overlays == tuple(OVERLAYS)
+
+
+def test_overlays_combine(monkeypatch):
+    """Two overlays drawn together: the second one's flow kinds follow the first one's names, counters and
+    notes in order; an overlay with nothing to draw (None) adds nothing."""
+    trace = _trace()
+    a, b = _flows()[:2], _flows()[2:].copy()
+    b["kind"] = 0
+    series = CounterSeries("x", "u", np.array([ORIGIN]), np.array([1.0]))
+    monkeypatch.setitem(OVERLAYS, "first", lambda t: Overlay(a, KINDS[:1], (), ("a",)))
+    monkeypatch.setitem(OVERLAYS, "second", lambda t: Overlay(b, ("back",), (series,), ("b",)))
+    monkeypatch.setitem(OVERLAYS, "none", lambda t: None)
+    both = ov.draw_overlays(trace, ("first", "none", "second"))
+    assert both.flow_kinds == ("commit->wait", "back") and both.notes == ("a", "b") and both.counters == (series,)
+    assert both.flows["kind"].tolist() == [0, 0, 1]
+    assert ov.draw_overlays(trace, ("none",)) is ov.NO_OVERLAY
+    res = replay(pf.perfetto_bytes(trace, TraceOptions(overlays=("first", "second"))))
+    names = sorted(s["name"] for s in res["slices"] if s["flow_ids"] or s["terminating_flow_ids"])
+    assert names == ["back", "back"] + ["commit->wait"] * 4
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.mark.parametrize("capture", ["pipelines/fa4_sm90_signals.npy", "pipelines/quack_gemm_sm90_signals.npy",
+                                     "basic/capture.npy"])
+def test_three_paths_same_bytes(capture, tmp_path):
+    """`ikp decode X -o T.pftrace`, the trace `ikp view X` serves and host_decode.write_trace(trace, path) write
+    the same bytes; on a pipeline capture they carry the pipeline flows and counters (drawn by the writer)."""
+    import host_decode as hd
+    from host_decode.cli import main
+    from host_decode.reports.viewer import trace_to_serve
+
+    src = EXAMPLES / capture
+    assert main(["decode", str(src), "-o", str(tmp_path / "decode.pftrace"), "-q"]) == 0
+    (tmp_path / "view").mkdir()
+    served = trace_to_serve(src, tmp_path / "view")
+    stats = hd.write_trace(hd.load_capture(src), tmp_path / "api.pftrace")
+    data = (tmp_path / "decode.pftrace").read_bytes()
+    assert served.read_bytes() == data
+    assert (tmp_path / "api.pftrace").read_bytes() == data
+    if "pipelines" in capture:
+        assert stats.flows > 0 and "pipeline flows" in stats.notes[0]
+        bare = pf.perfetto_bytes(hd.load_capture(src), TraceOptions(overlays=()))
+        assert len(bare) < len(data)  # the overlay is what differs
+    else:
+        assert stats.flows == 0 and stats.notes == ()

@@ -5,7 +5,7 @@ recorded in tests/fixtures/golden/outputs.json.
 The fixture was recorded at commit 54ecf9c, before host_decode moved into subpackages (issue 14), in
 two configurations (tests/support/golden.py says exactly what is hashed):
 * ``default.*``: ``ikp decode CAPTURE -o FILE``, whatever the writers' defaults are;
-* ``args.*``: the writers with ``args=True, counters=True, gzip=False``, fixed while defaults move.
+* ``args.*``: ``write_trace`` with slice args and lane counters on, no gzip, fixed while defaults move.
 
 A deliberate format change (e.g. issue 16's smaller default .pftrace without per-slice args) updates
 the fixture through one command, committed with the change so the diff shows which hashes moved:

@@ -135,7 +135,8 @@ def test_proton_cycles_are_labelled_as_cycles():
     """Proton's times are SM cycles (kept as such): the region table says so instead of "ns"."""
     import io
 
-    from host_decode.reports.text import make_console, print_summary
+    from host_decode.reports.tables.console import make_console
+    from host_decode.reports.tables.decode import print_summary
 
     (t,) = read_foreign(PROTON)
     out = io.StringIO()

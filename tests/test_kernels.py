@@ -19,7 +19,7 @@ import pytest
 
 from host_decode.cli import main as cli_main
 from host_decode.core.errors import DecodeError
-from host_decode.torch_traces import loader
+from host_decode.torch_traces import chunks, loader
 from host_decode.torch_traces import trace as tt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torch"
@@ -727,8 +727,8 @@ def test_boundary_lookalikes_inside_strings(tmp_path, monkeypatch):
                "args": {"device": 0, "stream": 7, "note": "a}, {b" * (i % 5)}} for i in range(300)]
     path = write_trace(tmp_path / "lookalike.json", events, indent=False)
     scans = []
-    real_scan = loader._scan_elements
-    monkeypatch.setattr(loader, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
+    real_scan = chunks._scan_elements
+    monkeypatch.setattr(chunks, "_scan_elements", lambda *a: scans.append(1) or real_scan(*a))
     for chunk in (50, 333, 4096):
         scans.clear()
         trace = tt.load_torch_trace(path, cache=False, chunk_bytes=chunk, parser="orjson")

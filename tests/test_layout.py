@@ -2,9 +2,9 @@
 
 * every module lives in the folder of its stage, and none is over MAX_LINES lines;
 * imports between the stages only run downstream of the data flow, by LAYERS:
-  core <- writers / analysis / hardware / torch_traces / interop <- reports <- cli (a stage imports its own
-  folder and the stages of a lower rank; stages of one rank do not import each other; the package's
-  facade, host_decode/__init__.py, names anything, lazily);
+  core <- interop / torch_traces <- load <- analysis / hardware <- writers <- reports <- cli (a stage imports
+  its own folder and the stages of a lower rank; stages of one rank do not import each other; the
+  package's facade, host_decode/__init__.py, names anything, lazily);
 * no module imports another module's private (_underscore) names, nor reads them off an imported module;
 * no `ikp` command imports another command (what commands share lives in one helper module of cli/).
 
@@ -21,17 +21,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
-MAX_LINES = 900
-LAYERS = {"core": 0, "interop": 1, "writers": 1, "analysis": 1, "hardware": 1, "torch_traces": 1, "reports": 2,
-          "cli": 3}
-# (from stage, to stage) of one rank that may import each other on purpose, one direction each:
-# clock alignment (analysis/align.py) reads torch traces through the one torch reader (torch_traces/loader.py)
-# sessions (analysis/sessions.py) load other tracers' traces through host_decode/interop
-SIBLING_EDGES: set[tuple[str, str]] = {("analysis", "torch_traces"), ("analysis", "interop")}
+MAX_LINES = 600
+# stage -> rank (BRIEF / docs/layout.md): a stage imports its own folder and stages of a lower rank only
+LAYERS = {"core": 0, "interop": 1, "torch_traces": 1, "load": 2, "analysis": 3, "hardware": 3, "writers": 4,
+          "reports": 5, "cli": 6}
 COMMANDS = f"{PACKAGE}.cli.commands"
 
 # violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
 KNOWN = {
+    "lines: host_decode/core/decoder.py": "hostload, core split: split in progress",
 }
 
 
@@ -129,8 +127,6 @@ def violations(root: Path = ROOT) -> set[str]:
             elif is_private_module(target) and there != here:
                 out.add(f"private: {module} -> {target}")
             if there == here:
-                pass
-            elif (here, there) in SIBLING_EDGES:
                 pass
             elif there is None or there not in LAYERS or LAYERS[there] >= LAYERS[here]:
                 out.add(f"import: {module} -> {target}")

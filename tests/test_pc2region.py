@@ -809,3 +809,11 @@ def test_cubin_path_and_kernel_choice_errors_speak_to_cli_users(tmp_path):
     functions = sass.parse_listing(_listing("k1", ["EXIT"]) + _listing("k2", ["EXIT"]))
     with pytest.raises(DecodeError, match="--kernel"):
         sass.select_function(functions, None)
+
+
+def test_pc_ranges_join_consecutive_instructions():
+    """`ikp pc2region --show` lists a region's PCs as ranges of consecutive instructions (16 bytes apart)."""
+    from host_decode.reports.tables.hardware import pc_ranges
+
+    assert pc_ranges([0x10, 0x20, 0x30, 0x50, 0x80, 0x90]) == "0x0010-0x0030, 0x0050, 0x0080-0x0090"
+    assert pc_ranges([]) == ""

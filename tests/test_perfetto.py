@@ -16,9 +16,12 @@ import numpy as np
 import pytest
 
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+from host_decode.writers import lane_counters as lc
+from host_decode.writers import lanes as ln
 from host_decode.writers import order as od
 from host_decode.writers import perfetto as pf
 from host_decode.writers import protobuf
+from host_decode.writers.options import TraceOptions
 from tests.stream_oracle import KIND_BEGIN, KIND_INSTANT, merged_stream
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -300,10 +303,9 @@ def tree_checks(result: dict, trace: Trace) -> None:
             assert d.name == trace.names.group(int(d.sibling_merge_key.split()[1]))
 
 
-def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", **kw) -> dict:
+def write_and_replay(trace: Trace, tmp_path, name="t.pftrace", args=True, lane_counters="auto") -> dict:
     path = tmp_path / name
-    kw.setdefault("args", True)
-    stats = pf.write_perfetto(trace, path, **kw)
+    stats = pf.write_perfetto(trace, path, TraceOptions(slice_args=args, lane_counters=lane_counters))
     data = path.read_bytes()
     assert stats.bytes == len(data)
     return replay(data)
@@ -412,7 +414,7 @@ def test_interning_defined_before_use(tmp_path):
 def test_no_sm_no_counters_no_args(tmp_path):
     trace = random_trace(3, num_lanes=4)
     trace.lanes["sm"] = -1
-    res = write_and_replay(trace, tmp_path, counters=False, args=False)
+    res = write_and_replay(trace, tmp_path, args=False, lane_counters="off")
     assert not any(d.HasField("counter") for d in res["tracks"].values())
     assert not any(d.name.startswith("SM") for d in res["tracks"].values())
     assert all(not s["args"] for s in res["slices"])
@@ -437,7 +439,7 @@ def test_lanes_inside_counts_lanes_once():
     lanes = {0: [("B", 0, 0), ("B", 0, 5), ("E", 0, 8), ("E", 0, 10)], 1: [("B", 0, 10), ("E", 0, 20)],
              2: [("B", 0, 3), ("E", 0, 12)]}
     trace = make_trace(lanes)
-    ev, t, v = od.lanes_inside(trace.spans)
+    ev, t, v = lc.lanes_inside(trace.spans)
     assert (t - ORIGIN).tolist() == [0, 3, 10, 12, 20] and v.tolist() == [1, 2, 2, 1, 0]
 
 
@@ -460,7 +462,7 @@ def _frame(packets: list[bytes]) -> bytes:
 def _valid_bytes() -> tuple[Trace, bytes]:
     lanes = {0: [("B", 0, 0), ("E", 0, 10), ("B", 1, 10), ("E", 1, 20)]}
     trace = make_trace(lanes)
-    return trace, pf.perfetto_bytes(trace, args=True)
+    return trace, pf.perfetto_bytes(trace, TraceOptions(slice_args=True))
 
 
 def test_validator_rejects_unknown_field():
@@ -613,7 +615,7 @@ def test_file_order_is_merged_stream_order(seed, plain):
     if plain:
         trace.spans = trace.spans[trace.spans["end_ns"] > trace.spans["start_ns"]]
         trace.instants = trace.instants[:0]
-    data = pf.perfetto_bytes(trace, args=False, counters=False)
+    data = pf.perfetto_bytes(trace, TraceOptions(lane_counters="off"))
     origin = pf.trace_origin(trace)
     stream = merged_stream(trace.spans, trace.instants, origin)
     sp, ins = trace.spans, trace.instants
@@ -664,7 +666,7 @@ def test_lexsort_order_and_chunking_give_the_same_file(monkeypatch, seed, plain)
     assert pf.perfetto_bytes(trace) == data
     monkeypatch.setattr(pf, "_CHUNK_ROWS", 7)
     assert pf.perfetto_bytes(trace) == data
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the same file, streamed
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)  # runs of a few lanes: the same file, streamed
     assert pf.perfetto_bytes(trace) == data
 
 
@@ -680,9 +682,9 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
     if crossing:
         lanes[9] = CROSSING_LANE
     trace = make_trace(lanes)
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
-    chunks = od.lane_chunks(trace.spans, trace.instants)
-    two_pass = od.lane_table(chunks, pf.trace_origin(trace))
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)  # runs of a few lanes: the crossing lane is a late run
+    chunks = ln.lane_chunks(trace.spans, trace.instants)
+    two_pass = ln.lane_table(chunks, pf.trace_origin(trace))
     assert bool(two_pass.subs) == crossing
     want = b"".join(bytes(c) for c in pf.encode_perfetto(trace, one_pass=False)[0])
     one, _ = pf.encode_perfetto(trace, one_pass=True)
@@ -690,7 +692,7 @@ def test_one_pass_falls_back_to_two(tmp_path, monkeypatch, crossing):
         with pytest.raises(pf.SubTracksNeeded):
             b"".join(bytes(c) for c in one)
     else:
-        facts = od.lane_facts(chunks)
+        facts = ln.lane_facts(chunks)
         for field in ("lanes", "block", "group", "nsub", "span_events", "span_lanes", "tracks"):
             assert np.array_equal(getattr(facts, field), getattr(two_pass, field)), field
         assert b"".join(bytes(c) for c in one) == want
@@ -709,7 +711,7 @@ def test_deferred_records_give_the_same_bytes(monkeypatch):
                     ("E", 2, lane + 12), ("E", 0, lane + 20)] for lane in range(12)}
     lanes[7] = CROSSING_LANE
     trace = make_trace(lanes)
-    monkeypatch.setattr(od, "CHUNK_SPANS", 5)
+    monkeypatch.setattr(ln, "CHUNK_SPANS", 5)
     chunks = list(pf.encode_perfetto(trace, deferred=True)[0])
     assert sum(isinstance(c, pf.UnplacedEvents) for c in chunks) > 1
     placed = [c.place() if isinstance(c, pf.UnplacedEvents) else c for c in chunks]
@@ -720,7 +722,7 @@ def test_sparse_lane_ids_find_their_tracks(tmp_path):
     # lane ids far apart: TrackTree.lane_uuid binary-searches instead of reading its lane -> uuid table
     lanes = {1: [("B", 0, 0), ("E", 0, 10)], 400_001: [("B", 1, 2), ("I", 2, 3), ("E", 1, 9)]}
     trace = make_trace(lanes)
-    tree = pf.build_track_tree(trace, od.lane_facts(od.lane_chunks(trace.spans, trace.instants)), counters=False)
+    tree = pf.build_track_tree(trace, ln.lane_facts(ln.lane_chunks(trace.spans, trace.instants)), counters=False)
     assert tree._uuid_by_lane is None
     res = write_and_replay(trace, tmp_path)
     check_against_trace(trace, res, args=True)
@@ -774,7 +776,7 @@ def test_slice_costs_34_bytes_in_the_goal_layout():
     # BEGIN 19 + END 15 bytes with 3-byte timestamps, 2-byte track uuids and 1-byte names (no args)
     lanes = {lane: [("B", 0, 0), ("E", 0, 1 << 20)] for lane in range(200)}
     trace = make_trace(lanes)
-    chunks, _ = pf.encode_perfetto(trace, args=False, counters=False)
+    chunks, _ = pf.encode_perfetto(trace, TraceOptions(lane_counters="off"))
     assert list(chunks)[-1].size == 34 * trace.spans.size
 
 

@@ -50,7 +50,7 @@ def run_traced(torch, tmp_path, launch_name: str):
 
 def ops_by_pipeline(analysis) -> dict:
     """{(pipeline name, op): {status: count}} of the matched waits of the pipelines (not barriers)."""
-    from host_decode.analysis.pipelines import STATUSES, WAIT_OPS
+    from host_decode.analysis.pipeline_match import STATUSES, WAIT_OPS
 
     out: dict = {}
     for row in analysis.waits:

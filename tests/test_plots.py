@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from host_decode.analysis import regions as analysis
+from host_decode.analysis.launch import BLOCK_DTYPE
 from host_decode.analysis.sessions import concat, parts_from_traces, trace_from_spans  # noqa: E402
 from host_decode.cli import main  # noqa: E402
 from host_decode.core.model import Names  # noqa: E402
@@ -26,7 +26,7 @@ def two_group_trace(t0=0, sm=True):
 
 
 def test_residency_slots_by_hand():
-    blocks = np.zeros(4, analysis.BLOCK_DTYPE)
+    blocks = np.zeros(4, BLOCK_DTYPE)
     blocks["block"] = [0, 1, 2, 3]
     blocks["sm"] = [0, 0, 0, 1]
     blocks["start_ns"] = [0, 5, 10, 0]

@@ -67,10 +67,11 @@ def test_public_names_are_their_modules_objects():
     from host_decode.core.errors import DecodeError
     from host_decode.core.model import LossReport, Names, Trace
     from host_decode.writers import write_trace
+    from host_decode.writers.options import TraceOptions
 
     expected = dict(decode=decode, load_capture=load_capture, save_capture=save_capture, write_trace=write_trace,
-                    region_summary=region_summary, Trace=Trace, LossReport=LossReport, DecodeError=DecodeError,
-                    Names=Names)
+                    TraceOptions=TraceOptions, region_summary=region_summary, Trace=Trace, LossReport=LossReport,
+                    DecodeError=DecodeError, Names=Names)
     assert sorted(host_decode.__all__) == sorted(expected)
     for name, obj in expected.items():
         assert getattr(host_decode, name) is obj, name
@@ -94,6 +95,8 @@ def test_public_api_round_trip(tmp_path):
     assert hd.region_summary(trace).size == 4
     hd.write_trace(trace, tmp_path / "t.json")
     assert (tmp_path / "t.json").stat().st_size > 0
+    hd.write_trace(trace, tmp_path / "t.pftrace", hd.TraceOptions(slice_args=True, lane_counters="on"))
+    assert (tmp_path / "t.pftrace").stat().st_size > 0
     with pytest.raises(hd.DecodeError):
         hd.decode(b.buf[:2])
 

@@ -123,7 +123,7 @@ def inputs(tmp_path_factory):
     region_map.save(str(map_path))
     csv_path = d / "sass.csv"
     csv_path.write_text(synthetic_ncu_csv(region_map))
-    from host_decode.reports.html import read_sass_listing
+    from host_decode.reports.html_hardware import read_sass_listing
 
     sass_text, pc_files = read_sass_listing(cubin, "markers")
     return {"dir": d, "capture": capture, "map": map_path, "cubin": CUBIN, "csv": csv_path, "source": SOURCE,
@@ -196,17 +196,18 @@ def test_timeline_data_matches_stats_and_loss(tmp_path):
 
 
 def test_analysis_section_matches_analysis_module(tmp_path):
-    from host_decode.analysis import regions as analysis
+    from host_decode.analysis.launch import sm_table
+    from host_decode.analysis.regions import analyze
     from host_decode.reports.html import build_report_data
 
     path = save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)
     trace = load_capture(path)
     data = build_report_data(trace)
-    ref = analysis.analyze(trace)
+    ref = analyze(trace)
     assert data["analysis"]["bubbles"]["bubble_ns_total"] == ref["bubbles"]["bubble_ns_total"]
     assert [o["group_a"] for o in data["analysis"]["overlap"]] == ["compute"]
     assert data["analysis"]["overlap"][0]["a_overlapped"] == pytest.approx(ref["overlap"][0]["a_overlapped"])
-    sms, launch = analysis.sm_table(trace)
+    sms, launch = sm_table(trace)
     assert [r["sm"] for r in data["sm"]] == sms["sm"].tolist()
     assert [r["busy_ns"] for r in data["sm"]] == sms["busy_ns"].tolist()
     assert data["kernel"]["launch_ns"] == launch["launch_ns"]
@@ -325,7 +326,7 @@ def test_mismatched_hardware_data_is_refused(inputs):
 
 
 def test_marker_lines_without_map():
-    from host_decode.reports.html import marker_lines
+    from host_decode.reports.html_source import marker_lines
 
     src = """@cute.kernel
 def k(prof):

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from test_report import NAMES, REAL_CAPTURE, synthetic_buffer
 
+from host_decode.analysis import histograms, nesting, regions
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import load_capture
 from host_decode.core.model import SPAN_DTYPE
-from host_decode.reports import html, timeline
+from host_decode.reports import html, html_hardware, html_source, timeline
 
 
 def spans(rows):
@@ -27,11 +28,11 @@ def test_nesting_and_exclusive_time():
     # lane 0: A[0,100) holds B[10,30) and C[40,90), C holds D[50,60); lane 1: D[0,10), then A[20,50)
     sp = spans([(0, 1, 0, 0, 100), (0, 2, 1, 10, 30), (0, 3, 1, 40, 90), (0, 4, 2, 50, 60),
                 (1, 4, 0, 0, 10), (1, 1, 0, 20, 50)])
-    parent = html.span_parents(sp)
+    parent = nesting.span_parents(sp)
     assert parent.tolist() == [-1, 0, 0, 2, -1, -1]
-    assert html.exclusive_durations(sp, parent).tolist() == [100 - 20 - 50, 20, 50 - 10, 10, 10, 30]
+    assert nesting.exclusive_durations(sp, parent).tolist() == [100 - 20 - 50, 20, 50 - 10, 10, 10, 30]
     # a deeper span whose lane has no shallower one before it has no parent (never one of another lane)
-    assert html.span_parents(spans([(0, 1, 0, 0, 5), (1, 2, 1, 1, 2)])).tolist() == [-1, -1]
+    assert nesting.span_parents(spans([(0, 1, 0, 0, 5), (1, 2, 1, 1, 2)])).tolist() == [-1, -1]
 
 
 @pytest.mark.parametrize("shuffled", [False, True])
@@ -42,17 +43,17 @@ def test_runs_of_lanes_change_nothing(tmp_path, monkeypatch, shuffled):
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
     if shuffled:
         trace.spans = trace.spans[np.random.default_rng(0).permutation(trace.spans.size)]
-    whole_parents, whole_rows = html.span_parents(trace.spans), html.region_rows(trace)
-    monkeypatch.setattr(html, "LANE_RUN_SPANS", 3)
-    assert (html.span_parents(trace.spans) == whole_parents).all()
-    assert html.region_rows(trace) == whole_rows
-    runs = list(html._lane_runs(trace.spans))
+    whole_parents, whole_rows = nesting.span_parents(trace.spans), regions.region_rows(trace)
+    monkeypatch.setattr(nesting, "LANE_RUN_SPANS", 3)
+    assert (nesting.span_parents(trace.spans) == whole_parents).all()
+    assert regions.region_rows(trace) == whole_rows
+    runs = list(nesting.lane_runs(trace.spans))
     assert len(runs) == 1 if shuffled else len(runs) > 10
 
 
 def test_region_rows_exclusive_and_parent(tmp_path):
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
-    rows = {r["region"]: r for r in html.region_rows(trace)}
+    rows = {r["region"]: r for r in regions.region_rows(trace)}
     sp = trace.spans
     dur = sp["end_ns"] - sp["start_ns"]
     outer = sp["event"] == 1
@@ -119,12 +120,12 @@ def test_only_chosen_blocks_embedded_when_large(tmp_path, monkeypatch):
 
 def test_geometric_bins_for_long_tails():
     d = np.r_[np.full(500, 192), np.full(400, 224), np.full(3, 2048)].astype(np.int64)
-    counts, edges, geometric = html.duration_histogram(d)
-    assert geometric and sum(counts) == d.size and len(counts) <= html.HIST_BINS
+    counts, edges, geometric = histograms.duration_histogram(d)
+    assert geometric and sum(counts) == d.size and len(counts) <= histograms.HIST_BINS
     widths = np.diff(edges)
     assert np.all(widths % 32 == 0) and widths[-1] > widths[0]  # whole timer steps, growing
     assert counts[-1] == 3 and counts[0] == 500  # the tail has a bin of its own
-    counts, edges, geometric = html.duration_histogram(np.full(10, 0, np.int64))
+    counts, edges, geometric = histograms.duration_histogram(np.full(10, 0, np.int64))
     assert not geometric and counts == [10]
 
 
@@ -132,7 +133,7 @@ def test_samples_shared_by_groups_running_the_same_code():
     rows = [{"event": 1, "group_name": "producer"}, {"event": 1, "group_name": "consumer"},
             {"event": 2, "group_name": "consumer"}]
     agg = {"samples": 10, "samples_share": 0.5, "inst_executed": 1, "stalls": {"wait": 3}, "paths": ["a"]}
-    html._attach_hardware_to_regions(rows, {"by_event": {"1": agg, "2": agg}})
+    html_hardware.attach_hardware_to_regions(rows, {"by_event": {"1": agg, "2": agg}})
     assert rows[0]["hw"]["shared_by"] == rows[1]["hw"]["shared_by"] == ["producer", "consumer"]
     assert rows[2]["hw"]["shared_by"] is None
 
@@ -140,7 +141,7 @@ def test_samples_shared_by_groups_running_the_same_code():
 def test_marker_line_totals_without_map(tmp_path):
     trace = load_capture(save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES))
     text = 'with profile_region(p, "outer"):\n    with profile_region(p, "body"):\n        x = 1\n'
-    src = html.source_data(text, "k.py", None, trace)
+    src = html_source.source_data(text, "k.py", None, trace)
     sp = trace.spans
     for line, event in (("1", 1), ("2", 2)):
         m = sp["event"] == event
@@ -152,7 +153,7 @@ def test_marker_line_totals_without_map(tmp_path):
 def test_def_line_attribution():
     lines = ["@cute.kernel", "def k(x):", "    y = x + 1"]
     pcs = {"line": [1, 1, 2, 3], "path": [0, 1, 1, 1], "metrics": {"samples_attributed": [5, 7, 1, 9]}}
-    out = html.def_line_attribution(lines, {"1": [0, 1], "2": [1], "3": [1]}, pcs, [0, 1, 2, 3], {})
+    out = html_source.def_line_attribution(lines, {"1": [0, 1], "2": [1], "3": [1]}, pcs, [0, 1, 2, 3], {})
     assert out == {"1": {"by_path": {"0": [1, 5.0], "1": [1, 7.0]}, "metric": "samples_attributed"},
                    "2": {"by_path": {"1": [1, 1.0]}, "metric": "samples_attributed"}}
 

@@ -6,11 +6,14 @@ import json
 import numpy as np
 import pytest
 
+from host_decode.analysis import pipeline_match as pm
+from host_decode.analysis import pipeline_meta as meta
 from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
 from host_decode.core import wire
 from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode
+from host_decode.core.model import FLOW_DTYPE
 from tests.buffers import INST, B, BufferBuilder, E, F
 
 TICK = 32
@@ -115,15 +118,15 @@ def table(trace, pa):
     return sorted(
         (
             int(r["group"]),
-            pl.WAIT_OPS[r["op"]],
+            pm.WAIT_OPS[r["op"]],
             int(r["stage"]),
             int(r["occurrence"]),
             tick(r["start_ns"]),
             tick(r["end_ns"]),
-            pl.STATUSES[r["status"]],
+            pm.STATUSES[r["status"]],
             None if r["src_lane"] < 0 else int(r["src_lane"]) % trace.num_groups,
             tick(r["src_ns"]),
-            None if r["kind"] < 0 else pl.FLOW_KINDS[r["kind"]],
+            None if r["kind"] < 0 else pm.FLOW_KINDS[r["kind"]],
         )
         for r in w
     )
@@ -154,7 +157,7 @@ def test_signals_every_wait_matched_by_hand():
     assert pa.timer_step_ns == 32 and pa.timer_step_source == "data"
     assert pa.unmatched() == {}
     flows = pa.flows()
-    assert flows.dtype == pl.FLOW_DTYPE and flows.size == 10
+    assert flows.dtype == FLOW_DTYPE and flows.size == 10
     t0 = trace.start_ns
     got = sorted(
         (
@@ -228,7 +231,7 @@ def test_critical_path_by_hand():
     (path,) = ws.critical_paths(trace, pa)
     t0 = trace.start_ns
     segs = [(w, lane, (a - t0) // TICK, (z - t0) // TICK, c, src, st) for w, lane, a, z, c, src, st in path["segments"]]
-    matched = pl.STATUSES.index("matched")
+    matched = pm.STATUSES.index("matched")
     assert segs == [
         ("work", 0, 0, 2, -1, -1, -1),
         ("wait", 2, 2, 3, 0, 0, matched),
@@ -307,7 +310,7 @@ def test_inferred_without_a_bound_is_bound_not_recorded():
     pa = pl.analyze_pipelines(c.trace([k_pipeline(("acquire", "wait"))]))
     w = pa.waits
     first_s1 = w[(w["op"] == 1) & (w["stage"] == 1) & (w["occurrence"] == 0)]
-    assert [pl.STATUSES[x] for x in first_s1["status"]] == ["bound_not_recorded"] * 2
+    assert [pm.STATUSES[x] for x in first_s1["status"]] == ["bound_not_recorded"] * 2
     assert pa.unmatched() == {"bound_not_recorded": 2}
 
 
@@ -337,7 +340,7 @@ def test_consumer_overflow_and_missing_lane():
     pa = pl.analyze_pipelines(trace)
     w = pa.waits
     status = {
-        (int(r["block"]), int(r["group"]), pl.WAIT_OPS[r["op"]], int(r["stage"]), int(r["occurrence"])): pl.STATUSES[
+        (int(r["block"]), int(r["group"]), pm.WAIT_OPS[r["op"]], int(r["stage"]), int(r["occurrence"])): pm.STATUSES[
             r["status"]
         ]
         for r in w
@@ -451,7 +454,7 @@ def test_two_cta_cluster():
     rows = table(clustered, pl.analyze_pipelines(clustered))
     pa = pl.analyze_pipelines(clustered)
     by_block = {
-        (int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (
+        (int(r["block"]), pm.WAIT_OPS[r["op"]], int(r["occurrence"])): (
             int(r["src_lane"]),
             (int(r["src_ns"]) - clustered.start_ns) // TICK,
         )
@@ -468,7 +471,7 @@ def test_two_cta_cluster():
     local = c.trace([k_pipeline(stages=1)])
     pa = pl.analyze_pipelines(local)
     by_block = {
-        (int(r["block"]), pl.WAIT_OPS[r["op"]], int(r["occurrence"])): (
+        (int(r["block"]), pm.WAIT_OPS[r["op"]], int(r["occurrence"])): (
             int(r["src_lane"]),
             (int(r["src_ns"]) - local.start_ns) // TICK,
         )
@@ -488,7 +491,7 @@ def test_two_cta_cluster():
     c.overflow(1, PRODUCER, keep=2, dropped=1)
     pa = pl.analyze_pipelines(c.trace([k_pipeline(stages=1, cluster=2)]))
     w0 = [r for r in pa.waits if r["block"] == 0 and r["op"] == 1][0]
-    assert pl.STATUSES[w0["status"]] == "producer_dropped"
+    assert pm.STATUSES[w0["status"]] == "producer_dropped"
 
 
 def test_warp_lanes_grouped_into_warp_groups():
@@ -550,7 +553,7 @@ def test_signals_from_another_cta_without_cluster_metadata():
     c.instant(1, PRODUCER, 99, 0)  # block 1's producer warp is there (else: lane_missing), it just never commits
     trace = c.trace([k_pipeline(("acquire", "wait", "commit"), stages=1)])
     pa = pl.analyze_pipelines(trace)
-    status = {int(r["block"]): pl.STATUSES[r["status"]] for r in pa.waits if r["op"] == 1}
+    status = {int(r["block"]): pm.STATUSES[r["status"]] for r in pa.waits if r["op"] == 1}
     assert status == {0: "matched", 1: "signal_in_other_cta"}
     pa = pl.analyze_pipelines(trace, cluster=2)
     t0 = trace.start_ns
@@ -617,7 +620,7 @@ def test_warp_scheduler_barrier_matched_by_time():
     pa = pl.analyze_pipelines(trace)
     cp = ws.waits_summary(trace, pa)["critical_path"]  # the only block overflowed: walked anyway, said so
     assert (cp["blocks"], cp["blocks_overflowed"], cp["partial"]) == (1, 1, True)
-    assert [pl.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == [
+    assert [pm.STATUSES[x] for x in pa.waits["status"][pa.waits["op"] == 2]] == [
         "self",
         "matched",
         "participant_dropped",
@@ -673,16 +676,17 @@ def test_ikp_waits_command(tmp_path, capsys):
     assert "no 'pipelines' or 'barriers' metadata" in capsys.readouterr().err
 
 
-def test_decode_passes_flows_and_counters_to_the_writer(tmp_path):
-    """`ikp decode -o` hands the flows and counters to the writer when the capture has pipeline metadata."""
-    from host_decode.cli.commands.decode import pipeline_extras
+def test_the_writer_draws_the_pipeline_overlay(tmp_path):
+    """The writer's pipelines overlay holds the analysis' flows and counters when the capture has pipeline
+    metadata, and nothing otherwise."""
+    from host_decode.writers.overlays import pipeline_overlay
 
     trace = fa_like().trace([k_pipeline()])
-    extras, note = pipeline_extras(trace)
-    assert extras["flows"].size == 10 and extras["flow_kinds"] == pl.FLOW_KINDS and len(extras["counters"]) == 1
-    assert note == "10 pipeline flows, 1 stages-full counters"
+    drawn = pipeline_overlay(trace)
+    assert drawn.flows.size == 10 and drawn.flow_kinds == pm.FLOW_KINDS and len(drawn.counters) == 1
+    assert drawn.notes == ("10 pipeline flows, 1 stages-full counters",)
     plain = decode(fa_like().buffer())
-    assert pipeline_extras(plain) == ({}, "")
+    assert pipeline_overlay(plain) is None
 
 
 def test_ikp_decode_writes_the_flows(tmp_path):
@@ -731,7 +735,7 @@ def test_waits_tables_fit_80_columns():
 
     from rich.console import Console
 
-    from host_decode.cli.commands.waits import print_waits
+    from host_decode.reports.tables.waits import print_waits
 
     data = ws.waits_summary(fa_like().trace([k_pipeline()]))
     con = Console(width=80, record=True, file=open(os.devnull, "w"))
@@ -761,18 +765,18 @@ def test_tma_store_acquires_waited_on_the_tma_unit():
     assert pa.unmatched() == {}
     epi = [i for i, ch in enumerate(pa.channels) if ch.name == "epi_store"][0]
     rows = pa.waits[pa.waits["channel"] == epi]
-    assert [pl.STATUSES[s] for s in rows["status"]] == ["tma_store"] * 3
+    assert [pm.STATUSES[s] for s in rows["status"]] == ["tma_store"] * 3
     assert (rows["src_lane"] == -1).all() and (rows["kind"] == -1).all()
     assert not (pa.flows()["dst_ns"] == rows["end_ns"][1]).any()
     k_rows = pa.waits[pa.waits["channel"] != epi]
-    assert pa.status_counts()["matched"] == int((k_rows["status"] == pl.STATUSES.index("matched")).sum()) > 0
+    assert pa.status_counts()["matched"] == int((k_rows["status"] == pm.STATUSES.index("matched")).sum()) > 0
     summary = ws.waits_summary(trace, pa)
     (row,) = [r for r in summary["rows"] if r["channel"] == "epi_store"]
     # one blocked (9 ticks); the two 1-tick acquires are not longer than the timer step
     assert row["op"] == "acquire" and row["blocked"] == 1 and row["waited_on"] == {"tma_store": 1}
     # a sidecar naming an unknown releaser is refused, naming the entry
     with pytest.raises(ValueError, match=r"pipelines\[1\] \(epi_store\): released_by"):
-        pl.channels_of({"pipelines": [k_pipeline(), {**store, "released_by": "dma"}]})
+        meta.channels_of({"pipelines": [k_pipeline(), {**store, "released_by": "dma"}]})
 
 
 @pytest.mark.parametrize("barriers, match", [
@@ -782,7 +786,7 @@ def test_tma_store_acquires_waited_on_the_tma_unit():
     ({"base_sync": 1020}, "does not leave 16 barrier ids"),
 ])
 def test_malformed_barrier_metadata_is_refused_by_name(barriers, match):
-    from host_decode.analysis.pipelines import channels_of
+    from host_decode.analysis.pipeline_meta import channels_of
 
     with pytest.raises(ValueError, match=match):
         channels_of({"barriers": barriers})
@@ -832,7 +836,7 @@ def test_an_inferred_bound_never_ends_after_the_wait_it_released():
     w = pl.analyze_pipelines(trace).waits
     sourced = w[w["src_ns"] >= 0]
     assert sourced.size and (sourced["src_ns"] <= sourced["end_ns"]).all()
-    assert int((w["status"] == pl.STATUSES.index("bound_not_recorded")).sum()) == 2
+    assert int((w["status"] == pm.STATUSES.index("bound_not_recorded")).sum()) == 2
 
 
 @pytest.mark.parametrize("change, match", [
@@ -843,9 +847,9 @@ def test_an_inferred_bound_never_ends_after_the_wait_it_released():
 ])
 def test_malformed_pipeline_metadata_is_refused_by_name(change, match):
     with pytest.raises(ValueError, match=match):
-        pl.channels_of({"pipelines": [k_pipeline(**change) if "ids" not in change else {**k_pipeline(), **change}]})
+        meta.channels_of({"pipelines": [k_pipeline(**change) if "ids" not in change else {**k_pipeline(), **change}]})
 
 
 def test_two_pipelines_of_one_name_are_refused():
     with pytest.raises(ValueError, match="a second pipeline named 'K'"):
-        pl.channels_of({"pipelines": [k_pipeline(), k_pipeline()]})
+        meta.channels_of({"pipelines": [k_pipeline(), k_pipeline()]})

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from host_decode.analysis import pipeline_meta as meta
 from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
 from host_decode.core.decoder import load_capture
@@ -55,7 +56,7 @@ def story_rows(summary: dict, channel: str, op: str) -> list[dict]:
 def test_every_wait_accounted_for(path):
     trace = load_capture(path)
     pa = pl.analyze_pipelines(trace)
-    channels = pl.channels_of(trace.meta)
+    channels = meta.channels_of(trace.meta)
     wait_ids = {
         ch.ids[op] + s
         for ch in channels

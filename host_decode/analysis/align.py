@@ -40,7 +40,7 @@ import numpy as np
 
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
-from host_decode.torch_traces.loader import float_column, timed_rows, us_to_ns
+from host_decode.torch_traces.columns import float_column, timed_rows, us_to_ns
 from host_decode.torch_traces.loader import read_chrome as load_chrome  # noqa: F401 -- the one torch trace reader
 
 KERNEL_CATS = ("kernel",)

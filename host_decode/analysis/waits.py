@@ -29,14 +29,9 @@ import dataclasses
 
 import numpy as np
 
+from host_decode.analysis.pipeline_match import CHECKS, STATUSES, WAIT_OPS
 from host_decode.analysis.pipeline_meta import has_pipelines
-from host_decode.analysis.pipelines import (
-    CHECKS,
-    STATUSES,
-    WAIT_OPS,
-    PipelineAnalysis,
-    analyze_pipelines,
-)
+from host_decode.analysis.pipelines import PipelineAnalysis, analyze_pipelines
 from host_decode.core.model import Trace
 
 SELF = STATUSES.index("self")

@@ -121,21 +121,22 @@ class Step:
 
 def console(file=None):
     """The rich console every command prints with: the terminal's width on a terminal (tables switch
-    to their narrow layout below reports.text.NARROW_COLUMNS), 160 columns when piped, no colour codes in files."""
-    from host_decode.reports.text import make_console
+    to their narrow layout below reports.tables.console.NARROW_COLUMNS), 160 columns when piped, no
+    colour codes in files."""
+    from host_decode.reports.tables.console import make_console
 
     return make_console(file=file)
 
 
 def is_narrow(con) -> bool:
-    from host_decode.reports.text import is_narrow as narrow
+    from host_decode.reports.tables.console import is_narrow as narrow
 
     return narrow(con)
 
 
 def table(con, title: str, headers: list, rows: list, **kw):
-    """host_decode.reports.text.table: the one table helper (readable at 80 columns)."""
-    from host_decode.reports.text import table as make
+    """host_decode.reports.tables.console.table: the one table helper (readable at 80 columns)."""
+    from host_decode.reports.tables.console import table as make
 
     return make(con, title, headers, rows, **kw)
 

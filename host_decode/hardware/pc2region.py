@@ -1,7 +1,8 @@
 """pc2region: map every SASS PC of an instrumented kernel to the region path it executes in.
 
 How (facts in docs/pc2region.md; modules: sass (listing, operand semantics), cfg (control flow),
-known_bits (tag values), region_map (the map type), this one (markers, region stacks, the map)):
+known_bits (tag values), markers (steps 1-2), region_stacks (step 3), region_map (the map type), this one
+(step 4 and the entry points)):
 
 1. Disassemble (host_decode.hardware.sass) and find the markers: a 64-bit store (STG/ST/STS .64/.128) of a
    register pair in which one register derives from a ``%globaltimer`` read (``S2R``/``S2UR``/``CS2R``/
@@ -28,7 +29,6 @@ program structure.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -39,6 +39,7 @@ from host_decode.core.errors import DecodeError
 from host_decode.hardware import sass
 from host_decode.hardware.cfg import Program, build_program, find_skips
 from host_decode.hardware.known_bits import ValueAnalysis
+from host_decode.hardware.markers import LOW12, NOT_V1, Marker, find_markers, marker_only_instructions, resolve_markers
 from host_decode.hardware.region_map import (
     AMBIGUOUS,
     MAP_FORMAT,
@@ -48,6 +49,7 @@ from host_decode.hardware.region_map import (
     RegionMap,
     load_map,
 )
+from host_decode.hardware.region_stacks import propagate
 from host_decode.hardware.sass import Function
 
 __all__ = [
@@ -63,385 +65,6 @@ __all__ = [
     "map_function",
     "read_cubin",
 ]
-
-# Regions nest to any depth the code has; a stack that grows around a loop (BEGIN without END in a
-# loop body) is detected as such (_grows_around_a_loop). This cap only bounds pathological code.
-MAX_REGION_DEPTH = 4096
-MAX_CALL_DEPTH = 16  # recursion guard
-
-# ================================================================================================
-# Markers
-# ================================================================================================
-
-
-@dataclasses.dataclass
-class Marker:
-    timer_index: int  # the %globaltimer read (region boundary)
-    store_index: int  # the record store
-    tag_mask: int  # known bits of tag32
-    tag_value: int
-    event_id: int | None = None
-    event_type: int | None = None
-    how: str = "unresolved"  # dataflow | table | line | unresolved
-    cost_indices: tuple = ()  # instructions that exist only for this marker (lower bound)
-    line_conflict: int = 0  # resolved markers on its source line write this many different events
-
-    @property
-    def resolved(self) -> bool:
-        """Known enough to act on: BEGIN/END need the id; an INSTANT or FINALIZE changes no stack."""
-        if self.event_type in (wire.EventType.INSTANT, wire.EventType.FINALIZE):
-            return True
-        return self.event_id is not None and self.event_type is not None
-
-    @property
-    def is_boundary(self) -> bool:
-        return self.resolved and self.event_type in (wire.EventType.BEGIN, wire.EventType.END)
-
-
-_LOW12 = (1 << wire.LANE_SHIFT) - 1
-
-
-def find_markers(prog: Program, va: ValueAnalysis, unoptimized: bool = False) -> tuple[list[Marker], list[str], int]:
-    """Records (64-bit stores of a tag word next to a timer word), problems naming the other stores of
-    timer data, and how many 64-bit stores look timer-derived in both words. `unoptimized`: a debug
-    build, where such a store is more likely a record whose tag could not be separated from its timer
-    than a bare timestamp."""
-    markers: list[Marker] = []
-    both_timer = 0
-    problems: list[str] = []
-    ins = prog.instructions
-    for s, x in enumerate(ins):
-        if x.base not in sass.STORE_OPS or not x.operands:
-            continue
-        data = sass.reg_name(x.operands[-1])
-        width = sass.reg_width(x.opcode)
-        if data is None:
-            continue
-        values = [va.value(sass.reg_plus(data, k), s) for k in range(width)]
-        if not any(v.timer for v in values):
-            continue
-        if width < 2:
-            problems.append(f"pc {x.pc:#x}: {_foreign_32bit(values[0])} stored to {_space(x)}: {_NOT_V1}")
-            continue
-        for pair in range(width // 2):
-            lo, hi = values[2 * pair], values[2 * pair + 1]
-            both_timer += bool(lo.timer and hi.timer)
-            if lo.timer and hi.timer and unoptimized:
-                problems.append(
-                    f"pc {x.pc:#x}: both words of a 64-bit store to {_space(x)} derive from %globaltimer as far as "
-                    "the analysis can tell (unoptimized code builds a record's word through shifts, local memory "
-                    "and calls, where its tag cannot be told apart from the timer): not used as a region boundary"
-                )
-                continue
-            if lo.timer and hi.timer:
-                problems.append(
-                    f"pc {x.pc:#x}: a 64-bit %globaltimer timestamp without a tag stored to {_space(x)} "
-                    f"(a bare timestamp, as hand-written or Proton-style timers write): {_NOT_V1}"
-                )
-                continue
-            if not lo.timer and not hi.timer:
-                continue  # not a record
-            tag, timer = (lo, hi) if hi.timer else (hi, lo)
-            tag_reg = sass.reg_plus(data, 2 * pair + (0 if hi.timer else 1))
-            reads = sorted(timer.timer)
-            if len(reads) > 1:
-                problems.append(
-                    f"pc {x.pc:#x}: record timer comes from several reads {[hex(ins[r].pc) for r in reads]}"
-                )
-            m = Marker(reads[-1], s, tag.mask, tag.value)
-            m.cost_indices = tuple(
-                sorted(_marker_cost(prog, va, m, sass.reg_plus(data, 2 * pair + (1 if hi.timer else 0)), tag_reg))
-            )
-            if m.tag_mask & _LOW12 == _LOW12:
-                low = m.tag_value & _LOW12
-                m.event_id, m.event_type, m.how = low >> wire.EVENT_ID_SHIFT, low & 3, "dataflow"
-            elif m.tag_mask & 3 == 3 and m.tag_value & 3 in (wire.EventType.INSTANT, wire.EventType.FINALIZE):
-                # e.g. FINALIZE carries the SM id in its event id: the id is a run-time value
-                m.event_type, m.how = m.tag_value & 3, "dataflow (id computed at run time)"
-            markers.append(m)
-    return markers, problems, both_timer
-
-
-_NOT_V1 = "a foreign marker, not an ikp v1 record; not used as a region boundary"
-
-
-def _foreign_32bit(v) -> str:
-    """Name a 32-bit store of timer data: IKET-style timer|tag (low bits replaced by a constant) or bare."""
-    n = v.low_known()
-    if n:
-        return (
-            f"a 32-bit timer|tag word (IKET style: %globaltimer_lo with its low {n} bits replaced by the tag "
-            f"{v.value & ((1 << n) - 1):#x})"
-        )
-    return "a bare 32-bit %globaltimer value"
-
-
-def _space(x) -> str:
-    return {"STG": "global memory", "STS": "shared memory", "STAS": "shared memory"}.get(x.base, "memory")
-
-
-def _marker_cost(prog: Program, va: ValueAnalysis, m: Marker, timer_reg: str, tag_reg: str) -> set[int]:
-    """Instructions that exist only to write this record: the timer read (+ its NOP), copies of the
-    timer into the stored register, register copies forming the pair, and the store. Address and tag
-    arithmetic shared with other code is not counted (so this is a lower bound)."""
-    ins = prog.instructions
-    out = {m.timer_index, m.store_index}
-    if m.timer_index + 1 < len(ins) and ins[m.timer_index + 1].base == "NOP":
-        out.add(m.timer_index + 1)
-    for reg in (timer_reg, tag_reg):
-        at = m.store_index
-        for _ in range(4):  # follow plain copies back
-            defs = va.reaching_defs(reg, at)
-            if len(defs) != 1 or defs[0] < 0:
-                break
-            d = ins[defs[0]]
-            src = sass.copy_source(d)
-            if src is None:
-                break
-            out.add(defs[0])
-            reg, at = src, defs[0]
-    return out
-
-
-def marker_only_instructions(prog: Program, va: ValueAnalysis, base: set[int]) -> set[int]:
-    """Grow the markers' own instructions by those whose results only feed marker instructions
-    within their block (address arithmetic of the record, guard compares, tag copies, a reloaded
-    buffer base). Results that may live past the block (a loop-carried cursor) are not claimed, so
-    the instrumentation cost stays a lower bound."""
-    ins = prog.instructions
-    cost = set(base)
-    uses = [None] * len(ins)
-    changed = True
-    while changed:
-        changed = False
-        for i, x in enumerate(ins):
-            if i in cost or x.base in sass.SIDE_EFFECT_OPS or x.base in sass.MMA_OPS or x.never:
-                continue
-            written = sass.writes(x)
-            if not written or not _only_feeds(i, written, cost, va, uses):
-                continue
-            cost.add(i)
-            changed = True
-    return cost
-
-
-def _only_feeds(i: int, written: list[str], cost: set[int], va: ValueAnalysis, uses: list) -> bool:
-    ins = va.ins
-    end = i + 1
-    while end < len(ins) and va.block_start[end] == va.block_start[i]:
-        end += 1
-    used = False
-    for reg in written:
-        for k in range(i + 1, end):
-            if uses[k] is None:
-                uses[k] = sass.uses(ins[k])
-            if reg in uses[k] or sass.ALL_REGS in uses[k]:
-                if k not in cost:
-                    return False
-                used = True
-            if reg in sass.writes(ins[k]) and not ins[k].predicated:
-                break  # redefined: later uses read another value
-        else:
-            last = ins[end - 1]
-            if not (last.base == "EXIT" and not sass.conditional(last)):
-                return False  # may be live past the block (nothing is live after an EXIT)
-    return used
-
-
-def resolve_markers(markers: list[Marker], prog: Program, allowed: set[tuple[int, int]] | None) -> None:
-    """Fill in markers whose tag bits are partly unknown: first from the trace-time table of
-    (event_id, type) pairs, then from resolved markers on the same source line."""
-    if allowed:
-        for m in markers:
-            if m.event_id is not None and m.event_type is not None and (m.event_id, m.event_type) not in allowed:
-                m.how = "dataflow (not in marker table)"
-            if m.resolved:
-                continue
-            low_mask, low_val = m.tag_mask & _LOW12, m.tag_value & _LOW12
-            cands = [(e, t) for e, t in allowed if ((e << wire.EVENT_ID_SHIFT) | t) & low_mask == low_val]
-            if len(cands) == 1:
-                m.event_id, m.event_type = cands[0]
-                m.how = "table"
-    ins = prog.instructions
-    by_line: dict[tuple, set] = {}
-    for m in markers:
-        x = ins[m.timer_index]
-        if m.event_id is not None and m.event_type is not None and x.line is not None:
-            by_line.setdefault((x.file, x.line), set()).add((m.event_id, m.event_type))
-    for m in markers:
-        x = ins[m.timer_index]
-        if m.resolved or x.line is None:
-            continue
-        on_line = by_line.get((x.file, x.line), set())
-        # unrolled copies of one marker share its line (a one-line region may put its BEGIN and END
-        # there too); an inlined helper's line (ikp.cuh's timer read) is shared by every marker: a
-        # line whose markers write different event ids decides nothing
-        ids = {e for e, _ in on_line}
-        if len(ids) > 1:
-            m.line_conflict = len(ids)
-            continue
-        low_mask, low_val = m.tag_mask & _LOW12, m.tag_value & _LOW12
-        cands = {c for c in on_line if ((c[0] << wire.EVENT_ID_SHIFT) | c[1]) & low_mask == low_val}
-        if len(cands) == 1:
-            m.event_id, m.event_type = next(iter(cands))
-            m.how = "line"
-
-
-# ================================================================================================
-# Region-stack propagation
-# ================================================================================================
-
-
-def _unknown_token(marker: Marker) -> int:
-    """Stack element standing for an unresolved marker's unknown boundary (negative: no event id)."""
-    return -(marker.timer_index + 1)
-
-
-def _apply(stack: tuple, marker: Marker | None) -> tuple:
-    if marker is None:
-        return stack
-    if not marker.resolved:  # its effect is unknown: what follows cannot be assigned (a reason says why)
-        token = _unknown_token(marker)
-        return stack if token in stack else stack + (token,)
-    eid, etype = marker.event_id, marker.event_type
-    if etype == wire.EventType.BEGIN:
-        return stack + (eid,)
-    if etype == wire.EventType.END:
-        for k in range(len(stack) - 1, -1, -1):
-            if stack[k] == eid:
-                return stack[:k] + stack[k + 1 :]
-        return stack  # an END whose BEGIN is not open on this path: counted by the caller
-    return stack  # INSTANT (reserved ones included) and FINALIZE are not boundaries
-
-
-def propagate(prog: Program, markers: list[Marker], entry: int = 0) -> tuple[list[set], list[str]]:
-    """Fixed point of region stacks over (instruction, region stack, call stack, assumptions) states.
-    Returns per-instruction sets of region stacks (as seen by that instruction) and problems.
-
-    Assumptions make branches around markers path-sensitive: `if blocked: begin(w)` ... `if blocked:
-    end(w)` compiles to two branches on one predicate (`@P0 BRA` twice, P0 not rewritten between); the
-    state remembers which way the first went, so the second follows the same way (an FA4 wait recorded
-    only when it blocks). An assumption is forgotten at any instruction that names its predicate
-    (test_correlated_branches_on_one_predicate_stay_balanced)."""
-    ins = prog.instructions
-    at_timer = {m.timer_index: m for m in markers}
-    relevant = _branches_around_markers(prog, at_timer)
-    seen_stacks: list[set] = [set() for _ in ins]
-    visited: set = set()
-    stacks_at: dict[tuple[int, tuple], set[tuple]] = {}
-    problems: set[str] = set()
-    todo = [(entry, (), (), frozenset())]
-    while todo:
-        i, rstack, cstack, assume = todo.pop()
-        while True:  # walk straight-line code without touching the worklist
-            if (i, rstack, cstack, assume) in visited:
-                break
-            visited.add((i, rstack, cstack, assume))
-            x = ins[i]
-            here = stacks_at.setdefault((i, cstack), set())
-            here.add(rstack)
-            if _grows_around_a_loop(rstack, here):
-                problems.add(
-                    f"pc {x.pc:#x}: the region stack grows each time around a loop (a BEGIN without END in the loop "
-                    "body?): not followed further"
-                )
-                break
-            marker = at_timer.get(i)
-            after = _apply(rstack, marker)
-            if marker is not None and marker.resolved and marker.event_type == wire.EventType.END and after == rstack:
-                problems.add(f"pc {x.pc:#x}: END of event {marker.event_id} with no open BEGIN on some path")
-            # the timer reads bounding a region belong to it: a BEGIN read sees the new stack, an END read the old
-            seen_stacks[i].add(after if marker is not None and marker.event_type == wire.EventType.BEGIN else rstack)
-            if len(after) > MAX_REGION_DEPTH:
-                problems.add(f"pc {x.pc:#x}: region stack deeper than {MAX_REGION_DEPTH}: not followed further")
-                break
-            if assume and x.base not in ("BRA", "JMP"):
-                assume = frozenset(a for a in assume if not sass.mentions_pred(x, a[0]))
-            nxt = _successors(prog, i, after, cstack, problems, at_timer, assume, i in relevant)
-            if not nxt:
-                break
-            (i, rstack, cstack, assume), rest = nxt[0], nxt[1:]
-            todo.extend(rest)
-    return seen_stacks, sorted(problems)
-
-
-def _branches_around_markers(prog: Program, at_timer: dict[int, Marker]) -> set[int]:
-    """Guarded branches (not capacity guards) with a marker between them and their target: the ones
-    whose direction decides a region boundary, so worth remembering."""
-    timers = sorted(at_timer)
-    out = set()
-    for b, x in enumerate(prog.instructions):
-        if x.base != "BRA" or not x.predicated or x.never or b in prog.skips:
-            continue
-        for t in prog.succ[b]:
-            lo, hi = min(b, t), max(b, t)
-            if any(lo < k < hi for k in timers):
-                out.add(b)
-    return out
-
-
-def _grows_around_a_loop(stack: tuple, seen_here: set[tuple]) -> bool:
-    """The same PC (same call stack) was reached with s and s + t, and now with s + t + t: only a cycle
-    pushes the same t again (two different paths merging give s and s + t, never a third copy)."""
-    for k in range(1, len(stack) // 2 + 1):
-        t = stack[-k:]
-        if stack[-2 * k : -k] == t and stack[:-k] in seen_here and stack[: -2 * k] in seen_here:
-            return True
-    return False
-
-
-def _successors(
-    prog: Program,
-    i: int,
-    rstack: tuple,
-    cstack: tuple,
-    problems: set,
-    skip_effects: dict[int, Marker],
-    assume: frozenset = frozenset(),
-    remember: bool = False,
-) -> list[tuple]:
-    x = prog.instructions[i]
-    if x.base == "RET" and not x.never:
-        out = []
-        if cstack:
-            out.append((cstack[-1], rstack, cstack[:-1], assume))
-        if sass.conditional(x) and i + 1 < len(prog.instructions):
-            out.append((i + 1, rstack, cstack, assume))
-        return out
-    if i in prog.callees and not x.never:
-        if len(cstack) >= MAX_CALL_DEPTH:
-            problems.add(f"pc {x.pc:#x}: call depth above {MAX_CALL_DEPTH} (recursion), not followed")
-            return []
-        out = [(entry, rstack, cstack + (i + 1,), frozenset()) for entry in prog.callees[i]]
-        if sass.conditional(x):
-            out.append((i + 1, rstack, cstack, frozenset()))
-        return out
-    if remember:  # @P0 BRA t: the jump means P0 holds (guard "P0") or not (guard "!P0")
-        pred, taken_value = x.guard.lstrip("!"), not x.guard.startswith("!")
-        known = dict(assume).get(pred)
-        out = []
-        for s in prog.succ[i]:
-            jump = s != i + 1 or prog.succ[i] == [i + 1]
-            value = taken_value if jump else not taken_value
-            if known is None or known == value:
-                out.append((s, rstack, cstack, assume | {(pred, value)}))
-        return out
-    out = []
-    for s in prog.succ[i]:
-        guarded = prog.skips.get(i)
-        if guarded is not None and s == guarded[2] and sass.conditional(x):
-            out.append((s, _apply_range(rstack, guarded[:2], skip_effects), cstack, assume))
-        else:
-            out.append((s, rstack, cstack, assume))
-    return out
-
-
-def _apply_range(rstack: tuple, rng: tuple[int, int], effects: dict[int, Marker]) -> tuple:
-    for k in range(rng[0], rng[1]):
-        if k in effects:
-            rstack = _apply(rstack, effects[k])
-    return rstack
-
 
 def _event_name(events: dict[int, str], eid: int) -> str:
     return events.get(int(eid), f"event_{int(eid)}")
@@ -525,12 +148,12 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
     unoptimized = sass.looks_unoptimized(fn)
     markers, problems, both_timer = find_markers(prog, va, unoptimized)
     resolve_markers(markers, prog, allowed)
-    if not unoptimized and markers and not any(m.resolved or m.tag_mask & _LOW12 for m in markers):
+    if not unoptimized and markers and not any(m.resolved or m.tag_mask & LOW12 for m in markers):
         for m in markers:  # no v1 record anywhere: a (timer, payload) pair of another tool
             problems.append(
                 f"pc {fn.instructions[m.store_index].pc:#x}: a 64-bit store of a %globaltimer value next to a word "
-                f"with no known tag bits (known {m.tag_mask & _LOW12:#05x}) in a kernel without any ikp v1 "
-                f"record: {_NOT_V1}"
+                f"with no known tag bits (known {m.tag_mask & LOW12:#05x}) in a kernel without any ikp v1 "
+                f"record: {NOT_V1}"
             )
         markers = []
     problems = prog.problems + problems
@@ -553,7 +176,7 @@ def map_function(fn: Function, sha: str | None, names: Any = None, marker_table:
             )
             problems.append(
                 f"pc {fn.instructions[m.timer_index].pc:#x}: marker tag not resolved "
-                f"(known bits {m.tag_mask & _LOW12:#05x} = {m.tag_value & _LOW12:#05x}){why}"
+                f"(known bits {m.tag_mask & LOW12:#05x} = {m.tag_value & LOW12:#05x}){why}"
             )
     boundary_timers = [m.timer_index for m in markers if m.is_boundary or not m.resolved]
     for t in sorted({t for t in boundary_timers if sum(m.timer_index == t for m in markers) > 1}):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core.errors import DecodeError
+from host_decode.core.jsonable import dumps
 
 MAP_FORMAT = "ikp-pc2region-v1"
 OUTSIDE = "<outside>"
@@ -81,7 +82,7 @@ class RegionMap:
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
+            f.write(dumps(self.to_json()))
 
     def summary(self) -> dict[str, int]:
         counts = np.bincount(self.region, minlength=len(self.paths))

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from host_decode.analysis import align as al
 from host_decode.analysis import sessions
+from host_decode.core.jsonable import dumps
 from host_decode.core.model import Trace
 from host_decode.torch_traces.loader import read_chrome
 from host_decode.writers import chrome_json
@@ -65,7 +66,7 @@ def merge_with_torch_trace(
     regions = chrome_json.chrome_events(kept, process=pid, tid_base=TID_BASE, origin_ns=base - result.offset_ns,
                                         cat="ikp")
     summary_tid = TID_BASE - 1
-    info = json.dumps({k: v for k, v in result.to_json().items() if k not in ("lead_ns", "tail_ns")})
+    info = dumps({k: v for k, v in result.to_json().items() if k not in ("lead_ns", "tail_ns")}, indent=None)
     ours = []
     for (t0, t1), _ in zip(al.launch_extents(capture_trace), chosen):
         ts = (t0 + result.offset_ns - base) / 1000.0

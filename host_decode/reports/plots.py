@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from host_decode.analysis import regions as analysis
+from host_decode.analysis.launch import block_intervals
+from host_decode.analysis.overlap import group_overlap
 from host_decode.core.model import Trace
 
 
@@ -108,7 +109,7 @@ def plot_gantt(trace: Trace, path: str | os.PathLike, launch: int | None = 0, ma
         keep = np.argsort(-(sp["end_ns"] - sp["start_ns"]), kind="stable")[:max_spans]
         left_out = sp.size - max_spans
         sp = sp[np.sort(keep)]
-    blocks = analysis.block_intervals(_subtrace(trace, sp, lanes))
+    blocks = block_intervals(_subtrace(trace, sp, lanes))
     use_sm = bool(blocks.size) and bool((blocks["sm"] >= 0).all())
     slot = residency_slots(blocks) if use_sm else np.zeros(blocks.size, np.int64)
     bi = np.searchsorted(blocks["block"], sp["block"])
@@ -183,7 +184,7 @@ def plot_overlap(trace: Trace, path: str | os.PathLike, pair: tuple[int, int] | 
     """Per block: time only A was in a region, both, only B (stacked bars), for one group pair
     (default: the first pair of groups with regions)."""
     plt = _plt()
-    ov = analysis.group_overlap(trace, pairs=[pair] if pair else None)
+    ov = group_overlap(trace, pairs=[pair] if pair else None)
     fig, ax = plt.subplots(figsize=(12, 4))
     if ov.size == 0:
         ax.text(0.5, 0.5, "fewer than two groups with regions: no overlap to show", ha="center")

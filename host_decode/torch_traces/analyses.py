@@ -1,4 +1,4 @@
-"""Analyses of a loaded torch trace (host_decode.torch_traces.loader.TorchTrace): ProfilerStep assignment,
+"""Analyses of a loaded torch trace (host_decode.torch_traces.columns.TorchTrace): ProfilerStep assignment,
 row selection, per-name tables, busy time and per-stream gap analysis. Definitions: README, `ikp kernels`.
 
 Invariants (tests/test_kernels.py): durations and gaps are computed on int64 ns (exact, for any time range the
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from host_decode.core.arrays import segmented_cummax
-from host_decode.torch_traces.loader import DEVICE_CATS, RUNTIME_CATS, STEP_CATS, STEP_RE, TorchTrace
+from host_decode.torch_traces.columns import DEVICE_CATS, RUNTIME_CATS, STEP_CATS, STEP_RE, TorchTrace
 from host_decode.torch_traces.names import short_names
 
 # ------------------------------------------------------------------------------------------------ steps

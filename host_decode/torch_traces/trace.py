@@ -1,6 +1,7 @@
 """PyTorch profiler Chrome traces: the public API of `ikp kernels` in one namespace
-(`from host_decode.torch_traces import trace as tt`). The code lives in three modules:
-loader (parsing, cache, read_chrome), analyses (steps, selection, tables, gaps), names (demangle, shorten).
+(`from host_decode.torch_traces import trace as tt`). The code lives in five modules:
+loader (loading with the cache, read_chrome), columns (the table and its builder), chunks (the chunked
+parse), analyses (steps, selection, tables, gaps), names (demangle, shorten).
 """
 
 from host_decode.torch_traces.analyses import (  # noqa: F401
@@ -18,10 +19,7 @@ from host_decode.torch_traces.analyses import (  # noqa: F401
     profiler_steps,
     select,
 )
-from host_decode.torch_traces.loader import (  # noqa: F401
-    CACHE_FORMAT,
-    CACHE_SUFFIX,
-    CHUNK_BYTES,
+from host_decode.torch_traces.columns import (  # noqa: F401
     COLUMNS,
     DEVICE_CATS,
     KERNEL_CATS,
@@ -36,9 +34,8 @@ from host_decode.torch_traces.loader import (  # noqa: F401
     TIME_LIMIT_US,
     TorchTrace,
     float_column,
-    load_torch_trace,
-    read_chrome,
     timed_rows,
     us_to_ns,
 )
+from host_decode.torch_traces.loader import CACHE_FORMAT, CACHE_SUFFIX, CHUNK_BYTES, load_torch_trace, read_chrome  # noqa: F401
 from host_decode.torch_traces.names import demangle, short_names, shorten  # noqa: F401

@@ -15,7 +15,7 @@ thread and the regions of two lanes overlapped there: dropped as ``slice_drop_ov
 tests/test_view_browser.py checks every slice arrives).
 
 Regions of different ids that overlap without nesting get their own thread ("consumer (overlap 1)"),
-the sub-tracks of the one assignment (host_decode.writers.order). Regions are ``X`` events in the one
+the sub-tracks of the one assignment (host_decode.writers.subtracks). Regions are ``X`` events in the one
 event order's BEGIN order (parents before children at equal start), instants ``i`` events (thread
 scope). ts/dur are microseconds after the origin, written from integer ns as ``<us>.<3 digits>`` so no
 nanosecond is lost to float rounding. No ``displayTimeUnit``: older importers read it as the unit of
@@ -35,9 +35,13 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from host_decode.core.jsonable import dumps
 from host_decode.core.model import Trace
+from host_decode.writers import ids, tracks
+from host_decode.writers import lane_counters as lc
+from host_decode.writers import lanes as ln
 from host_decode.writers import order as od
-from host_decode.writers import tracks
+from host_decode.writers.options import DEFAULT_OPTIONS, TraceOptions
 
 CHUNK = 25_000  # events formatted per list: a list of strings costs ~130 B an event
 FIRST_TID = 1  # trace processor reads tid 0 as tid = pid (module docstring): never a region's thread
@@ -79,12 +83,12 @@ def chrome_events(
     earliest = _earliest(trace)
     if origin_ns is not None and earliest is not None and earliest < origin:
         raise ValueError("chrome_events: origin_ns is after the first event; ts would be negative")
-    chunks = od.lane_chunks(spans, instants)
-    table = od.lane_table(chunks, origin)
+    chunks = ln.lane_chunks(spans, instants)
+    table = ln.lane_table(chunks, origin)
     nsub = int(table.nsub.max()) if table.nsub.size else 1
     ename = {e: json.dumps(trace.names.event(e)) for e in
-             od.union(table.span_events, od.present(instants["event"].astype(np.int64))).tolist()}
-    track_lane, track_sub = table.tracks >> od.TRACK_BITS, table.tracks & ((1 << od.TRACK_BITS) - 1)
+             ids.union(table.span_events, ids.present(instants["event"].astype(np.int64))).tolist()}
+    track_lane, track_sub = table.tracks >> ln.TRACK_BITS, table.tracks & ((1 << ln.TRACK_BITS) - 1)
     if counts is not None:
         counts.update(written=int(spans.size), lanes=int(table.lanes.size), tracks=int(table.tracks.size))
 
@@ -100,7 +104,7 @@ def chrome_events(
     x_fmt += ',"args":{"lane":%d,"event":%d,"sm":%d}}' if args else "}"
 
     # X events in the BEGIN order of the one event order: rows in (lane, begin) order, chunk by chunk
-    for oc in od.ordered_chunks(chunks, origin, table.subs):
+    for oc in ln.ordered_chunks(chunks, origin, table.subs):
         s = oc.cols.table
         for lo in range(0, s.size, CHUNK):
             rows = slice(lo, lo + CHUNK)
@@ -112,7 +116,7 @@ def chrome_events(
             if by_block:
                 where = [c["block"].tolist(), (FIRST_TID + c["group"].astype(np.int64) * nsub + oc.sub[rows]).tolist()]
             else:
-                where = [(tid_base + np.searchsorted(table.tracks, (lane << od.TRACK_BITS) | oc.sub[rows])).tolist()]
+                where = [(tid_base + np.searchsorted(table.tracks, (lane << ln.TRACK_BITS) | oc.sub[rows])).tolist()]
             cols = [_names(ename, event), ts_q.tolist(), ts_r.tolist(), dur_q.tolist(), dur_r.tolist(), *where]
             if args:
                 cols += [lane.tolist(), event.tolist(), trace.sm_of_lane(lane).tolist()]
@@ -125,7 +129,7 @@ def chrome_events(
             tids = (FIRST_TID + i["group"].astype(np.int64) * nsub).tolist()
             where = [f'"pid":{p},"tid":{t}' for p, t in zip(i["block"].tolist(), tids)]
         else:
-            tid = tid_base + np.searchsorted(table.tracks, i["lane"].astype(np.int64) << od.TRACK_BITS)
+            tid = tid_base + np.searchsorted(table.tracks, i["lane"].astype(np.int64) << ln.TRACK_BITS)
             where = [f'"pid":{pid_json},"tid":{t}' for t in tid.tolist()]
         yield [f'{{"name":{ename[e]},"ph":"i","s":"t","ts":{t},{w}}}'
                for e, t, w in zip(i["event"].tolist(), ts, where)]
@@ -134,7 +138,7 @@ def chrome_events(
         cpid = int(table.block.max()) + 1
         yield [f'{{"ph":"M","name":"process_name","pid":{cpid},"tid":0,"args":{{"name":"lanes inside regions"}}}}',
                f'{{"ph":"M","name":"process_sort_index","pid":{cpid},"tid":0,"args":{{"sort_index":-1}}}}']
-        ev, t, value = od.lanes_inside(spans)
+        ev, t, value = lc.lanes_inside(spans)
         cname = {e: json.dumps(f"lanes in {trace.names.event(e)}") for e in np.unique(ev).tolist()}
         for lo in range(0, ev.size, CHUNK):
             rows = slice(lo, lo + CHUNK)
@@ -151,7 +155,7 @@ def _earliest(trace: Trace) -> int | None:
     return min(lows) if lows else None
 
 
-def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, nsub: int) -> list[str]:
+def _block_metadata(trace: Trace, table: ln.LaneTable, track_lane, track_sub, nsub: int) -> list[str]:
     """One process per block (named with its SM), one thread per (group, overlap row)."""
     meta = []
     block_sm: dict[int, int] = {}
@@ -161,7 +165,7 @@ def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, ns
         label = json.dumps(f"block {b}" + (f" (SM {s})" if s >= 0 else ""))
         meta.append(f'{{"ph":"M","name":"process_name","pid":{b},"tid":0,"args":{{"name":{label}}}}}')
         meta.append(f'{{"ph":"M","name":"process_sort_index","pid":{b},"tid":0,"args":{{"sort_index":{b}}}}}')
-    at = od.index_of(table.lanes, track_lane)
+    at = ids.index_of(table.lanes, track_lane)
     tid = FIRST_TID + table.group[at] * nsub + track_sub
     pairs = np.unique(np.stack([table.block[at], tid], 1), axis=0) if tid.size else np.zeros((0, 2), np.int64)
     for b, t in pairs.tolist():
@@ -172,10 +176,10 @@ def _block_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, ns
     return meta
 
 
-def _thread_metadata(trace: Trace, table: od.LaneTable, track_lane, track_sub, pid_json: str,
+def _thread_metadata(trace: Trace, table: ln.LaneTable, track_lane, track_sub, pid_json: str,
                      tid_base: int) -> list[str]:
     """One thread per (lane, sub-track) of one process, named "block 3 consumer (overlap 1)"."""
-    at = od.index_of(table.lanes, track_lane)
+    at = ids.index_of(table.lanes, track_lane)
     meta = []
     for i, (b, g, k) in enumerate(zip(table.block[at].tolist(), table.group[at].tolist(), track_sub.tolist())):
         label = json.dumps(f"block {b} {trace.names.group(g)}" + (f" (overlap {k})" if k else ""))
@@ -192,7 +196,7 @@ def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     left = {"lanes_left_out": 0, "spans_left_out": 0, "instants_left_out": 0}
     if max_lanes is None:
         return trace, left
-    lanes = od.present(trace.spans["lane"].astype(np.int64))
+    lanes = ids.present(trace.spans["lane"].astype(np.int64))
     if lanes.size <= max_lanes:
         return trace, left
     last = lanes[max_lanes - 1]
@@ -217,7 +221,7 @@ def write_document(path: str | Path, events: Iterable[list[str]], *, head: dict 
         lambda p: open(p, "w", encoding="utf-8"))
     written = 0
     with opener(path) as f:
-        f.write("{" + (json.dumps(head)[1:-1] + "," if head else "") + '"traceEvents":[\n')
+        f.write("{" + (dumps(head, indent=None)[1:-1] + "," if head else "") + '"traceEvents":[\n')
         sep = ""
         for lo in range(0, len(foreign), CHUNK):
             chunk = _dumps_events(foreign[lo : lo + CHUNK])
@@ -243,22 +247,20 @@ def _dumps_events(events: Sequence[dict]) -> list[str]:
         return [json.dumps(e) for e in events]
 
 
-def write_chrome_json(
-    trace: Trace, path: str | Path, *, gzip: bool | None = None, args: bool = False, counters: bool | None = None,
-    progress: bool = False,
-) -> dict:
+def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | None = None) -> dict:
     """Write `trace` as Chrome JSON (lanes by block), titled as the Perfetto writer titles its root track
-    (``otherData.title``: kernel, device, launch index). gzip=None: gzip iff the path ends in .gz.
-    counters: the lanes-inside counters; None = as the Perfetto writer decides (small traces only)."""
+    (``otherData.title``: kernel, device, launch index), with `options` (TraceOptions: slice args, lane
+    counters, gzip, progress; JSON draws no overlays)."""
     t0 = time.perf_counter()
-    if counters is None:
-        counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
+    options = options or DEFAULT_OPTIONS
     # the title the Perfetto writer gives its root track ("toy on H100 (launch 2)"): JSON has no track above
     # the block processes, so it goes in the metadata (Perfetto: Info and stats)
     head = {"otherData": {"title": tracks.root_name(trace), "generator": "ikp_cute"}}
-    events = write_document(path, chrome_events(trace, args=args, counters=counters), head=head, gzip=gzip)
+    events = write_document(path, chrome_events(trace, args=options.slice_args,
+                                                counters=options.with_lane_counters(trace)),
+                            head=head, gzip=options.gzipped(path))
     secs = time.perf_counter() - t0
-    if progress:
+    if options.progress:
         print(f"chrome json: {events:,} events in {secs * 1e3:.0f} ms -> {path}", file=sys.stderr)
     return {"path": str(path), "events": events, "bytes": Path(path).stat().st_size, "seconds": secs}
 

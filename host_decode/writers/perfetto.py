@@ -2,7 +2,7 @@
 
 What the file holds (one packet sequence, ``SEQUENCE_ID``):
 1. an interning packet (``SEQ_INCREMENTAL_STATE_CLEARED``): event names (iid = event id + 1), flow kind
-   names (iid = FLOW_IID_BASE + kind) and, with ``args``, debug-annotation names;
+   names (iid = FLOW_IID_BASE + kind) and, with slice args, debug-annotation names;
 2. the track tree (host_decode.writers.tracks): launch, counters, SM, block, group tracks;
 3. the events in the one event order (host_decode.writers.order): ``TYPE_SLICE_BEGIN`` /
    ``TYPE_SLICE_END``, user instants as ``TYPE_INSTANT``. BEGIN and INSTANT packets use interned names,
@@ -10,11 +10,11 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
    carry no flags. Every packet of one kind has the same width (padded varints sized for the largest
    value in the whole trace), so each kind is built as one record table a column at a time, and each
    record is placed at its byte offset, which counts of the events before it give;
-4. counter samples (``TYPE_COUNTER``): the lanes-inside counters, then each CounterSeries;
-5. flows: per dependency a ``TYPE_INSTANT`` on the source lane's group track carrying ``flow_ids`` and
+4. counter samples (``TYPE_COUNTER``): the lanes-inside counters, then each CounterSeries of the overlay;
+5. the overlay's flows: per dependency a ``TYPE_INSTANT`` on the source lane's group track carrying ``flow_ids`` and
    one on the destination lane's carrying ``terminating_flow_ids`` (name: the flow kind).
 
-Streaming: the events are encoded and written one run of whole lanes at a time (order.lane_chunks), so
+Streaming: the events are encoded and written one run of whole lanes at a time (lanes.lane_chunks), so
 memory beyond the span table stays bounded by a chunk. write_perfetto orders a run and lays out its
 packets on the calling thread while its file-write thread builds the previous run's records, places them
 and writes them (UnplacedEvents: long numpy calls, which release the GIL, so the two share two cores).
@@ -24,10 +24,15 @@ sub-tracks as it orders it; at the first run that needs sibling tracks it starts
 passes (the first only orders and assigns sub-tracks, keeping nothing but the rare moves). Both give the
 same bytes where one pass applies (tests/test_perfetto.py::test_one_pass_falls_back_to_two).
 
+What goes in is one TraceOptions (host_decode.writers.options) and one Overlay: the flows and counter
+series the options' overlays draw from the trace (host_decode.writers.overlays), unless the caller gives
+its own.
+
 Size: per-lane constants (block, group, SM, lane) are on the track descriptors once; per-slice debug
-annotations only with ``args=True`` (``ikp decode --slice-args``). The lanes-inside counters add about
-two samples per region, so by default (``lane_counters=None``) they are written only for traces of at
-most order.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without them).
+annotations only with ``TraceOptions(slice_args=True)`` (``ikp decode --slice-args``). The lanes-inside
+counters add about two samples per region, so by default (``lane_counters="auto"``) they are written only
+for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without
+them).
 
 Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
 with the official protos and replays what trace processor does):
@@ -53,12 +58,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from host_decode.core.model import FLOW_DTYPE, CounterSeries, Trace
+from host_decode.core.model import CounterSeries, Trace
+from host_decode.writers import ids
+from host_decode.writers import lane_counters as lc
+from host_decode.writers import lanes as ln
 from host_decode.writers import order as od
+from host_decode.writers.options import DEFAULT_OPTIONS, TraceOptions
+from host_decode.writers.overlays import Overlay, draw_overlays
 from host_decode.writers.protobuf import Layout, f_bytes, f_varint, packet, packet_layout, scatter_rows, uwidth
 from host_decode.writers.tracks import SEQUENCE_ID, TrackTree, build_track_tree
 
@@ -85,6 +95,7 @@ class WriteStats:
     seconds: float
     phases: dict
     flows: int = 0
+    notes: tuple = ()  # per overlay drawn, what it holds (overlays.Overlay.notes)
 
     @property
     def bytes_per_slice(self) -> float:
@@ -94,32 +105,21 @@ class WriteStats:
 # --- public API ------------------------------------------------------------------------------------
 
 
-def write_perfetto(
-    trace: Trace,
-    path: str | Path,
-    *,
-    gzip: bool | None = None,
-    args: bool = False,
-    counters: bool | Sequence[CounterSeries] | None = (),
-    flows: np.ndarray | None = None,
-    flow_kinds: Sequence[str] = (),
-    lane_counters: bool | None = None,
-    progress: bool = False,
-) -> WriteStats:
-    """Write `trace` as a Perfetto protobuf trace. gzip=None: gzip iff the path ends in .gz.
-
-    args: per-slice debug annotations (block, group, sm, lane, event). counters: CounterSeries to write as
-    counter tracks (a bool is the older spelling of lane_counters). flows: FLOW_DTYPE rows, written as
-    flow arrows named by flow_kinds[kind]. lane_counters: the lanes-inside counter per region id; None =
-    on for traces of at most order.LANE_COUNTERS_AUTO regions."""
+def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None = None,
+                   overlay: Overlay | None = None) -> WriteStats:
+    """Write `trace` as a Perfetto protobuf trace with `options` (TraceOptions: slice args, lane
+    counters, gzip, progress, overlays). overlay: what to draw over the slices; None draws
+    options.overlays from the trace (host_decode.writers.overlays)."""
     t0 = time.perf_counter()
+    options = options or DEFAULT_OPTIONS
     path = Path(path)
-    use_gzip = path.suffix == ".gz" if gzip is None else bool(gzip)
-    opener = (lambda p: gzip_module.open(p, "wb", compresslevel=6)) if use_gzip else (lambda p: open(p, "wb"))
+    overlay = draw_overlays(trace, options.overlays) if overlay is None else overlay
+    drawn = time.perf_counter() - t0
+    opener = ((lambda p: gzip_module.open(p, "wb", compresslevel=6)) if options.gzipped(path)
+              else (lambda p: open(p, "wb")))
 
     def encode(one_pass: bool):
-        return encode_perfetto(trace, args=args, counters=counters, flows=flows, flow_kinds=flow_kinds,
-                               lane_counters=lane_counters, progress=progress, one_pass=one_pass, deferred=True)
+        return encode_perfetto(trace, options, overlay, one_pass=one_pass, deferred=True)
 
     def write(chunks, info: dict) -> dict:
         with opener(path) as f:  # "wb": the two-pass stream starts the file over
@@ -127,9 +127,11 @@ def write_perfetto(
         return info
 
     info = _one_pass_else_two(encode, write)
-    if progress:
+    info["phases"]["overlays"] = drawn
+    if options.progress:
         busy = info["phases"]["write"] * 1e3
-        print(f"perfetto: write thread (records built, placed, written) {busy:.0f} ms -> {path}", file=sys.stderr)
+        print(f"perfetto: overlays {drawn * 1e3:.0f} ms; write thread (records built, placed, written) {busy:.0f} ms"
+              f" -> {path}", file=sys.stderr)
     return WriteStats(
         path=str(path),
         bytes=path.stat().st_size,
@@ -141,23 +143,15 @@ def write_perfetto(
         seconds=time.perf_counter() - t0,
         phases=info["phases"],
         flows=info["flows"],
+        notes=overlay.notes,
     )
 
 
-def encode_perfetto(
-    trace: Trace,
-    *,
-    args: bool = False,
-    counters: bool | Sequence[CounterSeries] | None = (),
-    flows: np.ndarray | None = None,
-    flow_kinds: Sequence[str] = (),
-    lane_counters: bool | None = None,
-    progress: bool = False,
-    one_pass: bool = False,
-    deferred: bool = False,
-) -> tuple[Iterator, dict]:
+def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: Overlay | None = None, *,
+                    one_pass: bool = False, deferred: bool = False) -> tuple[Iterator, dict]:
     """-> (chunks, info): the trace file is the concatenation of the chunks (bytes or uint8 arrays),
-    produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed.
+    produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed. options and
+    overlay as write_perfetto (gzip is the file's business: never applied here).
 
     one_pass: stream the events in one pass over the runs of lanes, every span on its lane's first track;
     the chunks raise SubTracksNeeded at the first run whose regions overlap without nesting (what was
@@ -165,19 +159,12 @@ def encode_perfetto(
 
     deferred: the events' chunks may be UnplacedEvents, whose place() returns the bytes (write_perfetto
     places them on its file-write thread)."""
-    series: tuple = ()
-    if isinstance(counters, (bool, np.bool_)) or counters is None:
-        lane_counters = lane_counters if counters is None else bool(counters)
-    else:
-        series = tuple(counters)
-    flows = np.zeros(0, FLOW_DTYPE) if flows is None else np.asarray(flows)
-    _check_extras(trace, series, flows, flow_kinds)
-    if lane_counters is None:
-        lane_counters = trace.spans.size <= od.LANE_COUNTERS_AUTO
+    options = options or DEFAULT_OPTIONS
+    overlay = draw_overlays(trace, options.overlays) if overlay is None else overlay
+    overlay.check(trace)
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
-            "flows": int(flows.size), "phases": {}}
-    return _encode(trace, info, args, bool(lane_counters), series, flows, tuple(flow_kinds), progress,
-                   one_pass, deferred), info
+            "flows": int(overlay.flows.size), "phases": {}}
+    return _encode(trace, info, options, overlay, one_pass, deferred), info
 
 
 class SubTracksNeeded(Exception):
@@ -194,31 +181,15 @@ def _one_pass_else_two(encode, consume):
         return consume(*encode(False))
 
 
-def perfetto_bytes(trace: Trace, **options) -> bytes:
-    return _one_pass_else_two(lambda one_pass: encode_perfetto(trace, **options, one_pass=one_pass),
+def perfetto_bytes(trace: Trace, options: TraceOptions | None = None, overlay: Overlay | None = None) -> bytes:
+    """The bytes write_perfetto writes (before any gzip), in memory."""
+    options = options or DEFAULT_OPTIONS
+    overlay = draw_overlays(trace, options.overlays) if overlay is None else overlay
+    return _one_pass_else_two(lambda one_pass: encode_perfetto(trace, options, overlay, one_pass=one_pass),
                               lambda chunks, _: b"".join(c if isinstance(c, bytes) else c.tobytes() for c in chunks))
 
 
 trace_origin = od.trace_origin  # the ns written as t = 0 (the launch's first record, or an earlier event)
-
-
-def _check_extras(trace: Trace, series: tuple, flows: np.ndarray, flow_kinds: tuple) -> None:
-    for s in series:
-        if not isinstance(s, CounterSeries):
-            raise TypeError(f"counters: expected CounterSeries, got {type(s).__name__}")
-        if np.shape(s.times_ns) != np.shape(s.values) or np.ndim(s.times_ns) != 1:
-            raise ValueError(f"counter series {s.name!r}: times_ns and values must be 1-D of one length")
-        if s.block >= trace.num_blocks:
-            raise ValueError(f"counter series {s.name!r}: block {s.block} is not a block of the trace")
-    if flows.size:
-        if flows.dtype != FLOW_DTYPE:
-            raise ValueError(f"flows must be a FLOW_DTYPE array, got dtype {flows.dtype}")
-        kind = flows["kind"]
-        if int(kind.min()) < 0 or int(kind.max()) >= len(flow_kinds):
-            raise ValueError(f"flows: kind must index flow_kinds ({len(flow_kinds)} names given)")
-        lanes = np.concatenate([flows["src_lane"], flows["dst_lane"]])
-        if int(lanes.min()) < 0 or int(lanes.max()) >= trace.num_lanes:
-            raise ValueError(f"flows: lanes must be within 0..{trace.num_lanes - 1}")
 
 
 def _write_chunks(f: BinaryIO, chunks) -> float:
@@ -273,8 +244,7 @@ class _Widths:
     inst_args: list
 
 
-def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: tuple, flows: np.ndarray,
-            flow_kinds: tuple, progress: bool, one_pass: bool, deferred: bool = False):
+def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, one_pass: bool, deferred: bool):
     phases = info["phases"]
     clock = [time.perf_counter()]
 
@@ -282,22 +252,24 @@ def _encode(trace: Trace, info: dict, args: bool, lane_counters: bool, series: t
         now = time.perf_counter()
         phases[name] = phases.get(name, 0.0) + now - clock[0]
         clock[0] = now
-        if progress:
+        if options.progress:
             print(f"perfetto: {name} {phases[name] * 1e3:.0f} ms", file=sys.stderr)
 
     spans, instants = trace.spans, trace.instants
+    args, series, flows = options.slice_args, overlay.counters, overlay.flows
+    lane_counters = options.with_lane_counters(trace)
     origin = _origin(trace, series, flows)
-    chunks = od.lane_chunks(spans, instants)
-    table = _with_lanes(trace, od.lane_facts(chunks) if one_pass else od.lane_table(chunks, origin), flows)
+    chunks = ln.lane_chunks(spans, instants)
+    table = _with_lanes(trace, ln.lane_facts(chunks) if one_pass else ln.lane_table(chunks, origin), flows)
     phase("order")
     tree = build_track_tree(trace, table, counters=lane_counters and spans.size > 0, series=series)
     info["tracks"], info["overlap_tracks"] = tree.num_tracks, int(tree.overlap_tracks)
     widths = _widths(trace, table, tree, origin, args)
     phase("tracks")
-    event_ids = od.union(table.span_events, od.present(instants["event"].astype(np.int64)))
-    yield _interning_packet(trace, event_ids, args, flow_kinds)
+    event_ids = ids.union(table.span_events, ids.present(instants["event"].astype(np.int64)))
+    yield _interning_packet(trace, event_ids, args, overlay.flow_kinds)
     yield tree.descriptor_bytes(origin, trace.absolute)
-    for oc in od.ordered_chunks(chunks, origin, None if one_pass else table.subs):
+    for oc in ln.ordered_chunks(chunks, origin, None if one_pass else table.subs):
         if one_pass and oc.sub.any():
             raise SubTracksNeeded
         out = _encode_events(trace, oc, tree, widths, origin, args, deferred)
@@ -328,7 +300,7 @@ def _origin(trace: Trace, series: tuple, flows: np.ndarray) -> int:
     return min([origin] + lows)
 
 
-def _with_lanes(trace: Trace, table: od.LaneTable, flows: np.ndarray) -> od.LaneTable:
+def _with_lanes(trace: Trace, table: ln.LaneTable, flows: np.ndarray) -> ln.LaneTable:
     """The lane table plus a group track for every lane a flow starts or ends on."""
     if not flows.size:
         return table
@@ -344,7 +316,7 @@ def _with_lanes(trace: Trace, table: od.LaneTable, flows: np.ndarray) -> od.Lane
         nsub=np.concatenate([table.nsub, np.ones(extra.size, np.int64)])[o])
 
 
-def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, args: bool) -> _Widths:
+def _widths(trace: Trace, table: ln.LaneTable, tree: TrackTree, origin: int, args: bool) -> _Widths:
     spans, inst = trace.spans, trace.instants
     one = lambda values: uwidth(np.array([values], np.int64))  # noqa: E731
     top = [0]
@@ -358,7 +330,7 @@ def _widths(trace: Trace, table: od.LaneTable, tree: TrackTree, origin: int, arg
                 inst_name=one(int(inst["event"].max()) + 1) if inst.size else 1, span_args=[], inst_args=[])
     if args:
         sm_span = trace.sm_of_lane(table.span_lanes)
-        inst_lanes = od.present(inst["lane"].astype(np.int64))
+        inst_lanes = ids.present(inst["lane"].astype(np.int64))
         sm_inst = trace.sm_of_lane(inst_lanes)
         with_sm = bool((np.concatenate([sm_span, sm_inst]) >= 0).any())
         for table_, sm, out in ((spans, sm_span, w.span_args), (inst, sm_inst, w.inst_args)):
@@ -444,7 +416,7 @@ class UnplacedEvents:
         return out
 
 
-def _encode_events(trace: Trace, oc: od.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
+def _encode_events(trace: Trace, oc: ln.OrderedChunk, tree: TrackTree, w: _Widths, origin: int,
                    args: bool, deferred: bool = False) -> np.ndarray | UnplacedEvents:
     """The chunk's slice and instant packets in file order, as one byte array (deferred: as UnplacedEvents,
     whose place() makes that array).
@@ -522,7 +494,7 @@ def _arg_columns(trace: Trace, cols: od.SpanColumns, inst: np.ndarray) -> tuple[
 
 
 def _encode_lane_counters(spans: np.ndarray, tree: TrackTree, origin: int) -> tuple[np.ndarray, int]:
-    ev, t, value = od.lanes_inside(spans)
+    ev, t, value = lc.lanes_inside(spans)
     # each counter starts at 0 at the origin, so its track reads from the launch start
     first = np.flatnonzero(np.r_[True, ev[1:] != ev[:-1]])
     need = first[t[first] > origin]

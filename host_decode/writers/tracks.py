@@ -25,7 +25,8 @@ import functools
 import numpy as np
 
 from host_decode.core.model import Trace
-from host_decode.writers.order import LaneTable, index_of
+from host_decode.writers.ids import index_of
+from host_decode.writers.lanes import LaneTable
 from host_decode.writers.protobuf import f_bytes, f_varint, put_varints_at, tag, varint_widths
 
 SEQUENCE_ID = 7  # any constant > 1 (1 is the tracing service's own sequence); one byte as a varint
@@ -148,7 +149,7 @@ def root_name(trace: Trace) -> str:
 
 
 def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, series: tuple = ()) -> TrackTree:
-    """The track tree of the lanes in `table` (from order.lane_table); `counters`: a lanes-inside counter
+    """The track tree of the lanes in `table` (from lanes.lane_table); `counters`: a lanes-inside counter
     track per region id of the spans; `series`: CounterSeries, each a counter track under the root
     (block -1) or under its block's track."""
     names = trace.names

@@ -22,8 +22,9 @@ What is recorded per capture (examples/**/*.npy with a .json sidecar next to it)
 * ``outputs``: sha256 of the files written by
   - ``default.pftrace`` / ``default.json``: ``ikp decode CAPTURE -o FILE`` (the writers' defaults:
     these move when a default changes on purpose, e.g. issue 16's smaller default .pftrace);
-  - ``args.pftrace`` / ``args.json``: the writers with ``args=True, counters=True, gzip=False``, a
-    configuration that stays fixed while defaults move.
+  - ``args.pftrace`` / ``args.json``: ``write_trace`` with slice args and lane counters on and no gzip
+    (``TraceOptions(slice_args=True, lane_counters="on", gzip=False)``; the Perfetto writer draws its
+    overlays, e.g. the pipeline flows and counters), a configuration that stays fixed while defaults move.
 """
 
 from __future__ import annotations
@@ -79,10 +80,16 @@ def _load_capture(path):
 
 
 def write_explicit(trace, path: Path) -> None:
-    """The fixed configuration: args on, counters on, no gzip (whatever the defaults are)."""
+    """The fixed configuration: slice args on, lane counters on, no gzip, the writer's overlays drawn
+    (whatever the defaults are)."""
     from host_decode.writers import write_trace
 
-    if "args" in inspect.signature(write_trace).parameters:
+    params = inspect.signature(write_trace).parameters
+    if "options" in params:
+        from host_decode.writers import TraceOptions
+
+        write_trace(trace, path, TraceOptions(slice_args=True, lane_counters="on", gzip=False))
+    elif "args" in params:
         write_trace(trace, path, gzip=False, args=True, counters=True)
     elif path.suffix == ".pftrace":  # write_trace without an args switch: the writers' own entry points
         _module("writers.perfetto").write_perfetto(trace, path, gzip=False, args=True, counters=True)

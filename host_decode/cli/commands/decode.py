@@ -46,7 +46,7 @@ def run(args) -> int:
         with Step(f"decoding {args.buffer}", args):
             trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
         if not args.quiet:
-            from host_decode.reports.text import print_loss, print_summary
+            from host_decode.reports.tables.decode import print_loss, print_summary
 
             con = console()
             if trace.meta.get("launch_index") is not None:  # one launch of a ring: named as its trace is titled
@@ -58,14 +58,17 @@ def run(args) -> int:
         if loss_tmp:
             loss_tmp.write_text(trace.loss.dumps())
         if csv_tmp:
+            from host_decode.writers.spans_csv import write_spans_csv
+
             write_spans_csv(trace, csv_tmp)
         note = ""
         if trace_tmp:
-            from host_decode.writers import write_trace
+            from host_decode.writers import TraceOptions, write_trace
 
-            extras, note = pipeline_extras(trace)
-            write_trace(trace, trace_tmp, args=args.slice_args, progress=show_progress(args),
-                        lane_counters={"auto": None, "on": True, "off": False}[args.lane_counters], **extras)
+            options = TraceOptions(slice_args=args.slice_args, lane_counters=args.lane_counters,
+                                   progress=show_progress(args))
+            stats = write_trace(trace, trace_tmp, options)
+            note = "; ".join(getattr(stats, "notes", ()))  # what the overlays drew (Perfetto only)
     if not args.quiet:
         for path in (args.output, args.spans_csv, args.loss_json):
             if path:
@@ -82,29 +85,3 @@ def run(args) -> int:
             args,
         )
     return 0
-
-
-def pipeline_extras(trace) -> tuple[dict, str]:
-    """Keyword arguments of write_trace that put the pipelines' flow arrows and stages-full counters into
-    the trace (analysis/pipelines.py; docs/pipeline_waits.md), and a note of what they hold.
-    ({}, "") when the capture has no pipeline metadata."""
-    from host_decode.analysis.pipeline_meta import has_pipelines
-
-    if not has_pipelines(trace):
-        return {}, ""
-    from host_decode.analysis.pipelines import analyze_pipelines
-
-    pa = analyze_pipelines(trace)
-    flows = pa.flows()
-    extras = {"flows": flows, "flow_kinds": pa.flow_kinds, "counters": pa.counters}
-    return extras, f"{flows.size} pipeline flows, {len(pa.counters)} stages-full counters"
-
-
-def write_spans_csv(trace, path) -> None:
-    import numpy as np
-
-    s = trace.spans
-    cols = np.column_stack(
-        [s["block"], s["group"], s["event"], s["start_ns"], s["end_ns"], s["end_ns"] - s["start_ns"]]
-    )
-    np.savetxt(path, cols, fmt="%d", delimiter=",", header="block,group,event,start_ns,end_ns,duration_ns", comments="")

@@ -96,7 +96,9 @@ def run(args) -> int:
     if args.format == "json":
         print(dumps(doc))
     else:
-        print_table(rows, launches, args, console())
+        from host_decode.reports.tables.diff import print_diff
+
+        print_diff(rows, launches, console(), metric=args.metric, unit=args.unit, alpha=args.alpha)
     if args.output:
         print(f"wrote {args.output}")
     if bad:
@@ -110,36 +112,3 @@ def run(args) -> int:
         return 1
     next_step("ikp report CAPTURE.npy for one capture's details; --fail-above PCT makes this a CI gate", args)
     return 0
-
-
-def _v(x, fmt="{:.0f}"):
-    return "-" if x is None or x != x else fmt.format(x)
-
-
-def print_table(rows, launches, args, console) -> None:
-    """Per-region deltas; on a narrow terminal the secondary columns (counts, CI, p50, Mann-Whitney) go."""
-    from host_decode.cli.common import table
-
-    headers = ["group", "region", "n A", "n B", "mean A ns", "mean B ns", "delta", "95% CI", "p50 delta", "p (Welch)",
-               "p (MW)", "verdict"]
-    style = {"slower": "red", "faster": "green", "only_a": "yellow", "only_b": "yellow"}
-    cells = []
-    for r in rows:
-        ci = (
-            f"[{_v(r.get('ci_low_pct'), '{:+.1f}')}, {_v(r.get('ci_high_pct'), '{:+.1f}')}]%"
-            if "ci_low_pct" in r
-            else "-"
-        )
-        cells.append({"style": style.get(r["status"]), "cells": [
-            r["group"], r["event"], str(r["n_a"]), str(r["n_b"]), _v(r.get("mean_a")), _v(r.get("mean_b")),
-            _v(r.get("delta_pct"), "{:+.2f}%"), ci, _v(r.get("delta_p50_pct"), "{:+.2f}%"),
-            _v(r.get("p_welch"), "{:.2g}"), _v(r.get("p_mw"), "{:.2g}"), r["status"]]})
-    t = table(console, f"A -> B per region ({args.metric}, samples per {args.unit}, alpha {args.alpha})", headers,
-              cells, secondary=("n A", "n B", "95% CI", "p50 delta", "p (MW)"), text=("group", "region"))
-    console.print(t)
-    if launches.get("n_a") and launches.get("n_b"):
-        console.print(
-            f"launch length: A {_v(launches['mean_a'])} ns ({launches['n_a']} launch(es)), "
-            f"B {_v(launches['mean_b'])} ns ({launches['n_b']}), delta {_v(launches['delta_pct'], '{:+.2f}%')}"
-            + (f", p {_v(launches.get('p_welch'), '{:.2g}')}" if launches["n_a"] > 1 and launches["n_b"] > 1 else "")
-        )

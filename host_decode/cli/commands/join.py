@@ -55,7 +55,9 @@ def run(args) -> int:
     if args.format == "json":
         print(dumps(result.to_json()))
     else:
-        print_table(join.table(result, inclusive=args.inclusive), console())
+        from host_decode.reports.tables.hardware import print_join
+
+        print_join(join.table(result, inclusive=args.inclusive), console())
     if args.output:
         print(f"wrote {args.output}")
     next_step(
@@ -64,19 +66,3 @@ def run(args) -> int:
         args,
     )
     return 0 if result.check["ok"] else 1
-
-
-def print_table(jt, console) -> None:
-    """join.table's cells with rich. Below 100 columns the numbers stay and long text folds."""
-    from rich.table import Table
-
-    narrow = console.width < 100
-    folding = {"region": {"min_width": 12, "overflow": "fold"}, "markers' own share": {"overflow": "fold"}}
-    folding["top stalls (of the region's samples)"] = {"overflow": "fold", "ratio": 1 if narrow else None}
-    t = Table(title=jt.title, title_justify="left")
-    for header, justify in jt.columns:
-        t.add_column(header, justify=justify, **folding.get(header, {"no_wrap": True}))
-    for row in jt.rows:
-        t.add_row(*row)
-    console.print(t)
-    console.print(jt.footer)

@@ -62,7 +62,9 @@ def run(args) -> int:
             )
         )
     else:
-        _print_summary(m, args.show)
+        from host_decode.reports.tables.hardware import print_map
+
+        print_map(m, args.show)
     if args.output:
         print(f"wrote {args.output}")
         next_step(
@@ -112,46 +114,3 @@ def _marker_table(path: str):
     ):
         raise DecodeError("not a marker table: want a JSON list of [event_id, event_type] pairs", source=str(path))
     return obj
-
-
-def _print_summary(m, show: bool) -> None:
-    from rich.table import Table
-
-    from host_decode.cli.common import console as make_console
-
-    console = make_console()
-    counts = m.summary()
-    t = Table(title=f"{m.kernel}: {m.pc.size} instructions, {len(m.markers)} marker records", title_justify="left")
-    t.add_column("region")
-    t.add_column("instructions", justify="right")
-    t.add_column("marker instr.", justify="right")
-    t.add_column("PC ranges" if show else "first PC", overflow="fold")
-    for k, path in enumerate(m.paths):
-        sel = m.region == k
-        if not sel.any() and path.startswith("<"):
-            continue
-        pcs = m.pc[sel]
-        t.add_row(
-            path,
-            str(counts[path]),
-            str(int(m.is_marker[sel].sum())),
-            _ranges(pcs) if show else (f"{int(pcs[0]):#06x}" if pcs.size else "-"),
-        )
-    console.print(t)
-    for problem in m.problems:
-        console.print(f"[yellow]warning:[/yellow] {problem}")
-
-
-def _ranges(pcs) -> str:
-    out, start, prev = [], None, None
-    for p in (int(x) for x in pcs):
-        if start is None:
-            start = prev = p
-        elif p == prev + 16:
-            prev = p
-        else:
-            out.append((start, prev))
-            start = prev = p
-    if start is not None:
-        out.append((start, prev))
-    return ", ".join(f"{a:#06x}-{b:#06x}" if a != b else f"{a:#06x}" for a, b in out)

@@ -80,7 +80,7 @@ def run(args) -> int:
 def _region_map(args, trace):
     from host_decode.cli.common import cubin_errors, load_map, read_cubin_map
     from host_decode.hardware import pc2region
-    from host_decode.reports.html import read_sass_listing
+    from host_decode.reports.html_hardware import read_sass_listing
 
     region_map = load_map(args.map) if args.map else None
     sass_text = pc_files = None

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from host_decode.core.errors import DecodeError
+from host_decode.core.jsonable import dumps
 from host_decode.hardware.adapters import PcTable, choose_kernel, json_int, merge_duplicate_pcs
 
 FORMAT = "ikp-cupti-pcsampling-v1"
@@ -533,7 +534,7 @@ class PcSampler:
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
-            json.dump(self.result(), f)
+            f.write(dumps(self.result(), indent=None))
 
     def __enter__(self) -> PcSampler:
         return self.start()
