@@ -3,7 +3,7 @@ runs against the shipped data, a page's blocks in order in one directory, as a r
 
 Blocks are extracted from the pages (never copied here). Each page gets a scratch directory holding copies
 of examples/ and tests/fixtures/ (nothing in the repository is written), with `ikp` being this tree's
-host_decode.cli; its fenced ```bash / ```python blocks run there one after another, so two commands that
+host_decode.cli and `python` this interpreter; its fenced ```bash / ```python blocks run there one after another, so two commands that
 write the same file fail the test (outputs are never replaced without -f). `ikp view FILE` lines run as
 a check: the server starts, prints the viewer URL, and stops on SIGTERM. An HTML comment on the line
 before a block says what else to do with it:
@@ -96,6 +96,10 @@ def scratch(tmp_path):
     ikp = bin_dir / "ikp"
     ikp.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m host_decode.cli "$@"\n')
     ikp.chmod(0o755)
+    for name in ("python", "python3"):  # the interpreter running the tests, whatever PATH says
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        shim.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT),
                COLUMNS="100", MPLBACKEND="Agg")
     env.pop("DISPLAY", None)
