@@ -3,10 +3,10 @@ runs against the shipped data, a page's blocks in order in one directory, as a r
 
 Blocks are extracted from the pages (never copied here). Each page gets a scratch directory holding copies
 of examples/ and tests/fixtures/ (nothing in the repository is written), with `ikp` being this tree's
-host_decode.cli and `python` this interpreter; its fenced ```bash / ```python blocks run there one after another, so two commands that
-write the same file fail the test (outputs are never replaced without -f). `ikp view FILE` lines run as
-a check: the server starts, prints the viewer URL, and stops on SIGTERM. An HTML comment on the line
-before a block says what else to do with it:
+host_decode.cli and `python` this interpreter; its fenced ```bash / ```python blocks run there one after
+another, so two commands that write the same file fail the test (outputs are never replaced without -f).
+`ikp view FILE` lines run as a check: the server starts, prints the viewer URL, and stops on SIGTERM.
+An HTML comment on the line before a block says what else to do with it:
 
     <!-- docs-test: skip (REASON) -->     not run (it needs a GPU, torch, or is a synopsis); REASON required
     <!-- docs-test: excerpt (PATH) -->    not run; its lines must appear, in order and contiguous, in PATH
@@ -159,7 +159,7 @@ def test_every_command_is_in_a_runnable_or_marked_block():
         for n, line in enumerate(page.read_text().splitlines(), 1):
             if n not in fenced and re.match(r"^( {4,}|\t)(\$ )?ikp ", line):
                 pytest.fail(f"{rel(page)}:{n}: an indented ikp command outside a fenced block: {line.strip()}")
-    assert total >= 30, total  # the pages are executable, not a README with two commands
+    assert total >= 20, total  # the pages are executable (a parser that finds no block would pass the rest)
 
 
 def test_ci_installs_as_the_readme_says():
