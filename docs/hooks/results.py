@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from pathlib import Path
 
@@ -19,10 +20,13 @@ DIRECTIVE = re.compile(r"^<!-- ikp:results ([\w-]+) (\S+) -->$", re.MULTILINE)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    return DIRECTIVE.sub(lambda m: render(m.group(1), m.group(2)), markdown)
+    where = posixpath.dirname(page.file.src_uri) if page is not None else ""
+    return DIRECTIVE.sub(lambda m: render(m.group(1), m.group(2), where), markdown)
 
 
-def render(kind: str, path: str) -> str:
+def render(kind: str, path: str, page_dir: str | None = None) -> str:
+    """The table of `path` by the renderer of `kind`, then a source line; files under docs/ are linked
+    (relative to `page_dir`, the page's folder inside docs/) so the site serves the raw JSON too."""
     if kind not in RENDERERS:
         raise ValueError(f"ikp:results {kind} {path}: unknown kind (known: {', '.join(sorted(RENDERERS))})")
     try:
@@ -31,7 +35,10 @@ def render(kind: str, path: str) -> str:
     except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
         raise ValueError(f"ikp:results {kind} {path}: {type(e).__name__}: {e}") from e
     device = data.get("device") if isinstance(data, dict) else None
-    source = f"Source: `{path}`" + (f" ({device})" if device else "")
+    shown = f"`{path}`"
+    if page_dir is not None and path.startswith("docs/"):
+        shown = f"[{shown}]({posixpath.relpath(path.removeprefix('docs/'), page_dir or '.')})"
+    source = f"Source: {shown}" + (f" ({device})" if device else "")
     return table + "\n\n" + source + "\n"
 
 
