@@ -2,7 +2,7 @@
 
 NAME = "decode"
 HELP = "decode a raw v1 buffer (.npy): loss report, region summary, Perfetto/JSON trace, spans CSV"
-EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then open basic.pftrace in ui.perfetto.dev"
+EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then: ikp view basic.pftrace"
 
 
 def add_arguments(p) -> None:
@@ -75,12 +75,12 @@ def run(args) -> int:
                 print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""))
     if args.output:
         next_step(
-            f"open {args.output} at https://ui.perfetto.dev (Open trace file); ikp stats {args.buffer} for statistics",
+            f"ikp view {args.output} (the Perfetto UI, served offline); ikp stats {args.buffer} for statistics",
             args,
         )
     else:
         next_step(
-            f"ikp decode {args.buffer} -o trace.pftrace to view it in Perfetto; "
+            f"ikp view {args.buffer} to see it in the Perfetto UI (served offline); "
             f"ikp report {args.buffer} -o report.html for an HTML page",
             args,
         )

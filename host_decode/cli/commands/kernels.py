@@ -240,5 +240,5 @@ def _merge(args) -> int:
         ensure_gzip(tmp)
     say_left_out(capture, MAX_LANES)
     print(f"wrote {args.output}", file=sys.stderr)
-    next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
+    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
     return 0

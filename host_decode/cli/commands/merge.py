@@ -140,6 +140,6 @@ def run(args) -> int:
         )
     if args.format != "json":
         print(f"wrote {args.output}")
-    next_step(f"open {args.output} at https://ui.perfetto.dev (Open trace file)", args)
+    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
     return 0
 

@@ -50,8 +50,8 @@ def run(args) -> int:
 
         print_waits(data)
     next_step(
-        f"ikp decode {args.capture} -o trace.pftrace (flow arrows and stages-full counters in Perfetto), "
-        f"ikp report {args.capture} (Waits tab)",
+        f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows and stages-full "
+        f"counters); ikp report {args.capture} -o waits.html (Waits tab)",
         args,
     )
     return 0
