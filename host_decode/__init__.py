@@ -26,8 +26,8 @@ _PUBLIC = {
     "Names": "host_decode.core.model:Names",
     "Trace": "host_decode.core.model:Trace",
     "decode": "host_decode.core.decoder:decode",
-    "load_capture": "host_decode.core.decoder:load_capture",
-    "save_capture": "host_decode.core.capture:save_capture",
+    "load_capture": "host_decode.load.capture:load_capture",
+    "save_capture": "host_decode.load.capture:save_capture",
     "write_trace": "host_decode.writers:write_trace",
     "region_summary": "host_decode.analysis.stats:region_summary",
 }

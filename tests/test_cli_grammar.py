@@ -103,10 +103,10 @@ def test_tables_readable_at_80_columns(tmp_path):
 
     from host_decode.cli.commands import join as join_command
     from host_decode.cli.commands import stats
-    from host_decode.core.decoder import load_capture
     from host_decode.hardware import join
     from host_decode.hardware.adapters.ncu import read_ncu_csv
     from host_decode.hardware.pc2region import load_map
+    from host_decode.load.capture import load_capture
     from host_decode.reports.text import print_loss, print_summary
 
     trace = load_capture(FA4)

@@ -64,7 +64,7 @@ def main(argv=None):
     path = trace.save(pipes, out / "fa4_pipelines.npy")
     if args.phases:
         phase_session.save(out / "fa4_phases.npy")
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     meta = json.loads(path.with_suffix(".json").read_text())
     print(summary.format_table(summary.table(load_capture(path), meta)))

@@ -29,9 +29,9 @@ def add_arguments(p) -> None:
 def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
     """Everything `ikp stats` reports, JSON-ready."""
     from host_decode.analysis import regions as analysis
-    from host_decode.analysis.sessions import ring_counts
     from host_decode.analysis.stats import region_summary, summary_rows
     from host_decode.core.jsonable import to_jsonable
+    from host_decode.load.ring import ring_counts
 
     summary = region_summary(trace)
     regions = summary_rows(summary, trace.names)
@@ -55,8 +55,9 @@ def collect(trace, top_gaps: int = 10, bins: int = 16) -> dict:
 
 def run(args) -> int:
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, next_step, outputs, read_names
+    from host_decode.cli.common import Step, next_step, outputs
     from host_decode.core.jsonable import dumps
+    from host_decode.load.inputs import read_names
 
     with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None
@@ -115,7 +116,7 @@ def print_report(d: dict, console=None) -> None:
         head += f", [red]{d['records_lost']} records lost[/red] (see `ikp decode`)"
     console.print(head)
     if d.get("ring"):
-        from host_decode.analysis.sessions import describe_ring
+        from host_decode.load.ring import describe_ring
 
         ring = d["ring"]
         missed = ring["lost_launches"] or ring["stray_records"] or ring["launches_without_records"]
