@@ -14,8 +14,8 @@ cheap and imports no numpy)::
     trace.loss                                    # LossReport: every record decoded or counted
 
 Unusable input raises ``hd.DecodeError`` naming the file, the slot and the reason. Everything else
-lives in the subpackages, by stage of the data flow (docs/layout.md): core, writers, analysis,
-hardware, torch_traces, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
+lives in the subpackages, by stage of the data flow (docs/layout.md): core, interop, writers,
+torch_traces, load, analysis, hardware, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
 """
 
 from host_decode.core.lazy import lazy_exports

@@ -135,7 +135,11 @@ def decode(
         write_stride = infer_write_stride(body, num_lanes)
     write_stride = check_stride(write_stride, given, num_lanes, body.size, source)
     meta["write_stride"] = write_stride
-    in_time_order = meta.get("mode") not in wire.OUT_OF_ORDER_MODES
+    mode = meta.get("mode")
+    if mode is not None and mode not in wire.RECORDING_MODES:  # a misspelt out-of-order mode decodes 2**32 ns late
+        raise DecodeError(f"'mode' must be one of {', '.join(map(repr, wire.RECORDING_MODES))}, got {mode!r:.60}",
+                          source=source)
+    in_time_order = mode not in wire.OUT_OF_ORDER_MODES
     if not isinstance(names, Names):
         names = Names.from_json(names or {})
 

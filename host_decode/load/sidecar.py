@@ -2,11 +2,12 @@
 schema of each, the one writer (`sidecar_text`) and the one validator (`validate`).
 
 SIDECAR names every key the project writes, the JSON type of its value and the values allowed
-(docs/capture.md, "The sidecar", shows the table). The writers (host_decode.load.capture.save_capture,
-through it ikp_cute's Session.save, PipelineTrace.save and Ring.save, the examples and the gpu/ scripts;
-host_decode.load.ring.write_ring_summary) validate what they are about to write, the readers
-(`read_sidecar`, host_decode.load.ring) what they read: a value outside the documented set is a
-DecodeError naming the file, the key, the value and what is allowed. A null value is an absent key.
+(docs/sidecar.md shows the table; tests/test_sidecar.py keeps the two alike). The writers
+(host_decode.load.capture.save_capture, and through it ikp_cute's Session.save, PipelineTrace.save and
+Ring.save, the examples and the gpu/ scripts; host_decode.load.ring.write_ring_summary) validate what they
+are about to write, the readers (`read_sidecar`, host_decode.load.ring) what they read: a value outside
+the documented set is a DecodeError naming the file, the key, the value and what is allowed. A null
+value is an absent key.
 
 Keys the schema does not name are kept and reach ``trace.meta`` unchanged. A sidecar carries whatever
 else its producer knows (``save_capture(..., **meta)`` takes any key; the examples add ``example``;
@@ -71,7 +72,7 @@ SIDECAR: dict[str, Key] = {
     "write_stride": Key("int", "slots between two records of a lane (>= num_blocks * num_groups)", minimum=1),
     "records_per_lane": Key("int", "slots of each lane", minimum=1),
     "mode": Key("str", "how the device reserved slots; atomic and static: out of time order", wire.RECORDING_MODES),
-    "fence": Key("str", "the fence around records", FENCES),
+    "fence": Key("str", "cta: a CTA-scope fence after each BEGIN and before each END record", FENCES),
     "stray_records": Key("int", "records of lanes outside the capture, counted on the device", minimum=0),
     "kernel": Key("str", "the kernel's name"),
     "device": Key("str", "the GPU's name"),
@@ -97,7 +98,11 @@ NAME_KEYS = ("events", "groups")
 
 RING_COUNTS = ("slots", "filled", "lost_launches", "stray_records", "launches_seen")
 RING_BLOCK: dict[str, Key] = {
-    **{k: Key("int", f"ring count: {k}", minimum=0) for k in RING_COUNTS},
+    "slots": Key("int", "slots of the ring", minimum=0),
+    "filled": Key("int", "slots filled: launches recorded", minimum=0),
+    "lost_launches": Key("int", "launches in the window that found the ring full", minimum=0),
+    "stray_records": Key("int", "records of lanes outside the session, counted per ring", minimum=0),
+    "launches_seen": Key("int", "launches of the kernel counted since the count began", minimum=0),
     "window": Key("object", "the capture window {start, stop, every}"),
     "launches_without_records": Key("ints", "launches recorded into a slot that holds no record"),
     "rings": Key("int", "rings whose counts were added (a session of several)", minimum=1),
@@ -219,8 +224,10 @@ def parse_sidecar(obj: Any, source: str | None) -> dict:
     """A parsed sidecar, recognised as one and validated (SIDECAR)."""
     if not isinstance(obj, dict):
         raise DecodeError("sidecar must be a JSON object", source=source)
-    if obj.get("format", FORMAT) != FORMAT or not set(IDENTIFYING).intersection(obj):
-        what = "a Chrome trace" if "traceEvents" in obj else f"keys {sorted(obj)[:6]}"
+    given = obj.get("format", FORMAT)
+    if given != FORMAT or not set(IDENTIFYING).intersection(obj):
+        what = ("a Chrome trace" if "traceEvents" in obj else f"'format' is {_shown(given)}" if given != FORMAT
+                else f"keys {sorted(obj)[:6]}")
         raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT!r} with "
                           "events/groups): rename it, or pass names with --names", source=source)
     return validate(obj, SIDECAR, source)
