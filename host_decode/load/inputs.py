@@ -83,7 +83,7 @@ def read_names(path) -> Names | None:
     is an error naming the file, never silently no names. No --names given: None."""
     if not path:
         return None
-    obj = read_json(path, "names file")
+    obj = read_json(path, "not a JSON names file", "not a names file: nested too deeply")
     if not isinstance(obj, dict) or not set(NAME_KEYS).intersection(obj):
         got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with keys {sorted(obj)[:6]}"
         raise DecodeError(f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",

@@ -85,7 +85,7 @@ def no_captures_reason(directory: Path) -> str:
     why = "directory holds no captures (BUFFER.npy files)"
     for summary in sorted(directory.glob("*_ring.json")):
         try:
-            meta = read_json(summary, "ring summary")
+            meta = read_json(summary)
         except (OSError, DecodeError):
             continue  # not a summary: the plain message stands
         if not isinstance(meta, dict) or meta.get("ring") is None:

@@ -209,15 +209,17 @@ def meta_int(meta: dict, name: str, default: int | None, source: str | None) -> 
 # --- reading and writing ---------------------------------------------------------------------------
 
 
-def read_json(path: str | Path, what: str) -> Any:
-    """A UTF-8 JSON file parsed; DecodeError naming the file and `what` it should be otherwise."""
+def read_json(path: str | Path, not_json: str = "is not valid UTF-8 JSON",
+              too_deep: str = "is nested too deeply to read") -> Any:
+    """A UTF-8 JSON file parsed; otherwise a DecodeError naming the file and saying `not_json` (with the
+    parser's reason) or `too_deep`."""
     try:
         with open(path, "rb") as f:
             return json.loads(f.read().decode("utf-8"))
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
-        raise DecodeError(f"{what} is not valid UTF-8 JSON: {e}", source=str(path)) from None
+        raise DecodeError(f"{not_json}: {e}", source=str(path)) from None
     except RecursionError:
-        raise DecodeError(f"{what} is nested too deeply to read", source=str(path)) from None
+        raise DecodeError(too_deep, source=str(path)) from None
 
 
 def parse_sidecar(obj: Any, source: str | None) -> dict:
@@ -241,7 +243,8 @@ def read_sidecar(path: str | Path) -> dict:
     side = sidecar_of(path)
     if not side.exists():
         return {}
-    return parse_sidecar(read_json(side, "sidecar"), str(side))
+    obj = read_json(side, "sidecar is not valid UTF-8 JSON", "sidecar is nested too deeply to be a capture sidecar")
+    return parse_sidecar(obj, str(side))
 
 
 def sidecar_text(side: dict, schema: dict[str, Key], source: str | None) -> str:
