@@ -161,7 +161,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
     import torch
 
     from gpu.pc_profile import write_map
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests import test_ring_gpu as t
 
     d.mkdir(parents=True, exist_ok=True)

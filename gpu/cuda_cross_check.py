@@ -304,7 +304,7 @@ def main() -> int:
         if not out:
             return
         try:
-            from host_decode.core.capture import save_capture
+            from host_decode.load.capture import save_capture
         except ImportError:
             np.save(os.path.join(out, f"cuda_{tag}.npy"), buf)
             return

@@ -218,7 +218,7 @@ def launch_insight(lib, torch, device: int, blocks: int, iters: int):
 
 
 def save(buf, path, torch, device, blocks, iters, **meta):
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
 
     ws, rpl = layout(blocks, iters)
     props = torch.cuda.get_device_properties(device)

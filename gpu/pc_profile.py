@@ -228,9 +228,9 @@ def profile_cupti(out: Path, args) -> Path | None:
 
 
 def report(name: str, d: Path, data: Path, reader, out: Path) -> dict | None:
-    from host_decode.core.decoder import load_capture
     from host_decode.core.errors import DecodeError
     from host_decode.hardware import join, pc2region
+    from host_decode.load.capture import load_capture
 
     if not (d / "map.json").exists():  # the worker could not map: try again here
         names = json.loads((d / "names.json").read_text())

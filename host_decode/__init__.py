@@ -15,8 +15,8 @@ cheap and imports no numpy)::
     trace.loss                                    # LossReport: every record decoded or counted
 
 Unusable input raises ``hd.DecodeError`` naming the file, the slot and the reason. Everything else
-lives in the subpackages, by stage of the data flow (docs/layout.md): core, writers, analysis,
-hardware, torch_traces, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
+lives in the subpackages, by stage of the data flow (docs/layout.md): core, interop, writers,
+torch_traces, load, analysis, hardware, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
 """
 
 from host_decode.core.lazy import lazy_exports
@@ -27,8 +27,8 @@ _PUBLIC = {
     "Names": "host_decode.core.model:Names",
     "Trace": "host_decode.core.model:Trace",
     "decode": "host_decode.core.decoder:decode",
-    "load_capture": "host_decode.core.decoder:load_capture",
-    "save_capture": "host_decode.core.capture:save_capture",
+    "load_capture": "host_decode.load.capture:load_capture",
+    "save_capture": "host_decode.load.capture:save_capture",
     "write_trace": "host_decode.writers:write_trace",
     "TraceOptions": "host_decode.writers.options:TraceOptions",
     "region_summary": "host_decode.analysis.stats:region_summary",

@@ -64,7 +64,6 @@ Invariants a change could break, and the tests that guard them:
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +81,6 @@ MAX_SLOTS = 0xFFFF  # filled and every share one int32 word (16 bits each)
 MAX_EVERY = 0x7FFF  # stays positive in the int32 word
 OPEN_ENDED = 0xFFFFFFFF
 U32 = 1 << 32
-SUMMARY_FORMAT = "ikp-ring"  # PREFIX_ring.json written by Ring.save (read by host_decode.analysis.sessions)
 REARM = "session.ring.arm(reset_epoch=True) clears the count"
 
 
@@ -373,7 +371,8 @@ class Ring:
         warning); ``ikp stats DIRECTORY`` reads the captures as one session. A directory that already holds
         PREFIX_*.npy is refused (it would mix two sessions) unless force=True, which removes those files
         first. -> the .npy paths."""
-        from host_decode.core.capture import save_capture
+        from host_decode.load.capture import save_capture
+        from host_decode.load.ring import write_ring_summary
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -397,9 +396,8 @@ class Ring:
             meta = self._meta(launch, stray, block)
             meta.pop("format", None)
             paths.append(save_capture(directory / f"{prefix}_{launch:06d}.npy", records, self.session.names(), **meta))
-        summary = {"format": SUMMARY_FORMAT, "kernel": self.session.kernel, "ring": block,
-                   "saved": [int(p.stem.rsplit("_", 1)[1]) for p in paths]}
-        (directory / f"{prefix}_ring.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+        saved = [int(p.stem.rsplit("_", 1)[1]) for p in paths]
+        write_ring_summary(directory, prefix, self.session.kernel, block, saved)
         _warn_unrecorded(f"ring.save({str(directory)!r})", block)
         return paths
 

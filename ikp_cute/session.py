@@ -216,8 +216,8 @@ class Session:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.core.capture."""
-        from host_decode.core.capture import save_capture
+        """Write BUFFER.npy + BUFFER.json (names, geometry, device) via host_decode.load.capture."""
+        from host_decode.load.capture import save_capture
 
         self._single_launch("save()")
         meta = self.meta()

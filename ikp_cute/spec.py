@@ -21,11 +21,12 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from host_decode.core import wire
+from host_decode.load import sidecar
 
 from . import ring
 
-MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
-FENCES = ("none", "cta")
+MODES = wire.RECORDING_MODES  # the sidecar's `mode` (host_decode.load.sidecar.SIDECAR): one list for both sides
+FENCES = sidecar.FENCES
 SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
 
 

@@ -135,7 +135,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
 
 
 def test_cli_merge_with_torch(tmp_path):
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000
@@ -183,7 +183,7 @@ def test_unreadable_profiler_trace_is_a_clear_error(tmp_path):
 
 def test_merge_torch_says_lanes_left_out(tmp_path, capsys):
     # --max-lanes cuts lanes out of the merged trace: the file records it and the terminal says it
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000

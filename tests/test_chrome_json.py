@@ -143,7 +143,7 @@ def test_threads_distinct_under_importer_rule(tmp_path, capture):
     """Every JSON thread that holds regions or instants stays its own thread in trace processor: no
     region on tid 0 (read as tid = pid), so no two lanes share a thread and every region nests (the old
     writer put group 0 on tid 0: basic's block 1 lost 9 regions, fa4_sm90 2, pipeline 24)."""
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     trace = load_capture(capture)
     write_chrome_json(trace, tmp_path / "c.json")

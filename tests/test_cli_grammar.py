@@ -102,10 +102,10 @@ def test_tables_readable_at_80_columns(tmp_path):
     from rich.console import Console
 
     from host_decode.analysis.regions import stats_data
-    from host_decode.core.decoder import load_capture
     from host_decode.hardware import join
     from host_decode.hardware.adapters.ncu import read_ncu_csv
     from host_decode.hardware.pc2region import load_map
+    from host_decode.load.capture import load_capture
     from host_decode.reports.tables.decode import print_loss, print_summary
     from host_decode.reports.tables.hardware import print_join
     from host_decode.reports.tables.stats import print_stats

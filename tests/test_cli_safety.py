@@ -241,12 +241,12 @@ def test_plot_builds_a_new_directory_whole(data, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(data, tmp_path, monkeypatch, capsys):
-    import host_decode.core.decoder as decoder
+    import host_decode.load.inputs as inputs
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(decoder, "load_capture", interrupted)
+    monkeypatch.setattr(inputs, "load_capture", interrupted)
     out = tmp_path / "t.pftrace"
     assert main(["decode", str(data / "capture.npy"), "-o", str(out)]) == 130
     err = capsys.readouterr().err
@@ -279,10 +279,10 @@ def test_output_files_api_for_new_commands(tmp_path):
 
 
 def test_save_capture_is_atomic(data, monkeypatch):
-    """host_decode.core.capture.save_capture: an interrupted save leaves the previous capture whole."""
+    """host_decode.load.capture.save_capture: an interrupted save leaves the previous capture whole."""
     import numpy as np
 
-    from host_decode.core import capture
+    from host_decode.load import capture
 
     cap = data / "capture.npy"
     before = digest(data)
@@ -302,7 +302,7 @@ def test_save_capture_is_atomic(data, monkeypatch):
 
 
 def test_sidecar_of_a_capture_with_any_suffix_is_protected(data, capsys):
-    """decoder.read_sidecar reads NAME.json beside any capture (cap.bin, CAP.NPY): that file is an input too."""
+    """load.sidecar.read_sidecar reads NAME.json beside any capture (cap.bin, CAP.NPY): that file is an input too."""
     for capture, sidecar in (("cap.bin", "cap.json"), ("CAP2.NPY", "CAP2.json")):
         shutil.copy(data / "capture.npy", data / capture)
         shutil.copy(data / "capture.json", data / sidecar)

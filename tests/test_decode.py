@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from host_decode.core import wire
-from host_decode.core.capture import save_capture
-from host_decode.core.decoder import decode, infer_write_stride, load_capture
+from host_decode.core.decoder import decode, infer_write_stride
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
+from host_decode.load.capture import load_capture, save_capture
 from tests.buffers import INST, B, BufferBuilder, E, F
 
 
@@ -320,7 +320,7 @@ def test_bad_write_stride_is_a_decode_error(tmp_path, stride):
     nan = isinstance(stride, float) and np.isnan(stride)
     meta["write_stride"] = "4" if stride is None else ("NaN" if nan else stride)
     side.write_text(json.dumps(meta))
-    with pytest.raises(DecodeError, match="write_stride must be an integer"):
+    with pytest.raises(DecodeError, match="s.json: 'write_stride' must be an integer >= 1, got"):  # the sidecar schema
         load_capture(path)
 
 
@@ -389,7 +389,7 @@ def test_lane_with_no_timed_record_has_no_time():
 def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
     # load_capture reads a 1-D int64/uint64 .npy into memory only its decode sees, and decode hands
     # finished pages back to the kernel (madvise): the trace is the same as from np.load's array
-    from host_decode.core import decoder
+    from host_decode.core import decoder, pages
 
     rng = np.random.default_rng(5)
     b = BufferBuilder(5000, 4, 6)  # 20,000 lanes: rows of 160 KB, many pages each
@@ -398,12 +398,12 @@ def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
         b.put(lane, t, 1, B).put(lane, t + 100, 2, B).put(lane, t + 150, 2, E).put(lane, t + 400, 1, E)
         b.put(lane, t + 500, int(rng.integers(0, 64)), F)
     path = save_capture(tmp_path / "big.npy", b.buf)
-    owned = decoder._read_owned(path)
-    assert isinstance(decoder.mapping_of(owned), decoder._NpyMap) and (owned == b.buf).all()
+    owned = pages.read_owned(path)
+    assert isinstance(pages.mapping_of(owned), pages.OwnedBuffer) and (owned == b.buf).all()
     released = []
-    real = decoder._NpyMap.madvise
+    real = pages.OwnedBuffer.madvise
     spy = lambda self, *a: released.append(a) or real(self, *a)  # noqa: E731
-    monkeypatch.setattr(decoder._NpyMap, "madvise", spy, raising=False)
+    monkeypatch.setattr(pages.OwnedBuffer, "madvise", spy, raising=False)
     monkeypatch.setattr(decoder, "CHUNK_SLOTS", 1 << 12)
     got = load_capture(path)
     want = decode(np.load(path))
@@ -413,9 +413,9 @@ def test_owned_buffer_decodes_like_a_loaded_one(tmp_path, monkeypatch):
     # a caller's array is never released, and what np.load must judge is read by np.load
     buf = np.load(path)
     decode(buf)
-    assert (buf == b.buf).all() and decoder.mapping_of(buf) is None
+    assert (buf == b.buf).all() and pages.mapping_of(buf) is None
     np.save(tmp_path / "be.npy", b.buf.astype(">u8"))
-    assert decoder._read_owned(tmp_path / "be.npy") is None
+    assert pages.read_owned(tmp_path / "be.npy") is None
     with pytest.raises(DecodeError, match="wrong dtype >u8"):
         load_capture(tmp_path / "be.npy")
     np.save(tmp_path / "2d.npy", b.buf[:12].reshape(3, 4))

@@ -494,7 +494,7 @@ def test_example_capture_decodes_to_the_program():
 
     import numpy as np
 
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     path = Path(__file__).resolve().parents[1] / "examples" / "basic" / "capture.npy"
     trace = load_capture(path)

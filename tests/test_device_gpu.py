@@ -307,7 +307,7 @@ def test_disabled_session_runs_without_buffer(torch):
 
 
 def test_save_and_load_capture_round_trip(torch, tmp_path):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     session = run_structured(torch, "cursor")
     path = session.save(tmp_path / "cap.npy")

@@ -79,7 +79,7 @@ def test_lane_unit_averages_per_lane():
 
 
 def _save(tmp_path, name, scale):
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests.buffers import B, BufferBuilder, E, F
 
     rng = np.random.default_rng(3)

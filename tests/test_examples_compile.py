@@ -325,7 +325,7 @@ def test_fa4_detail_levels_are_cumulative():
 
 
 def _load(example: str):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     path = EXAMPLES / example / "capture.npy"
     if not path.exists():

@@ -59,7 +59,7 @@ def test_capture_decodes_and_writes_as_recorded(rel, tmp_path):
 
 
 def test_table_digest_sees_content_not_row_order():
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     spans = load_capture(ROOT / "examples" / "basic" / "capture.npy").spans
     digest = golden.table_digest(spans)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode.core.decoder import load_capture
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
 from host_decode.interop import detect, read_foreign
+from host_decode.load.capture import load_capture
 
 HERE = Path(__file__).resolve().parents[1] / "examples" / "interop"
 IKET_JSON = HERE / "iket_twin" / "iket_pid_0x217.trace.json"

@@ -290,7 +290,7 @@ def test_real_cubin_maps_the_same_here(source):
 def test_cli_join_names_regions_from_a_capture(tmp_path, capsys):
     from host_decode.cli import main
     from host_decode.core import wire
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
 
     out_map = tmp_path / "map.json"
     assert main(["pc2region", CUBIN, "-o", str(out_map)]) == 0  # no names: event_<id>

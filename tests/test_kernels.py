@@ -659,7 +659,7 @@ def test_parallel_workers_match_serial(tmp_path):
 
 
 def _capture(tmp_path, kernel):
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 2, 8)

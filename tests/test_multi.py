@@ -68,7 +68,7 @@ def test_write_chrome_one_process_per_part(tmp_path):
 
 
 def _capture(tmp_path, name, t64, launch_index):
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
 
     bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
     for lane in range(2):
@@ -137,7 +137,7 @@ def test_keep_lanes_counts_the_instants_it_leaves_out():
 
 def test_merge_a_capture_with_no_spans_and_no_instants(tmp_path, capsys):
     """Only unmatched begins: nothing to draw, but the merge works (empty tracks), as decode does."""
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
 
     bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)
     for lane in range(2):

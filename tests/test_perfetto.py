@@ -566,7 +566,7 @@ def test_decoded_buffer_end_to_end(tmp_path):
 
 def test_cli_decode_writes_pftrace(tmp_path):
     from host_decode.cli import main
-    from host_decode.core.capture import save_capture
+    from host_decode.load.capture import save_capture
     from tests.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 1, 4)

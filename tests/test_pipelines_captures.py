@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode.core.decoder import load_capture
+from host_decode.load.capture import load_capture
 
 HERE = Path(__file__).resolve().parents[1] / "examples" / "pipelines"
 CAPTURES = ("fa4_sm90_signals", "quack_gemm_sm90_signals")

@@ -62,10 +62,10 @@ def test_star_import_with_numpy_alone():
 def test_public_names_are_their_modules_objects():
     import host_decode
     from host_decode.analysis.stats import region_summary
-    from host_decode.core.capture import save_capture
-    from host_decode.core.decoder import decode, load_capture
+    from host_decode.core.decoder import decode
     from host_decode.core.errors import DecodeError
     from host_decode.core.model import LossReport, Names, Trace
+    from host_decode.load.capture import load_capture, save_capture
     from host_decode.writers import write_trace
     from host_decode.writers.options import TraceOptions
 

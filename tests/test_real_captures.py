@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host_decode.core.decoder import load_capture
+from host_decode.load.capture import load_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURES = ROOT / "examples" / "cuda_cpp" / "captures"

@@ -19,9 +19,8 @@ import pytest
 
 from host_decode.analysis.stats import region_summary
 from host_decode.core import wire
-from host_decode.core.capture import save_capture
-from host_decode.core.decoder import load_capture
 from host_decode.core.model import Names
+from host_decode.load.capture import load_capture, save_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBIN = ROOT / "tests" / "kernels_pc2region" / "markers.sm_90a.cubin"

@@ -151,8 +151,7 @@ def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (py
 def test_real_or_synthetic_capture_without_map(browser, shots, tmp_path):
     """The committed real capture when present (else a synthetic one): timeline views work and the
     hardware / code views say what is missing and how to collect it."""
-    from host_decode.core.capture import save_capture
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture, save_capture
     from host_decode.reports.html import build_report_data, render_html
 
     capture = REAL_CAPTURE if REAL_CAPTURE.exists() else save_capture(tmp_path / "c.npy", synthetic_buffer(), NAMES)

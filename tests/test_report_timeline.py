@@ -10,9 +10,8 @@ import pytest
 from test_report import NAMES, REAL_CAPTURE, synthetic_buffer
 
 from host_decode.analysis import histograms, nesting, regions
-from host_decode.core.capture import save_capture
-from host_decode.core.decoder import load_capture
 from host_decode.core.model import SPAN_DTYPE
+from host_decode.load.capture import load_capture, save_capture
 from host_decode.reports import html, html_hardware, html_source, timeline
 
 

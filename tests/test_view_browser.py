@@ -112,7 +112,7 @@ def view(tmp_path):
 
 
 def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     trace = load_capture(CAPTURES["basic"])
     url = view(CAPTURES["basic"])
@@ -209,7 +209,7 @@ PFTRACE_QUERIES = {
 
 @pytest.mark.parametrize("capture", list(CAPTURES))
 def test_trace_processor_agrees_with_pftrace(browser, view, capture):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from host_decode.writers.perfetto import trace_origin
 
     trace = load_capture(CAPTURES[capture])
@@ -274,7 +274,7 @@ def test_trace_processor_agrees_with_pftrace(browser, view, capture):
 # puts no region on tid 0 since; tests/test_chrome_json.py reproduces the rule without a browser.
 @pytest.mark.parametrize("capture", list(CAPTURES))
 def test_trace_processor_agrees_with_chrome_json(browser, view, tmp_path, capture):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from host_decode.writers import write_trace
 
     trace = load_capture(CAPTURES[capture])
@@ -306,7 +306,7 @@ def test_trace_processor_agrees_with_chrome_json(browser, view, tmp_path, captur
 
 
 def test_gzipped_pftrace_opens(browser, view, tmp_path):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from host_decode.writers import write_trace
 
     trace = load_capture(CAPTURES["pipeline"])

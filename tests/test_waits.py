@@ -11,9 +11,9 @@ from host_decode.analysis import pipeline_meta as meta
 from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
 from host_decode.core import wire
-from host_decode.core.capture import save_capture
 from host_decode.core.decoder import decode
 from host_decode.core.model import FLOW_DTYPE
+from host_decode.load.capture import save_capture
 from tests.buffers import INST, B, BufferBuilder, E, F
 
 TICK = 32
@@ -646,7 +646,7 @@ def test_bad_metadata_names_the_entry():
 
 def test_sidecar_round_trip(tmp_path):
     """The contract's sidecar keys reach trace.meta through save_capture / load_capture unchanged."""
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     c = fa_like()
     path = save_capture(tmp_path / "cap.npy", c.buffer(), names={"groups": GROUPS}, pipelines=[k_pipeline()])

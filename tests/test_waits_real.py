@@ -20,7 +20,7 @@ import pytest
 from host_decode.analysis import pipeline_meta as meta
 from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
-from host_decode.core.decoder import load_capture
+from host_decode.load.capture import load_capture
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -93,9 +93,9 @@ def main() -> int:
 
     import torch
 
-    from host_decode.core.capture import save_capture
     from host_decode.core.decoder import decode
     from host_decode.core.model import Names
+    from host_decode.load.capture import save_capture
 
     write_stride, records_per_lane = 32, 4 * args.iters + 8
     buf, _ = launch(

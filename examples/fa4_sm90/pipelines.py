@@ -32,7 +32,6 @@ def main(argv=None):
     parser.add_argument("-o", "--out", default="fa4_out")
     args = parser.parse_args(argv)
 
-    import json
 
     import summary
     import torch
@@ -64,9 +63,10 @@ def main(argv=None):
     path = trace.save(pipes, out / "fa4_pipelines.npy")
     if args.phases:
         phase_session.save(out / "fa4_phases.npy")
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
+    from host_decode.load.sidecar import read_sidecar
 
-    meta = json.loads(path.with_suffix(".json").read_text())
+    meta = read_sidecar(path)
     print(summary.format_table(summary.table(load_capture(path), meta)))
     print(f"wrote {path}")
 

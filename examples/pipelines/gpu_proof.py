@@ -154,7 +154,7 @@ def _remove_capture(path):
 
 
 def summarize(name, path, session, trace, pipeline):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     with open(str(path)[:-4] + ".json") as f:
         meta = json.load(f)

@@ -83,15 +83,17 @@ def format_table(rows: list[dict]) -> str:
 
 def trim_capture(src, dst, keep_blocks: int):
     """Re-pack a v1 capture keeping the first `keep_blocks` blocks (write_stride shrinks to
-    keep_blocks * num_groups; lane ids and records unchanged); the sidecar records the trim."""
-    import json
+    keep_blocks * num_groups; lane ids and records unchanged); the sidecar records the trim. Read and
+    written through host_decode.load (the one sidecar reader and writer)."""
     from pathlib import Path
 
     from host_decode.core import wire
+    from host_decode.load.capture import load_buffer, save_capture
+    from host_decode.load.sidecar import NAME_KEYS, read_sidecar
 
     src, dst = Path(src), Path(dst)
-    buf = np.load(src)
-    side = json.loads(src.with_suffix(".json").read_text())
+    buf = load_buffer(src)
+    side = read_sidecar(src)
     groups, stride, per_lane = side["num_groups"], side["write_stride"], side["records_per_lane"]
     lanes = keep_blocks * groups
     out = np.zeros(1 + lanes * per_lane, dtype=buf.dtype)
@@ -99,6 +101,5 @@ def trim_capture(src, dst, keep_blocks: int):
     for k in range(per_lane):
         out[1 + k * lanes: 1 + (k + 1) * lanes] = buf[1 + k * stride: 1 + k * stride + lanes]
     side.update({"num_blocks": keep_blocks, "write_stride": lanes, "trimmed_from_blocks": side["num_blocks"]})
-    np.save(dst, out, allow_pickle=False)
-    dst.with_suffix(".json").write_text(json.dumps(side, indent=1, sort_keys=True))
-    return dst
+    names = {k: side.pop(k) for k in NAME_KEYS if k in side}
+    return save_capture(dst, out, names, **side)

@@ -36,7 +36,7 @@ from host_decode.core.model import Trace
 def stats_data(trace: Trace, top_gaps: int = 10, bins: int = 16) -> dict:
     """Everything `ikp stats` reports, JSON-ready: kernel facts, per-region statistics with a `bins`-bin
     histogram each, and analyze (with the `top_gaps` largest gaps)."""
-    from host_decode.analysis.sessions import ring_counts
+    from host_decode.load.ring import ring_counts
 
     summary = region_summary(trace)
     regions = summary_rows(summary, trace.names)

@@ -8,10 +8,10 @@ timestamps. Parts combine two ways:
   ``meta["parts"]`` listing each part's label, launch index, rank, block range and time shift, and
   ``meta["ring"]`` the ring block of launches saved by ``session.ring.save`` (their sidecars'). Statistics
   over all launches (``ikp stats``, ``ikp diff``) run on it unchanged.
-* :func:`ring_counts` -> what the ring says beyond the launches decoded (launches seen, recorded, lost,
-  stray records, launches without records), from a capture's sidecar or a session's ``meta["ring"]``; the
-  one reading ``ikp stats`` and ``ikp report`` show (:func:`describe_ring`). A directory that holds no
-  capture but a ring summary (PREFIX_ring.json, written by every ``ring.save``) is refused saying why.
+* :func:`load_trace` / :func:`load_parts` -> the launches of some inputs (loaded by
+  host_decode.load.inputs: captures, folders of launches, ring folders, other tracers' traces) as one
+  Trace / as parts. What the ring of a session says beyond its launches (``meta["ring"]``, the ring blocks
+  of its parts added up) is read by host_decode.load.ring.ring_counts.
 * :func:`shifts` -> where each part goes on one timeline, for one Chrome JSON trace with one process
   (track group) per part (written by host_decode.reports.merged.write_session), on either
 
@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from host_decode.core.errors import DecodeError
-from host_decode.core.files import sidecar_of
 from host_decode.core.model import INSTANT_DTYPE, LANE_DTYPE, LOSS_BUCKETS, SPAN_DTYPE, LossReport, Names, Trace
+from host_decode.load.inputs import load_launches
+from host_decode.load.ring import sidecar_name
+from host_decode.load.sidecar import RING_COUNTS, meta_int, ring_block
 
 # --- building traces from tables (also used by tests and by concat) -------------------------------------
 
@@ -146,14 +146,18 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
     `by`: "launch" (label 'launch N') or "rank" (label 'rank N')."""
     parts = []
     for i, t in enumerate(traces):
-        launch = _meta_int(t, "launch_index", i, i)
-        rank = _meta_int(t, "rank", i if by == "rank" else 0, i)
+        meta, where = t.meta or {}, sidecar_name(t.meta or {}, f"trace {i}")
+        launch = meta_int(meta, "launch_index", i, where)
+        rank = meta_int(meta, "rank", i if by == "rank" else 0, where)
         label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
-        parts.append(Part(t, label, launch, rank, _meta_int(t, "host_ns", None, i)))
+        parts.append(Part(t, label, launch, rank, meta_int(meta, "host_ns", None, where)))
     labels_seen = [p.label for p in parts]
     for p in parts:  # two captures claiming the same launch / rank: tell them apart by file
-        if labels_seen.count(p.label) > 1 and p.trace.meta.get("source"):
-            p.label += f" ({Path(p.trace.meta['source']).stem})"
+        source = p.trace.meta.get("source")
+        if isinstance(source, dict):  # a foreign trace's: its file is one of its facts
+            source = source.get("file")
+        if labels_seen.count(p.label) > 1 and source:
+            p.label += f" ({Path(source).stem})"
     if by == "launch":
         parts.sort(key=lambda p: (p.launch_index, p.rank))
     else:
@@ -161,58 +165,7 @@ def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = No
     return parts
 
 
-def _integral(value) -> bool:
-    """An integer of a sidecar or of in-memory meta (numpy integers too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _meta_int(trace: Trace, key: str, default: int | None, index: int) -> int | None:
-    """An integer sidecar field of a part (absent or null: `default`); any other value ([1], "abc", {},
-    true, 1.5) is a DecodeError naming the sidecar and the key, never a TypeError or a silent int()."""
-    meta = trace.meta or {}
-    value = meta.get(key)
-    if value is None:
-        return default
-    if _integral(value):
-        return int(value)
-    source = meta.get("source")
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    raise DecodeError(f"{key!r} must be an integer, got {shown}",
-                      source=str(sidecar_of(source)) if source else f"trace {index}")
-
-
-# --- ring counts (ikp_cute/ring.py: a capture window's launches beyond those decoded) ------------------
-
-RING_COUNTS = ("slots", "filled", "lost_launches", "stray_records", "launches_seen")
-
-
-def _ring_block(meta: dict, where: str) -> dict | None:
-    """A sidecar's / summary's ring block with its counts checked (non-negative integers, a list of launch
-    indices without records); None when there is none. Anything else is a DecodeError naming the key."""
-    block = meta.get("ring")
-    if block is None:
-        return None
-    if not isinstance(block, dict):
-        raise DecodeError(f"'ring' must be an object, got {type(block).__name__}", source=where)
-    out = dict(block)
-    for key in RING_COUNTS:
-        value = block.get(key, 0)
-        if not _integral(value) or value < 0:
-            raise DecodeError(f"'ring.{key}' must be a non-negative integer, got {value!r:.40}", source=where)
-        out[key] = int(value)
-    without = block.get("launches_without_records", [])
-    if not isinstance(without, list) or not all(_integral(v) for v in without):
-        raise DecodeError(f"'ring.launches_without_records' must be a list of launch indices, got {without!r:.40}",
-                          source=where)
-    out["launches_without_records"] = [int(v) for v in without]
-    return out
-
-
-def _sidecar_name(meta: dict, fallback: str) -> str:
-    """Where a part's meta came from, for an error: its capture's sidecar, else `fallback` (a foreign trace's
-    source is no path)."""
-    source = meta.get("source")
-    return str(sidecar_of(source)) if isinstance(source, (str, os.PathLike)) else fallback
+# --- one session ----------------------------------------------------------------------------------
 
 
 def _merged_ring(parts: Sequence[Part]) -> dict | None:
@@ -220,7 +173,7 @@ def _merged_ring(parts: Sequence[Part]) -> dict | None:
     for captures of several rings (directories of several sessions), their counts added up."""
     blocks: dict = {}
     for i, p in enumerate(parts):
-        block = _ring_block(p.trace.meta or {}, _sidecar_name(p.trace.meta or {}, f"trace {i}"))
+        block = ring_block(p.trace.meta or {}, sidecar_name(p.trace.meta or {}, f"trace {i}"))
         if block is not None:
             blocks.setdefault(repr(sorted(block.items())), block)
     if len(blocks) <= 1:
@@ -229,105 +182,6 @@ def _merged_ring(parts: Sequence[Part]) -> dict | None:
     merged["launches_without_records"] = [v for b in blocks.values() for v in b["launches_without_records"]]
     merged["rings"] = len(blocks)
     return merged
-
-
-def ring_counts(trace: Trace) -> dict | None:
-    """What a capture window's ring said about the launches of `trace` (None: not from a ring):
-    {launches_seen, recorded, lost_launches, stray_records, launches_without_records, rings}. launches_seen
-    counts every launch of the kernel since the session's count began; recorded = the ring slots filled
-    (those without records among them); lost = launches in the window that found the ring full; stray
-    records = records of lanes outside the session, counted per ring, not per launch."""
-    meta = trace.meta or {}
-    block = _ring_block(meta, _sidecar_name(meta, "trace"))
-    return None if block is None else _counts_of(block)
-
-
-def _counts_of(block: dict) -> dict:
-    return {
-        "launches_seen": block["launches_seen"],
-        "recorded": block["filled"],
-        "lost_launches": block["lost_launches"],
-        "stray_records": block["stray_records"],
-        "launches_without_records": block["launches_without_records"],
-        "rings": int(block.get("rings", 1)),
-    }
-
-
-def describe_ring(counts: dict) -> str:
-    """One line of ring_counts: 'ring: 6 launches seen, 2 recorded, 3 lost to a full ring, 40 stray records'."""
-    without = counts["launches_without_records"]
-    recorded = f"{counts['recorded']} recorded"
-    if without:
-        recorded += f" ({len(without)} without records: launch {', '.join(map(str, without[:8]))}" + (
-            ", ...)" if len(without) > 8 else ")")
-    rings = f" over {counts['rings']} rings" if counts["rings"] > 1 else ""
-    return (f"ring{rings}: {counts['launches_seen']} launches seen, {recorded}, "
-            f"{counts['lost_launches']} lost to a full ring, {counts['stray_records']} stray records")
-
-
-def _no_captures(directory: Path) -> str:
-    """Why a directory holds no capture: the ring summary's counts when ring.save left one there."""
-    import json
-
-    why = "directory holds no captures (BUFFER.npy files)"
-    for summary in sorted(directory.glob("*_ring.json")):
-        try:
-            meta = json.loads(summary.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            continue  # not a summary: the plain message stands
-        block = _ring_block(meta, str(summary)) if isinstance(meta, dict) else None
-        if block is not None:
-            counts = _counts_of(block)
-            window = block.get("window") if isinstance(block.get("window"), dict) else {}
-            bounds = ", ".join(f"{k} {window[k]}" for k in ("start", "stop", "every") if k in window)
-            reason = (f"the window{f' ({bounds})' if bounds else ''} recorded no launch" if not counts["recorded"]
-                      else "no recorded launch wrote a record")
-            return f"{why}: {reason} ({summary.name}: {describe_ring(counts)})"
-    return why
-
-
-def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None,
-               names: Names | None = None, write_stride: int | None = None) -> list[Part]:
-    """Load captures (BUFFER.npy + sidecar) or directories of them; sorted by launch index / rank. `names`
-    and `write_stride` (`--names`, `--write-stride`) apply to every capture, over its sidecar's."""
-    from host_decode.core.decoder import load_capture
-    from host_decode.interop import detect
-
-    files: list[Path] = []
-    for p in map(Path, paths):
-        found = sorted(p.glob("*.npy")) if p.is_dir() else [p]
-        if not found:  # a directory that holds no capture would otherwise drop out of the session silently
-            raise ValueError(f"{p}: {_no_captures(p)}")
-        if not p.is_dir() and (names is not None or write_stride is not None):
-            _refuse_capture_options(p, detect(p))
-        files.extend(found)
-    if not files:
-        raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
-    traces = [load_capture(str(f), names=names, write_stride=write_stride)
-              for f in _progress(files, "decode", progress)]
-    for t, f in zip(traces, files):
-        t.meta.setdefault("source", str(f))
-    return parts_from_traces(traces, by=by)
-
-
-def _refuse_capture_options(path, kind: str | None) -> None:
-    """--names and --write-stride name and lay out ikp captures; a foreign trace (`kind`) has its own."""
-    if kind:
-        raise ValueError(f"{path}: --names and --write-stride apply to ikp captures, not to a {kind} trace")
-
-
-def _progress(items, desc: str, progress: bool | None):
-    """tqdm over items when asked, or by default when stderr is a terminal and there are many."""
-    import sys
-
-    show = progress if progress is not None else (sys.stderr.isatty() and len(items) > 4)
-    if not show:
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc=desc, unit="launch", leave=False)
 
 
 def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict | None = None) -> np.ndarray:
@@ -486,25 +340,22 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     )
 
 
+def load_parts(paths: Iterable[str | os.PathLike], by: str = "launch", progress: bool | None = None,
+               names: Names | None = None, write_stride: int | None = None) -> list[Part]:
+    """The launches of `paths` (host_decode.load.inputs.load_launches) as parts, sorted by launch index /
+    rank. `names` and `write_stride` (`--names`, `--write-stride`) apply to every ikp capture."""
+    launches = load_launches(paths, progress=progress, names=names, write_stride=write_stride)
+    return parts_from_traces(launches.traces, by=by)
+
+
 def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progress: bool | None = None,
                names: Names | None = None, write_stride: int | None = None) -> Trace:
-    """One capture -> its Trace; several (or a directory) -> the concat of all launches (meta['parts']).
-    A single file may also be another tracer's trace (IKET JSON / .pftrace, Proton Chrome trace),
-    recognised by content (host_decode.interop). `names` and `write_stride` (`--names`, `--write-stride`) apply
-    to every ikp capture, over its sidecar's; a foreign trace is refused with either, its names and layout
-    being its own (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
-    paths = list(paths)
-    if len(paths) == 1 and not Path(paths[0]).is_dir():
-        from host_decode.interop import detect, read_foreign, refuse_unreadable
-
-        kind = detect(paths[0])
-        if kind:  # an IKET or Proton trace: one Trace per launch it holds
-            if names is not None or write_stride is not None:
-                _refuse_capture_options(paths[0], kind)
-            traces = read_foreign(paths[0])
-            return traces[0] if len(traces) == 1 else concat(parts_from_traces(traces), mode=mode)
-        refuse_unreadable(paths[0])
-        from host_decode.core.decoder import load_capture
-
-        return load_capture(str(paths[0]), names=names, write_stride=write_stride)
-    return concat(load_parts(paths, progress=progress, names=names, write_stride=write_stride), mode=mode)
+    """The launches of `paths` (host_decode.load.inputs.load_launches: captures, folders, ring folders,
+    other tracers' traces) as one Trace: one file holding one launch is that launch's Trace; anything else
+    is the concat of all launches (meta['parts']). `names` and `write_stride` (`--names`,
+    `--write-stride`) apply to every ikp capture, over its sidecar's; a foreign trace is refused with
+    either (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
+    launches = load_launches(paths, progress=progress, names=names, write_stride=write_stride)
+    if launches.single:
+        return launches.traces[0]
+    return concat(parts_from_traces(launches.traces), mode=mode)

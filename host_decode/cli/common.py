@@ -47,8 +47,8 @@ def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), d
 
 
 def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
-    """--names FILE: event and group names for ikp captures, over their sidecars' (read_names reads it;
-    analysis.sessions.load_trace applies it; a foreign trace refuses it)."""
+    """--names FILE: event and group names for ikp captures, over their sidecars' (load.inputs.read_names
+    reads it; load.inputs.load_launches applies it; a foreign trace refuses it)."""
     p.add_argument(
         "--names",
         metavar="FILE",
@@ -150,8 +150,9 @@ def next_step(text: str, args=None) -> None:
 
 def load_input(path, names=None, write_stride=None):
     """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
-    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (sessions.load_trace of one file;
-    a directory is a session, no one input)."""
+    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.load.inputs, through
+    sessions.load_trace: a trace of several launches is one session); a directory is a session, no one
+    input."""
     import errno
     import os
 
@@ -160,35 +161,6 @@ def load_input(path, names=None, write_stride=None):
     if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     return load_trace([path], names=names, write_stride=write_stride)
-
-
-def read_names(path) -> "object":
-    """A --names file: a JSON object with 'events' and/or 'groups' (a capture sidecar is one); anything
-    else is an error naming the file, never silently no names. No --names given: None."""
-    if not path:
-        return None
-    import json
-
-    from host_decode.core.errors import DecodeError
-    from host_decode.core.model import Names
-
-    try:
-        with open(path, "rb") as f:
-            obj = json.loads(f.read().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DecodeError(f"not a JSON names file: {e}", source=str(path)) from None
-    except RecursionError:
-        raise DecodeError("not a names file: nested too deeply", source=str(path)) from None
-    if not isinstance(obj, dict) or not ({"events", "groups"} & set(obj)):
-        got = type(obj).__name__ if not isinstance(obj, dict) else f"an object with keys {sorted(obj)[:6]}"
-        raise DecodeError(
-            f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",
-            source=str(path),
-        )
-    try:
-        return Names.from_json(obj)
-    except ValueError as e:
-        raise DecodeError(f"not a names file: {e}", source=str(path)) from None
 
 
 def read_pc_table(

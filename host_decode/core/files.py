@@ -45,7 +45,7 @@ NUMPY_MAGIC = b"\x93NUMPY"
 
 def sidecar_of(capture: str | os.PathLike) -> Path:
     """The sidecar of a capture: its name with the suffix replaced by .json, whatever the suffix
-    (cap.npy, cap.bin, CAP.NPY -> CAP.json). The one definition: host_decode.core.decoder.read_sidecar
+    (cap.npy, cap.bin, CAP.NPY -> CAP.json). The one definition: host_decode.load.sidecar.read_sidecar
     reads exactly this file, and outputs never replace it."""
     return Path(capture).with_suffix(".json")
 
@@ -80,7 +80,7 @@ def sidecars(path: str | os.PathLike) -> list[Path]:
 
 def expand_inputs(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
     """Inputs as files: a directory (a session) stands for the captures (*.npy) directly inside it, as
-    host_decode.analysis.sessions.load_parts reads it (their sidecars follow from sidecars())."""
+    host_decode.load.inputs.load_launches reads it (their sidecars follow from sidecars())."""
     files: list[Path] = []
     for p in paths:
         if p is None:

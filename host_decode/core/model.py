@@ -89,17 +89,6 @@ class Names:
             raise ValueError("names must be a JSON object with 'events' and/or 'groups'")
         return cls(events=_id_map(obj.get("events", {}), "events"), groups=_id_map(obj.get("groups", {}), "groups"))
 
-    @classmethod
-    def read(cls, path) -> "Names":
-        """A names sidecar file ({"events": ..., "groups": ...}); DecodeError naming the file if unreadable."""
-        from host_decode.core.errors import DecodeError
-
-        try:
-            with open(path) as f:
-                return cls.from_json(json.load(f))
-        except (json.JSONDecodeError, ValueError) as e:
-            raise DecodeError(f"not a names file: {e}", source=str(path)) from None
-
     def to_json(self) -> dict:
         return {
             "events": {str(k): v for k, v in sorted(self.events.items())},

@@ -52,6 +52,12 @@ TRAILER_RECORDS = 2  # DROPPED (only if needed) + FINALIZE, always room for both
 
 TIMER_STEP_NS = 32  # %globaltimer resolution measured on H100/H200 (docs/gpu.md)
 
+# How the device reserves a lane's slots (a capture sidecar's `mode`, ikp_cute.spec.ProfileSpec.mode). The
+# cursor modes write a lane's records in time order; atomic and static reserve slots ahead of time, so a
+# lane's slots are not in time order and the decoder takes signed steps between them (core/columns.py).
+RECORDING_MODES = ("cursor", "deferred", "smem", "lean", "atomic", "static")
+OUT_OF_ORDER_MODES = ("atomic", "static")
+
 
 class EventType(enum.IntEnum):
     BEGIN = 0

@@ -280,7 +280,7 @@ def kernel_facts(trace: Trace, capture_path: str | None) -> dict:
     }
     skip = {"events", "groups", "format", "kernel"}
     facts["meta"] = {k: v for k, v in meta.items() if k not in skip and isinstance(v, (str, int, float, bool))}
-    from host_decode.analysis.sessions import describe_ring, ring_counts
+    from host_decode.load.ring import describe_ring, ring_counts
 
     facts["ring"] = ring_counts(trace)  # a capture window's launches seen / recorded / lost, strays
     if facts["ring"] is not None:  # the Kernel card shows meta's scalars: the same line as `ikp stats`

@@ -110,7 +110,9 @@ def is_sidecar(path: Path) -> bool:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return isinstance(doc, dict) and doc.get("format") == "ikp-v1"
+    from host_decode.load.sidecar import FORMAT
+
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
 
 
 def is_trace_file(path: str | os.PathLike) -> bool:

@@ -137,7 +137,7 @@ class PipelineTrace(contextlib.ContextDecorator):
 
     def save(self, session, path):
         """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata)."""
-        from host_decode.core.capture import save_capture
+        from host_decode.load.capture import save_capture
 
         meta = session.meta()
         meta.pop("format", None)

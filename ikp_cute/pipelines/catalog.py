@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from host_decode.load import sidecar
 from ikp_cute import inline_ptx
 
 OPS = ("acquire", "wait", "commit", "release", "poll")
-LEVELS = ("waits", "signals", "all")
+LEVELS = sidecar.PIPELINE_LEVELS  # the sidecar's `pipeline_level`: one list for both sides
 # Which ops each level records (cumulative). "all" adds `poll` instants (every try_wait, whatever its
 # outcome) and region `bar_sync[0]` for __syncthreads.
 LEVEL_OPS = {

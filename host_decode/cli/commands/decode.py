@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, load_input, next_step, outputs, read_names, show_progress
+    from host_decode.cli.common import Step, console, load_input, next_step, outputs, show_progress
+    from host_decode.load.inputs import read_names
 
     with outputs(args, args.buffer, args.names) as out:
         if args.output:

@@ -66,8 +66,9 @@ def run(args) -> int:
 
     from host_decode.analysis import diff
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import console, next_step, outputs, read_names
+    from host_decode.cli.common import console, next_step, outputs
     from host_decode.core.jsonable import dumps
+    from host_decode.load.inputs import read_names
 
     pa, pb = split_args(args)
     with outputs(args, pa, pb, args.names) as out:

@@ -47,7 +47,7 @@ def run(args) -> int:
         table = read_pc_table(kind, data, args.kernel, region_map, allow_mismatch=args.allow_mismatch)
         result = join.join(region_map, table, force=args.allow_mismatch, move_samples=not args.no_move)
         if args.trace:
-            from host_decode.core.decoder import load_capture
+            from host_decode.load.capture import load_capture
 
             result = result.renamed({**result.events, **load_capture(args.trace).names.events})
         if tmp:

@@ -216,7 +216,7 @@ def _capture_summary(capture_path: str, kernel_rows: list) -> dict:
     """Regions of an ikp capture, attached to the kernel row whose full name contains the capture's
     sidecar 'kernel' name (substring match)."""
     from host_decode.analysis.stats import region_summary, summary_rows
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     trace = load_capture(capture_path)
     kernel = str(trace.meta.get("kernel") or "")
@@ -228,7 +228,7 @@ def _capture_summary(capture_path: str, kernel_rows: list) -> dict:
 def _merge(args) -> int:
     """Same as `ikp merge CAPTURE --torch TRACE -o OUT`."""
     from host_decode.cli.common import ensure_gzip, next_step, outputs, say_left_out
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from host_decode.reports.merged import MAX_LANES, merge_with_torch_trace
 
     if not args.output:

@@ -83,8 +83,9 @@ def clock_offset(text: str) -> tuple[int, int]:
 
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, read_names, say_left_out
+    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, say_left_out
     from host_decode.core.jsonable import dumps
+    from host_decode.load.inputs import read_names
 
     with outputs(args, args.captures, args.torch, args.names) as out:
         tmp = out.add(args.output)

@@ -26,7 +26,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import next_step, outputs, progress, read_names
+    from host_decode.cli.common import next_step, outputs, progress
+    from host_decode.load.inputs import read_names
     from host_decode.reports import plots
 
     out_dir = Path(args.output)

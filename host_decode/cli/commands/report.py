@@ -44,7 +44,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, next_step, outputs, read_names
+    from host_decode.cli.common import Step, next_step, outputs
+    from host_decode.load.inputs import read_names
     from host_decode.reports.html import write_report
 
     inputs = [args.capture, args.map, args.cubin, args.ncu, args.cupti, args.nvbit, args.source, args.names]

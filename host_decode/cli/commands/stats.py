@@ -6,6 +6,7 @@ HELP = ("statistics of one capture or a session of captures: percentiles, histog
 
 EXAMPLE = "ikp stats examples/basic/capture.npy            # or a directory of captures (a session)"
 
+
 def add_arguments(p) -> None:
     from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
@@ -26,8 +27,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.regions import stats_data
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, next_step, outputs, read_names
+    from host_decode.cli.common import Step, next_step, outputs
     from host_decode.core.jsonable import dumps
+    from host_decode.load.inputs import read_names
 
     with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None

@@ -18,8 +18,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.core.model import Names
+    from host_decode.load.inputs import read_names
     from host_decode.reports.viewer import serve
 
-    names = Names.read(args.names) if args.names else None
+    names = read_names(args.names)
     return serve(args.file, port=args.port, bind=args.bind, open_browser=not args.no_browser, names=names)

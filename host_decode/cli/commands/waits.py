@@ -33,8 +33,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
-    from host_decode.cli.common import load_input, next_step, read_names
+    from host_decode.cli.common import load_input, next_step
     from host_decode.core.jsonable import dumps
+    from host_decode.load.inputs import read_names
 
     trace = load_input(args.capture, names=read_names(args.names))
     if not has_pipelines(trace):

@@ -1,0 +1,254 @@
+"""The capture sidecar (BUFFER.json beside BUFFER.npy) and the ring summary (PREFIX_ring.json): the one
+schema of each, the one writer (`sidecar_text`) and the one validator (`validate`).
+
+SIDECAR names every key the project writes, the JSON type of its value and the values allowed
+(docs/sidecar.md shows the table; tests/test_sidecar.py keeps the two alike). The writers
+(host_decode.load.capture.save_capture, and through it ikp_cute's Session.save, PipelineTrace.save and
+Ring.save, the examples and the gpu/ scripts; host_decode.load.ring.write_ring_summary) validate what they
+are about to write, the readers (`read_sidecar`, host_decode.load.ring) what they read: a value outside
+the documented set is a DecodeError naming the file, the key, the value and what is allowed. A null
+value is an absent key.
+
+Keys the schema does not name are kept and reach ``trace.meta`` unchanged. A sidecar carries whatever
+else its producer knows (``save_capture(..., **meta)`` takes any key; the examples add ``example``;
+captures recorded by earlier device builds carry keys such as ``stage``), and nothing of the project
+reads such a key, so refusing it would only break captures on disk. What an unknown key must not hide
+is a misspelt known one (``Mode``, ``write-stride``) that leaves the decoder on its default: a key that
+differs from a known key only in case, ``-`` or ``_`` is refused, naming the key it resembles.
+
+Invariants a change could break (tests/test_sidecar.py guards each):
+* A value outside the documented set is refused on reading and on writing, naming file, key, value and the
+  allowed values (::test_an_unknown_mode_is_refused_naming_the_key_and_the_allowed_values,
+  ::test_every_key_refuses_a_value_outside_its_set, ::test_the_writer_refuses_what_the_reader_would).
+* Every committed sidecar validates, and the writer gives their exact bytes back (sorted keys, indent 1,
+  through the one JSON converter core.jsonable): ::test_every_committed_sidecar_validates_and_rewrites.
+* Every key the device side writes is in the schema (::test_every_key_the_device_writes_is_in_the_schema).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from host_decode.core import wire
+from host_decode.core.errors import DecodeError
+from host_decode.core.jsonable import dumps, to_jsonable
+from host_decode.core.model import Names
+
+FORMAT = "ikp-v1"  # the capture sidecar's `format`
+RING_FORMAT = "ikp-ring"  # the ring summary's `format`
+FENCES = ("none", "cta")  # ikp_cute.spec.ProfileSpec.fence
+PIPELINE_LEVELS = ("waits", "signals", "all")  # ikp_cute.pipelines.trace_pipelines(level=...)
+PIPELINE_LANES = ("warp",)  # the device side's pipeline lanes: one warp each
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One key of a schema: the JSON type of its value (`kind`), the values allowed, what it says."""
+
+    kind: str  # "int", "str", "object", "list", "names" ({id: name}), "ints" (list of int), "ring" (RING_BLOCK)
+    doc: str
+    allowed: tuple = ()  # str: the only values allowed (empty: any string)
+    minimum: int | None = None  # int: the least value allowed
+
+    def rule(self) -> str:
+        """What the key takes, in words ('one of 'none', 'cta'', 'an integer >= 1', ...)."""
+        if self.allowed:
+            return "one of " + ", ".join(map(repr, self.allowed))
+        if self.kind == "int":
+            return "an integer" + (f" >= {self.minimum}" if self.minimum is not None else "")
+        return {"str": "a string", "object": "an object", "list": "a list", "ints": "a list of integers",
+                "names": "an object {id: name} or a list of names", "ring": "an object (the ring block)"}[self.kind]
+
+
+SIDECAR: dict[str, Key] = {
+    "format": Key("str", "the wire format", (FORMAT,)),
+    "num_blocks": Key("int", "blocks of the launch (the buffer header's)", minimum=1),
+    "num_groups": Key("int", "groups (lanes) per block (the buffer header's)", minimum=1),
+    "events": Key("names", "region and instant names {event id: name}"),
+    "groups": Key("names", "group names {group index: name}"),
+    "write_stride": Key("int", "slots between two records of a lane (>= num_blocks * num_groups)", minimum=1),
+    "records_per_lane": Key("int", "slots of each lane", minimum=1),
+    "mode": Key("str", "how the device reserved slots; atomic and static: out of time order", wire.RECORDING_MODES),
+    "fence": Key("str", "cta: a CTA-scope fence after each BEGIN and before each END record", FENCES),
+    "stray_records": Key("int", "records of lanes outside the capture, counted on the device", minimum=0),
+    "kernel": Key("str", "the kernel's name"),
+    "device": Key("str", "the GPU's name"),
+    "sm_count": Key("int", "SMs of the GPU", minimum=1),
+    "source": Key("str", "what wrote the records (e.g. cuda_include/ikp.cuh)"),
+    "launch_index": Key("int", "the launch's index among the kernel's launches", minimum=0),
+    "rank": Key("int", "the process (GPU) rank of the launch", minimum=0),
+    "host_ns": Key("int", "host clock (ns since the epoch) just before the launch", minimum=0),
+    "ring": Key("ring", "the launch ring's counts (RING_BLOCK)"),
+    "pipelines": Key("list", "traced pipelines (entries checked by host_decode.analysis.pipelines.channels_of)"),
+    "barriers": Key("object", "traced named barriers (checked by host_decode.analysis.pipelines.channels_of)"),
+    "pipeline_level": Key("str", "what trace_pipelines recorded", PIPELINE_LEVELS),
+    "pipeline_lanes": Key("str", "what a lane of the pipeline records is", PIPELINE_LANES),
+    "pipeline_options": Key("object", "trace_pipelines' options"),
+    "pipeline_unrecorded": Key("list", "pipeline operations seen but not recorded"),
+    "warps_per_group": Key("int", "warps per group of the pipeline records", minimum=1),
+    "example": Key("object", "the problem an example ran"),
+    "trimmed_from_blocks": Key("int", "the block count of the capture this one was cut from", minimum=1),
+}
+# the keys that make a JSON object an ikp sidecar (one of them at least), and the names' keys
+IDENTIFYING = ("format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups")
+NAME_KEYS = ("events", "groups")
+
+RING_COUNTS = ("slots", "filled", "lost_launches", "stray_records", "launches_seen")
+RING_BLOCK: dict[str, Key] = {
+    "slots": Key("int", "slots of the ring", minimum=0),
+    "filled": Key("int", "slots filled: launches recorded", minimum=0),
+    "lost_launches": Key("int", "launches in the window that found the ring full", minimum=0),
+    "stray_records": Key("int", "records of lanes outside the session, counted per ring", minimum=0),
+    "launches_seen": Key("int", "launches of the kernel counted since the count began", minimum=0),
+    "window": Key("object", "the capture window {start, stop, every}"),
+    "launches_without_records": Key("ints", "launches recorded into a slot that holds no record"),
+    "rings": Key("int", "rings whose counts were added (a session of several)", minimum=1),
+}
+WINDOW_KEYS = ("start", "stop", "every")
+
+RING_SUMMARY: dict[str, Key] = {
+    "format": Key("str", "the summary's format", (RING_FORMAT,)),
+    "kernel": Key("str", "the kernel's name"),
+    "ring": Key("ring", "the ring's counts (RING_BLOCK)"),
+    "saved": Key("ints", "launch indices saved as captures"),
+}
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+
+def _integral(value: Any) -> bool:
+    """An integer of JSON (or of in-memory meta: numpy integers too), never a bool."""
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
+    """DecodeError naming `source`, the key, the value and `key.rule()` when `value` is outside the set."""
+    if key.kind == "names":
+        try:
+            Names.from_json({name: value})
+        except ValueError as e:
+            raise DecodeError(f"sidecar names: {e}", source=source) from None
+        return
+    if key.kind == "ring":
+        ring_block({"ring": value}, source)
+        return
+    ok = {
+        "int": lambda v: _integral(v) and (key.minimum is None or v >= key.minimum),
+        "str": lambda v: isinstance(v, str) and (not key.allowed or v in key.allowed),
+        "object": lambda v: isinstance(v, dict),
+        "list": lambda v: isinstance(v, list),
+        "ints": lambda v: isinstance(v, list) and all(_integral(x) for x in v),
+    }[key.kind](value)
+    if not ok:
+        raise DecodeError(f"{name!r} must be {key.rule()}, got {_shown(value)}", source=source)
+
+
+def validate(obj: Any, schema: dict[str, Key], source: str | None) -> dict:
+    """`obj` checked against `schema` (see the module docstring); returns it unchanged."""
+    if not isinstance(obj, dict):
+        raise DecodeError(f"must be a JSON object, got {type(obj).__name__}", source=source)
+    loose = {_loose(k): k for k in schema}
+    for name, value in obj.items():
+        key = schema.get(name)
+        if key is None:
+            known = loose.get(_loose(name))
+            if known is not None:
+                raise DecodeError(f"unknown key {name!r}: did you mean {known!r}?", source=source)
+            continue
+        if value is not None:
+            check_value(name, key, value, source)
+    return obj
+
+
+def _loose(name: str) -> str:
+    return name.lower().replace("-", "_")
+
+
+def ring_block(meta: dict, source: str | None) -> dict | None:
+    """The ring block of a sidecar, a ring summary or a trace's meta, checked (RING_BLOCK) with its counts as
+    ints (0 when absent) and its launches without records as a list of ints; None when there is none."""
+    block = meta.get("ring")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise DecodeError(f"'ring' must be an object, got {type(block).__name__}", source=source)
+    for name, key in RING_BLOCK.items():
+        if block.get(name) is not None:
+            check_value(f"ring.{name}", key, block[name], source)
+    window = block.get("window") or {}
+    for name in WINDOW_KEYS:
+        if window.get(name) is not None and not _integral(window[name]):
+            raise DecodeError(f"'ring.window.{name}' must be an integer, got {_shown(window[name])}", source=source)
+    out = dict(block)
+    out.update({k: int(block.get(k) or 0) for k in RING_COUNTS})
+    out["launches_without_records"] = [int(v) for v in block.get("launches_without_records") or []]
+    return out
+
+
+def meta_int(meta: dict, name: str, default: int | None, source: str | None) -> int | None:
+    """An integer key of SIDECAR in a trace's meta (a sidecar's, or built in memory), checked like the sidecar
+    key; absent or null: `default`."""
+    value = meta.get(name)
+    if value is None:
+        return default
+    check_value(name, SIDECAR[name], value, source)
+    return int(value)
+
+
+# --- reading and writing ---------------------------------------------------------------------------
+
+
+def read_json(path: str | Path, not_json: str = "is not valid UTF-8 JSON",
+              too_deep: str = "is nested too deeply to read") -> Any:
+    """A UTF-8 JSON file parsed; otherwise a DecodeError naming the file and saying `not_json` (with the
+    parser's reason) or `too_deep`."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
+        raise DecodeError(f"{not_json}: {e}", source=str(path)) from None
+    except RecursionError:
+        raise DecodeError(too_deep, source=str(path)) from None
+
+
+def parse_sidecar(obj: Any, source: str | None) -> dict:
+    """A parsed sidecar, recognised as one and validated (SIDECAR)."""
+    if not isinstance(obj, dict):
+        raise DecodeError("sidecar must be a JSON object", source=source)
+    given = obj.get("format", FORMAT)
+    if given != FORMAT or not set(IDENTIFYING).intersection(obj):
+        what = ("a Chrome trace" if "traceEvents" in obj else f"'format' is {_shown(given)}" if given != FORMAT
+                else f"keys {sorted(obj)[:6]}")
+        raise DecodeError(f"is not an ikp capture sidecar ({what}; expected format {FORMAT!r} with "
+                          "events/groups): rename it, or pass names with --names", source=source)
+    return validate(obj, SIDECAR, source)
+
+
+def read_sidecar(path: str | Path) -> dict:
+    """The validated sidecar of a capture (BUFFER.json next to BUFFER.npy: core.files.sidecar_of, the file
+    outputs never replace); {} when there is none."""
+    from host_decode.core.files import sidecar_of
+
+    side = sidecar_of(path)
+    if not side.exists():
+        return {}
+    obj = read_json(side, "sidecar is not valid UTF-8 JSON", "sidecar is nested too deeply to be a capture sidecar")
+    return parse_sidecar(obj, str(side))
+
+
+def sidecar_text(side: dict, schema: dict[str, Key], source: str | None) -> str:
+    """The one writer of sidecars and ring summaries: `side` in JSON types (core.jsonable), validated against
+    `schema`, as text with sorted keys and indent 1."""
+    validate(to_jsonable(side), schema, source)  # the JSON types a reader will see (numpy ints, NaN -> null)
+    return dumps(side, indent=1, sort_keys=True)
