@@ -242,3 +242,26 @@ def test_traced_tma_probe_records_the_ring_and_leaves_the_observer_alone(probe, 
                       if "mbarrier_try_wait(barriers" in line or "mbarrier_arrive(barriers" in line]
     sites = {site for sites in ring["call_sites"].values() for site in sites}
     assert observer_lines and not sites & {f"tma_probe.py:{n}" for n in observer_lines}
+
+
+# --- the GPU cost harness's variants (gpu/pipelines_cost.py) --------------------------------------------
+
+
+def test_cost_harness_variants_are_valid_trace_options():
+    """Every variant gpu/pipelines_cost.py builds is accepted by trace_pipelines (a bad option would only
+    surface on the GPU), names are unique, and the ablation includes the rows the analysis relies on."""
+    import importlib.util
+
+    from ikp_cute.pipelines import trace_pipelines
+
+    spec = importlib.util.spec_from_file_location("pipelines_cost", ROOT / "gpu" / "pipelines_cost.py")
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    variants = harness.DEFAULT + harness.ABLATION
+    assert len({name for name, _, _ in variants}) == len(variants)
+    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "polls_off"} <= {n for n, _, _ in variants}
+    for _, level, options in variants:
+        trace_pipelines(_spec(), level=level, address=BAKED, **options)
+    never = dict((n, o) for n, _, o in variants)["never_stored"]
+    with pytest.raises(ValueError):
+        trace_pipelines(_spec(), address=BAKED, blocked_ns=never["blocked_ns"] + 1)  # the largest it takes
