@@ -28,9 +28,16 @@ Captures for CI fixtures (small), under $OUT/pipelines_cost/fixtures: the persis
 examples/persistent_gemm/tma_probe.py: traced issue -> ready against the in-kernel ground truth).
 
     python gpu/pipelines_cost.py [--quick] [--only fa4,quack,gemm,probe,captures] [--launches N]
+    python gpu/pipelines_cost.py --only iket      # gpu/iket_sass.py (IKET's patched code), ~5 min
+
+Step "gemm" first checks the persistent GEMM against torch as examples/persistent_gemm/run.py does
+(8192^3, ragged sizes with bf16 and fp32 out, fewer tiles than CTAs; both cluster shapes).
 
 --quick: 60 launches per variant, no ablation, no FA4 causal (~2 min). Results: $OUT/pipelines_cost/
-results.json (written after every step), log lines as they come, a short table last.
+results.json (written after every step), log lines as they come, a short table last. Note for the
+persistent GEMM: it has no named barriers and no polls, so `bar_sync_only` compiles to the untouched
+kernel and `polls_timed`, `polls_off`, `no_named_barriers` to the "waits" kernel (checked on the CPU):
+those rows are extra noise rows there (they matter for quack).
 Expected on an H200 (full run): imports and compiles ~4 min (FA4 ~6 s per build, quack ~3 s, the
 persistent GEMM ~2 s, ~55 builds), timing ~1 min, decodes ~30 s.
 """
@@ -130,10 +137,10 @@ class Harness:
 
             def per_cta(events):
                 counts: dict = {}
-                for e in events.tolist():
+                for e, n in zip(*np.unique(events, return_counts=True)):  # one row per event id, not per record
                     pipe, op, _ = ops.get(int(e), ("?", f"event_{e}", 0))
                     key = op if pipe == "barrier" else f"{op}_{pipe}"
-                    counts[key] = counts.get(key, 0) + 1
+                    counts[key] = counts.get(key, 0) + int(n)
                 return {k: round(v / blocks, 1) for k, v in sorted(counts.items())}
 
             return {"regions_per_cta": per_cta(t.spans["event"]), "instants_per_cta": per_cta(t.instants["event"]),
@@ -279,6 +286,30 @@ class Harness:
         finally:
             interface._flash_attn_fwd.compile_cache = saved
 
+    def gemm_check(self):
+        """examples/persistent_gemm/run.py's checks against torch: 8192^3, ragged sizes (bf16 and fp32 out),
+        fewer tiles than CTAs; both cluster shapes. A failure is an error of this run."""
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("persistent_gemm_run", ROOT / "examples/persistent_gemm/run.py")
+        gemm_run = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gemm_run)
+        checks = {"checks": []}
+        failures = gemm_run.check_all(gemm_run.QUICK_PROBLEMS if self.quick else gemm_run.PROBLEMS, checks)
+        self.results["gemm_check"] = checks["checks"]
+        if failures:
+            raise AssertionError("; ".join(failures))
+
+    def iket(self):
+        """gpu/iket_sass.py in its own process (IKET's launcher and cuda-gdb run the workload again)."""
+        import subprocess
+
+        proc = subprocess.run([sys.executable, str(ROOT / "gpu" / "iket_sass.py")], capture_output=True, text=True,
+                              timeout=540, check=False)
+        (self.out / "iket_sass.log").write_text(proc.stdout + proc.stderr)
+        self.results["iket_sass"] = {"rc": proc.returncode, "tail": proc.stdout[-4000:]}
+        self.log(proc.stdout[-4000:])
+
     # --- TMA probe and CI fixtures ----------------------------------------------------------------------------
 
     def probe(self):
@@ -376,6 +407,8 @@ def main(argv=None) -> int:
     h.results["device"] = torch.cuda.get_device_name()
     only = set(args.only.split(","))
     t0 = time.time()
+    if "gemm" in only:
+        h.step("gemm_check", h.gemm_check)
     if "captures" in only:
         h.step("captures", h.captures)
     if "probe" in only:
@@ -390,6 +423,8 @@ def main(argv=None) -> int:
         h.step("fa4_noncausal", lambda: h.fa4(False))
         if not args.quick:
             h.step("fa4_causal", lambda: h.fa4(True))
+    if "iket" in only:
+        h.step("iket", h.iket)
     h.results["seconds"] = time.time() - t0
     h.save()
     print_table(h.results)

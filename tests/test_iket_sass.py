@@ -43,10 +43,11 @@ def _ptx(options: str) -> str:
     from cutlass import Float32, Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
+    from ikp_cute.testing import sass
     from ikp_cute.testing.kernels.overhead import launch_iket_overhead
 
     x = make_fake_compact_tensor(Float32, (528 * 256,))
-    return cute.compile(launch_iket_overhead, x, Int32(4), 2, 528, 256, options=f"{options} --keep-ptx".strip()).__ptx__
+    return cute.compile(launch_iket_overhead, x, Int32(4), 2, 528, 256, options=sass.keep_options(options)).__ptx__
 
 
 def test_iket_events_compile_to_inline_placeholders_only_when_enabled():

@@ -265,3 +265,37 @@ def test_cost_harness_variants_are_valid_trace_options():
     never = dict((n, o) for n, _, o in variants)["never_stored"]
     with pytest.raises(ValueError):
         trace_pipelines(_spec(), address=BAKED, blocked_ns=never["blocked_ns"] + 1)  # the largest it takes
+
+
+def test_tma_probe_compare_matches_loads_to_their_ground_truth(probe):
+    """compare() on a hand-built capture of 2 blocks x 4 loads (1 stage): every load is matched (k-th commit
+    -> k-th consumer wait of the stage), and the differences are the ones built in: the traced issue (the
+    commit) one timer step before ISSUE, the traced ready (the wait's end) one step after READY."""
+    import numpy as np
+
+    from host_decode.core.decoder import decode
+    from tests.buffers import INST, B, BufferBuilder, E
+
+    tma_probe, _ = probe
+    step, blocks, loads = 32, 2, 4
+    ring = {"name": "ring", "class": "PipelineTmaAsync", "num_stages": 1, "producer_arrivals": 1,
+            "consumer_arrivals": 2, "tx_bytes": 4096, "ids": {"acquire": 0, "commit": 1, "wait": 2, "release": 3},
+            "scope": "cta"}
+    builder = BufferBuilder(blocks, 3, 4 * loads + 8)
+    truth = np.zeros((blocks, loads, 2), np.int64)
+    for blk in range(blocks):
+        for i in range(loads):
+            t = 1_000_000 + (blk * 100 + i * 40) * step
+            builder.put(blk * 3, t, 0, B).put(blk * 3, t + step, 0, E).put(blk * 3, t + 2 * step, 1, INST)
+            ready = t + 32 * step
+            builder.put(blk * 3 + 1, t + step, 2, B).put(blk * 3 + 1, ready, 2, E)
+            builder.put(blk * 3 + 1, ready + step, 3, INST)
+            truth[blk, i] = (t + 3 * step, ready - step)  # ISSUE after the commit, READY before the wait's end
+    trace = decode(builder.buf, meta={"pipelines": [ring], "pipeline_lanes": "warp", "warps_per_group": 1})
+    result = tma_probe.compare(trace, tma_probe.truth_table(truth, 1), 1)
+    assert result["matched"] == result["loads"] == blocks * loads
+    diff = result["traced_minus_truth"]
+    assert (diff["issue"]["p50"], diff["ready"]["p50"], diff["latency"]["p50"]) == (-step, step, 2 * step)
+    assert result["truth_latency_ns"]["p50"] == 28 * step
+    with pytest.raises(AssertionError, match="not written"):
+        tma_probe.truth_table(np.zeros((1, 1, 2), np.int64), 1)

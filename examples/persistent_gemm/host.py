@@ -5,8 +5,10 @@ the GPU, the grid size, and the reference check. Shared by run.py, tma_probe.py,
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -14,7 +16,13 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 H100_SMS = 132  # H100 SXM / H200: the grid compiled on a CPU
-KEEP = "--keep-ptx --keep-cubin"
+
+
+@functools.cache
+def keep_options() -> str:
+    """cute.compile options keeping PTX and cubin in memory, the files the DSL writes alongside going to a
+    private temporary folder rather than the working directory."""
+    return f"--keep-ptx --keep-cubin --dump-dir={tempfile.mkdtemp(prefix='persistent_gemm_')}"
 
 
 def check_shape(m: int, n: int, k: int) -> None:
@@ -46,7 +54,7 @@ def fake_operands(m: int, n: int, k: int, c_dtype: str = "bf16"):
             fake(out, (m, n), stride_order=(1, 0), assumed_align=16))
 
 
-def compile_gemm(operands, *, cluster_m: int = 1, ctas: int = H100_SMS, trace=None, options: str = KEEP,
+def compile_gemm(operands, *, cluster_m: int = 1, ctas: int = H100_SMS, trace=None, options: str | None = None,
                  poll_before_wait: bool = False):
     """cute.compile the GEMM for these operands (CuTe tensors: fake ones on a CPU, from_dlpack views on
     the GPU), under `trace` (a trace_pipelines context) when given. Returns the compiled function."""
@@ -55,7 +63,7 @@ def compile_gemm(operands, *, cluster_m: int = 1, ctas: int = H100_SMS, trace=No
 
     kernel = gemm.PersistentGemm(cluster_m=cluster_m, poll_before_wait=poll_before_wait)
     with trace if trace is not None else contextlib.nullcontext():
-        return cute.compile(kernel, *operands, ctas, options=options)
+        return cute.compile(kernel, *operands, ctas, options=keep_options() if options is None else options)
 
 
 def dlpack_views(*tensors):

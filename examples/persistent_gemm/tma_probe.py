@@ -138,13 +138,15 @@ def fake_operands(blocks: int, iters: int):
             fake(Int64, (blocks, iters, 2), stride_order=(2, 1, 0), assumed_align=16))
 
 
-def compile_probe(operands, tile_bytes: int, stages: int, iters: int, trace=None,
-                  options: str = "--keep-ptx --keep-cubin"):
+def compile_probe(operands, tile_bytes: int, stages: int, iters: int, trace=None, options: str | None = None):
+    """cute.compile the probe (PTX and cubin kept unless `options` says otherwise), under `trace` if given."""
     import contextlib
+
+    import host
 
     probe = TmaProbe(tile_bytes, stages, iters)
     with trace if trace is not None else contextlib.nullcontext():
-        return cute.compile(probe, *operands, options=options)
+        return cute.compile(probe, *operands, options=host.keep_options() if options is None else options)
 
 
 def truth_table(times, stages: int) -> dict:
