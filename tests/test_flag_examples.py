@@ -284,3 +284,36 @@ def test_no_multicast_environment():
     text = (DIST / "run.py").read_text()
     assert text.index("guard_environment()") < text.index("import numpy")  # set before anything loads NCCL
     assert "cuMulticastCreate" not in (DIST / "ag_gemm.py").read_text() + text
+
+
+# --- the runners' own compile path (CPU tensors in place of the GPU's) ------------------------------------------
+
+
+def test_runners_compile_their_kernels_on_cpu_tensors():
+    """run.py's compile_kernel (argument order, runtime scalars, compile-time options) on CPU tensors of the
+    runners' real shapes: it compiles; only calling the result needs a GPU."""
+    pytest.importorskip("cutlass")
+    torch = pytest.importorskip("torch")
+    import types
+
+    import ag_gemm as ag
+    import megakernel_deps as mk
+
+    m, k, n = 256, 128, 128
+    tasks = deps_run.task_table(m // 64, n // 64, n // 64)
+    z = dict(dtype=torch.float32)
+    deps = types.SimpleNamespace(
+        tasks=torch.from_numpy(tasks), queue=torch.zeros(1, dtype=torch.int32),
+        ready=torch.zeros(m // 64, dtype=torch.int32), X=torch.zeros(m, k, **z), W1=torch.zeros(k, n, **z),
+        Y=torch.zeros(m, n, **z), W2=torch.zeros(n, n, **z), Z=torch.zeros(m, n, **z),
+        log=torch.zeros(tasks.shape[0], 6, dtype=torch.int64), no_log=torch.zeros(1, 6, dtype=torch.int64))
+    assert callable(deps_run.compile_kernel(mk, deps, "cas", True, 132))
+    world, ms = 2, m // 2
+    dtasks = np.stack([dist_run.task_table(r, world, ms // 64, n // 64, 2) for r in range(world)])
+    dist = types.SimpleNamespace(
+        tasks=torch.from_numpy(dtasks), queue=torch.zeros(world, dtype=torch.int32), shards=torch.zeros(m, k, **z),
+        B=torch.zeros(k, world * n, **z), C=torch.zeros(m, world * n, **z),
+        a_ptrs=torch.zeros(world, dtype=torch.int64), flag_ptrs=torch.zeros(world, dtype=torch.int64),
+        log=torch.zeros(world, dtasks.shape[1], 6, dtype=torch.int64), no_log=torch.zeros(1, 1, 6, dtype=torch.int64),
+        rank_base=0, world=world, ranks_here=world, chunks=2, epoch=0)
+    assert callable(dist_run.compile_kernel(ag, dist, "ld", False, 66))
