@@ -58,10 +58,9 @@ def count(pattern: str, ptx: str) -> int:
 
 
 def _compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128) -> str:
+    import megakernel_deps as mk
     from cutlass import Float32, Int32, Int64, cute
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
-
-    import megakernel_deps as mk
 
     tasks = deps_run.task_table(m // 64, n1 // 64, n2 // 64)
     row = dict(stride_order=(1, 0))
@@ -72,10 +71,9 @@ def _compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128)
 
 
 def _compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128, k=128, n=128, chunks=2) -> str:
+    import ag_gemm as ag
     from cutlass import Float32, Int32, Int64, cute
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
-
-    import ag_gemm as ag
 
     t = dist_run.task_table(0, world, ms // 64, n // 64, chunks).shape[0]
     row = dict(stride_order=(1, 0))

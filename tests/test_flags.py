@@ -86,7 +86,8 @@ def test_equal_timestamps():
 
 
 def test_store_resets_the_count_and_adds_follow_it():
-    # adds make 1, 2; a store of 0 at 30 resets; the next add (40) makes 1 again; a store of 10 at 50, an add at 60 -> 11
+    # adds make 1, 2; a store of 0 at 30 resets; the next add (40) makes 1 again; a store of 10 at 50, an add at
+    # 60 makes 11
     t = build(sig(10, 1), sig(20, 1), sig(30, 1, value=0, op="store"), sig(40, 2), sig(50, 2, value=10, op="store"),
               sig(60, 3),
               wait(35, 45, 1, block=5),  # row 6: >= 1 after the reset: the add at 40 (row 3), not the one at 10
@@ -193,7 +194,8 @@ def test_matches_a_one_wait_at_a_time_reference():
                       key=lambda r: (t.end_ns[r], t.rank[r], t.block[r], t.warp[r], r))
         value, best, crossings = 0, -1, 0
         v = int(t.value[w])
-        holds = {GE: lambda x: x >= v, OPS.index("eq"): lambda x: x == v, OPS.index("lt"): lambda x: x < v}[int(t.op[w])]
+        tests = {GE: lambda x: x >= v, OPS.index("eq"): lambda x: x == v, OPS.index("lt"): lambda x: x < v}
+        holds = tests[int(t.op[w])]
         for r in rows:
             new = value + 1 if t.op[r] == ADD else int(t.value[r])
             if holds(new) and not holds(value):

@@ -96,9 +96,10 @@ def flag_events(logs: np.ndarray, tasks: np.ndarray, row_blocks: int, chunks: in
     waits = ~push & (src != rank)
     keep = push | waits
     at = np.where(push, lg[:, SIGNAL_AT], 0)
+    zeros = np.zeros(int(keep.sum()), np.int64)
     return FlagTable(
-        rank=rank[keep], launch=np.zeros(keep.sum(), np.int64), block=lg[keep, CTA], warp=np.zeros(keep.sum(), np.int64),
-        kind=np.where(push, SIGNAL, WAIT)[keep], buffer=np.zeros(keep.sum(), np.int64),
+        rank=rank[keep], launch=zeros, block=lg[keep, CTA], warp=zeros, kind=np.where(push, SIGNAL, WAIT)[keep],
+        buffer=zeros,
         offset=np.where(push, rank * row_blocks + t[:, 1], t[:, 1])[keep],
         owner=np.where(push, t[:, 2], rank)[keep], value=np.where(push, UNKNOWN, epoch * chunks)[keep],
         op=np.where(push, ADD, GE)[keep], begin_ns=np.where(push, at, lg[:, WAIT_BEGIN])[keep],

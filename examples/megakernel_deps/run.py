@@ -103,7 +103,8 @@ def log_flags(log: np.ndarray, tasks: np.ndarray, row_tiles: int) -> tuple[FlagT
     end = np.zeros(ctas.size, np.int64)
     np.minimum.at(start, idx, log[:, START])
     np.maximum.at(end, idx, log[:, END])
-    spans = BlockSpans(rank=np.zeros(ctas.size, np.int64), launch=np.zeros(ctas.size, np.int64), block=ctas, start_ns=start, end_ns=end)
+    zeros = np.zeros(ctas.size, np.int64)
+    spans = BlockSpans(rank=zeros, launch=zeros, block=ctas, start_ns=start, end_ns=end)
     return table, spans
 
 

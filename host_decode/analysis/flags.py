@@ -318,7 +318,7 @@ class BlockSpans:
 
     def __post_init__(self) -> None:
         for name in ("rank", "launch", "block", "start_ns", "end_ns"):
-            setattr(self, name, np.asarray(getattr(self, name), np.int64))
+            setattr(self, name, np.array(getattr(self, name), np.int64))  # a copy: columns never alias
             if getattr(self, name).shape != self.rank.shape:
                 raise ValueError(f"BlockSpans.{name} has shape {getattr(self, name).shape}, expected {self.rank.shape}")
         if (self.end_ns < self.start_ns).any():
