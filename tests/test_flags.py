@@ -161,12 +161,18 @@ def test_every_unmatched_reason():
         wait(0, 10, 1, offset=5),  # nobody signals offset 5 at all
         sig(10, 1), sig(20, 1), wait(0, 30, 3),  # two increments never make 3
         sig(100, 1, offset=2), wait(0, 50, 1, offset=2),  # the increment was recorded after the wait ended
-        sig(10, 1, offset=6), wait(0, 50, 3, "lt", offset=6),  # an increasing counter never crosses < 3
+        sig(10, 1, offset=6), wait(0, 50, 0, "lt", offset=6),  # a counter counting up from 0 never drops below 0
+        wait(0, 10, 0, offset=8),  # >= 0 held for the initial value 0: nothing had to release it
     )
     m = match_waits(t)
-    assert reasons(m) == ["no_signal", "value_never_reached", "signal_after_wait", "value_never_reached"]
-    assert m.counts() == {"matched": 0, "no_signal": 1, "signal_after_wait": 1, "value_never_reached": 2,
-                          "late_within_error": 0, "already_set": 0, "derived_value": 0}
+    assert reasons(m) == ["no_signal", "value_never_reached", "signal_after_wait", "value_never_reached",
+                          "initial_value"]
+    assert m.counts() == {"matched": 0, "initial_value": 1, "no_signal": 1, "signal_after_wait": 1,
+                          "value_never_reached": 2, "late_within_error": 0, "already_set": 0, "derived_value": 0}
+    # counts that start at 4 (a flag counting across launches): the 5th increment of this launch makes 9
+    t2 = build(*[sig(10 * i, 1) for i in range(1, 6)], wait(0, 100, 9), wait(0, 100, 3))
+    m2 = match_waits(t2, initial=4)
+    assert matched(m2, t2) == [4, -1] and reasons(m2) == ["matched", "initial_value"]
 
 
 def test_matches_a_one_wait_at_a_time_reference():
@@ -203,10 +209,10 @@ def test_matches_a_one_wait_at_a_time_reference():
                 if t.end_ns[r] <= t.end_ns[w]:
                     best = r
             value = new
-        expected.append((best, "matched" if best >= 0 else "signal_after_wait" if crossings else
-                         "value_never_reached" if rows else "no_signal"))
+        expected.append((best, "matched" if best >= 0 else "initial_value" if holds(0) else "no_signal" if not rows
+                         else "signal_after_wait" if crossings else "value_never_reached"))
     assert list(zip(m.signal.tolist(), reasons(m))) == expected
-    assert {r for _, r in expected} == {"matched", "value_never_reached", "signal_after_wait"}
+    assert {r for _, r in expected} == {"matched", "value_never_reached", "signal_after_wait", "initial_value"}
 
 
 # --- the table -------------------------------------------------------------------------------------------

@@ -272,9 +272,10 @@ def main(argv=None) -> int:
     ap.add_argument("--skew-us", type=float, default=20.0)
     ap.add_argument("--skew-task", type=int, default=None, help="queue index of a layer-1 task (default: middle)")
     ap.add_argument("--launches", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
     a = ap.parse_args(argv)
     summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
-                  launches=a.launches)
+                  launches=a.launches, seed=a.seed)
     for r in summary["runs"]:
         if "truth" in r:
             print(f"critical path (wait={r['wait']}, skew={r['skew_ns']} ns), last links:")

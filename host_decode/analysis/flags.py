@@ -17,10 +17,12 @@ Matching (:func:`match_waits`), times first moved to one clock (each rank's ``cl
   for counters of adds that is the k-th increment for a wait on ">= k"; for flags set by stores, the
   store that changed the flag to a value that satisfies the wait;
 * a wait is matched to the latest crossing signal of its flag at or before its end + ``clock_error_ns``
-  (ties in time: the signal later in (rank, block, warp, row) order). Otherwise exactly one reason:
-  ``no_signal`` (no signal of that flag recorded at all), ``signal_after_wait`` (crossings exist but all
-  after the wait ended, beyond the clock error: clock skew beyond the stated error, or a late record),
-  ``value_never_reached`` (signals of the flag exist but none crossed the condition).
+  (ties in time: the signal later in (rank, block, warp, row) order). Otherwise exactly one reason, the
+  first that applies: ``initial_value`` (the condition held for the flag's value at the launch's start:
+  nothing recorded released it), ``no_signal`` (no signal of that flag recorded at all),
+  ``signal_after_wait`` (crossings exist but all after the wait ended, beyond the clock error: clock skew
+  beyond the stated error, or a late record), ``value_never_reached`` (signals of the flag exist but none
+  crossed the condition).
 All of it whole-array (sort / searchsorted by flag), except one pass per distinct threshold of "ge"
 waits on flags that stores move by more than one, and of "lt" waits.
 
@@ -50,8 +52,8 @@ SIGNAL, WAIT = 0, 1
 OPS = ("add", "store", "ge", "eq", "lt")
 ADD, STORE, GE, EQ, LT = range(len(OPS))
 SIGNAL_OPS, WAIT_OPS = (ADD, STORE), (GE, EQ, LT)
-REASONS = ("matched", "no_signal", "signal_after_wait", "value_never_reached")
-MATCHED, NO_SIGNAL, SIGNAL_AFTER_WAIT, VALUE_NEVER_REACHED = range(len(REASONS))
+REASONS = ("matched", "initial_value", "no_signal", "signal_after_wait", "value_never_reached")
+MATCHED, INITIAL_VALUE, NO_SIGNAL, SIGNAL_AFTER_WAIT, VALUE_NEVER_REACHED = range(len(REASONS))
 UNKNOWN = np.iinfo(np.int64).min  # a signal's value that was not recorded (allowed for adds only)
 
 LINK_KINDS = ("work", "released", "unmatched")
@@ -299,8 +301,11 @@ def match_waits(table: FlagTable, *, clock_offset_ns=None, clock_error_ns: int =
 
     signal = np.where(found >= 0, order[np.maximum(found, 0)] if order.size else -1, -1)
     has_signal = np.isin(wf, s_flag)
-    unmatched_reason = np.where(crossing_exists, SIGNAL_AFTER_WAIT, VALUE_NEVER_REACHED)
-    reason = np.where(signal >= 0, MATCHED, np.where(has_signal, unmatched_reason, NO_SIGNAL)).astype(np.uint8)
+    held_initially = np.select([wop == GE, wop == EQ], [initial >= wv, initial == wv], initial < wv)
+    reason = np.select(
+        [signal >= 0, held_initially, ~has_signal, crossing_exists],
+        [MATCHED, INITIAL_VALUE, NO_SIGNAL, SIGNAL_AFTER_WAIT], VALUE_NEVER_REACHED,
+    ).astype(np.uint8)
     lag = np.where(signal >= 0, end[w] - end[np.maximum(signal, 0)], 0)
     return FlagMatch(w, signal, reason, lag, made_all, derived_all, begin, end, int(clock_error_ns))
 
