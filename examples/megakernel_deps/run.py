@@ -1,0 +1,288 @@
+"""Run the dependency megakernel on one sm_90 GPU: check it, time it, skew one task.
+
+    python examples/megakernel_deps/run.py [--out DIR] [--m 4096] [--k 1024] [--n1 1024] [--n2 1024]
+        [--order interleaved|layered] [--skew-us 20] [--skew-task T] [--launches 100]
+
+Fresh random inputs, outputs poisoned with NaN before every checked launch; Y and Z are checked against
+float64 torch (Y = relu(X @ W1), Z = Y @ W2 from the kernel's own Y). Both library waits ("ld", "cas")
+run with skew 0 and with `--skew-us` on one layer-1 task (by default one in the middle row block; its
+dependents are the layer-2 tasks of that row block), timed alternately in one run. The ground-truth build
+(`log_tasks`) logs every task's times: the host checks that no layer-2 task left its wait before the
+last layer-1 signal of its row block, then matches the log's waits to its signals and walks the critical
+path with host_decode.analysis.flags, the matching a tracer's records will get. Writes
+megakernel_deps.json under --out and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for _p in (HERE, HERE.parents[1], HERE.parent / "pipeline"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import numpy as np
+
+from host_decode.analysis.flags import ADD, GE, SIGNAL, UNKNOWN, WAIT, BlockSpans, FlagTable
+
+TILE = 64
+TIMER_STEP_NS = 32  # %globaltimer's resolution on H100/H200 (docs/gpu.md)
+LAYER1, LAYER2 = 0, 1
+LOG_FIELDS = ("cta", "start", "wait_begin", "wait_end", "signal", "end")
+CTA, START, WAIT_BEGIN, WAIT_END, SIGNAL_AT, END = range(len(LOG_FIELDS))
+
+
+# --- the task graph (numpy; tests/test_flag_examples.py) ------------------------------------------------------
+
+
+def task_table(row_blocks: int, tiles_n1: int, tiles_n2: int, order: str = "interleaved", lag: int = 2) -> np.ndarray:
+    """int32 [tasks, 4] rows (layer, tile_m, tile_n, 0). "layered": every layer-1 task, then every layer-2
+    task. "interleaved": row block by row block, the layer-2 tasks of row block r right after the layer-1
+    tasks of row block r + lag, so that layer-2 tasks are taken while their inputs are still being made."""
+    l1 = [[(LAYER1, m, n, 0) for n in range(tiles_n1)] for m in range(row_blocks)]
+    l2 = [[(LAYER2, m, n, 0) for n in range(tiles_n2)] for m in range(row_blocks)]
+    if order == "layered":
+        rows = [t for blk in l1 + l2 for t in blk]
+    elif order == "interleaved":
+        rows = []
+        for m in range(row_blocks + lag):
+            if m < row_blocks:
+                rows += l1[m]
+            if m - lag >= 0:
+                rows += l2[m - lag]
+    else:
+        raise ValueError(f"order={order!r}: expected 'interleaved' or 'layered'")
+    return np.asarray(rows, np.int32)
+
+
+def check_order(tasks: np.ndarray) -> None:
+    """Every layer-2 task comes after all layer-1 tasks of its row block (what keeps the grid deadlock-free)."""
+    l1 = tasks[:, 0] == LAYER1
+    last_l1 = np.full(int(tasks[:, 1].max()) + 1, -1)
+    np.maximum.at(last_l1, tasks[l1, 1], np.flatnonzero(l1))
+    first_l2 = np.full(last_l1.size, tasks.shape[0])
+    np.minimum.at(first_l2, tasks[~l1, 1], np.flatnonzero(~l1))
+    bad = np.flatnonzero(first_l2 < last_l1)
+    if bad.size:
+        raise ValueError(f"task order: a layer-2 task of row block {int(bad[0])} comes before a layer-1 task it needs")
+
+
+def dependents(tasks: np.ndarray, task: int) -> np.ndarray:
+    """The layer-2 tasks that wait for `task` (a layer-1 task): those of its row block."""
+    if tasks[task, 0] != LAYER1:
+        raise ValueError(f"task {task} is a layer-2 task: nothing waits for it")
+    return np.flatnonzero((tasks[:, 0] == LAYER2) & (tasks[:, 1] == tasks[task, 1]))
+
+
+def middle_task(tasks: np.ndarray) -> int:
+    """The first layer-1 task of the middle row block."""
+    m = int(tasks[:, 1].max()) // 2
+    return int(np.flatnonzero((tasks[:, 0] == LAYER1) & (tasks[:, 1] == m))[0])
+
+
+def log_flags(log: np.ndarray, tasks: np.ndarray, row_tiles: int) -> tuple[FlagTable, BlockSpans]:
+    """The ground-truth log as the flag table a tracer would produce: one add signal per layer-1 task on
+    ready[tile_m] (value not recorded: a `red` returns nothing), one wait per layer-2 task on the same
+    counter for >= row_tiles; and each CTA's span."""
+    l1 = tasks[:, 0] == LAYER1
+    n = tasks.shape[0]
+    t = np.where(l1, log[:, SIGNAL_AT], 0)
+    table = FlagTable(
+        rank=np.zeros(n, np.int64), launch=np.zeros(n, np.int64), block=log[:, CTA], warp=np.zeros(n, np.int64),
+        kind=np.where(l1, SIGNAL, WAIT), buffer=np.zeros(n, np.int64), offset=tasks[:, 1], owner=np.zeros(n, np.int64),
+        value=np.where(l1, UNKNOWN, row_tiles), op=np.where(l1, ADD, GE),
+        begin_ns=np.where(l1, t, log[:, WAIT_BEGIN]), end_ns=np.where(l1, t, log[:, WAIT_END]), buffers=("ready",),
+    )
+    ctas = np.unique(log[:, CTA])
+    idx = np.searchsorted(ctas, log[:, CTA])
+    start = np.full(ctas.size, np.iinfo(np.int64).max)
+    end = np.zeros(ctas.size, np.int64)
+    np.minimum.at(start, idx, log[:, START])
+    np.maximum.at(end, idx, log[:, END])
+    zeros = np.zeros(ctas.size, np.int64)
+    spans = BlockSpans(rank=zeros, launch=zeros, block=ctas, start_ns=start, end_ns=end)
+    return table, spans
+
+
+def ground_truth(log: np.ndarray, tasks: np.ndarray, row_tiles: int, skew_task: int, skew_ns: int) -> dict:
+    """What the log says: dependencies held, the skewed task's delay and dependents, matching and path."""
+    from host_decode.analysis.flags import critical_path, describe_path, match_waits
+
+    if (log[:, START] <= 0).any() or (log[:, END] < log[:, START]).any():
+        raise AssertionError(f"log: {int((log[:, START] <= 0).sum())} tasks never ran")
+    l1 = tasks[:, 0] == LAYER1
+    last_signal = np.zeros(int(tasks[:, 1].max()) + 1, np.int64)
+    np.maximum.at(last_signal, tasks[l1, 1], log[l1, SIGNAL_AT])
+    # the signal's time is read before its `red`, the wait's end after its spin: one timer step of slack
+    early = ~l1 & (log[:, WAIT_END] + TIMER_STEP_NS < last_signal[tasks[:, 1]])
+    if early.any():
+        raise AssertionError(f"{int(early.sum())} layer-2 tasks left their wait before their row block's last signal")
+    table, spans = log_flags(log, tasks, row_tiles)
+    m = match_waits(table, clock_error_ns=TIMER_STEP_NS)
+    deps = dependents(tasks, skew_task)
+    released_by_skewed = int((m.signal[np.searchsorted(m.wait_rows, deps)] == skew_task).sum())
+    path = critical_path(table, m, spans=spans)
+    return {
+        "match": m.counts(),
+        "skewed_task_ns": int(log[skew_task, SIGNAL_AT] - log[skew_task, START]),
+        "skew_ns": skew_ns,
+        "dependents": int(deps.size),
+        "dependents_released_by_skewed_task": released_by_skewed,
+        "dependents_wait_ns_median": float(np.median(log[deps, WAIT_END] - log[deps, WAIT_BEGIN])),
+        "waits_blocked": int(m.blocked().sum()),
+        "path_has_skewed_task": bool((path["signal_row"] == skew_task).any()),
+        "path_ns": int(path["duration_ns"].sum()),
+        "path": describe_path(table, path)[-12:],
+    }
+
+
+# --- the GPU run ----------------------------------------------------------------------------------------------
+
+
+class Problem:
+    def __init__(self, m: int, k: int, n1: int, n2: int, order: str, seed: int = 0):
+        import torch
+
+        if m % TILE or n1 % TILE or n2 % TILE or k % 32 or n1 % 32:
+            raise ValueError(f"m, n1, n2 must be multiples of {TILE} and k, n1 of 32 (got m={m} k={k} n1={n1} n2={n2})")
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        dev = dict(device="cuda", dtype=torch.float32)
+        self.X = torch.randn(m, k, generator=g, **dev)
+        self.W1 = torch.randn(k, n1, generator=g, **dev) / k**0.5
+        self.W2 = torch.randn(n1, n2, generator=g, **dev) / n1**0.5
+        self.Y = torch.empty(m, n1, **dev)
+        self.Z = torch.empty(m, n2, **dev)
+        tasks = task_table(m // TILE, n1 // TILE, n2 // TILE, order)
+        check_order(tasks)
+        self.tasks_np = tasks
+        self.tasks = torch.from_numpy(tasks).cuda()
+        self.queue = torch.zeros(1, device="cuda", dtype=torch.int32)
+        self.ready = torch.zeros(m // TILE, device="cuda", dtype=torch.int32)
+        self.log = torch.zeros(tasks.shape[0], len(LOG_FIELDS), device="cuda", dtype=torch.int64)
+        self.no_log = torch.zeros(1, len(LOG_FIELDS), device="cuda", dtype=torch.int64)
+        self.row_tiles = n1 // TILE
+        self.y_ref = (self.X.double() @ self.W1.double()).relu()
+
+    def reset(self):
+        """Queue and counters at 0 (in place: compiled launchers hold views of these tensors)."""
+        self.queue.zero_()
+        self.ready.zero_()
+
+    def poison(self):
+        self.reset()
+        self.Y.fill_(float("nan"))
+        self.Z.fill_(float("nan"))
+        self.log.zero_()
+
+    def check(self, what: str) -> float:
+        errs = []
+        for out, ref in ((self.Y, self.y_ref), (self.Z, self.Y.double() @ self.W2.double())):
+            if not bool(out.isfinite().all()):
+                raise AssertionError(f"{what}: {int((~out.isfinite()).sum())} outputs unwritten")
+            errs.append(float((out.double() - ref).norm() / ref.norm()))
+        if max(errs) > 1e-5:
+            raise AssertionError(f"{what}: relative errors {errs}")
+        return max(errs)
+
+
+def compile_kernel(mk, prob: Problem, wait_kind: str, log_tasks: bool, num_ctas: int):
+    import cutlass
+    from cutlass import cute
+    from cutlass.cute.runtime import from_dlpack
+
+    log = prob.log if log_tasks else prob.no_log
+    tensors = [prob.tasks, prob.queue, prob.ready, prob.X, prob.W1, prob.Y, prob.W2, prob.Z]
+    views = [from_dlpack(t, assumed_align=16) for t in tensors]
+    log_view = from_dlpack(log, assumed_align=16)
+    compiled = cute.compile(mk.launch, *views, cutlass.Int32(-1), cutlass.Int64(0), log_view, wait_kind, log_tasks,
+                            num_ctas)
+
+    def run(skew_task: int = -1, skew_ns: int = 0, keep=(prob, tensors, log)):  # keep: torch tensors outlive views
+        compiled(*views, cutlass.Int32(skew_task), cutlass.Int64(skew_ns), log_view)
+
+    return run
+
+
+def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", skew_us=20.0, skew_task=None,
+        launches=100, seed=0) -> list[dict]:
+    import megakernel_deps as mk
+    import torch
+    from measure import time_alternating
+
+    num_ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    prob = Problem(m, k, n1, n2, order, seed)
+    skew_task = middle_task(prob.tasks_np) if skew_task is None else skew_task
+    skew_ns = int(skew_us * 1e3)
+    kernels = {(wk, log): compile_kernel(mk, prob, wk, log, num_ctas) for wk in mk.WAIT_KINDS for log in (False, True)}
+    rows, variants = [], {}
+    for (wk, log), fn in kernels.items():
+        for skew in (0, skew_ns):
+            prob.poison()
+            fn(skew_task, skew)
+            torch.cuda.synchronize()
+            err = prob.check(f"wait {wk}, log {log}, skew {skew} ns")
+            row = dict(example="megakernel_deps", wait=wk, log=log, skew_ns=skew, rel_err=err)
+            if log:
+                row["truth"] = ground_truth(prob.log.cpu().numpy(), prob.tasks_np, prob.row_tiles, skew_task, skew)
+            rows.append(row)
+            variants[f"{wk}{' log' if log else ''} skew {skew // 1000}us"] = (
+                prob.reset, lambda fn=fn, skew=skew: fn(skew_task, skew))
+    times = time_alternating(variants, launches)
+    base = float(np.median(times["ld skew 0us"]))
+    timing = {name: {"median_ms": float(np.median(t)), "p10_ms": float(np.percentile(t, 10)),
+                     "p90_ms": float(np.percentile(t, 90)), "vs_ld_skew0": float(np.median(t)) / base}
+              for name, t in times.items()}
+    flops = 2.0 * m * k * n1 + 2.0 * m * n1 * n2
+    summary = dict(problem=dict(m=m, k=k, n1=n1, n2=n2, order=order, tasks=int(prob.tasks_np.shape[0]),
+                                ctas=num_ctas, skew_task=skew_task, skew_layer_tile=prob.tasks_np[skew_task].tolist(),
+                                dependents=dependents(prob.tasks_np, skew_task).tolist()),
+                   tflops_ld_skew0=flops / (base * 1e-3) / 1e12, timing=timing, runs=rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "megakernel_deps.json").write_text(json.dumps(summary, indent=1, default=float))
+    return summary
+
+
+def table(summary: dict) -> str:
+    lines = [f"megakernel_deps {summary['problem']}", f"{'variant':<24}{'median ms':>11}{'vs ld skew0':>13}"]
+    for name, t in summary["timing"].items():
+        lines.append(f"{name:<24}{t['median_ms']:>11.4f}{t['vs_ld_skew0']:>13.3f}")
+    for r in summary["runs"]:
+        if "truth" in r:
+            g = r["truth"]
+            lines.append(f"truth wait={r['wait']} skew={r['skew_ns']}ns: skewed task {g['skewed_task_ns']} ns, "
+                         f"{g['dependents_released_by_skewed_task']}/{g['dependents']} dependents released by it, "
+                         f"waits blocked {g['waits_blocked']}, match {g['match']}, path {g['path_ns']} ns "
+                         f"(skewed task on it: {g['path_has_skewed_task']})")
+    lines.append(f"TFLOP/s (ld, skew 0): {summary['tflops_ld_skew0']:.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("megakernel_deps_out"))
+    ap.add_argument("--m", type=int, default=4096)
+    ap.add_argument("--k", type=int, default=1024)
+    ap.add_argument("--n1", type=int, default=1024)
+    ap.add_argument("--n2", type=int, default=1024)
+    ap.add_argument("--order", choices=("interleaved", "layered"), default="interleaved")
+    ap.add_argument("--skew-us", type=float, default=20.0)
+    ap.add_argument("--skew-task", type=int, default=None, help="queue index of a layer-1 task (default: middle)")
+    ap.add_argument("--launches", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
+    a = ap.parse_args(argv)
+    summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
+                  launches=a.launches, seed=a.seed)
+    for r in summary["runs"]:
+        if "truth" in r:
+            print(f"critical path (wait={r['wait']}, skew={r['skew_ns']} ns), last links:")
+            print("\n".join("   " + line for line in r["truth"]["path"]))
+    print(table(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
