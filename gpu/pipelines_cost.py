@@ -124,7 +124,7 @@ class Harness:
         import numpy as np
         import summary
 
-        from host_decode.core.decoder import load_capture
+        from host_decode.load.capture import load_capture
 
         with session.zeroed_then_synced():
             launch()

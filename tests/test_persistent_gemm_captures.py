@@ -36,8 +36,9 @@ def _capture(stem: str) -> Path:
 
 @pytest.mark.parametrize("stem", GEMMS)
 def test_gemm_capture_decodes_whole_and_matches(stem):
-    from host_decode.analysis.pipelines import MATCHED_STATUSES, STATUSES, WAIT_OPS, analyze_pipelines
-    from host_decode.core.decoder import load_capture
+    from host_decode.analysis.pipeline_match import MATCHED_STATUSES, STATUSES, WAIT_OPS
+    from host_decode.analysis.pipelines import analyze_pipelines
+    from host_decode.load.capture import load_capture
 
     trace = load_capture(_capture(stem))
     meta = json.loads((CAPTURES / f"{stem}.json").read_text())
@@ -62,7 +63,7 @@ def test_gemm_capture_decodes_whole_and_matches(stem):
 
 @pytest.mark.parametrize(("stem", "stages"), PROBES)
 def test_tma_probe_capture_agrees_with_its_ground_truth(stem, stages):
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
 
     sys.path.insert(0, str(ROOT / "examples" / "persistent_gemm"))
     import tma_probe

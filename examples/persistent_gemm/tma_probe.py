@@ -167,7 +167,8 @@ def compare(trace, truth: dict, stages: int) -> dict:
     passing_waits=True). Differences in ns: traced - truth."""
     import numpy as np
 
-    from host_decode.analysis.pipelines import FLOW_KINDS, WAIT_OPS, analyze_pipelines
+    from host_decode.analysis.pipeline_match import FLOW_KINDS, WAIT_OPS
+    from host_decode.analysis.pipelines import analyze_pipelines
 
     analysis = analyze_pipelines(trace)
     ring = next(i for i, c in enumerate(analysis.channels) if c.kind == "pipeline")
@@ -206,7 +207,7 @@ def run_config(tile_bytes: int, stages: int, *, blocks: int = 16, iters: int = 6
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from ikp_cute.pipelines import session_for, trace_pipelines
 
     x = torch.randn(X_ROWS, COLS, device="cuda", dtype=torch.float32)
