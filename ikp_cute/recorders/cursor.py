@@ -15,8 +15,9 @@ Sharing one check among longer straight-line groups was built and lost records o
 Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
 named otherwise):
 * No store passes the lane's capacity: every record is guarded by `room > 0`, an END right after its
-  BEGIN by the BEGIN's (its slot being at most the DROPPED slot): test_overflow_is_dropped_on_device_and_
-  counted_exactly (tests/test_device_gpu.py), memcheck in gpu/device_suite.py.
+  BEGIN by the BEGIN's (its slot being at most the DROPPED slot):
+  test_overflow_is_dropped_on_device_and_counted_exactly (tests/test_device_gpu.py), memcheck in
+  gpu/device_suite.py.
 * The cursor is carried through ``cutlass.range`` loops and ``if`` branches: it is a one-element register
   tensor updated in place (test_cursor_is_carried_through_dynamic_loop, and its negative control
   test_carry_check_catches_a_stale_cursor).
