@@ -64,12 +64,12 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
-        "Profiler": ".device:Profiler",
-        "profile_region": ".device:profile_region",
-        "launch_records": ".device:launch_records",
+        "Profiler": ".profiler:Profiler",
+        "profile_region": ".profiler:profile_region",
+        "launch_records": ".profiler:launch_records",
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
-        "window_branch": ".device:window_branch",
+        "window_branch": ".profiler:window_branch",
     },
 )

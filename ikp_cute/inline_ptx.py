@@ -3,6 +3,8 @@
 `has_side_effects=True` is the invariant: LLVM keeps every instance where it is written (no CSE, no
 hoisting out of loops, no sinking past the work it brackets), which is what makes a timer read or a
 record store land where the region's boundary is (tests/test_device_compile.py counts records per site).
+Also here: where the tracer is emitting (the current MLIR block, the kernel's entry), and PTX text with
+named operands.
 """
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ def asm_results(result_types, operands, text: str, constraints: str) -> tuple:
     values = asm(struct, operands, text, constraints)
     return tuple(t(llvm.extractvalue(t.mlir_type, values, ir.DenseI64ArrayAttr.get([i])))
                  for i, t in enumerate(result_types))
+
+
+def numbered_ptx(text: str, names: list[str]) -> str:
+    """Inline PTX written with named operands (`$state`, `$tid`, ...): each `$name` becomes `$i`, its
+    position in `names` (no name may be a prefix of another)."""
+    for i, name in enumerate(names):
+        text = text.replace(f"${name}", f"${i}")
+    return text
+
+
+def current_block():
+    """The MLIR block the tracer is emitting into (a region's control-flow level)."""
+    from cutlass._mlir import ir
+
+    return ir.InsertionPoint.current.block
 
 
 def kernel_op():

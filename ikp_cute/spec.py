@@ -96,7 +96,7 @@ def _check_name(name: object) -> None:
 class ProfileSpec:
     """Everything the device side needs, fixed at compile time (pass it as a ``cutlass.Constexpr``).
 
-    mode:             how a lane's records reach the buffer; one recorder per mode (ikp_cute/device.py):
+    mode:             how a lane's records reach the buffer; one recorder per mode (ikp_cute/recorders/):
                       "cursor"   (default) register cursor, records stored at once; one capacity check
                                  per record, shared by a region's END that directly follows its BEGIN.
                       "deferred" cursor whose begin record is stored together with its end record (slot

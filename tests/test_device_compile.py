@@ -526,9 +526,9 @@ def test_usage_errors_name_the_call_site():
 
 
 def test_source_site_keeps_a_user_file_under_a_cutlass_named_folder():
-    from ikp_cute import device
+    from ikp_cute.checks import source_site
 
-    namespace = {"__name__": "user_kernels", "site": device._source_site}
+    namespace = {"__name__": "user_kernels", "site": source_site}
     code = compile("def call():\n    return site()\n\ndef outer():\n    return call()\n",
                    "/home/u/my_cutlass_kernels/k.py", "exec")
     exec(code, namespace)

@@ -1,15 +1,20 @@
-"""The layout of host_decode (docs/layout.md), checked on the source with `ast`:
+"""The layout of host_decode and ikp_cute (docs/layout.md), checked on the source with `ast`:
 
-* every module lives in the folder of its stage, and none is over MAX_LINES lines;
-* imports between the stages only run downstream of the data flow, by LAYERS:
-  core <- interop / torch_traces <- load <- analysis / hardware <- writers <- reports <- cli (a stage imports
-  its own folder and the stages of a lower rank; stages of one rank do not import each other; the
-  package's facade, host_decode/__init__.py, names anything, lazily);
-* no module imports another module's private (_underscore) names, nor reads them off an imported module;
+* no module of either package is over MAX_LINES lines;
+* host_decode: every module lives in the folder of its stage, and imports between the stages only run
+  downstream of the data flow, by LAYERS: core <- interop / torch_traces <- load <- analysis / hardware <-
+  writers <- reports <- cli (a stage imports its own folder and the stages of a lower rank; stages of one rank do not
+  import each other; the package's facade, host_decode/__init__.py, names anything, lazily); host_decode
+  never imports ikp_cute;
+* ikp_cute: every module belongs to one of IKP_LAYERS, and imports none of a higher rank (a layer imports
+  itself and the layers below it; names taken from the facade, ``from ikp_cute import Profiler``, count as
+  imports of the module the facade loads them from); ikp_cute may import host_decode;
+* no module imports another module's private (_underscore) names, nor reads them off an imported module,
+  in or across the two packages;
 * no `ikp` command imports another command (what commands share lives in one helper module of cli/).
 
 Every import counts, also one inside a function. Violations known today are listed in KNOWN, each with
-its owner and issue; the list is exact: a new violation fails, and so does a listed one that is gone
+what removes it; the list is exact: a new violation fails, and so does a listed one that is gone
 ("stale allowlist entry": delete the line), so that KNOWN ends empty.
 """
 
@@ -21,28 +26,45 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "host_decode"
+DEVICE = "ikp_cute"
+PACKAGES = (PACKAGE, DEVICE)
 MAX_LINES = 600
-# stage -> rank (BRIEF / docs/layout.md): a stage imports its own folder and stages of a lower rank only
+# stage -> rank (docs/layout.md): a stage imports its own folder and stages of a lower rank only
 LAYERS = {"core": 0, "interop": 1, "torch_traces": 1, "load": 2, "analysis": 3, "hardware": 3, "writers": 4,
           "reports": 5, "cli": 6}
 COMMANDS = f"{PACKAGE}.cli.commands"
 
-# violation -> "owner, issue: what removes it". Empty it as the owners' branches land.
+# ikp_cute's layers, lowest first: the rank of each top-level module or subpackage of ikp_cute. A module
+# imports its own layer and lower ranks only. The facade (ikp_cute/__init__.py) names anything, lazily.
+IKP_LAYERS = {
+    "spec": 0, "ring": 0, "checks": 0,  # pure Python: the spec, the ring's layout and reader, trace-time checks
+    "inline_ptx": 1,  # inline PTX with side effects, where the tracer emits
+    "window": 2,  # the capture window's device protocol (a lane opens and ends its window)
+    "recorders": 3,  # one recorder per mode, the Recorder protocol, records and lanes
+    "profiler": 4,  # Profiler, profile_region, launch_records, window_branch
+    "session": 5,  # the host buffer (torch), decode and save
+    "pipelines": 6,  # trace_pipelines (builds Sessions for pipeline lanes)
+    "testing": 7, "__main__": 7,  # test helpers and kernels written as user code; the include-path entry point
+}
+
+# violation -> what removes it. Empty it as the owners' branches land.
 KNOWN = {
+    "lines: ikp_cute/pipelines/hooks.py": "split in progress",
 }
 
 
 def find_modules(root: Path) -> dict[str, Path]:
-    """{dotted name: path} of every module of the package under `root`."""
+    """{dotted name: path} of every module of the two packages under `root`."""
     out = {}
-    for path in sorted((root / PACKAGE).rglob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in (root / package).rglob("*.py")):
         parts = list(path.relative_to(root).with_suffix("").parts)
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
 def stage(module: str) -> str | None:
-    """The stage folder of a host_decode module ('core', 'writers', ...); None for the facade."""
+    """The stage folder of a host_decode module ('core', 'writers', ...), the layer of an ikp_cute one
+    ('recorders', 'profiler', ...); None for a package's facade."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None
 
@@ -58,9 +80,30 @@ def resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports(module: str, modules: dict[str, Path]) -> list[tuple[str, str | None]]:
-    """(imported module, private name or None) for every host_decode import of `module`, anywhere in it,
-    plus (module, name) for each _name read off an imported host_decode module (alias._name)."""
+def facade_exports(root: Path) -> dict[str, str]:
+    """{name: module} of what ikp_cute's facade names: its lazy exports (``"Profiler": ".profiler:Profiler"``)
+    and its own ``from .x import name``."""
+    path = root / DEVICE / "__init__.py"
+    if not path.exists():
+        return {}
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            out.update({a.asname or a.name: f"{DEVICE}.{node.module}" for a in node.names})
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and isinstance(value, ast.Constant) and ":" in str(value.value):
+                    where = str(value.value).split(":")[0]
+                    out[key.value] = DEVICE + where if where.startswith(".") else where
+    return out
+
+
+def imports(
+    module: str, modules: dict[str, Path], facade: dict[str, str] | None = None
+) -> list[tuple[str, str | None]]:
+    """(imported module, private name or None) for every import of either package by `module`, anywhere in
+    it, plus (module, name) for each _name read off an imported module (alias._name). A name imported from
+    ikp_cute's facade counts as an import of the module the facade loads it from (`facade`)."""
     path = modules[module]
     tree = ast.parse(path.read_text())
     found: list[tuple[str, str | None]] = []
@@ -68,18 +111,20 @@ def imports(module: str, modules: dict[str, Path]) -> list[tuple[str, str | None
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.split(".")[0] == PACKAGE:
+                if a.name.split(".")[0] in PACKAGES:
                     found.append((a.name, None))
                     aliases[a.asname or a.name] = a.name  # `import host_decode.x.y` binds the dotted path
         elif isinstance(node, ast.ImportFrom):
             source = resolve(module, path.name == "__init__.py", node)
-            if source.split(".")[0] != PACKAGE:
+            if source.split(".")[0] not in PACKAGES:
                 continue
             for a in node.names:
                 sub = f"{source}.{a.name}"
                 if sub in modules:  # `from pkg import module`
                     found.append((sub, None))
                     aliases[a.asname or a.name] = sub
+                elif source == DEVICE and facade and a.name in facade:
+                    found.append((facade[a.name], None))
                 else:
                     found.append((source, a.name if a.name.startswith("_") else None))
     for node in ast.walk(tree):
@@ -104,33 +149,65 @@ def is_private_module(name: str) -> bool:
 
 
 def violations(root: Path = ROOT) -> set[str]:
-    """Every violation of the rules above in the package under `root`, one string each (KNOWN's keys)."""
+    """Every violation of the rules above in the packages under `root`, one string each (KNOWN's keys)."""
     out = set()
     modules = find_modules(root)
+    facade = facade_exports(root)
     for module, path in modules.items():
         rel = path.relative_to(root).as_posix()
         if len(path.read_text().splitlines()) > MAX_LINES:
             out.add(f"lines: {rel}")
-        here = stage(module)
-        if here is None:
-            if module != PACKAGE:
-                out.add(f"folder: {rel}")
+        check_module = host_decode_module if module.split(".")[0] == PACKAGE else ikp_cute_module
+        out |= check_module(module, rel, imports(module, modules, facade))
+    return out
+
+
+def _private(module: str, target: str, private: str | None) -> set[str]:
+    """A private name taken from another module, or a private module taken from another folder."""
+    if private:
+        return {f"private: {module} -> {target}.{private}"}
+    if is_private_module(target) and stage(target) != stage(module):
+        return {f"private: {module} -> {target}"}
+    return set()
+
+
+def host_decode_module(module: str, rel: str, found: list[tuple[str, str | None]]) -> set[str]:
+    here = stage(module)
+    if here is None:
+        return set() if module == PACKAGE else {f"folder: {rel}"}
+    if here not in LAYERS:
+        return {f"folder: {rel}"}
+    out = set()
+    for target, private in found:
+        there = stage(target)
+        out |= _private(module, target, private)
+        if target.split(".")[0] != PACKAGE:  # host_decode never imports ikp_cute
+            out.add(f"import: {module} -> {target}")
+        elif there == here:
+            pass
+        elif there is None or there not in LAYERS or LAYERS[there] >= LAYERS[here]:
+            out.add(f"import: {module} -> {target}")
+        if module.startswith(COMMANDS + ".") and target.startswith(COMMANDS + ".") and target != module:
+            out.add(f"command: {module} -> {target}")
+    return out
+
+
+def ikp_cute_module(module: str, rel: str, found: list[tuple[str, str | None]]) -> set[str]:
+    here = stage(module)
+    if here is None:
+        return set()  # the facade
+    if here not in IKP_LAYERS:
+        return {f"folder: {rel}"}
+    out = set()
+    for target, private in found:
+        out |= _private(module, target, private)
+        if target.split(".")[0] != DEVICE:  # ikp_cute may import host_decode
             continue
-        if here not in LAYERS:
-            out.add(f"folder: {rel}")
-            continue
-        for target, private in imports(module, modules):
-            there = stage(target)
-            if private:
-                out.add(f"private: {module} -> {target}.{private}")
-            elif is_private_module(target) and there != here:
-                out.add(f"private: {module} -> {target}")
-            if there == here:
-                pass
-            elif there is None or there not in LAYERS or LAYERS[there] >= LAYERS[here]:
-                out.add(f"import: {module} -> {target}")
-            if module.startswith(COMMANDS + ".") and target.startswith(COMMANDS + ".") and target != module:
-                out.add(f"command: {module} -> {target}")
+        there = stage(target)
+        # the facade itself (`import ikp_cute`, a name it does not export) may load anything: the top rank
+        rank = max(IKP_LAYERS.values()) if there is None else IKP_LAYERS.get(there, -1)
+        if rank > IKP_LAYERS[here]:
+            out.add(f"import: {module} -> {target}")
     return out
 
 
@@ -166,13 +243,17 @@ def test_commands_are_independent():
 def test_the_checks_see_violations(tmp_path):
     """The checker itself: an upstream import, a sibling import, a private name (imported and read off a
     module alias), a command importing a command, a module outside the stage folders and a long file are
-    all found."""
+    all found, in host_decode and in ikp_cute (an upward import between ikp_cute's layers, also through its
+    facade, host_decode importing ikp_cute, a private name across the packages); what is allowed (a lower
+    layer, a name the facade loads from a lower layer, ikp_cute importing host_decode) is not flagged."""
+    long = "x = 1\n" * (MAX_LINES + 1)
     files = {
         "host_decode/__init__.py": "",
         "host_decode/core/__init__.py": "",
         "host_decode/core/model.py": "from host_decode.writers import perfetto\n",
+        "host_decode/core/errors.py": "def f():\n    import ikp_cute.spec\n",
         "host_decode/writers/__init__.py": "",
-        "host_decode/writers/perfetto.py": "from host_decode.core.model import _hidden\n" + "x = 1\n" * (MAX_LINES + 1),
+        "host_decode/writers/perfetto.py": "from host_decode.core.model import _hidden\n" + long,
         "host_decode/analysis/__init__.py": "",
         "host_decode/analysis/regions.py": "from ..hardware import join as pf\n\ndef f():\n    return pf._lane_sm\n",
         "host_decode/hardware/__init__.py": "",
@@ -184,12 +265,32 @@ def test_the_checks_see_violations(tmp_path):
         "host_decode/reports/__init__.py": "",
         "host_decode/reports/html.py": "import host_decode.core.model\n\nx = host_decode.core.model._cache\n",
         "host_decode/misc.py": "",
+        "ikp_cute/__init__.py": (
+            "from .spec import ProfileSpec\n"
+            "__getattr__, __dir__ = lazy_exports(__name__, {'Profiler': '.profiler:Profiler', "
+            "'Session': '.session:Session'})\n"
+        ),
+        "ikp_cute/spec.py": "from . import ring\n",
+        "ikp_cute/ring.py": "from host_decode.core.model import Names\n",
+        "ikp_cute/inline_ptx.py": "",
+        "ikp_cute/recorders/__init__.py": "from .lane import Lane\n",
+        "ikp_cute/recorders/lane.py": (
+            "from .. import inline_ptx\nfrom ..spec import ProfileSpec\nfrom ..profiler import buffer\n"
+        ),
+        "ikp_cute/recorders/cursor.py": "from .lane import _lane\nfrom ikp_cute import ProfileSpec, Session\n",
+        "ikp_cute/profiler.py": "from .recorders import lane\n\nx = lane._count_stray\n" + long,
+        "ikp_cute/session.py": "from host_decode.core.model import _hidden\nimport ikp_cute\n",
+        "ikp_cute/testing/__init__.py": (
+            "import ikp_cute\nfrom ikp_cute import Profiler, inline_ptx\nfrom ikp_cute.recorders import lane\n"
+        ),
+        "ikp_cute/extra.py": "",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     assert violations(tmp_path) == {
         "import: host_decode.core.model -> host_decode.writers.perfetto",
+        "import: host_decode.core.errors -> ikp_cute.spec",
         "lines: host_decode/writers/perfetto.py",
         "private: host_decode.writers.perfetto -> host_decode.core.model._hidden",
         "import: host_decode.analysis.regions -> host_decode.hardware.join",
@@ -197,6 +298,14 @@ def test_the_checks_see_violations(tmp_path):
         "command: host_decode.cli.commands.a -> host_decode.cli.commands.b",
         "private: host_decode.reports.html -> host_decode.core.model._cache",
         "folder: host_decode/misc.py",
+        "import: ikp_cute.recorders.lane -> ikp_cute.profiler",
+        "private: ikp_cute.recorders.cursor -> ikp_cute.recorders.lane._lane",
+        "import: ikp_cute.recorders.cursor -> ikp_cute.session",
+        "lines: ikp_cute/profiler.py",
+        "private: ikp_cute.profiler -> ikp_cute.recorders.lane._count_stray",
+        "private: ikp_cute.session -> host_decode.core.model._hidden",
+        "import: ikp_cute.session -> ikp_cute",
+        "folder: ikp_cute/extra.py",
     }
 
 

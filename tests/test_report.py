@@ -481,7 +481,7 @@ def test_real_capture_full_report_via_cli(tmp_path):
     fma = next(i + 1 for i, t in enumerate(src) if "acc = acc * 0.999 + v" in t)
     assert paths["tile/compute"]["index"] in data["source"]["line_paths"][str(fma)]
     assert compute["event"] in paths["tile/compute"]["stack"]
-    # lines of inlined helpers (ikp_cute/device.py) are not painted onto kernel.py
+    # lines of inlined helpers (ikp_cute/recorders/) are not painted onto kernel.py
     if "files" in data["pcs"]:
         assert all(1 <= int(k) <= len(src) for k in data["source"]["line_paths"])
     if real_hw_set():  # real per-PC data: it matches its map and lands in the regions

@@ -1,16 +1,16 @@
-"""The cursor record with one part taken out at a time, for benchmarks/record_ablation.py (issue 17:
-where a record's time goes). Each is a recorder for ``Profiler.create(..., recorder_class=...)`` and
-records every BEGIN and END on its own (no check shared within a region):
+"""The cursor record with one part taken out at a time, for benchmarks/record_ablation.py (where a
+record's time goes). Each is a recorder for ``Profiler.create(..., recorder_class=...)`` and records
+every BEGIN and END on its own (no check shared within a region):
 
-    PerRecordCheck   timer read, `room > 0` compare, 64-bit store: the cursor before 2026-11-27
+    PerRecordCheck   timer read, `room > 0` compare, 64-bit store: the cursor with no END sharing its
+                     BEGIN's check
     NoCheck          timer read and store, guarded by the lane's leader only (safe only in a lane sized
                      for the kernel: the benchmark's)
     NoTimer          PerRecordCheck storing the room instead of a timer
     TimerOnly        the timer read, folded into the room register; nothing stored
     SmemNoCheck      NoCheck into shared memory, 32 bits (the timer only), as IKET stages its records
 
-and, for the lean A/B (benchmarks and FA4), the lean record with its leaf-region pairing turned off,
-which is how every lean record worked before session 12 (on today's 8-byte state):
+and, for the lean A/B (benchmarks and FA4), the lean record with its leaf-region pairing turned off:
 
     SharedStateLean  every record loads its lane's state from shared memory, stores, and writes the
                      count back (its store waits for the load)
@@ -24,6 +24,11 @@ and, to find where FA4's cost of a lean region comes from (gpu/examples_suite.py
                      %ctaid and %tid; leaf regions pair as in lean (a diagnostic: its DROPPED count is
                      not written)
 
+Each subclasses a mode's recorder (ikp_cute/recorders/) and overrides only its public hooks: the
+protocol's begin/end/mark, CursorRecorder.record (with .words(), .room, .lane), LeanRecorder.record,
+take_pair and store_pair; tests/test_layout.py keeps private names from crossing modules, and
+tests/test_recorders.py checks every variant against the Recorder protocol.
+
 Only benchmarks use these; none is a mode, and NoCheck, TimerOnly and SmemNoCheck do not write a
 decodable lane (SharedStateLean does: lean's state and finalize).
 """
@@ -36,23 +41,27 @@ import cutlass
 from cutlass import Int32, Int64, const_expr, cute
 
 from host_decode.core import wire
-from ikp_cute import device, inline_ptx
+from ikp_cute import inline_ptx
+from ikp_cute.inline_ptx import numbered_ptx
+from ikp_cute.recorders import CursorRecorder, LeanRecorder, SmemRecorder
+from ikp_cute.recorders.lean import fresh_thread_x
+from ikp_cute.recorders.records import BEGIN, END, event_bits, sub_nsw, timer_lo
 
 
 class _EveryRecordAlone:
     def begin(self, event_id: int, index):
-        self.record(device.event_bits(event_id, device.BEGIN))
+        self.record(event_bits(event_id, BEGIN))
 
     def end(self, event_id: int, token_value, adjacent: bool):
-        self.record(device.event_bits(event_id, device.END))
+        self.record(event_bits(event_id, END))
 
 
 @dataclasses.dataclass(frozen=True)
-class PerRecordCheck(_EveryRecordAlone, device.CursorRecorder):
+class PerRecordCheck(_EveryRecordAlone, CursorRecorder):
     pass
 
 
-class _CursorPart(_EveryRecordAlone, device.CursorRecorder):
+class _CursorPart(_EveryRecordAlone, CursorRecorder):
     """The cursor's record with its guard (`checks_room`) or its timer read (`reads_timer`) taken out."""
 
     checks_room = True
@@ -63,7 +72,7 @@ class _CursorPart(_EveryRecordAlone, device.CursorRecorder):
         room = self.room[0]
         value = room
         if const_expr(self.reads_timer):
-            value = device.timer_lo()
+            value = timer_lo()
         guard = self.lane.leader
         if const_expr(self.checks_room):
             guard = room > 0
@@ -72,7 +81,7 @@ class _CursorPart(_EveryRecordAlone, device.CursorRecorder):
             k = self.spec.trailer_slot - room
             words[k, 0] = self.lane.tag | bits
             words[k, 1] = value
-        self.room[0] = device.sub_nsw(room, 1)
+        self.room[0] = sub_nsw(room, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,31 +95,31 @@ class NoTimer(_CursorPart):
 
 
 @dataclasses.dataclass(frozen=True)
-class TimerOnly(_EveryRecordAlone, device.CursorRecorder):
+class TimerOnly(_EveryRecordAlone, CursorRecorder):
     @cute.jit
     def record(self, bits: cutlass.Constexpr):
-        self.room[0] = self.room[0] ^ device.timer_lo()
+        self.room[0] = self.room[0] ^ timer_lo()
 
 
 @dataclasses.dataclass(frozen=True)
-class SmemNoCheck(_EveryRecordAlone, device.SmemRecorder):
+class SmemNoCheck(_EveryRecordAlone, SmemRecorder):
     @cute.jit
     def record(self, bits: cutlass.Constexpr):
         room = self.room[0]
-        timer = device.timer_lo()
+        timer = timer_lo()
         if self.lane.leader:
             self.words()[self.spec.trailer_slot - room, 1] = timer
-        self.room[0] = device.sub_nsw(room, 1)
+        self.room[0] = sub_nsw(room, 1)
 
 
 @dataclasses.dataclass(frozen=True)
-class SharedStateLean(device.LeanRecorder):
+class SharedStateLean(LeanRecorder):
     def end(self, event_id: int, token_value, adjacent: bool):
-        self.record(device.event_bits(event_id, device.END), device.timer_lo())
+        self.record(event_bits(event_id, END), timer_lo())
 
 
 @dataclasses.dataclass(frozen=True)
-class LeanBarrierOnly(device.LeanRecorder):
+class LeanBarrierOnly(LeanRecorder):
     def begin(self, event_id: int, index):
         inline_ptx.asm(None, [], "", "")
 
@@ -155,7 +164,7 @@ _GLOBAL_REGS = (
 
 
 @dataclasses.dataclass(frozen=True)
-class LeanGlobalCount(device.LeanRecorder):
+class LeanGlobalCount(LeanRecorder):
     def _buffer(self):
         return Int64(self.buffer.iterator.toint())
 
@@ -164,8 +173,8 @@ class LeanGlobalCount(device.LeanRecorder):
             "{ " + _GLOBAL_REGS + _global_locate(self.spec)
             + " @p atom.global.add.u32 taken, [c], 1;" + _global_stores(self.spec, [bits]) + " }"
         )
-        operands = [self._buffer(), device.fresh_thread_x(), Int32(timer)]
-        return inline_ptx.asm(None, operands, device.numbered_ptx(text, ["buffer", "tid", "t0"]), "l,r,r")
+        operands = [self._buffer(), fresh_thread_x(), Int32(timer)]
+        return inline_ptx.asm(None, operands, numbered_ptx(text, ["buffer", "tid", "t0"]), "l,r,r")
 
     def take_pair(self) -> tuple:
         take = (
@@ -173,8 +182,8 @@ class LeanGlobalCount(device.LeanRecorder):
             + " @p atom.global.add.u32 taken, [c], 2; mov.u32 $taken, taken; mov.u32 $lane, lane;"
             " selp.u32 $leader, 1, 0, p; }"
         )
-        take = device.numbered_ptx(take, ["taken", "lane", "leader", "buffer", "tid"])
-        operands = [self._buffer(), device.fresh_thread_x()]
+        take = numbered_ptx(take, ["taken", "lane", "leader", "buffer", "tid"])
+        operands = [self._buffer(), fresh_thread_x()]
         return inline_ptx.asm_results((Int32, Int32, Int32), operands, take, "=r,=r,=r,l,r")
 
     def store_pair(self, took: tuple, bits: tuple, timers: tuple):
@@ -184,7 +193,7 @@ class LeanGlobalCount(device.LeanRecorder):
         )
         operands = [*took, self._buffer(), *(Int32(t) for t in timers)]
         names = ["taken", "lane", "leader", "buffer", "t0", "t1"]
-        inline_ptx.asm(None, operands, device.numbered_ptx(store, names), "r,r,r,l,r,r")
+        inline_ptx.asm(None, operands, numbered_ptx(store, names), "r,r,r,l,r,r")
 
 
 VARIANTS = {  # row name: (mode, recorder class)
