@@ -159,7 +159,7 @@ class KernelState:
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value, read as 64 bits and truncated outside the PTX block
-        (as ikp_cute.device does). ptxas still picks the instruction by where the value goes: a value only
+        (as the recorders do). ptxas still picks the instruction by where the value goes: a value only
         used in uniform arithmetic (FA4's waits) is read with S2UR + NOP, one that goes into a record's
         register pair with CS2R.32."""
         asm = f"mov.u64 $0, %globaltimer; /* ikp {label} */"
