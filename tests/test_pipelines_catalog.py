@@ -4,40 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ikp_cute.pipelines.catalog import (
-    LEVEL_OPS,
-    LEVELS,
-    Catalog,
-    Pipeline,
-    assigned_variable,
-    short_name,
-)
+from ikp_cute.pipelines.catalog import LEVEL_OPS, LEVELS, Catalog, Pipeline
 from ikp_cute.spec import EventRegistry
 
 
 def _pipe(name="k", stages=2):
     return Pipeline(name=name, cls="PipelineTmaAsync", site="fa.py:10", num_stages=stages,
                     producer_arrivals=1, consumer_arrivals=8, tx_bytes=32768)
-
-
-@pytest.mark.parametrize(
-    ("line", "variable"),
-    [
-        ("        pipeline_k = pipeline_custom.PipelineTmaAsync.create(", "pipeline_k"),
-        ("    self.ab_pipeline = make(", "ab_pipeline"),
-        ("    ring: PipelineAsync = X.create(", "ring"),
-        ("    return pipeline_cls.create(", None),
-        ("    if a == b:", None),
-    ],
-)
-def test_assigned_variable(line, variable):
-    assert assigned_variable(line) == variable
-
-
-@pytest.mark.parametrize(("variable", "name"), [("pipeline_k", "k"), ("ab_pipeline", "ab"), ("ring", "ring"),
-                                                ("pipeline_", "pipeline_"), ("sched_pipe", "sched")])
-def test_short_name(variable, name):
-    assert short_name(variable) == name
 
 
 def test_op_blocks_are_contiguous_and_named_per_stage():
