@@ -217,3 +217,22 @@ def test_a_hook_left_behind_is_inert():
         assert build() == plain
     finally:
         cute.arch.mbarrier_wait = original
+
+
+def test_classify_ops_and_ptx():
+    """One table of MLIR ops and one set of PTX patterns, agreeing on each kind; ours are never sites."""
+    from ikp_cute.pipelines.sites import OP_KINDS, PTX_KINDS, ptx_kind
+
+    assert ptx_kind("mbarrier.try_wait.parity.shared::cta.b64 P1, [%r7], %r1081, 10000000;") == "wait"
+    assert ptx_kind("mbarrier.arrive.expect_tx.shared.b64 %rd99, [%r5], %r1088;") == "arrive"
+    assert ptx_kind("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%r1];") == "arrive"
+    assert ptx_kind("tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r3];") == "arrive"
+    assert ptx_kind("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%r1], 64;") == "expect_tx"
+    assert ptx_kind("bar.sync 1, 256;") == ptx_kind("barrier.sync.aligned 2, 256;") == "bar_sync"
+    assert ptx_kind("bar.arrive 3, 256;") == ptx_kind("barrier.cta.arrive 3, 256;") == "bar_arrive"
+    for other in ("mbarrier.init.shared.b64 [%r1], 1;", "barrier.cluster.arrive.relaxed;", "membar.gl;",
+                  "fence.mbarrier_init.release.cluster;", "cp.async.bulk.tensor.4d.shared::cta.global.tile."
+                  "mbarrier::complete_tx::bytes [%r8], [%rd1, {%r1}], [%r5];", "bar.warp.sync -1;"):
+        assert ptx_kind(other) is None, other
+    # every MLIR kind is one the PTX patterns know (a poll and __syncthreads are a wait and a bar.sync there)
+    assert set(OP_KINDS.values()) - {"sync_threads"} <= {kind for kind, _ in PTX_KINDS}

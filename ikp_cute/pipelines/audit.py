@@ -20,7 +20,7 @@ Sidecar keys (``metadata``; docs/pipelines.md, "Sidecar keys"):
 * ``coverage``: per kernel {sites, traced, not_recorded, untraced, removed, ptx_instructions,
   unattributed, ptx_checked}.
 
-Invariants a change could break (tests/test_pipelines_compile.py, test_pipelines_audit.py guard them):
+Invariants a change could break (tests/test_pipelines_compile.py, test_pipelines_ir.py guard them):
 * every barrier instruction of FA4's / quack's final PTX names a site, traced or with a reason
   (test_fa4_sm90_coverage, test_quack_sm90_coverage);
 * a call site in a zero-trip loop is reported removed, not present (test_removed_call_sites);
