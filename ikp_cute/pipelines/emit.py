@@ -176,9 +176,10 @@ class Recorder:
 
     # --- after the body is traced (the IR pass: at an existing operation) ------------------------------
 
-    def at(self, kernel, op, where: str):
-        """Context: emit just before (`where`="before") or after ("after") `op` of `kernel`, ops without a
-        source location."""
+    @staticmethod
+    def at(op, where: str):
+        """Context: emit just before (`where`="before") or after ("after") `op`, ops without a source
+        location."""
         from cutlass._mlir import ir
 
         stack = contextlib.ExitStack()
@@ -190,7 +191,7 @@ class Recorder:
         """An instant record just before `op`; `bits_of()` builds its event bits there."""
         state = self._state_of(kernel)
         self.placement.settle_before(kernel, op)
-        with self.at(kernel, op, "before"):
+        with self.at(op, "before"):
             state.record(bits_of(), label)
 
     def region_around(self, kernel, op, bits_of, label: str, blocked_only: bool) -> None:
@@ -198,13 +199,13 @@ class Recorder:
         blocked_ns, the check right after it)."""
         state = self._state_of(kernel)
         self.placement.settle_before(kernel, op)
-        with self.at(kernel, op, "before"):
+        with self.at(op, "before"):
             bits = bits_of()
             if blocked_only:
                 begin = state.timer(f"{label} call-begin")
             else:
                 token = state.reserve_region(bits, None, f"{label} begin")
-        with self.at(kernel, op, "after"):
+        with self.at(op, "after"):
             if blocked_only:
                 end = state.timer(f"{label} call-end-time")
                 self._check(state, bits, label, "call", begin, end)

@@ -29,6 +29,7 @@ from . import names
 from .catalog import Catalog, Pipeline
 from .emit import Recorder
 from .patches import Patches
+from .placement import block_size_here
 from .record import BEGIN, INSTANT, Geometry, event_bits
 from .roles import Roles, share_tag, tag_new_array, tma_store_role
 from .sites import HookCall, Ledger, kernel_locations
@@ -155,7 +156,7 @@ class Tracer:
             if tracer.depth or not tracer.in_kernel():
                 return run()
             with tracer.nested():
-                entry = _block_size_here()  # before the marker's own ops (the lift needs an empty body)
+                entry = block_size_here()  # before the marker's own ops (the lift needs an empty body)
                 pipe, op = tracer.roles.op(mbar, "wait", inline_ptx.kernel_op())
                 marker, call = tracer.pipeline_call(pipe, op, index, BEGIN)
                 with tracer.ledger.marking(call):
@@ -350,8 +351,3 @@ def hook_call(frame, pipeline, op, **fields) -> HookCall:
     line = frame.f_lineno if frame is not None else 0
     return HookCall(names.site(frame), path, line, pipeline, op, **fields)
 
-
-def _block_size_here():
-    from .placement import block_size_here
-
-    return block_size_here()

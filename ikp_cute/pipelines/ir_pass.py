@@ -108,11 +108,11 @@ class IRPass:
         address = address_operand(op)
         handed = tracer.roles.by_address(address)
         if handed is not None:
-            pipe, name = tracer.roles.op(handed.mbar, _call_kind(site.kind), kernel, handed.owned)
+            pipe, name = tracer.roles.op(handed.mbar, site.kind, kernel, handed.owned)
             index = handed.index
         else:
             pipe, index = self._lone_pipeline(kernel, op, address, site), 0
-            name = op_of(_call_kind(site.kind), None)
+            name = op_of(site.kind, None)
         site.pipeline, site.op = pipe, name
         if not catalog.records(name):
             site.reason, site.by_choice = catalog.note_untraced(pipe, name), True
@@ -177,10 +177,6 @@ class IRPass:
     @staticmethod
     def _untraced(site: Site, reason: str, by_choice: bool) -> None:
         site.reason, site.by_choice = reason, by_choice
-
-
-def _call_kind(kind: str) -> str:
-    return {"wait": "wait", "poll": "poll", "arrive": "arrive"}[kind]
 
 
 def source_of(op) -> tuple[str, int]:

@@ -11,7 +11,7 @@ a kernel's ``if`` / ``for`` bodies. A *pipeline name*, in this order:
    X.create(...).make_participants()`` -> ``load_q``);
 3. for ``return X.create(...)`` in a maker, the same read at the maker's caller, else the maker's own name
    without its verbs and affixes (``make_and_init_load_q_pipeline`` -> ``load_q``);
-4. ``<Class>_<file>_<line>`` (catalog: the class and the creation site).
+4. ``<Class>_<file>_<line>`` (roles.py: the class and the creation site).
 
 Assignments are read from the module's syntax tree (``ast``) at the exact position of the call, so a
 creation spread over several lines, or unpacked into a tuple, names the pipeline as a one-line one does.

@@ -12,7 +12,7 @@ What is remembered, and on what (no ``id()``-keyed state):
 * each pointer a pipeline hands out (``producer_get_barrier(state)``) carries its (array, stage, owner)
   as an attribute, and its MLIR value is kept in a list compared with ``==``: the IR pass
   (ir_pass.py) attributes a barrier operation the Python hooks did not see (a kernel's own wait, its
-  inline PTX) to a pipeline by walking its address operand back to such a value, or to an array's base.
+  inline PTX) to a pipeline by walking its address operand back, through casts, to such a value.
 
 Invariants a change could break (tests/test_pipelines_compile.py guards them):
 * a kernel that calls a pipeline's arrays directly, reached through a list element or an attribute, is
