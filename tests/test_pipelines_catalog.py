@@ -4,40 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from ikp_cute.pipelines.catalog import (
-    LEVEL_OPS,
-    LEVELS,
-    Catalog,
-    Pipeline,
-    assigned_variable,
-    short_name,
-)
+from ikp_cute.pipelines.catalog import LEVEL_OPS, LEVELS, Catalog, Pipeline
 from ikp_cute.spec import EventRegistry
 
 
 def _pipe(name="k", stages=2):
     return Pipeline(name=name, cls="PipelineTmaAsync", site="fa.py:10", num_stages=stages,
                     producer_arrivals=1, consumer_arrivals=8, tx_bytes=32768)
-
-
-@pytest.mark.parametrize(
-    ("line", "variable"),
-    [
-        ("        pipeline_k = pipeline_custom.PipelineTmaAsync.create(", "pipeline_k"),
-        ("    self.ab_pipeline = make(", "ab_pipeline"),
-        ("    ring: PipelineAsync = X.create(", "ring"),
-        ("    return pipeline_cls.create(", None),
-        ("    if a == b:", None),
-    ],
-)
-def test_assigned_variable(line, variable):
-    assert assigned_variable(line) == variable
-
-
-@pytest.mark.parametrize(("variable", "name"), [("pipeline_k", "k"), ("ab_pipeline", "ab"), ("ring", "ring"),
-                                                ("pipeline_", "pipeline_"), ("sched_pipe", "sched")])
-def test_short_name(variable, name):
-    assert short_name(variable) == name
 
 
 def test_op_blocks_are_contiguous_and_named_per_stage():
@@ -116,3 +89,37 @@ def test_a_pipeline_of_another_shape_in_a_later_kernel_gets_its_own_entry():
     again = cat.pipeline("kernel_c", lambda: order([0, 2]), kernel="kernel c")
     assert second is not first and second.first_wait_passes == [0, 1, 2, 3]
     assert again is first  # the same pipeline traced again takes its entry
+
+
+def test_a_pipeline_with_no_traced_op_is_listed_apart():
+    """A pipeline seen only doing ops the level does not record has no ids: it goes to
+    `pipelines_untraced` with the reason of each op, so `pipelines` holds only entries with ids (the
+    host's reader refuses an entry without)."""
+    cat = Catalog(EventRegistry(), "waits")
+    k = cat.pipeline("k", lambda: _pipe("k", 2))
+    v = cat.pipeline("v", lambda: _pipe("v", 2))
+    cat.op_base(k, "acquire", "fa.py:1")
+    assert cat.note_untraced(k, "commit") == "level waits does not record commit"
+    assert cat.note_untraced(v, "release") == "level waits does not record release"
+    meta = cat.metadata()
+    assert [p["name"] for p in meta["pipelines"]] == ["k"]
+    assert meta["pipelines"][0]["untraced"] == {"commit": "level waits does not record commit"}
+    assert meta["pipelines_untraced"] == [{"name": "v", "class": "PipelineTmaAsync", "site": "fa.py:10",
+                                           "num_stages": 2,
+                                           "untraced": {"release": "level waits does not record release"}}]
+    assert Catalog(EventRegistry(), "signals", ops={"wait"}).why_not("commit") == "ops= leaves out commit"
+
+
+def test_removed_call_sites_move_apart():
+    """The audit's verdict: a call site absent from the final PTX leaves `call_sites` for `removed_sites`
+    (a pipeline's, or a named barrier's)."""
+    cat = Catalog(EventRegistry(), "signals")
+    k = cat.pipeline("k", lambda: _pipe("k", 2))
+    for site in ("fa.py:1", "fa.py:2"):
+        cat.op_base(k, "wait", site)
+    cat.barrier_base("bar_sync", "fa.py:3", 1)
+    cat.mark_removed([(k, "wait", "fa.py:1"), (None, "bar_sync", "fa.py:3")])
+    (entry,) = cat.metadata()["pipelines"]
+    assert entry["call_sites"]["wait"] == ["fa.py:2"] and entry["removed_sites"] == {"wait": ["fa.py:1"]}
+    barriers = cat.metadata()["barriers"]
+    assert barriers["call_sites"]["bar_sync"] == [] and barriers["removed_sites"] == {"bar_sync": ["fa.py:3"]}

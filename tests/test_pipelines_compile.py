@@ -299,6 +299,20 @@ def test_fa4_sm90_traced_with_no_source_change(fa4):
     assert fa4["meta"]["barriers"]["base_sync"] is not None  # warp-scheduler barriers (cute.arch.barrier)
 
 
+def test_fa4_sm90_coverage(fa4):
+    """The audit of FA4's traced compile: every barrier instruction of its final PTX names a site, every site
+    was built by a Python hook (the IR pass adds nothing to FA4's records), and every site is traced but
+    the pipeline-init __syncthreads, which level signals does not record."""
+    meta = fa4["meta"]
+    _assert_full_coverage(meta)
+    sites = meta["barrier_sites"]
+    assert {s["via"] for s in sites} == {"hooks"}
+    assert [s["op"] for s in sites if not s["traced"]] == ["sync_threads"]
+    (coverage,) = meta["coverage"].values()
+    assert coverage["removed"] == 0 and coverage["traced"] == coverage["sites"] - 1
+    assert_sites_match_ptx(fa4["traced"], sites)
+
+
 def test_fa4_phase_subclass_and_pipelines_compose(fa4):
     """examples/fa4_sm90/pipelines.py --phases: the phase subclass (its own baked session) and
     trace_pipelines in one compiled kernel; the subclass no longer proxies pipeline waits."""
@@ -360,6 +374,19 @@ def test_quack_sm90_gemm_traced_with_no_source_change(quack):
     assert {site.split(":")[0] for site in store["call_sites"]["acquire"]} == {"gemm_base.py", "gemm_sm90.py"}
 
 
+def test_quack_sm90_coverage(quack):
+    """quack's GEMM: every barrier instruction names a site, all built by the hooks and traced at level
+    signals; the scheduler's acquire and commit in a branch the compiler drops are reported removed (their
+    call sites stay listed: other ops of the same lines remain)."""
+    meta = quack["meta"]
+    _assert_full_coverage(meta)
+    sites = meta["barrier_sites"]
+    assert {s["via"] for s in sites} == {"hooks"} and all(s["traced"] for s in sites)
+    removed = [s for s in sites if s["ptx"] == 0]
+    assert removed and {s["pipeline"] for s in removed} == {"sched"}
+    assert_sites_match_ptx(quack["traced"], sites)
+
+
 def test_fa4_sm90_backward_traced_with_no_source_change():
     """FA4's Hopper backward (its preprocess, main and postprocess kernels) under level signals: every
     pipeline call site of every kernel has its markers, the pipelines are named from FA4's variables,
@@ -378,6 +405,7 @@ def test_fa4_sm90_backward_traced_with_no_source_change():
     after = cc.fa4_bwd_compile()
     assert order == []
     assert len(plain) == len(traced) == len(after) == 3
+    _assert_full_coverage(trace.metadata())
     assert [c.__ptx__ for c in after] == [c.__ptx__ for c in plain]
     meta = trace.metadata()
     check_call_sites("".join(c.__ptx__ for c in traced), meta, LEVEL_OPS["signals"])
@@ -427,7 +455,8 @@ print(json.dumps({{"identical_after": after.__ptx__ == plain.__ptx__, "meta": tr
 
 def test_fa4_sm100_compiles_with_tracing():
     """FA4's Blackwell forward and backward and quack's Blackwell GEMM compiled for sm_100a (a subprocess:
-    the arch is fixed at import)."""
+    the arch is fixed at import); every barrier instruction of their final PTX is a traced site, or an
+    untraced one with its reason."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm100")
     pytest.importorskip("quack.gemm_interface")
@@ -444,6 +473,14 @@ def test_fa4_sm100_compiles_with_tracing():
     assert {"q", "kv", "s_p_o", "o_acc"} <= set(by_name)
     assert {"PipelineTmaUmma", "PipelineUmmaAsync", "PipelineAsync"} <= {p["class"] for p in by_name.values()}
     _assert_every_call_site_marked(result)
+    # FA4's NamedBarrier.arrive_and_wait_unaligned builds nvvm.barrier.cta.sync itself: traced by the IR pass
+    sites = result["meta"]["barrier_sites"]
+    assert any(s["instruction"] == "nvvm.barrier.cta.sync" and s["traced"] and s["via"] == "ir" for s in sites)
+    # its UMMA GEMM waits inside its own tcgen05.mma inline PTX: not separable, reported with the reason
+    mixed = [s for s in sites if not s["traced"] and s["instruction"] == "llvm.inline_asm"]
+    assert mixed and all("tcgen05.mma" in s["reason"] for s in mixed)
+    for part in (result, result["bwd"], result["gemm"]):
+        _assert_full_coverage(part["meta"], gaps=len(mixed) if part is result else 0)
     # The backward: its kernel also calls its pipelines' arrays directly
     # (`pipeline_S_P.sync_object_empty.wait(...)`); those calls are still that pipeline's acquires and
     # commits, so each pipeline is one, with all four ops, not split into anonymous barrier arrays.
@@ -454,20 +491,59 @@ def test_fa4_sm100_compiles_with_tracing():
     assert {"Q", "dO", "S_P", "dP", "dS", "dQ", "dKV"} <= set(by_name)
     assert "MbarrierArray" not in {p["class"] for p in by_name.values()}
     for pipe in by_name.values():
-        assert set(pipe["ids"]) == {"acquire", "commit", "wait", "release"}, pipe["name"]
+        if pipe["class"] != "mbarrier":
+            assert set(pipe["ids"]) == {"acquire", "commit", "wait", "release"}, pipe["name"]
+    # its cluster exchange of dS on barriers of its own (raw cute.arch.mbarrier_* on pointers no pipeline
+    # handed out): found by the IR pass, named from the pointers' variables
+    assert by_name["dS_cluster_full"]["class"] == "mbarrier"
+    assert set(by_name["dS_cluster_full"]["ids"]) == set(by_name["dS_cluster_leader"]["ids"]) == {"commit", "wait"}
     # quack's Blackwell GEMM (persistent, 2-CTA clusters, a UMMA accumulator pipeline)
     gemm = result["gemm"]
     assert gemm["identical_after"]
     _assert_every_call_site_marked(gemm)
     by_name = {p["name"]: p for p in gemm["meta"]["pipelines"]}
+    # acc_tmem: the TMEM allocator's dealloc handshake with the peer CTA (cutlass's TmemAllocator.free
+    # arrives and waits on its own barrier), found by the IR pass and named from `tmem.free(acc_tmem_ptr)`
     assert {name: p["class"] for name, p in by_name.items()} == {
         "ab": "PipelineTmaUmma", "acc": "PipelineUmmaAsync", "sched": "PipelineAsync",
-        "epi_store": "PipelineTmaStore"}
+        "epi_store": "PipelineTmaStore", "acc_tmem": "mbarrier"}
     assert all(set(by_name[n]["ids"]) == {"acquire", "commit", "wait", "release"} for n in ("ab", "acc", "sched"))
     assert by_name["ab"]["cluster"] == [2, 1, 1]
     # the epilogue's TMA stores: no mbarriers, acquired and committed through cp.async.bulk groups
     assert set(by_name["epi_store"]["ids"]) == {"acquire", "commit"}
     assert by_name["epi_store"]["released_by"] == "tma_store"
+
+
+def _assert_full_coverage(meta, gaps: int = 0):
+    """The audit of a traced compile: PTX read, every barrier instruction names a site, every site is traced
+    or says why not, and only `gaps` sites are untraced for a reason other than the level / options."""
+    assert meta["coverage"], "no kernel audited"
+    for kernel, c in meta["coverage"].items():
+        assert c["ptx_checked"] and not c["unattributed"], (kernel, c)
+    assert sum(c["untraced"] for c in meta["coverage"].values()) == gaps
+    for site in meta["barrier_sites"]:
+        assert site["traced"] or site["reason"], site
+        assert site["ptx"] is not None
+
+
+def assert_sites_match_ptx(ptx: str, sites: list) -> None:
+    """Each site's `ptx` count is the number of barrier instructions of the PTX naming it (the `.loc`
+    column), each of the site's kind (sites.PTX_KINDS against sites.OP_KINDS), and none names no site."""
+    import collections
+
+    from ikp_cute.pipelines.audit import barrier_instructions
+
+    found = barrier_instructions(ptx)
+    assert found and all(number is not None for _, number, _ in found)
+    counts = collections.Counter(number for _, number, _ in found)
+    kinds = collections.defaultdict(set)
+    for _, number, kind in found:
+        kinds[number].add(kind)
+    expected = {"wait": "wait", "poll": "wait", "sync_threads": "bar_sync"}
+    for site in sites:
+        assert site["ptx"] == counts.get(site["number"], 0), site
+        if site["ptx"] and site["instruction"] != "llvm.inline_asm":
+            assert kinds[site["number"]] == {expected.get(site["kind"], site["kind"])}, site
 
 
 def _assert_every_call_site_marked(result):
@@ -498,14 +574,14 @@ def test_kernels_before_sm90_are_refused_at_trace_time(monkeypatch):
     not in ptxas."""
     from cutlass.base_dsl import Arch, BaseDSL
 
-    from ikp_cute.pipelines import hooks
+    from ikp_cute.pipelines import emit
 
     dsl = BaseDSL._get_dsl()
     monkeypatch.setattr(dsl, "get_arch_enum", lambda: Arch.sm_80)
     with pytest.raises(RuntimeError, match="sm_80.*elect.sync"):
-        hooks._require_sm90()
+        emit.require_sm90()
     monkeypatch.setattr(dsl, "get_arch_enum", lambda: Arch.sm_90a)
-    hooks._require_sm90()
+    emit.require_sm90()
 
 
 def _turns_ptx(level: str) -> str:

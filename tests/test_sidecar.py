@@ -113,18 +113,20 @@ def test_every_committed_sidecar_validates_and_rewrites():
 
 
 def test_every_key_the_device_writes_is_in_the_schema(tmp_path):
-    """A pipeline trace's save (Session.meta + PipelineTrace.metadata, barriers and unrecorded ops included)
-    and a ring's save write no key the schema does not name."""
+    """A pipeline trace's save (Session.meta + PipelineTrace.metadata, barriers and the audit's keys
+    included) and a ring's save write no key the schema does not name."""
     pytest.importorskip("torch")
     from ikp_cute.pipelines import session_for, trace_pipelines
 
     session = session_for(2, 4, 16, kernel="toy", device="cpu")
     trace = trace_pipelines(session.spec, "signals", address=0x10000)
     trace.catalog.barrier_base("bar_sync", "k.py:1", 1, "epilogue")
-    trace.catalog.unrecorded.append("poll")
     session.buffer[0] = int(wire.pack_header(2, 4))
+    audit_keys = {"pipelines_untraced": [], "barrier_sites": [], "coverage": {}, "hooks_replaced": []}
+    meta = dict(trace.metadata(), **audit_keys)  # what a traced compile adds (tests/test_pipelines_ir.py)
+    trace.metadata = lambda: meta
     side = json.loads(trace.save(session, tmp_path / "p.npy").with_suffix(".json").read_text())
-    assert {"pipelines", "barriers", "pipeline_unrecorded", "mode", "fence", "kernel"} <= set(side)
+    assert {"pipelines", "barriers", "coverage", "barrier_sites", "mode", "fence", "kernel"} <= set(side)
     assert set(side) <= set(sidecar.SIDECAR), set(side) - set(sidecar.SIDECAR)
     ring_keys = {"launch_index", "ring"}  # ikp_cute.ring.Ring.save adds these to Session.meta()
     assert ring_keys <= set(sidecar.SIDECAR)

@@ -34,6 +34,7 @@ import torch
 from compile_cpu import fa4_private_cache, quack_private_cache_dicts
 
 from ikp_cute.pipelines import session_for, trace_pipelines
+from ikp_cute.pipelines.audit import summary as audit_summary
 
 OUT = os.environ.get("OUT", "/tmp/pipelines_out")
 os.makedirs(OUT, exist_ok=True)
@@ -172,6 +173,7 @@ def summarize(name, path, session, trace, pipeline):
                                             for g in np.unique(t.lanes["group"])}
     RESULTS[f"{name}_pipelines"] = meta.get("pipelines")
     RESULTS[f"{name}_barriers"] = meta.get("barriers")
+    RESULTS[f"{name}_coverage"] = audit_summary(meta)  # the audit of the traced compile (sites traced, why not)
     per_iter = RESULTS[f"{name}_producer_ns_per_iter"]
     log(f"--- {name}: dropped {RESULTS[f'{name}_dropped']}, producer {per_iter:.0f} ns/iter")
     log(summary.format_table(rows))

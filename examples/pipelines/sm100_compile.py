@@ -1,5 +1,6 @@
 """FA4's Blackwell forward (FlashAttentionForwardSm100) compiled for sm_100a on a CPU with pipeline tracing:
-pipelines found, markers per call site in the PTX, off == untouched, and (--pc2region, ~3 minutes)
+pipelines found, markers per call site in the PTX, the audit's coverage line, off == untouched, and
+(--pc2region, ~3 minutes)
 the record stores pc2region finds in the sm_100a cubin. It cannot run here: there is no Blackwell GPU.
 
     python examples/pipelines/sm100_compile.py [--pc2region]
@@ -38,6 +39,9 @@ def main(argv=None):
               + "  ".join(f"{op}: {len(sites)} site(s)" for op, sites in pipe["call_sites"].items()))
     found = collections.Counter(re.findall(r"/\* ikp (\S+@\S+)", traced.__ptx__))
     print(f"{sum(found.values())} record blocks, {len(found)} op x call-site markers in the PTX")
+    from ikp_cute.pipelines.audit import summary
+
+    print("audit:", *summary(trace.metadata()), sep="\n  ")
     if args.pc2region:
         from host_decode.hardware import pc2region
 

@@ -18,6 +18,18 @@ poll; a wait that a successful ``try_wait`` poll skipped is not a wait and recor
 ``sync_threads`` and the waits that passed without blocking. Lanes are (block, warp) (see record.py for who
 records and why).
 
+Every traced compile is audited: each mbarrier / named-barrier operation of the traced kernel is a
+numbered site, traced by the Python hooks (hooks.py, the rich path: pipeline objects, roles, names) or by
+the IR pass (ir_pass.py: the ops no hook built, e.g. a kernel's own wait or inline PTX), or listed untraced
+with a reason; the final PTX says which sites the compiler kept (audit.py). Sidecar keys: ``barrier_sites``,
+``coverage``, ``pipelines_untraced``, ``hooks_replaced`` (docs/pipelines.md, "Sidecar keys").
+
+Modules, by job: patches.py (the table of what is hooked), hooks.py (the Tracer and its hooks), roles.py
+(which pipeline and role a call belongs to), names.py (call sites and pipeline names), emit.py (records
+around a call), placement.py (where blocked-only checks go), record.py (the records' PTX), sites.py
+(barrier sites and their identity), ir_pass.py (the IR pass), audit.py (the PTX audit), catalog.py (ids,
+names, the sidecar's pipeline keys).
+
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
 (tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
 compiled kernels by its own key (FA4's ``compile_cache``, quack's ``jit_cache``) would hand back a
@@ -76,11 +88,13 @@ class PipelineTrace(contextlib.ContextDecorator):
              at level "all"; each one recorded lengthens the code around the call, docs/pipelines.md).
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
     ops:     record only these ops of the level (e.g. {"acquire"}: the producers' waits only); None = all.
+    audit:   read each traced compile's final PTX (with line info on: no instruction changes) to say which
+             barrier sites the compiler kept (default True); False: sites are listed, `ptx` unknown.
     """
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: str | None = None,
                  named_barriers: bool = True, passing_waits: bool | None = None, ops=None,
-                 blocked_ns: int = DEFAULT_BLOCKED_NS):
+                 blocked_ns: int = DEFAULT_BLOCKED_NS, audit: bool = True):
         spec = getattr(target, "spec", target)
         if address is None:
             buffer = getattr(target, "buffer", None)
@@ -106,6 +120,7 @@ class PipelineTrace(contextlib.ContextDecorator):
         self.options = {"polls": polls, "named_barriers": bool(named_barriers),
                         "passing_waits": bool(passing_waits), "blocked_ns": blocked_ns}
         self.ops = None if ops is None else sorted(ops)
+        self.audit = bool(audit)
         self._tracer = None
 
     def __enter__(self):
@@ -113,14 +128,17 @@ class PipelineTrace(contextlib.ContextDecorator):
 
         if PipelineTrace._active is not None:
             raise RuntimeError("trace_pipelines: already tracing (contexts do not nest)")
-        self._tracer = Tracer(self.catalog, self.geometry, **self.options)
+        if self._tracer is None:  # one tracer for every entry: its sites and audit accumulate
+            self._tracer = Tracer(self.catalog, self.geometry, audit=self.audit, **self.options)
         self._tracer.install()
         PipelineTrace._active = self
         return self
 
     def __exit__(self, *exc):
-        self._tracer.uninstall()
-        PipelineTrace._active = None
+        try:
+            self._tracer.uninstall()
+        finally:
+            PipelineTrace._active = None
         return False
 
     _active = None
@@ -128,11 +146,18 @@ class PipelineTrace(contextlib.ContextDecorator):
     # --- results ---------------------------------------------------------------------------------------
 
     def metadata(self) -> dict:
-        """Sidecar keys (contract): pipelines, barriers, pipeline_level, warps_per_group = 1, ..."""
+        """Sidecar keys (contract, docs/pipelines.md "Sidecar keys"): pipelines, pipelines_untraced,
+        barriers, pipeline_level, barrier_sites, coverage, hooks_replaced, warps_per_group = 1, ..."""
+        from .audit import metadata as audit_metadata
+
         meta = self.catalog.metadata()
         meta["warps_per_group"] = 1
         meta["pipeline_lanes"] = "warp"
-        meta["pipeline_options"] = dict(self.options, ops=self.ops)
+        meta["pipeline_options"] = dict(self.options, ops=self.ops, audit=self.audit)
+        if self._tracer is not None:
+            meta.update(audit_metadata(self._tracer.ledger, self._tracer.audit))
+            if self._tracer.replaced:
+                meta["hooks_replaced"] = list(self._tracer.replaced)
         return meta
 
     def save(self, session, path):

@@ -1,20 +1,24 @@
 """What was traced: pipelines, their event-id blocks, named barriers (pure Python: no cutlass, no torch).
 
 The catalog is filled while a kernel is traced under ``trace_pipelines`` and becomes the sidecar's
-``pipelines`` / ``barriers`` keys (docs/pipelines.md, "What is recorded").
+``pipelines`` / ``pipelines_untraced`` / ``barriers`` keys (docs/pipelines.md, "What is recorded" and
+"Sidecar keys").
 
 Invariants a change could break (tests/test_pipelines_catalog.py guards them):
 * every (pipeline, op) owns one contiguous block of event ids, id = base + stage, named
   ``<op>_<P>[<stage>]``; named barriers own 16 ids per op (``bar_sync[i]``, ``bar_arrive[i]``);
 * ids come from the session's EventRegistry, so they never collide with other events of the capture;
-* pipeline names are unique within a catalog and stable for a given kernel source (the kernel's
-  ``name=``, else the variable the pipeline is assigned to at its creation site, else class + line).
+* pipeline names are unique within a catalog and stable for a given kernel source (names.py);
+* ``pipelines`` lists only pipelines with at least one traced op (non-empty ``ids``: what the host's
+  reader requires); a pipeline seen with no traced op goes to ``pipelines_untraced`` with the reason of
+  each op it was seen doing (test_a_pipeline_with_no_traced_op_is_listed_apart);
+* ``call_sites`` lists the sites present in the final PTX once the audit has run; the ones the compiler
+  removed move to ``removed_sites`` (test_removed_call_sites_move_apart).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from host_decode.load import sidecar
 from ikp_cute import inline_ptx
@@ -30,8 +34,6 @@ LEVEL_OPS = {
 }
 NUM_NAMED_BARRIERS = 16
 
-_ASSIGNED = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
-
 
 def check_level(level: str) -> str:
     if level not in LEVELS:
@@ -39,26 +41,9 @@ def check_level(level: str) -> str:
     return level
 
 
-def short_name(variable: str) -> str:
-    """`pipeline_k` -> `k`, `ab_pipeline` -> `ab`, `mainloop_pipeline` -> `mainloop`; else unchanged."""
-    for prefix in ("pipeline_", "pipe_"):
-        if variable.startswith(prefix) and len(variable) > len(prefix):
-            return variable[len(prefix):]
-    for suffix in ("_pipeline", "_pipe"):
-        if variable.endswith(suffix) and len(variable) > len(suffix):
-            return variable[: -len(suffix)]
-    return variable
-
-
-def assigned_variable(source_line: str) -> str | None:
-    """The variable a source line assigns to (`pipeline_k = X.create(` -> `pipeline_k`), or None."""
-    match = _ASSIGNED.match(source_line or "")
-    return match.group(1) if match else None
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class Pipeline:
-    """One traced pipeline (or a lone mbarrier array that no pipeline object owns)."""
+    """One traced pipeline (or a lone mbarrier array that no pipeline object owns). Compared by identity."""
 
     name: str
     cls: str
@@ -79,6 +64,10 @@ class Pipeline:
     # Stages whose first wait passes (their barrier's wait phase starts one ahead): PipelineOrder's
     # group-0 stages, so that group k's n-th wait is released by group k-1's (n-1)-th arrive there.
     first_wait_passes: list[int] | None = None
+    # Ops seen on this pipeline but not recorded, with why ("level waits does not record commit").
+    untraced: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Traced call sites the compiler removed (in the traced IR, absent from the final PTX).
+    removed_sites: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def as_json(self) -> dict:
         out = {
@@ -98,6 +87,11 @@ class Pipeline:
             out["released_by"] = self.released_by
         if self.first_wait_passes:
             out["first_wait_passes"] = list(self.first_wait_passes)
+        untraced = {op: why for op, why in self.untraced.items() if op not in self.ids}
+        if untraced:
+            out["untraced"] = untraced
+        if any(self.removed_sites.values()):
+            out["removed_sites"] = {op: list(sites) for op, sites in self.removed_sites.items() if sites}
         if self.cluster == "cta":
             out["scope"] = "cta"
         elif self.cluster is not None:
@@ -128,10 +122,25 @@ class Catalog:
         self.barrier_ids: dict[str, int] = {}
         self.barrier_names: dict[int, str] = {}
         self.barrier_sites: dict[str, list[str]] = {}
-        self.unrecorded: list[str] = []
+        self.barrier_removed: dict[str, list[str]] = {}
 
     def records(self, op: str) -> bool:
         return op in LEVEL_OPS[self.level] and (self.ops is None or op in self.ops)
+
+    def why_not(self, op: str) -> str:
+        """Why `op` is not recorded (for the sidecar's reasons); "" when it is."""
+        if op not in LEVEL_OPS[self.level]:
+            return f"level {self.level} does not record {op}"
+        if self.ops is not None and op not in self.ops:
+            return f"ops= leaves out {op}"
+        return ""
+
+    def note_untraced(self, pipe: Pipeline, op: str) -> str:
+        """Remember that `pipe` was seen doing `op`, which the level / ops= does not record; the reason."""
+        reason = self.why_not(op)
+        if reason:
+            pipe.untraced.setdefault(op, reason)
+        return reason
 
     def _unique(self, name: str) -> str:
         taken = {p.name for p in self.pipelines.values()}
@@ -192,12 +201,28 @@ class Catalog:
             self.barrier_names[barrier_id] = name
         return self.barrier_ids[op]
 
+    def mark_removed(self, sites: list[tuple]) -> None:
+        """The audit's verdict: these (pipeline or None for a named barrier, op, site) call sites are in the
+        traced IR but not in the final PTX. They leave `call_sites` for `removed_sites`."""
+        for pipe, op, where in sites:
+            present = pipe.call_sites.get(op, []) if pipe is not None else self.barrier_sites.get(op, [])
+            removed = (pipe.removed_sites if pipe is not None else self.barrier_removed).setdefault(op, [])
+            if where in present:
+                present.remove(where)
+            if where not in removed:
+                removed.append(where)
+
     def metadata(self) -> dict:
-        """The sidecar keys of the contract: `pipelines`, `barriers` (when traced), and what was not."""
-        out: dict = {
-            "pipelines": [p.as_json() for p, _ in self._described],
-            "pipeline_level": self.level,
-        }
+        """The sidecar keys of the contract (docs/pipelines.md, "Sidecar keys"): `pipelines` (each with at
+        least one traced op), `pipelines_untraced`, `barriers` (when traced), `pipeline_level`."""
+        entries = [p.as_json() for p, _ in self._described]
+        out: dict = {"pipelines": [e for e in entries if e["ids"]], "pipeline_level": self.level}
+        untraced = [{key: e[key] for key in ("name", "class", "site", "num_stages", "untraced", "removed_sites")
+                     if key in e} for e in entries if not e["ids"]]
+        for entry in untraced:
+            entry.setdefault("untraced", {})
+        if untraced:
+            out["pipelines_untraced"] = untraced
         if self.barrier_ids:
             out["barriers"] = {
                 "base_sync": self.barrier_ids.get("bar_sync"),
@@ -205,6 +230,6 @@ class Catalog:
                 "names": {str(k): v for k, v in sorted(self.barrier_names.items())},
                 "call_sites": {op: list(s) for op, s in self.barrier_sites.items()},
             }
-        if self.unrecorded:
-            out["pipeline_unrecorded"] = list(self.unrecorded)
+            if any(self.barrier_removed.values()):
+                out["barriers"]["removed_sites"] = {op: list(s) for op, s in self.barrier_removed.items() if s}
         return out

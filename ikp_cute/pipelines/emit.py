@@ -1,0 +1,243 @@
+"""Emission of records around a call: instants, regions, blocked-only regions, poll gates.
+
+Used in two ways: by the Python hooks while a kernel's body is traced (the call is built between the
+records, at the DSL's insertion point), and by the IR pass after it is traced (``around`` / ``before`` an
+existing MLIR operation). The records themselves are record.py's PTX blocks; the kernel's state (its
+prologue, emitted at the kernel's entry on first use) is kept per kernel op, compared with ``==``.
+
+A blocked-only call (levels "waits" and "signals"): on the call's path a ``%globaltimer`` read before it
+and one after, nothing that waits for either; the compare and the store branch (the check) follow the
+call and placement.py moves them on. A call inside an ``if`` that always runs its body (a
+``producer_acquire`` without a token) is timed from just before that ``if`` to just after it: the same
+span, and the check then lives in the enclosing block, free to move past the commit and the TMA issue
+that follow. A poll (``try_wait``) at polls="begin" reads only its begin time, which the wait it gates
+(a failed poll) takes as its own: the poll's result object carries that begin time as an attribute.
+
+Invariants a change could break (tests/test_pipelines_compile.py guards them):
+* each call site of each op gets its markers, regions paired (test_every_call_site_has_its_markers);
+* after a blocking call only the end time and the two stores remain
+  (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain);
+* a wait is gated only by a poll of its own array and stage
+  (test_a_wait_without_a_token_is_not_gated_by_another_rings_poll);
+* polls="begin" / "timed" / "off" differ only in what a poll records
+  (test_poll_modes_differ_only_in_what_a_poll_records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from ikp_cute import inline_ptx
+
+from . import placement
+from .record import Geometry, KernelState
+
+POLL = "_ikp_poll_begin"  # attribute of a poll's result: (begin time, its barrier array, its stage)
+
+
+class Recorder:
+    """Per-kernel recording state and the record patterns around calls."""
+
+    def __init__(self, geometry: Geometry, blocked_ns: int, passing_waits: bool, polls: str):
+        self.geometry = geometry
+        self.blocked_ns = blocked_ns
+        self.passing_waits = passing_waits
+        self.polls = polls
+        self.placement = placement.Placement()
+        self.kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
+
+    def state(self) -> KernelState | None:
+        """The state of the kernel being built at the insertion point; its prologue is emitted at the
+        kernel's entry on first use. None outside a kernel."""
+        kernel = inline_ptx.kernel_op()
+        if kernel is None:
+            return None
+        for known, state in self.kernels:
+            if known == kernel:
+                return state
+        require_sm90()
+        with inline_ptx.at_kernel_entry():
+            state = KernelState.create(self.geometry)
+        self.kernels.append((kernel, state))
+        return state
+
+    def forget_kernels(self) -> None:
+        """After a module is built: its kernels' ops die with its context."""
+        self.kernels = []
+        self.placement.forget()
+
+    # --- while the kernel's body is traced (at the DSL's insertion point) ------------------------------
+
+    def record(self, bits, label: str) -> None:
+        state = self.state()
+        if state is not None:
+            self.placement.move(before_record=True)
+            state.record(bits, label)
+
+    def signal_done(self) -> None:
+        """After a signal (arrive, release, named-barrier arrive): pending checks may move past it."""
+        self.placement.move(before_record=False)
+
+    def region(self, marker, call, begin=None):
+        """Records around `call()`: slots reserved before (record.reserve_region), BEGIN and END stored
+        after (END = BEGIN bits + 1). `begin`: an earlier begin time (the failed poll that led here)."""
+        bits, label = marker
+        state = self.state()
+        if state is None:
+            return call()
+        self.placement.move(before_record=True)
+        token = state.reserve_region(bits, begin, f"{label} begin")
+        result = call()
+        state.finish_region(token, label=f"{label} end")
+        return result
+
+    def wait_region(self, marker, call, begin=None, entry=None):
+        """A blocking call (wait, acquire, named barrier): a region when it blocked, i.e. a failed poll
+        led to it (`begin`: that poll's begin time) or it took >= blocked_ns; every call when
+        `passing_waits`. `entry`: see when_blocked."""
+        if begin is not None or self.passing_waits or self.state() is None:
+            return self.region(marker, call, begin)
+        return self.when_blocked(marker, call, entry=entry)[0]
+
+    def when_blocked(self, marker, call, succeeded=None, kind: str = "call", entry=None):
+        """`call()` stored as a region only when it took >= blocked_ns (and, for a poll,
+        `succeeded(result)`); see the module docstring. `entry` (block, op count) is where the hooked call
+        began, before its marker's ops: the lift out of an always-taken `if` needs that block to have been
+        empty. Returns (result, begin)."""
+        from cutlass._mlir import ir
+
+        bits, label = marker
+        state = self.state()
+        self.placement.move(before_record=True)  # checks still pending go ahead of this call
+        point = ir.InsertionPoint.current
+        lifted = None
+        if entry is not None and entry[0] == point.block and entry[1] == 0 and placement.pipeline_if_generate_body():
+            lifted = placement.unconditional_if(point)
+        if lifted is not None:  # the if holds only this call's marker so far, which runs before it anyway
+            for op in list(point.block.operations):
+                op.move_before(lifted)
+        with ir.InsertionPoint(lifted) if lifted is not None else contextlib.nullcontext():
+            begin = state.timer(f"{label} {kind}-begin")
+        result = call()
+        with ir.InsertionPoint(lifted.block) if lifted is not None else contextlib.nullcontext():
+            end = state.timer(f"{label} {kind}-end-time")
+            self.placement.emit(lambda: self._check(state, bits, label, kind, begin, end, result, succeeded))
+        return result, begin
+
+    def _check(self, state, bits, label, kind, begin, end, result=None, succeeded=None) -> None:
+        from cutlass import Uint32
+        from cutlass.cutlass_dsl import if_generate
+
+        blocked = Uint32(end - begin) >= self.blocked_ns  # unsigned: the 32-bit timer wraps
+        if succeeded is not None:
+            blocked = succeeded(result) & blocked
+        if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end, f"{label} {kind}-end"))
+
+    def poll(self, mbar, index, marker, call):
+        """A try_wait. polls="begin": only its begin time is read, left for the wait it gates when it fails
+        (a wait inside a poll that succeeds is not seen). polls="timed": also a region of the wait/acquire
+        op when it succeeded after blocking (when_blocked)."""
+        from cutlass import Int32
+
+        state = self.state()
+        if state is None:
+            return call()
+        if self.polls == "begin":
+            begin = state.timer(f"{marker[1]} gate")
+            result = call()
+        else:
+            result, begin = self.when_blocked(marker, call, lambda r: Int32(r) != 0, "poll")
+        with contextlib.suppress(AttributeError, TypeError):  # a result that takes no attribute gates nothing
+            object.__setattr__(result, POLL, (begin, mbar, index))
+        return result
+
+    @staticmethod
+    def pending_begin(mbar, index):
+        """The begin time of the failed poll whose result gated this wait (on barrier array `mbar`, stage
+        `index`), else None. The poll's result object must be a local of a calling frame
+        (`consumer_wait(state, try_wait_token)`): then it is the same SSA value, so the begin time (read just
+        before the poll, in the same block) is usable here too. Only a poll of the same array and stage
+        counts: another pipeline's token still in scope gates nothing here. A token carried through a loop
+        is a new object: the wait then begins on its own."""
+        frame = sys._getframe(2)
+        for _ in range(12):
+            if frame is None:
+                break
+            for value in frame.f_locals.values():
+                try:
+                    gate = vars(value).get(POLL)  # the instance's own attribute only: no __getattr__ runs
+                except TypeError:
+                    continue
+                if isinstance(gate, tuple) and gate[1] is mbar and same_value(gate[2], index):
+                    return gate[0]
+            frame = frame.f_back
+        return None
+
+    # --- after the body is traced (the IR pass: at an existing operation) ------------------------------
+
+    @staticmethod
+    def at(op, where: str):
+        """Context: emit just before (`where`="before") or after ("after") `op`, ops without a source
+        location."""
+        from cutlass._mlir import ir
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(ir.InsertionPoint(op) if where == "before" else ir.InsertionPoint.after(op))
+        stack.enter_context(ir.Location.unknown())
+        return stack
+
+    def instant_before(self, kernel, op, bits_of, label: str) -> None:
+        """An instant record just before `op`; `bits_of()` builds its event bits there."""
+        state = self._state_of(kernel)
+        self.placement.settle_before(kernel, op)
+        with self.at(op, "before"):
+            state.record(bits_of(), label)
+
+    def region_around(self, kernel, op, bits_of, label: str, blocked_only: bool) -> None:
+        """A region around `op` (its BEGIN and END; with `blocked_only`, stored only when it took >=
+        blocked_ns, the check right after it)."""
+        state = self._state_of(kernel)
+        self.placement.settle_before(kernel, op)
+        with self.at(op, "before"):
+            bits = bits_of()
+            if blocked_only:
+                begin = state.timer(f"{label} call-begin")
+            else:
+                token = state.reserve_region(bits, None, f"{label} begin")
+        with self.at(op, "after"):
+            if blocked_only:
+                end = state.timer(f"{label} call-end-time")
+                self._check(state, bits, label, "call", begin, end)
+            else:
+                state.finish_region(token, label=f"{label} end")
+
+    def _state_of(self, kernel) -> KernelState:
+        """The state of `kernel` (an op of a module being finalized), its prologue made at its entry."""
+        from cutlass._mlir import ir
+
+        with ir.InsertionPoint.at_block_begin(kernel.regions[0].blocks[0]), ir.Location.unknown():
+            return self.state()
+
+
+def same_value(a, b) -> bool:
+    """The same stage index: one Python object, one MLIR value, or equal constants."""
+    if a is b:
+        return True
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    try:
+        return a.ir_value() == b.ir_value()
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def require_sm90() -> None:
+    """The recorder elects its lane with `elect.sync` (sm_90+): say so at trace time, not in ptxas."""
+    from cutlass.base_dsl import BaseDSL
+
+    arch = BaseDSL._get_dsl().get_arch_enum()
+    major = arch.value[0] if isinstance(arch.value, tuple) else None
+    if major is not None and major < 9:
+        raise RuntimeError(f"trace_pipelines: kernels for {arch.name} cannot be traced (the records use sm_90 "
+                           "instructions: elect.sync); compile for sm_90a or newer")
