@@ -239,7 +239,8 @@ def test_traced_tma_probe_keeps_the_ring_apart_from_the_observer(probe, level):
     # the observer's try_wait loop and its arrive are on pointers it formed itself: not the ring's calls; the
     # IR pass traces them as a barrier of their own (nothing routes around the tracer), never as the ring's
     assert all(site.startswith("tma_probe.py:") for sites in ring["call_sites"].values() for site in sites)
-    observer_lines = {f"tma_probe.py:{i}" for i, line in enumerate((EXAMPLE / "tma_probe.py").read_text().splitlines(), 1)
+    source = (EXAMPLE / "tma_probe.py").read_text().splitlines()
+    observer_lines = {f"tma_probe.py:{i}" for i, line in enumerate(source, 1)
                       if "mbarrier_try_wait(barriers" in line or "mbarrier_arrive(barriers" in line}
     sites = {site for sites in ring["call_sites"].values() for site in sites}
     assert observer_lines and not sites & observer_lines
