@@ -35,7 +35,7 @@ def run_traced(torch, tmp_path, launch_name: str, swap: bool = False):
     from cutlass.cute.runtime import from_dlpack
 
     from host_decode.analysis.pipelines import analyze_pipelines
-    from host_decode.core.decoder import load_capture
+    from host_decode.load.capture import load_capture
     from ikp_cute.pipelines import session_for, trace_pipelines
     from ikp_cute.testing.kernels import pipelines_paths_kernel as pk
 
