@@ -73,5 +73,11 @@ def test_tma_probe_capture_agrees_with_its_ground_truth(stem, stages):
     result = tma_probe.compare(trace, truth, stages)
     assert result["matched"] == result["loads"] == 4 * 32
     diff = result["traced_minus_truth"]
-    assert abs(diff["ready"]["p50"]) <= 256, diff
+    # a consumer never sees a stage before its load landed (one 32 ns timer step of slack); with one stage
+    # every wait blocks until the phase flips, so its end IS the ready time; with four stages in flight a
+    # wait often finds its data already there and ends later than the flip: its end is only a bound (the
+    # async-unit intervals say so), which the ready difference then shows
+    assert diff["ready"]["min"] >= -32, diff
+    if stages == 1:
+        assert abs(diff["ready"]["p50"]) <= 64, diff
     assert result["truth_latency_ns"]["p10"] > 0

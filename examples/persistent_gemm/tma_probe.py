@@ -188,7 +188,7 @@ def compare(trace, truth: dict, stages: int) -> dict:
         if not x.size:
             return {}
         return {"p50": float(np.median(x)), "p90_abs": float(np.percentile(np.abs(x), 90)),
-                "max_abs": int(np.abs(x).max()), "within_64ns": float((np.abs(x) <= 64).mean())}
+                "min": int(x.min()), "max_abs": int(np.abs(x).max()), "within_64ns": float((np.abs(x) <= 64).mean())}
 
     return {
         "loads": int(blocks * iters),
