@@ -9,46 +9,17 @@ of tests/test_report.py; the full map + hardware + source set always runs on the
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
-from support.browser import start_chromium
-from test_report import NAMES, REAL_CAPTURE, SOURCE, full_report, inputs, real_cli_args, synthetic_buffer  # noqa: F401
 
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    driver = start_chromium(tmp_path_factory)
-    yield driver
-    driver.quit()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory):
-    d = Path(os.environ.get("IKP_REPORT_SCREENSHOTS") or tmp_path_factory.mktemp("report-screenshots"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def open_page(driver, path: Path, view: str = "overview"):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(path.resolve().as_uri() + "#" + view)
-    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.__ikp && window.__ikp.ready)"))
-    driver.get_log("browser")  # start each page with an empty console
-
-
-def goto(driver, view: str):
-    driver.execute_script("location.hash = arguments[0]", "#" + view)
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, 10).until(lambda d: d.find_elements("id", "view-" + view))
-
-
-def console_errors(driver) -> list[str]:
-    logs = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
-    return logs + list(driver.execute_script("return window.__ikp.errors"))
+from tests.support.browser import console_errors, count, goto, open_page
+from tests.support.report import (
+    NAMES,
+    REAL_CAPTURE,
+    SOURCE,
+    full_report,
+    real_cli_args,
+    synthetic_buffer,
+)
 
 
 def selection_text(driver) -> str:
@@ -72,14 +43,10 @@ def selected_once_settled(driver, css: str, attribute: str, expected: list[int],
     return selected(driver, css, attribute)
 
 
-def count(driver, css: str) -> int:
-    return len(driver.find_elements("css selector", css))
-
-
 # --------------------------------------------------------------------------------------- the full page
 
 
-def test_full_report_clicks(browser, inputs, shots, tmp_path):  # noqa: F811 (pytest fixture)
+def test_full_report_clicks(browser, inputs, shots, tmp_path):
     _, page, data = full_report(inputs)
     path = tmp_path / "report.html"
     path.write_text(page)
@@ -176,7 +143,7 @@ def test_real_or_synthetic_capture_without_map(browser, shots, tmp_path):
     assert console_errors(browser) == []
 
 
-def test_page_makes_no_network_requests(browser, inputs, tmp_path):  # noqa: F811
+def test_page_makes_no_network_requests(browser, inputs, tmp_path):
     """Everything is inline: the page loads no resource but itself."""
     _, page, _ = full_report(inputs)
     path = tmp_path / "report.html"
@@ -219,7 +186,7 @@ def test_real_capture_clicks(browser, shots, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["cupti", "nvbit"])
-def test_partial_hardware_data_renders(browser, inputs, tmp_path, kind):  # noqa: F811
+def test_partial_hardware_data_renders(browser, inputs, tmp_path, kind):
     """Samples without execution counts (CUPTI) and counts without samples (NVBit) both render."""
     from test_report import counts_only_table, sampling_only_table
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_report import REAL_CAPTURE, real_cli_args
-from test_report_browser import browser, console_errors, count, goto, open_page, shots  # noqa: F401 (fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.browser import console_errors, count, goto, open_page
+from tests.support.report import REAL_CAPTURE, real_cli_args
+
+ROOT = Path(__file__).resolve().parents[2]
 VIEWS = ("overview", "regions", "timeline", "hardware", "code")
 
 OVERFLOW_JS = """
@@ -46,7 +47,7 @@ def build(tmp_path, name):
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed")
 @pytest.mark.parametrize("name", ["basic", "fa4_sm90", "pipeline", "megakernel"])
-def test_views_fit_1600x1000(browser, shots, tmp_path, name):  # noqa: F811
+def test_views_fit_1600x1000(browser, shots, tmp_path, name):
     browser.set_window_size(1600, 1000)
     path, _ = build(tmp_path, name)
     assert path.stat().st_size < 400_000  # small pages
@@ -59,7 +60,7 @@ def test_views_fit_1600x1000(browser, shots, tmp_path, name):  # noqa: F811
 
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed")
-def test_timeline_tab_draws_and_zooms(browser, tmp_path):  # noqa: F811
+def test_timeline_tab_draws_and_zooms(browser, tmp_path):
     browser.set_window_size(1600, 1000)
     path, data = build(tmp_path, "fa4_sm90")
     open_page(browser, path, "timeline")
@@ -97,7 +98,7 @@ def test_timeline_tab_draws_and_zooms(browser, tmp_path):  # noqa: F811
 
 
 @pytest.mark.skipif(not REAL_CAPTURE.exists(), reason="examples/basic/capture.npy not committed")
-def test_nesting_shared_code_and_code_view(browser, tmp_path):  # noqa: F811
+def test_nesting_shared_code_and_code_view(browser, tmp_path):
     browser.set_window_size(1600, 1000)
     path, data = build(tmp_path, "basic")
     open_page(browser, path)
@@ -126,7 +127,7 @@ def test_nesting_shared_code_and_code_view(browser, tmp_path):  # noqa: F811
     assert console_errors(browser) == []
 
 
-def test_code_view_without_map_shows_line_totals(browser, tmp_path):  # noqa: F811
+def test_code_view_without_map_shows_line_totals(browser, tmp_path):
     browser.set_window_size(1600, 1000)
     path, data = build(tmp_path, "pipeline")
     open_page(browser, path, "code")

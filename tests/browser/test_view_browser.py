@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.browser import start_chromium
-from test_view import start_view, stop
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.browser import start_chromium
+from tests.support.view import start_view, stop
+
+ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = {name: ROOT / "examples" / name / "capture.npy" for name in ("basic", "fa4_sm90", "megakernel", "pipeline")}
 
 # Console messages of the Perfetto UI v52 offline that say nothing about our trace:

@@ -18,7 +18,6 @@ A block that holds an `ikp` command but is neither runnable nor marked fails, an
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -29,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)
 MARK = re.compile(r"<!--\s*docs-test:\s*(skip|excerpt|ci)\s*\((.+?)\)\s*-->")
@@ -201,10 +202,7 @@ def test_every_page_is_in_the_nav_and_no_page_names_work_history():
 
 
 def hook(name: str):
-    spec = importlib.util.spec_from_file_location(f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "hooks" / f"{name}.py", f"docs_hook_{name}")
 
 
 def test_cli_reference_lists_every_command():

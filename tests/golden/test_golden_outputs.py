@@ -18,16 +18,14 @@ Never edit hashes by hand, and never regenerate to make an unexplained failure g
 """
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "support"))
+from tests.support import golden
 
-import golden  # noqa: E402  (tests/support is not a package)
+ROOT = Path(__file__).resolve().parents[2]
 
 FIXTURE = json.loads(golden.FIXTURE.read_text())["captures"]
 CAPTURES = golden.find_captures(ROOT)

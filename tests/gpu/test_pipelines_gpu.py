@@ -10,11 +10,11 @@ import os
 
 import pytest
 
+from tests.support.pipelines_gpu import BLOCKS, ITERS, ops_by_pipeline
+
 pytestmark = pytest.mark.gpu
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-
-BLOCKS, ITERS = 4, 6
 
 
 @pytest.fixture(scope="module")
@@ -46,21 +46,6 @@ def run_traced(torch, tmp_path, launch_name: str):
     capture = load_capture(trace.save(session, tmp_path / f"{launch_name}.npy"))
     assert capture.loss.lost == 0 and int(capture.lanes["dropped"].sum()) == 0
     return capture, analyze_pipelines(capture), trace.metadata()
-
-
-def ops_by_pipeline(analysis) -> dict:
-    """{(pipeline name, op): {status: count}} of the matched waits of the pipelines (not barriers)."""
-    from host_decode.analysis.pipeline_match import STATUSES, WAIT_OPS
-
-    out: dict = {}
-    for row in analysis.waits:
-        channel = analysis.channels[row["channel"]]
-        if channel.kind != "pipeline":
-            continue
-        counts = out.setdefault((channel.name, WAIT_OPS[row["op"]]), {})
-        status = STATUSES[row["status"]]
-        counts[status] = counts.get(status, 0) + 1
-    return out
 
 
 def test_direct_array_calls_are_matched_as_their_pipelines_ops(torch, tmp_path):

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.test_pipelines_gpu import BLOCKS, ITERS, ops_by_pipeline
+from tests.support.pipelines_gpu import BLOCKS, ITERS, ops_by_pipeline
 
 pytestmark = pytest.mark.gpu
 

@@ -24,7 +24,7 @@ import ast
 import functools
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "host_decode"
 DEVICE = "ikp_cute"
 PACKAGES = (PACKAGE, DEVICE)

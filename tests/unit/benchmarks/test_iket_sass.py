@@ -24,7 +24,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # sm_100a places IKET's placeh
 pytest.importorskip("cutlass")
 pytest.importorskip("iket._core.iket")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 

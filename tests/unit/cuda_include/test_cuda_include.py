@@ -6,7 +6,6 @@ nvcc (and nvdisasm for the SASS checks) are optional: tests that need them skip 
 from __future__ import annotations
 
 import glob
-import importlib.util
 import os
 import re
 import shutil
@@ -19,7 +18,7 @@ import pytest
 from cuda_include import include_dir
 from host_decode.core import wire
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 HEADER = Path(include_dir()) / "ikp.cuh"
 HOST_HEADER = Path(include_dir()) / "ikp_host.cuh"
 EXAMPLE = REPO / "examples" / "cuda_cpp" / "ikp_example.cu"
@@ -497,15 +496,15 @@ def test_nvrtc_refuses_the_host_header():
     assert not ok and "host code" in log
 
 
-# --- gpu/cuda_cross_check.py's logic, on a simulated device buffer (no GPU) -------------------------
+# --- gpu/cuda_cross_check.py's model and checks (ikp_cute/testing/cuda_program.py), on a simulated device
+# buffer (no GPU)
 
 
 @pytest.fixture(scope="module")
 def cross_check():
-    spec = importlib.util.spec_from_file_location("cuda_cross_check", REPO / "gpu" / "cuda_cross_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from ikp_cute.testing import cuda_program
+
+    return cuda_program
 
 
 @pytest.mark.parametrize("variant", ["nested", "flat_cursor", "flat_static", "flat_atomic"])

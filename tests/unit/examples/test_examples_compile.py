@@ -13,23 +13,28 @@ FA4 tests need torch + flash-attn-4 (not in CI): they skip without them.
 from __future__ import annotations
 
 import collections
-import contextlib
-import importlib
-import importlib.util
 import itertools
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.support.examples import (
+    BAKED,
+    EXAMPLES,
+    compile_fa4,
+    import_example,
+    profile_spec,
+    timer_reads,
+)
+from tests.support.scripts import load_script
+
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
+REPO = Path(__file__).resolve().parents[3]
 
 # Opcodes the profiler may add besides its stores (PTX): timer reads, record guards and arithmetic, and
 # the warp-index broadcast (shfl.sync.idx) of the leader predicate where the kernel has none. The
@@ -39,15 +44,7 @@ PROFILER_OPCODES = re.compile(
     r"ld\.param|ld\.local|st\.local|ld\.shared\.(u|b)32|st\.shared\.(u|b)32|bar\.warp\.sync|@?%p\d+|\{|\}|"
     r"ld\.volatile\.shared\.(u64|v2\.u32)|st\.volatile\.shared\.(u32|u64)|red\.global\.add\.u64|\.reg)",
 )
-BAKED = 0x7F0012340000  # the profile buffer address compiled into the instrumented kernels under test
 _REG = re.compile(r"%[a-z]+\d+")
-
-
-def _import(example: str, module: str):
-    path = str(EXAMPLES / example)
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return importlib.import_module(module)
 
 
 def _instructions(ptx: str) -> list[str]:
@@ -105,21 +102,9 @@ def non_profiler_difference(plain: str, instrumented: str) -> dict:
     return {op: (a[op], b[op]) for op in set(a) | set(b) if a[op] != b[op] and not PROFILER_OPCODES.match(op)}
 
 
-def timer_reads(ptx: str) -> int:
-    return len(re.findall(r"%globaltimer", ptx))
-
-
 def normalize(ptx: str) -> str:
     ptx = re.sub(r"\bkernel_cutlass_\w+", "KERNEL", ptx)
     return "\n".join(line for line in ptx.splitlines() if not line.lstrip().startswith(("//", ".file", ".loc")))
-
-
-def _spec(events, num_groups, num_blocks, records_per_lane, baked=None, **options):
-    from ikp_cute import EventRegistry, ProfileSpec
-
-    return ProfileSpec(num_groups=num_groups, num_blocks=num_blocks, write_stride=num_blocks * num_groups,
-                       records_per_lane=records_per_lane, events=EventRegistry(events), baked_address=baked,
-                       **options)
 
 
 # --- the warp-specialized TMA/mbarrier/wgmma pipeline ---------------------------------------------------
@@ -131,7 +116,7 @@ def _compile_pipeline(spec):
 
     from ikp_cute import fake_buffer
 
-    gp = _import("pipeline", "gemm_pipeline")
+    gp = import_example("pipeline", "gemm_pipeline")
     m, n, k = 512, 512, 1024
     a = fake(BFloat16, (m, k), stride_order=(1, 0), assumed_align=16)
     b = fake(BFloat16, (n, k), stride_order=(1, 0), assumed_align=16)
@@ -144,8 +129,8 @@ def pipeline_ptx():
     pytest.importorskip("cutlass")
     from ikp_cute import disabled
 
-    gp = _import("pipeline", "gemm_pipeline")
-    spec = _spec(gp.EVENTS, 3, 16, 80, baked=BAKED)
+    gp = import_example("pipeline", "gemm_pipeline")
+    spec = profile_spec(gp.EVENTS, 3, 16, 80, baked=BAKED)
     return _compile_pipeline(disabled()), _compile_pipeline(spec), spec
 
 
@@ -161,7 +146,7 @@ def test_pipeline_instrumentation_is_only_profiler_code(pipeline_ptx):
     plain, instrumented, spec = pipeline_ptx
     assert non_profiler_difference(plain, instrumented) == {}
     # 6 regions (2 records each) + finalize; every event was registered while tracing
-    assert set(spec.events.as_dict().values()) == set(_import("pipeline", "gemm_pipeline").EVENTS)
+    assert set(spec.events.as_dict().values()) == set(import_example("pipeline", "gemm_pipeline").EVENTS)
     assert timer_reads(instrumented) >= 2 * len(spec.events)
 
 
@@ -186,7 +171,7 @@ def _compile_megakernel(spec, num_ctas=132):
 
     from ikp_cute import fake_buffer
 
-    mk = _import("megakernel", "megakernel")
+    mk = import_example("megakernel", "megakernel")
     args = [fake(Int32, (1000, 4), stride_order=(1, 0)), fake(Int32, (1,)), fake(Float32, (1 << 20,)),
             fake(Float32, (1 << 20,)), fake(Float32, (64, mk.ROW_LEN), stride_order=(1, 0)), fake(Float32, (64,)),
             fake(Float32, (128, mk.GEMM_K), stride_order=(1, 0)), fake(Float32, (mk.GEMM_K, 128), stride_order=(1, 0)),
@@ -199,8 +184,8 @@ def megakernel_ptx():
     pytest.importorskip("cutlass")
     from ikp_cute import disabled
 
-    mk = _import("megakernel", "megakernel")
-    spec = _spec(mk.EVENTS, 1, 132, 128, baked=BAKED)
+    mk = import_example("megakernel", "megakernel")
+    spec = profile_spec(mk.EVENTS, 1, 132, 128, baked=BAKED)
     return _compile_megakernel(disabled()), _compile_megakernel(spec), spec
 
 
@@ -209,58 +194,11 @@ def test_megakernel_compiles_and_differs_only_by_profiler(megakernel_ptx):
     assert ".target sm_90a" in plain
     assert "atom.global" in plain or "atom.relaxed.gpu.global" in plain
     assert non_profiler_difference(plain, instrumented) == {}
-    assert set(spec.events.as_dict().values()) == set(_import("megakernel", "megakernel").EVENTS)
+    assert set(spec.events.as_dict().values()) == set(import_example("megakernel", "megakernel").EVENTS)
     assert timer_reads(plain) == 0 < timer_reads(instrumented)
 
 
 # --- FlashAttention-4 sm90 forward (needs torch + flash-attn-4) ----------------------------------------
-
-
-def _compile_fa4(spec, detail, causal=False):
-    """Compile FA4's sm90 forward through its own host API (torch FakeTensorMode: no GPU); returns PTX."""
-    os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
-    os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
-    import torch
-    from flash_attn.cute import interface
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    fi = _import("fa4_sm90", "fa4_instrumented")
-    patch = fi.patched_interface(spec, detail) if spec is not None else contextlib.nullcontext()
-    saved = interface._flash_attn_fwd.compile_cache
-    if spec is None:
-        interface._flash_attn_fwd.compile_cache = {}  # FA4's own kernel, compiled afresh
-    try:
-        with FakeTensorMode(), patch, _keeping_ptx(interface):
-            q = torch.empty(1, 1024, 4, 128, dtype=torch.bfloat16, device="cuda")
-            interface.flash_attn_func(q, torch.empty_like(q), torch.empty_like(q), causal=causal)
-            cache = interface._flash_attn_fwd.compile_cache
-            (compiled,) = list(cache.values()) if isinstance(cache, dict) else list(cache._cache.values())
-    finally:
-        interface._flash_attn_fwd.compile_cache = saved
-    return _ptx_of(compiled)
-
-
-@contextlib.contextmanager
-def _keeping_ptx(interface):
-    """FA4 calls cute.compile with its own options: add --keep-ptx for the duration (no dump files)."""
-    compile_fn = interface.cute.compile
-
-    class KeepPtx:
-        def __call__(self, *args, options: str = "", **kwargs):
-            return compile_fn(*args, options=f"{options} --keep-ptx".strip(), **kwargs)
-
-    interface.cute.compile = KeepPtx()
-    try:
-        yield
-    finally:
-        interface.cute.compile = compile_fn
-
-
-def _ptx_of(compiled) -> str:
-    ptx = getattr(compiled, "__ptx__", None)
-    if ptx is None:
-        pytest.skip("FA4 compiled without --keep-ptx: PTX not available")
-    return ptx
 
 
 @pytest.fixture(scope="module")
@@ -269,15 +207,15 @@ def fa4_ptx():
     pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
     from ikp_cute import ProfileSpec
 
-    fi = _import("fa4_sm90", "fa4_instrumented")
+    fi = import_example("fa4_sm90", "fa4_instrumented")
     nb = fi.num_ctas(1, 1024, 4)
-    spec = _spec(fi.events_for("full"), 3, nb, 128, baked=BAKED)
+    spec = profile_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED)
     return {
-        "fa4": _compile_fa4(None, None),
-        "off": _compile_fa4(ProfileSpec(enabled=False), "iter"),
-        "full": _compile_fa4(spec, "full"),
-        "tile_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "tile"),
-        "full_lean": _compile_fa4(_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "full"),
+        "fa4": compile_fa4(None, None),
+        "off": compile_fa4(ProfileSpec(enabled=False), "iter"),
+        "full": compile_fa4(spec, "full"),
+        "tile_lean": compile_fa4(profile_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "tile"),
+        "full_lean": compile_fa4(profile_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED, mode="lean"), "full"),
         "spec": spec,
     }
 
@@ -287,7 +225,7 @@ def test_fa4_disabled_is_fa4(fa4_ptx):
 
 
 def test_fa4_instrumented_compiles_and_differs_only_by_profiler(fa4_ptx):
-    fi = _import("fa4_sm90", "fa4_instrumented")
+    fi = import_example("fa4_sm90", "fa4_instrumented")
     assert non_profiler_difference(fa4_ptx["fa4"], fa4_ptx["full"]) == {}
     assert set(fa4_ptx["spec"].events.as_dict().values()) == set(fi.events_for("full"))
     assert str(BAKED) in fa4_ptx["full"]  # the buffer address is an immediate: FA4's signature is unchanged
@@ -313,7 +251,7 @@ def test_fa4_lean_leaf_regions_take_both_slots_at_their_begin(fa4_ptx):
 def test_fa4_detail_levels_are_cumulative():
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
-    fi = _import("fa4_sm90", "fa4_instrumented")
+    fi = import_example("fa4_sm90", "fa4_instrumented")
     levels = [fi.events_for(d) for d in fi.DETAILS]
     for coarse, fine in itertools.pairwise(levels):
         assert fine[: len(coarse)] == coarse and len(fine) > len(coarse)
@@ -402,10 +340,7 @@ def test_fa4_capture_structure():
 
 
 def _fa4_runner():
-    spec = importlib.util.spec_from_file_location("ikp_fa4_example_run", EXAMPLES / "fa4_sm90" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / "fa4_sm90" / "run.py", "ikp_fa4_example_run")
 
 
 def test_consumer_wait_share_counts_only_waits_inside_each_iteration():
@@ -440,9 +375,7 @@ def test_fa4_variants_name_recorders_that_exist():
     pytest.importorskip("cutlass")
     from ikp_cute.testing import record_variants
 
-    spec = importlib.util.spec_from_file_location("ikp_fa4_run_under_test", EXAMPLES / "fa4_sm90" / "run.py")
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = load_script(EXAMPLES / "fa4_sm90" / "run.py", "ikp_fa4_run_under_test")
     named = [
         options["recorder_class"]
         for table in (run.VARIANTS, run.LEAN_AB, run.ABLATIONS)

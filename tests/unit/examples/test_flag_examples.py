@@ -15,7 +15,6 @@ on per-row-block counters) and examples/distributed (all-gather + GEMM through s
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
@@ -24,9 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.scripts import load_script
+
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEPS = REPO / "examples" / "megakernel_deps"
 DIST = REPO / "examples" / "distributed"
 for _p in (DEPS, DIST):
@@ -37,9 +38,7 @@ for _p in (DEPS, DIST):
 def _load(path: Path, name: str):
     saved = dict(os.environ)
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_script(path, name)
     finally:  # distributed/run.py sets its no-multicast variables at import: leave this process as it was
         os.environ.clear()
         os.environ.update(saved)

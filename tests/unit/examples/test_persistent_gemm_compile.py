@@ -27,10 +27,10 @@ import pytest
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 pytest.importorskip("cutlass")
 
-from tests.record_order import checking_record_order  # noqa: E402
-from tests.test_pipelines_compile import check_call_sites, markers  # noqa: E402
+from tests.support.pipelines_ptx import check_call_sites, markers  # noqa: E402
+from tests.support.record_order import checking_record_order  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "persistent_gemm"
 sys.path.insert(0, str(EXAMPLE))
 BAKED = 0x7F0012340000
@@ -254,14 +254,10 @@ def test_traced_tma_probe_keeps_the_ring_apart_from_the_observer(probe, level):
 def test_cost_harness_variants_are_valid_trace_options():
     """Every variant gpu/pipelines_cost.py builds is accepted by trace_pipelines (a bad option would only
     surface on the GPU), names are unique, and the ablation includes the rows the analysis relies on."""
-    import importlib.util
-
     from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT
 
-    spec = importlib.util.spec_from_file_location("pipelines_cost", ROOT / "gpu" / "pipelines_cost.py")
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
-    variants = harness.DEFAULT + harness.ABLATION
+    variants = DEFAULT + ABLATION
     assert len({name for name, _, _ in variants}) == len(variants)
     assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "polls_off"} <= {n for n, _, _ in variants}
     for _, level, options in variants:
@@ -278,7 +274,7 @@ def test_tma_probe_compare_matches_loads_to_their_ground_truth(probe):
     import numpy as np
 
     from host_decode.core.decoder import decode
-    from tests.buffers import INST, B, BufferBuilder, E
+    from tests.support.buffers import INST, B, BufferBuilder, E
 
     tma_probe, _ = probe
     step, blocks, loads = 32, 2, 4

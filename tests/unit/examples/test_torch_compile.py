@@ -2,21 +2,19 @@
 compiles with fullgraph=True and no graph break, while the same call made directly through an
 untraceable host API breaks the graph (the negative control). GPU twin: gpu/capture_suite.py."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from tests.support.scripts import load_script
+
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("torch_compile_example", ROOT / "examples/torch_compile/run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "examples/torch_compile/run.py", "torch_compile_example")
 
 
 def untraceable_attention(q, k, v):

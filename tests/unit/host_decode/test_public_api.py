@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from host_decode.core.lazy import lazy_exports
-from tests.test_numpy_only import BLOCKED  # what host_decode must work without
+from tests.support.numpy_only import BLOCKED  # what host_decode must work without
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 README_NAMES = {"decode", "load_capture", "save_capture", "write_trace", "Trace", "LossReport", "DecodeError", "Names"}
 
 
@@ -81,7 +81,7 @@ def test_public_names_are_their_modules_objects():
 def test_public_api_round_trip(tmp_path):
     """The README's flow through the top-level names only: save, load, decode, write, summarize."""
     import host_decode as hd
-    from tests.buffers import B, BufferBuilder, E
+    from tests.support.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(2, 2, 8)
     for lane in range(4):

@@ -68,7 +68,7 @@ def test_import_needs_neither_torch_nor_cutlass():
     subprocess.run(
         [sys.executable, "-c", code],
         check=True,
-        cwd=os.path.dirname(os.path.dirname(__file__)),
+        cwd=os.path.join(os.path.dirname(__file__), "..", "..", ".."),
     )
 
 
@@ -496,7 +496,7 @@ def test_example_capture_decodes_to_the_program():
 
     from host_decode.load.capture import load_capture
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "basic" / "capture.npy"
+    path = Path(__file__).resolve().parents[3] / "examples" / "basic" / "capture.npy"
     trace = load_capture(path)
     tiles, lanes = 12, 16  # examples/basic/run.py defaults: 8 blocks x 2 warp groups
     assert trace.loss.lost == 0 and trace.absolute

@@ -10,7 +10,6 @@ outside the context, the sidecar metadata (the device half of tests/test_pipelin
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -20,52 +19,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.record_order import checking_record_order
+from tests.support.pipelines_ptx import (
+    BAKED,
+    assert_full_coverage,
+    assert_sites_match_ptx,
+    check_call_sites,
+    markers,
+    pipeline_spec,
+)
+from tests.support.record_order import checking_record_order
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")  # read when flash_attn is imported
 os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
 pytest.importorskip("cutlass")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
-BAKED = 0x7F0012340000
-MARKER = re.compile(r"/\* ikp (\S+)@(\S+?) ?(begin|end|poll-begin|poll-end|call-begin|call-end|gate)? \*/")
-
-
-def markers(ptx: str) -> collections.Counter:
-    """(label, site, begin|end|poll-begin|poll-end|'') -> occurrences in the PTX (unrolled loops repeat
-    a call site)."""
-    return collections.Counter((m.group(1), m.group(2), m.group(3) or "") for m in MARKER.finditer(ptx))
-
-
-def check_call_sites(ptx: str, meta: dict, level_ops) -> None:
-    """Every recorded call site of every pipeline op has its markers; regions pair begin with end."""
-    found = markers(ptx)
-    assert found, "no pipeline markers in the PTX"
-    for pipe in meta["pipelines"]:
-        for op, sites in pipe["call_sites"].items():
-            assert op in level_ops
-            for site in sites:
-                label = f"{op}_{pipe['name']}"
-                if op in ("acquire", "wait"):
-                    begins, ends = found[(label, site, "begin")], found[(label, site, "end")]
-                    polls = found[(label, site, "poll-begin")], found[(label, site, "poll-end")]
-                    calls = found[(label, site, "call-begin")], found[(label, site, "call-end")]  # blocked-only
-                    gates = found[(label, site, "gate")]  # polls="begin": a poll's begin time only
-                    assert begins + polls[0] + calls[0] + gates >= 1, (label, site)
-                    assert begins == ends and polls[0] == polls[1] and calls[0] == calls[1], (label, site)
-                else:
-                    assert found[(label, site, "")] >= 1, (label, site)
-    ops_in_ptx = {label.split("_")[0] for label, _, _ in found} - {"bar"}
-    assert ops_in_ptx <= set(level_ops)
-
-
-def _spec(num_groups, num_blocks, records_per_lane=64):
-    from ikp_cute import ProfileSpec
-
-    return ProfileSpec(num_groups=num_groups, num_blocks=num_blocks, write_stride=num_groups * num_blocks,
-                       records_per_lane=records_per_lane, warps_per_group=1)
 
 
 # --- the small kernel (CI) --------------------------------------------------------------------------------
@@ -89,7 +59,8 @@ def small():
     from ikp_cute.pipelines import trace_pipelines
 
     plain = _compile_small()
-    traces = {level: trace_pipelines(_spec(8, 4), level=level, address=BAKED) for level in ("waits", "signals", "all")}
+    traces = {level: trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED)
+              for level in ("waits", "signals", "all")}
     ptx = {level: _compile_small(tr) for level, tr in traces.items()}
     return {"plain": plain, "after": _compile_small(), "ptx": ptx, "traces": traces}
 
@@ -98,7 +69,8 @@ def small():
 def small_kernel_ptx_by_polls():
     from ikp_cute.pipelines import POLL_MODES, trace_pipelines
 
-    return {mode: _compile_small(trace_pipelines(_spec(8, 4), address=BAKED, polls=mode)) for mode in POLL_MODES}
+    return {mode: _compile_small(trace_pipelines(pipeline_spec(8, 4), address=BAKED, polls=mode))
+            for mode in POLL_MODES}
 
 
 def test_off_is_untouched(small):
@@ -182,7 +154,7 @@ def _small_kernel_signals(launch: str) -> dict:
     from ikp_cute.pipelines import LEVEL_OPS, trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(8, 4), level="signals", address=BAKED)
     with trace:
         ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                            options="--keep-ptx").__ptx__
@@ -224,7 +196,8 @@ def test_after_a_blocking_call_only_the_end_time_and_the_stores_remain(small):
 def test_contexts_do_not_nest():
     from ikp_cute.pipelines import trace_pipelines
 
-    outer, inner = trace_pipelines(_spec(8, 1), address=BAKED), trace_pipelines(_spec(8, 1), address=BAKED)
+    outer = trace_pipelines(pipeline_spec(8, 1), address=BAKED)
+    inner = trace_pipelines(pipeline_spec(8, 1), address=BAKED)
     with outer, pytest.raises(RuntimeError, match="nest"), inner:
         pass
 
@@ -234,19 +207,20 @@ def test_bad_arguments_are_refused():
     from ikp_cute.pipelines import trace_pipelines
 
     with pytest.raises(ValueError, match="level"):
-        trace_pipelines(_spec(8, 1), level="everything", address=BAKED)
+        trace_pipelines(pipeline_spec(8, 1), level="everything", address=BAKED)
     with pytest.raises(ValueError, match="address"):
-        trace_pipelines(_spec(8, 1))
+        trace_pipelines(pipeline_spec(8, 1))
     with pytest.raises(ValueError, match="disabled"):
         trace_pipelines(ProfileSpec(enabled=False), address=BAKED)
     with pytest.raises(ValueError, match="32"):
-        trace_pipelines(_spec(33, 1), address=BAKED)
+        trace_pipelines(pipeline_spec(33, 1), address=BAKED)
     with pytest.raises(ValueError, match="polls"):
-        trace_pipelines(_spec(8, 1), address=BAKED, polls=True)
+        trace_pipelines(pipeline_spec(8, 1), address=BAKED, polls=True)
     for bad in (0, -64, 64.0, True, "256", 2**31):
         with pytest.raises(ValueError, match="blocked_ns"):
-            trace_pipelines(_spec(8, 1), address=BAKED, blocked_ns=bad)
-    assert trace_pipelines(_spec(8, 1), address=BAKED, blocked_ns=64).metadata()["pipeline_options"]["blocked_ns"] == 64
+            trace_pipelines(pipeline_spec(8, 1), address=BAKED, blocked_ns=bad)
+    options = trace_pipelines(pipeline_spec(8, 1), address=BAKED, blocked_ns=64).metadata()["pipeline_options"]
+    assert options["blocked_ns"] == 64
 
 
 def test_poll_modes_differ_only_in_what_a_poll_records(small_kernel_ptx_by_polls):
@@ -273,7 +247,7 @@ def fa4():
     from ikp_cute.pipelines import trace_pipelines
 
     cc.sm90_env()
-    trace = trace_pipelines(_spec(12, 32, 256), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(12, 32, 256), level="signals", address=BAKED)
     plain = cc.fa4_compile().__ptx__
     with checking_record_order() as order:
         traced = cc.fa4_compile(trace).__ptx__
@@ -304,7 +278,7 @@ def test_fa4_sm90_coverage(fa4):
     was built by a Python hook (the IR pass adds nothing to FA4's records), and every site is traced but
     the pipeline-init __syncthreads, which level signals does not record."""
     meta = fa4["meta"]
-    _assert_full_coverage(meta)
+    assert_full_coverage(meta)
     sites = meta["barrier_sites"]
     assert {s["via"] for s in sites} == {"hooks"}
     assert [s["op"] for s in sites if not s["traced"]] == ["sync_threads"]
@@ -328,7 +302,7 @@ def test_fa4_phase_subclass_and_pipelines_compose(fa4):
     assert ikp_cute.trace_pipelines is trace_pipelines
     spec = ikp_cute.ProfileSpec(num_groups=3, num_blocks=32, write_stride=96, records_per_lane=64,
                                 events=ikp_cute.EventRegistry(fi.events_for("full")), baked_address=BAKED + (1 << 24))
-    trace = trace_pipelines(_spec(12, 32, 256), address=BAKED)
+    trace = trace_pipelines(pipeline_spec(12, 32, 256), address=BAKED)
     with fi.patched_interface(spec, "full"):
         ptx = cc.fa4_compile(trace).__ptx__
     assert str(BAKED + 8) in ptx and str(BAKED + (1 << 24)) in ptx  # both buffers baked
@@ -344,11 +318,11 @@ def quack():
 
     from ikp_cute.pipelines import trace_pipelines
 
-    trace = trace_pipelines(_spec(12, 132, 512), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(12, 132, 512), level="signals", address=BAKED)
     plain = cc.quack_compile().__ptx__
     with checking_record_order() as order:
         traced = cc.quack_compile(trace).__ptx__
-        cc.quack_compile(trace_pipelines(_spec(12, 132, 512), level="waits", address=BAKED))
+        cc.quack_compile(trace_pipelines(pipeline_spec(12, 132, 512), level="waits", address=BAKED))
     return {"plain": plain, "traced": traced, "after": cc.quack_compile().__ptx__, "meta": trace.metadata(),
             "order": order}
 
@@ -379,7 +353,7 @@ def test_quack_sm90_coverage(quack):
     signals; the scheduler's acquire and commit in a branch the compiler drops are reported removed (their
     call sites stay listed: other ops of the same lines remain)."""
     meta = quack["meta"]
-    _assert_full_coverage(meta)
+    assert_full_coverage(meta)
     sites = meta["barrier_sites"]
     assert {s["via"] for s in sites} == {"hooks"} and all(s["traced"] for s in sites)
     removed = [s for s in sites if s["ptx"] == 0]
@@ -399,13 +373,13 @@ def test_fa4_sm90_backward_traced_with_no_source_change():
 
     cc.sm90_env()
     plain = cc.fa4_bwd_compile()
-    trace = trace_pipelines(_spec(12, 32, 256), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(12, 32, 256), level="signals", address=BAKED)
     with checking_record_order() as order:
         traced = cc.fa4_bwd_compile(trace)
     after = cc.fa4_bwd_compile()
     assert order == []
     assert len(plain) == len(traced) == len(after) == 3
-    _assert_full_coverage(trace.metadata())
+    assert_full_coverage(trace.metadata())
     assert [c.__ptx__ for c in after] == [c.__ptx__ for c in plain]
     meta = trace.metadata()
     check_call_sites("".join(c.__ptx__ for c in traced), meta, LEVEL_OPS["signals"])
@@ -422,23 +396,23 @@ def test_fa4_sm90_backward_traced_with_no_source_change():
 
 _SM100 = """
 import json, re, collections, sys
-sys.path.insert(0, {examples!r}); sys.path.insert(0, {tests!r})
+sys.path.insert(0, {examples!r})
 import compile_cpu as cc
 cc.sm100_env()
-from test_pipelines_compile import _spec, markers
-from record_order import checking_record_order
+from tests.support.pipelines_ptx import markers, pipeline_spec
+from tests.support.record_order import checking_record_order
 from ikp_cute.pipelines import trace_pipelines
-trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked})
+trace = trace_pipelines(pipeline_spec(16, 148, 256), level="signals", address={baked})
 plain = cc.fa4_sm100_compile()
 with checking_record_order() as order:
     traced = cc.fa4_sm100_compile(trace)
 after = cc.fa4_sm100_compile()
-bwd_trace = trace_pipelines(_spec(16, 148, 256), level="signals", address={baked})
+bwd_trace = trace_pipelines(pipeline_spec(16, 148, 256), level="signals", address={baked})
 bwd_plain = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
 with checking_record_order() as bwd_order:
     bwd_traced = "".join(c.__ptx__ for c in cc.fa4_sm100_bwd_compile(bwd_trace))
 bwd_after = [c.__ptx__ for c in cc.fa4_sm100_bwd_compile()]
-gemm_trace = trace_pipelines(_spec(16, 148, 512), level="signals", address={baked})
+gemm_trace = trace_pipelines(pipeline_spec(16, 148, 512), level="signals", address={baked})
 gemm_plain = cc.quack_compile(blackwell=True).__ptx__
 with checking_record_order() as gemm_order:
     gemm_traced = cc.quack_compile(gemm_trace, blackwell=True).__ptx__
@@ -460,7 +434,7 @@ def test_fa4_sm100_compiles_with_tracing():
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm100")
     pytest.importorskip("quack.gemm_interface")
-    code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), tests=str(ROOT / "tests"), baked=BAKED)
+    code = _SM100.format(examples=str(ROOT / "examples" / "pipelines"), baked=BAKED)
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     env.pop("CUTE_DSL_ARCH", None)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900,
@@ -480,7 +454,7 @@ def test_fa4_sm100_compiles_with_tracing():
     mixed = [s for s in sites if not s["traced"] and s["instruction"] == "llvm.inline_asm"]
     assert mixed and all("tcgen05.mma" in s["reason"] for s in mixed)
     for part in (result, result["bwd"], result["gemm"]):
-        _assert_full_coverage(part["meta"], gaps=len(mixed) if part is result else 0)
+        assert_full_coverage(part["meta"], gaps=len(mixed) if part is result else 0)
     # The backward: its kernel also calls its pipelines' arrays directly
     # (`pipeline_S_P.sync_object_empty.wait(...)`); those calls are still that pipeline's acquires and
     # commits, so each pipeline is one, with all four ops, not split into anonymous barrier arrays.
@@ -514,38 +488,6 @@ def test_fa4_sm100_compiles_with_tracing():
     assert by_name["epi_store"]["released_by"] == "tma_store"
 
 
-def _assert_full_coverage(meta, gaps: int = 0):
-    """The audit of a traced compile: PTX read, every barrier instruction names a site, every site is traced
-    or says why not, and only `gaps` sites are untraced for a reason other than the level / options."""
-    assert meta["coverage"], "no kernel audited"
-    for kernel, c in meta["coverage"].items():
-        assert c["ptx_checked"] and not c["unattributed"], (kernel, c)
-    assert sum(c["untraced"] for c in meta["coverage"].values()) == gaps
-    for site in meta["barrier_sites"]:
-        assert site["traced"] or site["reason"], site
-        assert site["ptx"] is not None
-
-
-def assert_sites_match_ptx(ptx: str, sites: list) -> None:
-    """Each site's `ptx` count is the number of barrier instructions of the PTX naming it (the `.loc`
-    column), each of the site's kind (sites.PTX_KINDS against sites.OP_KINDS), and none names no site."""
-    import collections
-
-    from ikp_cute.pipelines.audit import barrier_instructions
-
-    found = barrier_instructions(ptx)
-    assert found and all(number is not None for _, number, _ in found)
-    counts = collections.Counter(number for _, number, _ in found)
-    kinds = collections.defaultdict(set)
-    for _, number, kind in found:
-        kinds[number].add(kind)
-    expected = {"wait": "wait", "poll": "wait", "sync_threads": "bar_sync"}
-    for site in sites:
-        assert site["ptx"] == counts.get(site["number"], 0), site
-        if site["ptx"] and site["instruction"] != "llvm.inline_asm":
-            assert kinds[site["number"]] == {expected.get(site["kind"], site["kind"])}, site
-
-
 def _assert_every_call_site_marked(result):
     found = {(label, site) for label, site, _, _ in result["markers"]}
     for pipe in result["meta"]["pipelines"]:
@@ -558,7 +500,7 @@ def test_decorator_form():
     """@trace_pipelines(spec) on a function that compiles: same records as the with-statement form."""
     from ikp_cute.pipelines import trace_pipelines
 
-    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(8, 4), level="signals", address=BAKED)
 
     @trace
     def build():
@@ -591,7 +533,7 @@ def _turns_ptx(level: str) -> str:
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    with trace_pipelines(_spec(8, 4), level=level, address=BAKED):
+    with trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED):
         return cute.compile(pk.launch_turns, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                             options="--keep-ptx").__ptx__
 
@@ -639,7 +581,7 @@ def test_checks_stay_in_time_order_around_a_constant_if_and_a_loop():
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    with trace_pipelines(_spec(8, 4), level="waits", address=BAKED):
+    with trace_pipelines(pipeline_spec(8, 4), level="waits", address=BAKED):
         ptx = cute.compile(pk.launch_order, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                            options="--keep-ptx").__ptx__
     order = []
@@ -663,7 +605,7 @@ def test_every_lane_stores_its_records_in_time_order(launch, level):
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    with checking_record_order() as order, trace_pipelines(_spec(8, 4), level=level, address=BAKED):
+    with checking_record_order() as order, trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED):
         cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4)
     assert order == []
 
@@ -684,7 +626,7 @@ def _small_ptx(launch: str, level: str = "waits", spec=None):
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    trace = trace_pipelines(spec or _spec(8, 4), level=level, address=BAKED)
+    trace = trace_pipelines(spec or pipeline_spec(8, 4), level=level, address=BAKED)
     with trace:
         ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                            options="--keep-ptx").__ptx__
@@ -714,7 +656,7 @@ def test_a_kernel_traced_twice_keeps_its_pipelines_names_and_ids():
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_kernel as pk
 
-    trace = trace_pipelines(_spec(8, 4), level="signals", address=BAKED)
+    trace = trace_pipelines(pipeline_spec(8, 4), level="signals", address=BAKED)
     ptx = []
     for _ in range(2):
         with trace:

@@ -19,8 +19,8 @@ import tempfile
 
 import pytest
 
-from tests.record_order import checking_record_order
-from tests.test_pipelines_compile import BAKED, _assert_full_coverage, _spec, assert_sites_match_ptx, markers
+from tests.support.pipelines_ptx import BAKED, assert_full_coverage, assert_sites_match_ptx, markers, pipeline_spec
+from tests.support.record_order import checking_record_order
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 pytest.importorskip("cutlass")
@@ -35,7 +35,7 @@ def _compile(launch: str, level: str = "signals", options: str = "--keep-ptx", s
     from ikp_cute.pipelines import trace_pipelines
     from ikp_cute.testing.kernels import pipelines_paths_kernel as pk
 
-    trace = trace_pipelines(_spec(8, 4), level=level, address=BAKED, **trace_options)
+    trace = trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED, **trace_options)
     with trace, (pk.swapped_wait() if swap else contextlib.nullcontext()):
         compiled = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                                 options=options)
@@ -44,7 +44,8 @@ def _compile(launch: str, level: str = "signals", options: str = "--keep-ptx", s
 
 def _line(text: str, after: int = 0) -> str:
     """`pipelines_paths_kernel.py:<line>` of the first line containing `text` (or `after` lines below it)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "ikp_cute", "testing", "kernels", "pipelines_paths_kernel.py")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    path = os.path.join(root, "ikp_cute", "testing", "kernels", "pipelines_paths_kernel.py")
     with open(path) as f:
         lines = f.read().splitlines()
     return f"pipelines_paths_kernel.py:{next(i for i, line in enumerate(lines, 1) if text in line) + after}"
@@ -62,7 +63,7 @@ def test_a_swapped_mbarrier_wait_is_still_traced(level):
         ptx, trace = _compile("launch_turns", level, swap=True)
     assert cute.arch.mbarrier_wait is original
     meta = trace.metadata()
-    _assert_full_coverage(meta)
+    assert_full_coverage(meta)
     assert meta["hooks_replaced"] == ["cutlass.cute.arch.mbarrier_wait"]
     (turns,) = meta["pipelines"]
     assert turns["class"] == "PipelineOrder" and turns["call_sites"]["wait"] == [_line("turns.wait(state)")]
@@ -82,7 +83,7 @@ def test_an_inline_ptx_wait_is_traced():
     with checking_record_order() as order:
         ptx, trace = _compile("launch_inline")
     meta = trace.metadata()
-    _assert_full_coverage(meta)
+    assert_full_coverage(meta)
     by_name = {p["name"]: p for p in meta["pipelines"]}
     assert set(by_name) == {"ring", "flag"}
     assert by_name["flag"]["class"] == "mbarrier"
@@ -144,7 +145,7 @@ def test_removed_call_sites(level):
 def test_every_barrier_instruction_names_its_site(launch, level):
     ptx, trace = _compile(launch, level, swap=launch == "launch_turns")
     meta = trace.metadata()
-    _assert_full_coverage(meta)
+    assert_full_coverage(meta)
     assert_sites_match_ptx(ptx, meta["barrier_sites"])
 
 
@@ -175,7 +176,7 @@ def test_the_audit_changes_no_sass():
 
     cubins = {}
     for audit in (True, False):
-        with trace_pipelines(_spec(8, 4), level="waits", address=BAKED, audit=audit) as trace:
+        with trace_pipelines(pipeline_spec(8, 4), level="waits", address=BAKED, audit=audit) as trace:
             compiled = cute.compile(pk.launch, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
                                     options="--keep-ptx --keep-cubin")
         cubins[audit] = compiled.__cubin__
@@ -191,7 +192,7 @@ def test_the_audit_leaves_artifacts_as_asked():
     ptx, trace = _compile("launch_names", options="")
     assert ptx is None
     assert {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("ikp_audit_")} == before
-    _assert_full_coverage(trace.metadata())
+    assert_full_coverage(trace.metadata())
 
 
 def test_a_hook_left_behind_is_inert():
@@ -209,7 +210,7 @@ def test_a_hook_left_behind_is_inert():
 
     plain = build()
     original = cute.arch.mbarrier_wait
-    with trace_pipelines(_spec(8, 4), address=BAKED):
+    with trace_pipelines(pipeline_spec(8, 4), address=BAKED):
         left_behind = cute.arch.mbarrier_wait
     assert left_behind is not original and cute.arch.mbarrier_wait is original
     cute.arch.mbarrier_wait = left_behind

@@ -15,7 +15,7 @@ import pytest
 
 from host_decode.core import wire
 from host_decode.core.errors import DecodeError
-from tests.buffers import B, BufferBuilder, E, F
+from tests.support.buffers import B, BufferBuilder, E, F
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
@@ -639,14 +639,14 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     copy holds no Profiler (no timer read)."""
     pytest.importorskip("torch")
     pytest.importorskip("flash_attn.cute.flash_fwd_sm90")
-    from tests import test_examples_compile as tec
+    from tests.support.examples import BAKED, compile_fa4, import_example, profile_spec, timer_reads
 
-    fi = tec._import("fa4_sm90", "fa4_instrumented")
+    fi = import_example("fa4_sm90", "fa4_instrumented")
     nb = fi.num_ctas(1, 1024, 4)
-    plain = tec._compile_fa4(None, None)
-    spec = tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED, window_slots=10)
-    windowed = tec._compile_fa4(spec, "iter")
-    flat = tec._compile_fa4(tec._spec(fi.events_for("iter"), 3, nb, 128, baked=tec.BAKED), "iter")
+    plain = compile_fa4(None, None)
+    spec = profile_spec(fi.events_for("iter"), 3, nb, 128, baked=BAKED, window_slots=10)
+    windowed = compile_fa4(spec, "iter")
+    flat = compile_fa4(profile_spec(fi.events_for("iter"), 3, nb, 128, baked=BAKED), "iter")
     assert windowed.count("wgmma.mma_async") == 2 * plain.count("wgmma.mma_async") > 0
     # per role: the decision, create, the last finalizer's re-read; and the producer's count after its
     # loads (count_at="end") reads the window words again (empty or not: per block or per warp)
@@ -656,7 +656,7 @@ def test_fa4_with_capture_window_runs_its_own_code_when_closed():
     ticks = f"red.relaxed.gpu.global.add.u64 [ctl+{4 * ring.TICKS}]"
     assert len(_lines(windowed, f"{ticks}, amount")) == 2
     assert len(_lines(windowed, f"{ticks}, held")) == 2 and len(_lines(windowed, f"{ticks}, 1")) == 2
-    assert tec.timer_reads(windowed) == tec.timer_reads(flat)  # the closed copies read no timer
+    assert timer_reads(windowed) == timer_reads(flat)  # the closed copies read no timer
 
 
 def test_a_window_spec_refuses_several_writers_per_lane():

@@ -128,7 +128,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
     """Kineto's ts + baseTimeNanoseconds is Unix-epoch ns (fixture recorded with torch on 2026-11-22)."""
     from pathlib import Path
 
-    doc = align.load_chrome(Path(__file__).parent / "fixtures" / "torch" / "cpu_steps.json.gz")
+    doc = align.load_chrome(Path(__file__).resolve().parents[3] / "fixtures" / "torch" / "cpu_steps.json.gz")
     x = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     t = align.profiler_ns(doc, x[0]["ts"])
     assert 1.7e18 < t < 2.0e18  # 2023..2033 in epoch ns; a monotonic/boot clock would be ~1e15
@@ -136,7 +136,7 @@ def test_real_torch_fixture_clock_is_epoch_ns():
 
 def test_cli_merge_with_torch(tmp_path):
     from host_decode.load.capture import save_capture
-    from tests.buffers import B, BufferBuilder, E, F
+    from tests.support.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000
     bb = BufferBuilder(num_blocks=1, num_groups=1, records_per_lane=8)
@@ -184,7 +184,7 @@ def test_unreadable_profiler_trace_is_a_clear_error(tmp_path):
 def test_merge_torch_says_lanes_left_out(tmp_path, capsys):
     # --max-lanes cuts lanes out of the merged trace: the file records it and the terminal says it
     from host_decode.load.capture import save_capture
-    from tests.buffers import B, BufferBuilder, E, F
+    from tests.support.buffers import B, BufferBuilder, E, F
 
     t64 = BASE + 7_000_000_000
     bb = BufferBuilder(num_blocks=2, num_groups=1, records_per_lane=8)

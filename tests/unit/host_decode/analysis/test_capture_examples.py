@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 GRAPH = ROOT / "examples" / "cuda_graph" / "captures"
 SERVING = ROOT / "examples" / "serving_loop"
 

@@ -80,7 +80,7 @@ def test_lane_unit_averages_per_lane():
 
 def _save(tmp_path, name, scale):
     from host_decode.load.capture import save_capture
-    from tests.buffers import B, BufferBuilder, E, F
+    from tests.support.buffers import B, BufferBuilder, E, F
 
     rng = np.random.default_rng(3)
     bb = BufferBuilder(num_blocks=8, num_groups=1, records_per_lane=130)

@@ -10,7 +10,7 @@ from host_decode.cli import main
 from host_decode.core.model import Names
 from host_decode.reports import merged
 from host_decode.writers.chrome_json import chrome_events
-from tests.buffers import B, BufferBuilder, E, F
+from tests.support.buffers import B, BufferBuilder, E, F
 
 
 def _launch(t0, length=100, blocks=2, absolute=True, **meta):
@@ -124,7 +124,7 @@ def test_chrome_overlapping_regions_get_their_own_thread():
 def test_keep_lanes_counts_the_instants_it_leaves_out():
     from host_decode.core.decoder import decode
     from host_decode.writers.chrome_json import keep_lanes
-    from tests.buffers import INST
+    from tests.support.buffers import INST
 
     bb = BufferBuilder(num_blocks=3, num_groups=1, records_per_lane=8)
     for lane in range(3):

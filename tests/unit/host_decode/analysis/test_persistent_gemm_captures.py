@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 CAPTURES = ROOT / "examples" / "persistent_gemm" / "captures"
 GEMMS = [f"persistent_gemm_{c}_{level}" for c in ("1x1", "2x1") for level in ("waits", "signals")]
 PROBES = [("tma_probe_4096B_1s", 1), ("tma_probe_32768B_4s", 4)]

@@ -22,7 +22,7 @@ from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
 from host_decode.load.capture import load_capture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def pipeline_captures() -> list[Path]:

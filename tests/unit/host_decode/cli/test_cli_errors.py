@@ -13,7 +13,7 @@ import pytest
 
 from host_decode.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 PC = ROOT / "tests" / "fixtures" / "pc"
 BASIC = ROOT / "examples" / "basic" / "capture.npy"
 INSIGHT = ROOT / "examples" / "insight"

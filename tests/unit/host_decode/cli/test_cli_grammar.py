@@ -16,7 +16,7 @@ import pytest
 
 from host_decode.cli import WORKFLOW, build_parser, main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 BASIC = ROOT / "examples" / "basic" / "capture.npy"
 FA4 = ROOT / "examples" / "fa4_sm90" / "capture.npy"
 PC = ROOT / "tests" / "fixtures" / "pc"

@@ -16,7 +16,7 @@ import pytest
 from host_decode.cli import main
 from host_decode.core.files import TEMP_PREFIX, OutputError, OutputFiles
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 FIX = ROOT / "tests" / "fixtures"
 
 

@@ -8,7 +8,7 @@ from host_decode.core.decoder import decode, infer_write_stride
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
 from host_decode.load.capture import load_capture, save_capture
-from tests.buffers import INST, B, BufferBuilder, E, F
+from tests.support.buffers import INST, B, BufferBuilder, E, F
 
 
 def spans_of(trace):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from host_decode.core import wire
 from host_decode.core.decoder import decode
 from host_decode.core.errors import DecodeError
-from tests.buffers import INST, B, BufferBuilder, E, F
+from tests.support.buffers import INST, B, BufferBuilder, E, F
 
 MASK = 0xFFFF_FFFF
 

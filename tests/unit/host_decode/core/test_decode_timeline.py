@@ -10,7 +10,7 @@ import host_decode.core.decoder as d
 from host_decode.core import stride as stride_mod
 from host_decode.core import wire
 from host_decode.core.decoder import decode
-from tests.buffers import INST, B, BufferBuilder, E, F
+from tests.support.buffers import INST, B, BufferBuilder, E, F
 
 M = 0xFFFF_FFFF
 CHUNKS = [1 << 16, 1, 8]  # one chunk; a chunk per lane; a few lanes per chunk

@@ -26,7 +26,7 @@ from host_decode.hardware.adapters import (
     nvbit,
 )
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pc")
+FIX = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "pc"))
 NCU_CSV = os.path.join(FIX, "markers_synthetic_ncu.csv")
 CUPTI_JSON = os.path.join(FIX, "markers_synthetic_cupti.json")
 NVBIT_JSON = os.path.join(FIX, "markers_synthetic_nvbit.json")

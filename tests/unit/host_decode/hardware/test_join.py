@@ -23,9 +23,9 @@ from host_decode.core.model import (
 from host_decode.hardware import join, pc2region, sass
 from host_decode.hardware.adapters import PcTable, cupti, ncu, nvbit
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "fixtures", "pc")
-CUBIN = os.path.join(HERE, "kernels_pc2region", "markers.sm_90a.cubin")
+TESTS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # tests/
+FIX = os.path.join(TESTS, "fixtures", "pc")
+CUBIN = os.path.join(TESTS, "kernels_pc2region", "markers.sm_90a.cubin")
 NAMES = {1: "outer", 2: "body", 3: "slow", 4: "inner"}
 
 

@@ -21,8 +21,8 @@ from host_decode.core.errors import DecodeError
 from host_decode.hardware import pc2region, sass
 from host_decode.hardware.pc2region import AMBIGUOUS, OUTSIDE, UNREACHABLE
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-KDIR = os.path.join(HERE, "kernels_pc2region")
+TESTS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # tests/
+KDIR = os.path.join(TESTS, "kernels_pc2region")
 MARKERS_CUBIN = os.path.join(KDIR, "markers.sm_90a.cubin")
 MARKERS_NAMES = {1: "outer", 2: "body", 3: "slow", 4: "inner"}
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
@@ -211,11 +211,9 @@ def test_markers_cu_recompiled(tmp_path):
 
 def _compile_cute_loop(tmp_path, arch="sm_90a"):
     pytest.importorskip("cutlass")
-    import importlib.util
+    from tests.support.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("cute_loop", os.path.join(KDIR, "cute_loop.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(os.path.join(KDIR, "cute_loop.py"), "cute_loop")
     return mod, mod.compile_loop_kernel(dump_dir=str(tmp_path), arch=arch)
 
 
@@ -482,7 +480,7 @@ def test_begin_without_end_in_a_loop_is_detected_and_deep_nesting_is_not():
 # the project's device APIs: cuda_include/ikp.cuh and ikp_cute
 # ================================================================================================
 
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTS)
 
 
 def _marker_balance(m):
@@ -625,7 +623,7 @@ def test_wgmma_pipeline_example(tmp_path):
     separate the producer's regions from the consumer's, with every HGMMA in `mma` and every TMA load
     in `issue_tma` (and HGMMA's accumulator range must not be taken to clobber the tag registers)."""
     pytest.importorskip("cutlass")
-    import importlib.util
+    from tests.support.scripts import load_script
 
     path = os.path.join(ROOT, "examples", "pipeline", "gemm_pipeline.py")
     if not os.path.exists(path):
@@ -637,9 +635,7 @@ def test_wgmma_pipeline_example(tmp_path):
 
         from ikp_cute import EventRegistry, ProfileSpec, fake_buffer
 
-        spec_ = importlib.util.spec_from_file_location("gemm_pipeline", path)
-        gp = importlib.util.module_from_spec(spec_)
-        spec_.loader.exec_module(gp)
+        gp = load_script(path, "gemm_pipeline")
     except ImportError as e:
         pytest.skip(f"pipeline example not importable: {e}")
     spec = ProfileSpec(

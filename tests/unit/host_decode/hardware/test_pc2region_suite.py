@@ -18,7 +18,7 @@ from host_decode.core.errors import DecodeError
 from host_decode.hardware import cfg, pc2region, sass
 from host_decode.hardware.region_map import AMBIGUOUS
 
-SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels_pc2region", "suite")
+SUITE = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "kernels_pc2region", "suite"))
 sys.path.insert(0, SUITE)
 import accuracy  # noqa: E402
 

@@ -14,7 +14,7 @@ from host_decode.core.model import LOSS_BUCKETS
 from host_decode.interop import detect, read_foreign
 from host_decode.load.capture import load_capture
 
-HERE = Path(__file__).resolve().parents[1] / "examples" / "interop"
+HERE = Path(__file__).resolve().parents[4] / "examples" / "interop"
 IKET_JSON = HERE / "iket_twin" / "iket_pid_0x217.trace.json"
 IKET_PFTRACE = HERE / "iket_twin" / "iket_pid_0x217.pftrace"
 PROTON = HERE / "proton_add.chrome_trace"

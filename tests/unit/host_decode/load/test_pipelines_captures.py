@@ -17,7 +17,7 @@ import pytest
 
 from host_decode.load.capture import load_capture
 
-HERE = Path(__file__).resolve().parents[1] / "examples" / "pipelines"
+HERE = Path(__file__).resolve().parents[4] / "examples" / "pipelines"
 CAPTURES = ("fa4_sm90_signals", "quack_gemm_sm90_signals")
 CONTRACT_KEYS = {"name", "class", "site", "num_stages", "producer_arrivals", "consumer_arrivals", "tx_bytes", "ids"}
 

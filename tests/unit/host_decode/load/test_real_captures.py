@@ -1,10 +1,9 @@
 """Real buffers captured on an H200 (committed under examples/) decode to exactly what the program did.
 
 The CUDA C++ captures come from `python gpu/cuda_cross_check.py` (examples/cuda_cpp/ikp_example.cu);
-the program model and the checks are that script's own (check_trace), applied here to the committed
-bytes, so CI re-checks real GPU output without a GPU."""
+the program model and the checks are the ones that script applies (ikp_cute/testing/cuda_program.py:
+check_trace), applied here to the committed bytes, so CI re-checks real GPU output without a GPU."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,15 +11,14 @@ import pytest
 
 from host_decode.load.capture import load_capture
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 CAPTURES = ROOT / "examples" / "cuda_cpp" / "captures"
 
 
 def _cross_check():
-    spec = importlib.util.spec_from_file_location("cuda_cross_check", ROOT / "gpu" / "cuda_cross_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from ikp_cute.testing import cuda_program
+
+    return cuda_program
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from host_decode.core import wire
 from host_decode.core.errors import DecodeError
 from host_decode.load import sidecar
 from host_decode.load.capture import save_capture
-from tests.buffers import B, BufferBuilder, E
+from tests.support.buffers import B, BufferBuilder, E
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def nested_atomic_buffer() -> np.ndarray:

@@ -60,7 +60,7 @@ def test_single_group_overlap_plot_says_so(tmp_path):
 
 def test_cli_plot(tmp_path):
     from host_decode.load.capture import save_capture
-    from tests.buffers import B, BufferBuilder, E, F
+    from tests.support.buffers import B, BufferBuilder, E, F
 
     bb = BufferBuilder(num_blocks=2, num_groups=2, records_per_lane=8)
     for lane in range(4):

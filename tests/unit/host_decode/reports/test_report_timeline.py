@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_report import NAMES, REAL_CAPTURE, synthetic_buffer
 
 from host_decode.analysis import histograms, nesting, regions
 from host_decode.core.model import SPAN_DTYPE
 from host_decode.load.capture import load_capture, save_capture
 from host_decode.reports import html, html_hardware, html_source, timeline
+from tests.support.report import NAMES, REAL_CAPTURE, synthetic_buffer
 
 
 def spans(rows):

@@ -21,8 +21,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from host_decode.reports import viewer
+from tests.support.view import start_view, stop
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 CAPTURE = ROOT / "examples" / "basic" / "capture.npy"
 
 
@@ -173,26 +174,6 @@ def test_no_text_browser_without_display():
 
 
 # ------------------------------------------------------------------------------------ the command
-
-
-def start_view(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-    """`ikp view ... --no-browser --port 0` as a subprocess; returns it and the first stdout line."""
-    code = "import sys; from host_decode.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, "view", *args, "--no-browser", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, cwd=str(ROOT))
-    line = proc.stdout.readline().strip()
-    return proc, line
-
-
-def stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[int, str]:
-    proc.send_signal(sig)
-    try:
-        rc = proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return rc, proc.stderr.read()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -22,7 +22,7 @@ from host_decode.core.errors import DecodeError
 from host_decode.torch_traces import chunks, loader
 from host_decode.torch_traces import trace as tt
 
-FIXTURES = Path(__file__).parent / "fixtures" / "torch"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "torch"
 CPU_STEPS = FIXTURES / "cpu_steps.json.gz"
 CPU_SHAPES = FIXTURES / "cpu_shapes.json.gz"
 GPU_REAL = FIXTURES / "torch_gpu_2streams.json.gz"  # captured on the GPU machine (gpu/torch_profile_capture.py)
@@ -660,7 +660,7 @@ def test_parallel_workers_match_serial(tmp_path):
 
 def _capture(tmp_path, kernel):
     from host_decode.load.capture import save_capture
-    from tests.buffers import B, BufferBuilder, E
+    from tests.support.buffers import B, BufferBuilder, E
 
     b = BufferBuilder(1, 2, 8)
     b.put(0, 100, 1, B).put(0, 400, 1, E).put(0, 410, 2, B).put(0, 500, 2, E)

@@ -15,9 +15,9 @@ from host_decode.writers import TraceOptions, trace_format, write_trace
 from host_decode.writers import lane_counters as lc
 from host_decode.writers import perfetto as pf
 from host_decode.writers.chrome_json import chrome_events, write_chrome_json, write_chrome_parts
-from tests.test_perfetto import ORIGIN, make_trace, random_trace, replay
+from tests.support.perfetto_replay import ORIGIN, make_trace, random_trace, replay
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def load(path) -> list[dict]:

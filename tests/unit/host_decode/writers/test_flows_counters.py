@@ -11,7 +11,7 @@ from host_decode.core.model import FLOW_DTYPE, CounterSeries, Names
 from host_decode.writers import OVERLAYS, Overlay, TraceOptions
 from host_decode.writers import overlays as ov
 from host_decode.writers import perfetto as pf
-from tests.test_perfetto import ORIGIN, check_against_trace, lane_of_track, make_trace, replay
+from tests.support.perfetto_replay import ORIGIN, check_against_trace, lane_of_track, make_trace, replay
 
 pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
@@ -128,7 +128,7 @@ def test_overlays_combine(monkeypatch):
     assert names == ["back", "back"] + ["commit->wait"] * 4
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 
 
 @pytest.mark.parametrize("capture", ["pipelines/fa4_sm90_signals.npy", "pipelines/quack_gemm_sm90_signals.npy",
