@@ -4,7 +4,8 @@ source line shows exactly the instructions the embedded data says. A screenshot 
 
 Skips only when Chromium, its driver or Selenium cannot be found (.ci/browser.sh installs them).
 Inputs: the committed real capture (examples/basic) when present, else the synthetic markers.cu set
-of tests/test_report.py; the full map + hardware + source set always runs on the markers.cu cubin.
+of tests/unit/host_decode/reports/test_report.py; the full map + hardware + source set always runs on the markers.cu
+cubin.
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ def test_real_capture_clicks(browser, shots, tmp_path):
 @pytest.mark.parametrize("kind", ["cupti", "nvbit"])
 def test_partial_hardware_data_renders(browser, inputs, tmp_path, kind):
     """Samples without execution counts (CUPTI) and counts without samples (NVBit) both render."""
-    from test_report import counts_only_table, sampling_only_table
+    from tests.support.report import counts_only_table, sampling_only_table
 
     table = sampling_only_table(inputs["region_map"], inputs) if kind == "cupti" else counts_only_table(inputs)
     _, page, data = full_report(inputs, pc_table=table)

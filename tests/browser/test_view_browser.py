@@ -272,7 +272,8 @@ def test_trace_processor_agrees_with_pftrace(browser, view, capture):
 # Found by this test (2026-11-23): trace processor read the JSON's tid 0 as the process's main thread
 # (tid = pid), so in block 1 (and 2) group 0's lane landed on group 1's (2's) thread and overlapping regions
 # were dropped as "slice_drop_overlapping_complete_event" (basic 9, fa4_sm90 2, pipeline 24). The writer
-# puts no region on tid 0 since; tests/test_chrome_json.py reproduces the rule without a browser.
+# puts no region on tid 0 since; tests/unit/host_decode/writers/test_chrome_json.py reproduces the rule without a
+# browser.
 @pytest.mark.parametrize("capture", list(CAPTURES))
 def test_trace_processor_agrees_with_chrome_json(browser, view, tmp_path, capture):
     from host_decode.load.capture import load_capture

@@ -2,7 +2,7 @@
 H100/H200 machine): the kernels of ikp_cute/testing/kernels/pipelines_paths_kernel.py, whose waits no
 Python hook sees, run traced at level "all" (every wait a region, every signal an instant), decode with
 nothing lost, and every wait is matched to the signal that released it, exactly as the hooked twins of
-tests/test_pipelines_gpu.py are."""
+tests/gpu/test_pipelines_gpu.py are."""
 
 from __future__ import annotations
 

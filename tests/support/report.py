@@ -198,3 +198,21 @@ def real_cli_args(tmp_dir: Path) -> list[str]:
     if (REAL_DIR / "kernel.py").exists():
         args += ["--source", str(REAL_DIR / "kernel.py")]
     return args
+
+
+def sampling_only_table(region_map, inputs):
+    """CUPTI-like per-PC data: stall samples per reason, no execution counts."""
+    from host_decode.hardware.adapters import PcTable
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+
+    ncu = read_ncu_csv(str(inputs["csv"]))
+    return PcTable("cupti", "markers", ncu.pc, {}, dict(ncu.stalls))
+
+
+def counts_only_table(inputs):
+    """NVBit-like per-PC data: execution counts only."""
+    from host_decode.hardware.adapters import PcTable
+    from host_decode.hardware.adapters.ncu import read_ncu_csv
+
+    ncu = read_ncu_csv(str(inputs["csv"]))
+    return PcTable("nvbit", "markers", ncu.pc, {"inst_executed": ncu.counters["inst_executed"]}, {})

@@ -1,6 +1,7 @@
 """The slow reference of the writers' event order (formerly host_decode's merged_stream), kept only as
 the tests' oracle: host_decode.writers.order computes the same order without sorting the BEGINs and per
-run of lanes; tests/test_perfetto.py::test_file_order_is_merged_stream_order compares the two."""
+run of lanes; tests/unit/host_decode/writers/test_perfetto.py::test_file_order_is_merged_stream_order compares the
+two."""
 
 from __future__ import annotations
 

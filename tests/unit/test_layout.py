@@ -12,6 +12,11 @@
 * no module imports another module's private (_underscore) names, nor reads them off an imported module,
   in or across the two packages;
 * no `ikp` command imports another command (what commands share lives in one helper module of cli/).
+* tests/ is laid out like the code: every folder of test modules is a package (unique module names), no
+  test module sits at the top of tests/ or in tests/support; a test imports no other test module and no
+  module of the repository outside tests.support, tests.fixtures and the packages (host_decode, ikp_cute,
+  cuda_include, the examples and benchmarks it tests), loads no gpu/ script, and loads scripts by path only
+  through tests/support/scripts.py; @pytest.mark.gpu tests live in tests/gpu/, and every test there is one.
 
 Every import counts, also one inside a function. Violations known today are listed in KNOWN, each with
 what removes it; the list is exact: a new violation fails, and so does a listed one that is gone
@@ -330,3 +335,156 @@ def test_the_project_stands_alone():
             continue
         hits += [f"{rel}:{n}" for n, line in enumerate(text.splitlines(), 1) if any(x in line for x in needles)]
     assert not hits, "points at the steering notes (copy the facts into docs/ and cite that):\n  " + "\n  ".join(hits)
+
+
+# --- the tests' own layout (TESTS_ALLOWED: what a test may import of the repository) ---------------------
+
+TESTS_ALLOWED = ("tests.support", "tests.fixtures", "host_decode", "ikp_cute", "cuda_include", "examples")
+DATA_FOLDERS = ("fixtures", "kernels_pc2region")  # data and the scripts that made it, not tests
+
+
+def source_files_of_tests(root: Path) -> dict[str, Path]:
+    """{path relative to root: path} of every Python file of tests/ outside its data folders."""
+    tests = root / "tests"
+    return {p.relative_to(root).as_posix(): p for p in sorted(tests.rglob("*.py"))
+            if p.relative_to(tests).parts[0] not in DATA_FOLDERS and "__pycache__" not in p.parts}
+
+
+def local_names(root: Path) -> set[str]:
+    """Names a bare import would reach in tests/ through a sys.path entry a test added (the files and folders
+    at the top of tests/ and tests/support), and the top-level tests and gpu (a gpu/ folder put on sys.path
+    is caught where it is added)."""
+    found = {"tests", "gpu", "conftest"}
+    for folder in (root / "tests", root / "tests" / "support"):
+        found |= {p.stem for p in folder.iterdir() if p.suffix == ".py" or p.is_dir()} if folder.is_dir() else set()
+    return found - {"__init__", "__pycache__"}
+
+
+def import_violations_in_tests(root: Path = ROOT) -> set[str]:
+    """Every import of a test module or of a repository module outside TESTS_ALLOWED by a file of tests/,
+    every gpu/ script loaded by path, every by-path load outside tests/support/scripts.py."""
+    out = set()
+    local = local_names(root)
+    for rel, path in source_files_of_tests(root).items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolved against the file's package under tests/
+                    package = rel.removesuffix(".py").split("/")[: -node.level]
+                    base = ".".join(package + ([base] if base else []))
+                names = [f"{base}.{a.name}" if base else a.name for a in node.names]
+            elif isinstance(node, ast.Call) and (dotted(node.func) or "").split(".")[-1] in (
+                    "spec_from_file_location", "load_script", "insert", "append"):
+                kind = dotted(node.func).split(".")[-1]
+                if kind in ("insert", "append") and not (dotted(node.func) or "").startswith("sys.path."):
+                    continue
+                if kind == "spec_from_file_location" and rel != "tests/support/scripts.py":
+                    out.add(f"by path: {rel} (tests/support/scripts.py load_script)")
+                strings = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                if any(v == "gpu" or v.startswith("gpu/") for v in strings):
+                    out.add(f"gpu script: {rel} ({kind})")
+                continue
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if any(part.startswith("test_") for part in parts):
+                    out.add(f"test module: {rel} -> {name}")
+                elif parts[0] in local and not any(name == a or name.startswith(a + ".") for a in TESTS_ALLOWED):
+                    out.add(f"outside support: {rel} -> {name}")
+    return out
+
+
+def folder_violations_in_tests(root: Path = ROOT) -> set[str]:
+    """Test folders that are not packages, test modules out of place, gpu tests outside tests/gpu/ and
+    tests in tests/gpu/ that are not marked gpu."""
+    out = set()
+    tests = root / "tests"
+    for rel, path in source_files_of_tests(root).items():
+        parts = path.relative_to(tests).parts
+        if not path.name.startswith("test_"):
+            continue
+        if len(parts) == 1 or parts[0] == "support":
+            out.add(f"place: {rel}")
+        for depth in range(len(parts)):
+            if not (tests.joinpath(*parts[:depth]) / "__init__.py").is_file():
+                out.add(f"package: {tests.joinpath(*parts[:depth]).relative_to(root).as_posix()}")
+        tree = ast.parse(path.read_text())
+        marks = {dotted(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        if parts[0] != "gpu" and "pytest.mark.gpu" in marks:
+            out.add(f"gpu outside tests/gpu: {rel}")
+        if parts[0] == "gpu":
+            module_marked = any(
+                isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                and "pytest.mark.gpu" in {dotted(x) for x in ast.walk(n.value)} for n in tree.body)
+            for n in tree.body:
+                if isinstance(n, ast.FunctionDef) and n.name.startswith("test_") and not module_marked and \
+                        "pytest.mark.gpu" not in {dotted(d) for d in n.decorator_list}:
+                    out.add(f"not gpu: {rel}::{n.name}")
+    return out
+
+
+def test_tests_import_only_support_and_the_packages():
+    found = sorted(import_violations_in_tests(ROOT))
+    assert not found, "tests that import tests or scripts (move what they share to tests/support):\n  " + \
+        "\n  ".join(found)
+
+
+def test_test_folders_are_packages():
+    found = sorted(folder_violations_in_tests(ROOT))
+    assert not found, "tests out of the layout (docs/layout.md):\n  " + "\n  ".join(found)
+
+
+def test_the_test_checks_see_violations(tmp_path):
+    """The two checks above on a small tree: each kind of violation is found, what is allowed is not."""
+    files = {
+        "tests/__init__.py": "",
+        "tests/conftest.py": "",
+        "tests/test_top.py": "",
+        "tests/support/__init__.py": "",
+        "tests/support/helpers.py": "from tests.unit import test_a\n",
+        "tests/support/scripts.py": "import importlib.util\nimportlib.util.spec_from_file_location('x', 'y')\n",
+        "tests/fixtures/make.py": "import test_anything\n",
+        "tests/unit/__init__.py": "",
+        "tests/unit/test_a.py": (
+            "import pytest\nimport numpy\nfrom host_decode.core import wire\nfrom tests.support.helpers import x\n"
+            "from examples.basic.kernel import k\n\n@pytest.mark.gpu\ndef test_x():\n    import helpers\n"
+        ),
+        "tests/unit/nopkg/test_b.py": (
+            "from tests.unit.test_a import y\nfrom .. import test_a\nfrom tests import conftest\n"
+            "import importlib.util\nimportlib.util.spec_from_file_location('c', 'gpu/c.py')\n"
+            "from tests.support.scripts import load_script\nload_script(ROOT / 'gpu' / 'c.py')\n"
+            "load_script(ROOT / 'examples' / 'run.py')\nimport gpu.c\nsys.path.insert(0, str(ROOT / 'gpu'))\n"
+        ),
+        "tests/gpu/__init__.py": "",
+        "tests/gpu/test_g.py": (
+            "import pytest\n\n@pytest.mark.gpu\ndef test_marked():\n    pass\n\ndef test_bare():\n    pass\n"
+        ),
+        "tests/gpu/test_m.py": "import pytest\npytestmark = pytest.mark.gpu\n\ndef test_y():\n    pass\n",
+        "gpu/c.py": "",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert import_violations_in_tests(tmp_path) == {
+        "test module: tests/support/helpers.py -> tests.unit.test_a",
+        "outside support: tests/unit/test_a.py -> helpers",
+        "test module: tests/unit/nopkg/test_b.py -> tests.unit.test_a.y",
+        "test module: tests/unit/nopkg/test_b.py -> tests.unit.test_a",
+        "outside support: tests/unit/nopkg/test_b.py -> tests.conftest",
+        "by path: tests/unit/nopkg/test_b.py (tests/support/scripts.py load_script)",
+        "gpu script: tests/unit/nopkg/test_b.py (spec_from_file_location)",
+        "gpu script: tests/unit/nopkg/test_b.py (load_script)",
+        "gpu script: tests/unit/nopkg/test_b.py (insert)",
+        "outside support: tests/unit/nopkg/test_b.py -> gpu.c",
+    }
+    assert folder_violations_in_tests(tmp_path) == {
+        "place: tests/test_top.py",
+        "package: tests/unit/nopkg",
+        "gpu outside tests/gpu: tests/unit/test_a.py",
+        "not gpu: tests/gpu/test_g.py::test_bare",
+    }
+

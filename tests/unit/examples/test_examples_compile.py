@@ -17,7 +17,6 @@ import itertools
 import json
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,8 +32,6 @@ from tests.support.examples import (
 from tests.support.scripts import load_script
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-
-REPO = Path(__file__).resolve().parents[3]
 
 # Opcodes the profiler may add besides its stores (PTX): timer reads, record guards and arithmetic, and
 # the warp-index broadcast (shfl.sync.idx) of the leader predicate where the kernel has none. The

@@ -6,7 +6,7 @@ latency probe, untraced and under `trace_pipelines` at each level.
   empty side counts one arrive per consumer warp of every CTA writing the stage; it has no ikp_cute call;
 * traced == untraced + records only: every opcode of the kernel outside the tracer's own inline-PTX blocks
   and integer glue occurs equally often (wgmma, cp.async.bulk.tensor, mbarrier, barriers, stores), every
-  pipeline call site has its markers, every lane stores its records in time order (tests/record_order.py),
+  pipeline call site has its markers, every lane stores its records in time order (tests/support/record_order.py),
   and compiling after the context gives the untouched PTX again;
 * the comparison catches a changed kernel (it can fail);
 * no register spills (local memory) untraced or traced, when nvdisasm is there;

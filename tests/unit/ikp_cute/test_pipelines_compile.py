@@ -1,5 +1,5 @@
 """trace_pipelines on real compiles (CPU, sm_90a / sm_100a): records at every pipeline call site, nothing
-outside the context, the sidecar metadata (the device half of tests/test_pipelines_*.py).
+outside the context, the sidecar metadata (the device half of the pipelines tests).
 
 * small kernels on cutlass.pipeline (ikp_cute/testing/kernels/pipelines_kernel.py): a kernel-defined
   subclass, named-barrier turns, cutlass's PipelineProducer / PipelineConsumer handles (cutlass only);
@@ -259,7 +259,7 @@ def test_fa4_sm90_traced_with_no_source_change(fa4):
     from ikp_cute.pipelines import LEVEL_OPS
 
     assert fa4["after"] == fa4["plain"]
-    assert fa4["order"] == []  # tests/record_order.py: every lane stores its records in time order
+    assert fa4["order"] == []  # tests/support/record_order.py: every lane stores its records in time order
     check_call_sites(fa4["traced"], fa4["meta"], LEVEL_OPS["signals"])
     by_name = {p["name"]: p for p in fa4["meta"]["pipelines"]}
     assert all(p.get("scope") == "cta" for p in by_name.values())  # FA4 sm90 launches 1-CTA clusters
@@ -442,7 +442,7 @@ def test_fa4_sm100_compiles_with_tracing():
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["identical_after"] and result["cubin"] > 0
-    assert result["order"] == [[], [], []]  # tests/record_order.py, forward, backward and GEMM
+    assert result["order"] == [[], [], []]  # tests/support/record_order.py, forward, backward and GEMM
     by_name = {p["name"]: p for p in result["meta"]["pipelines"]}
     assert {"q", "kv", "s_p_o", "o_acc"} <= set(by_name)
     assert {"PipelineTmaUmma", "PipelineUmmaAsync", "PipelineAsync"} <= {p["class"] for p in by_name.values()}
@@ -597,7 +597,7 @@ def test_checks_stay_in_time_order_around_a_constant_if_and_a_loop():
                                     "launch_two_rings", "launch_ordered"])
 @pytest.mark.parametrize("level", ["waits", "signals"])
 def test_every_lane_stores_its_records_in_time_order(launch, level):
-    """tests/record_order.py on the small kernels: no reservation is made before another whose times it
+    """tests/support/record_order.py on the small kernels: no reservation is made before another whose times it
     follows (it finds both cases order_kernel guards against in the code they were found in)."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor

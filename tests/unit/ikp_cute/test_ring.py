@@ -2,7 +2,7 @@
 
 Compile-time properties of the device side (sm_90a PTX without a GPU), and the host's ring logic on a
 CPU torch buffer driven by the reference of the device rule (ring.decide / ring.run_launch); the GPU
-twin of the rule is tests/test_ring_gpu.py."""
+twin of the rule is tests/gpu/test_ring_gpu.py."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def test_every_key_the_device_writes_is_in_the_schema(tmp_path):
     trace.catalog.barrier_base("bar_sync", "k.py:1", 1, "epilogue")
     session.buffer[0] = int(wire.pack_header(2, 4))
     audit_keys = {"pipelines_untraced": [], "barrier_sites": [], "coverage": {}, "hooks_replaced": []}
-    meta = dict(trace.metadata(), **audit_keys)  # what a traced compile adds (tests/test_pipelines_ir.py)
+    meta = dict(trace.metadata(), **audit_keys)  # what a traced compile adds (tests/unit/ikp_cute/test_pipelines_ir.py)
     trace.metadata = lambda: meta
     side = json.loads(trace.save(session, tmp_path / "p.npy").with_suffix(".json").read_text())
     assert {"pipelines", "barriers", "coverage", "barrier_sites", "mode", "fence", "kernel"} <= set(side)

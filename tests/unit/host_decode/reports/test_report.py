@@ -25,9 +25,11 @@ from tests.support.report import (
     REAL_CAPTURE,
     SOURCE,
     STALLS,
+    counts_only_table,
     full_report,
     real_cli_args,
     real_hw_set,
+    sampling_only_table,
     synthetic_buffer,
 )
 
@@ -326,24 +328,6 @@ def test_without_analysis_module_the_page_says_so(tmp_path, monkeypatch):
     assert data["analysis"] is None and data["sm"] == [] and "analysis" in data["missing"]
     assert data["kernel"]["launch_ns"] == trace.end_ns - trace.start_ns
     _check_regions_against_stats(trace, data)
-
-
-def sampling_only_table(region_map, inputs):
-    """CUPTI-like per-PC data: stall samples per reason, no execution counts."""
-    from host_decode.hardware.adapters import PcTable
-    from host_decode.hardware.adapters.ncu import read_ncu_csv
-
-    ncu = read_ncu_csv(str(inputs["csv"]))
-    return PcTable("cupti", "markers", ncu.pc, {}, dict(ncu.stalls))
-
-
-def counts_only_table(inputs):
-    """NVBit-like per-PC data: execution counts only."""
-    from host_decode.hardware.adapters import PcTable
-    from host_decode.hardware.adapters.ncu import read_ncu_csv
-
-    ncu = read_ncu_csv(str(inputs["csv"]))
-    return PcTable("nvbit", "markers", ncu.pc, {"inst_executed": ncu.counters["inst_executed"]}, {})
 
 
 def test_sampling_only_and_counts_only_data(inputs):

@@ -2,7 +2,7 @@
 
 The server is real (a socket on 127.0.0.1, port 0); requests go through urllib. The command itself runs
 as a subprocess (`python -m host_decode.cli`-style entry) to check its stdout contract and clean exit
-on Ctrl-C (SIGINT) and SIGTERM. The browser side is tests/test_view_browser.py.
+on Ctrl-C (SIGINT) and SIGTERM. The browser side is tests/browser/test_view_browser.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Flows and counter series in the Perfetto writer (the contract in PIPELINES_CONTRACT.md): parsed back
-with the official protos and replayed like trace processor (tests/test_perfetto.py::replay); the one
+with the official protos and replayed like trace processor (tests/support/perfetto_replay.py::replay); the one
 TraceOptions, and the overlays the writer draws itself, whichever entry point writes the trace."""
 
 from pathlib import Path
