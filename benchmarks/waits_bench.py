@@ -4,8 +4,8 @@
     python benchmarks/waits_bench.py --blocks 528 --iters 2000  # ~9.5 M records
 
 The capture: per block a producer and two consumers on one 4-stage pipeline with commits and releases
-(the schedule of tests/test_waits.py::test_many_stages_reused_many_times), repeated over blocks
-with shifted times. Prints decode, match, summary (+ critical path) seconds and their ratios to decode.
+(the schedule of tests/unit/host_decode/analysis/test_waits.py::test_many_stages_reused_many_times), repeated over
+blocks with shifted times. Prints decode, match, summary (+ critical path) seconds and their ratios to decode.
 """
 
 from __future__ import annotations

@@ -60,21 +60,8 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
 os.environ.setdefault("QUACK_CACHE_ENABLED", "0")
 
-DEFAULT = [("waits", "waits", {}), ("signals", "signals", {})]
-ABLATION = [
-    ("acquire_only", "waits", {"ops": {"acquire"}}),
-    ("wait_only", "waits", {"ops": {"wait"}}),
-    ("bar_sync_only", "waits", {"ops": {"bar_sync"}}),
-    ("polls_timed", "waits", {"polls": "timed"}),
-    ("polls_off", "waits", {"polls": "off"}),
-    ("blocked_64ns", "waits", {"blocked_ns": 64}),
-    ("blocked_1024ns", "waits", {"blocked_ns": 1024}),
-    ("never_stored", "waits", {"blocked_ns": 2**31 - 1}),
-    ("no_named_barriers", "waits", {"named_barriers": False}),
-    ("passing_waits", "waits", {"passing_waits": True}),
-    ("signals_commit", "signals", {"ops": {"commit"}}),
-    ("signals_release", "signals", {"ops": {"release"}}),
-]
+from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT  # noqa: E402
+
 RECORDS_PER_LANE = 8192  # a GEMM consumer warp at "signals": ~3 records per k-tile, ~2,000 k-tiles per CTA
 SIZE = 8192
 

@@ -5,10 +5,10 @@
 ``Profiler`` checks the use (ikp_cute/checks.py) and calls its recorder (ikp_cute/recorders/, chosen once
 from ``spec.mode`` in RECORDERS); it holds no mode ladder.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
-named otherwise; GPU ones in tests/test_device_gpu.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py unless
+named otherwise; GPU ones in tests/gpu/test_device_gpu.py):
 * A disabled spec compiles to exactly the uninstrumented kernel: every call folds away at trace time
-  (test_disabled_ptx_identical_to_uninstrumented; examples: tests/test_examples_compile.py).
+  (test_disabled_ptx_identical_to_uninstrumented; examples: tests/unit/examples/test_examples_compile.py).
 * The buffer is the session's: a static size smaller than the spec is a trace-time error, a dynamic one
   disables recording at run time, and a spec with a baked address needs no buffer argument
   (test_misuse_buffer_smaller_than_spec, test_lean_checks_a_dynamic_buffer_size_like_every_mode,
@@ -18,7 +18,7 @@ named otherwise; GPU ones in tests/test_device_gpu.py):
 * fence="cta" puts a CTA fence after every BEGIN and before every END record, and nothing else does
   (test_fence_option_emits_a_cta_fence_only_when_asked).
 * window_branch and launch_records take the same decision in every thread of a launch
-  (tests/test_ring.py, tests/test_ring_gpu.py).
+  (tests/unit/ikp_cute/test_ring.py, tests/gpu/test_ring_gpu.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ place of the peers' symmetric ones; the same kernel code path, scope "sys" inclu
 
 NVLink multicast stays off: this program sets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and
 NVSHMEM_DISABLE_NVLS=1 before it imports torch, asserts them, and uses no multimem instruction (the
-kernel's PTX is checked on the CPU by tests/test_flag_examples.py).
+kernel's PTX is checked on the CPU by tests/unit/examples/test_flag_examples.py).
 
 Each rank checks a_full (the all-gathered A, exactly) and C_r = A @ B_r against float64 torch, with
 outputs poisoned before each checked launch; both library waits ("ld", "cas") run with no delay and
@@ -62,7 +62,7 @@ CTA, START, WAIT_BEGIN, WAIT_END, SIGNAL_AT, END = range(len(LOG_FIELDS))
 TIMER_STEP_NS = 32  # %globaltimer's resolution on H100/H200 (docs/gpu.md)
 
 
-# --- the task graph (numpy; tests/test_flag_examples.py) ------------------------------------------------------
+# --- the task graph (numpy; tests/unit/examples/test_flag_examples.py) ------------------------------------------------
 
 
 def task_table(rank: int, world: int, row_blocks: int, tiles_n: int, chunks: int) -> np.ndarray:

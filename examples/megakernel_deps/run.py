@@ -36,7 +36,7 @@ LOG_FIELDS = ("cta", "start", "wait_begin", "wait_end", "signal", "end")
 CTA, START, WAIT_BEGIN, WAIT_END, SIGNAL_AT, END = range(len(LOG_FIELDS))
 
 
-# --- the task graph (numpy; tests/test_flag_examples.py) ------------------------------------------------------
+# --- the task graph (numpy; tests/unit/examples/test_flag_examples.py) ------------------------------------------------
 
 
 def task_table(row_blocks: int, tiles_n1: int, tiles_n2: int, order: str = "interleaved", lag: int = 2) -> np.ndarray:

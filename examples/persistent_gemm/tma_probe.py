@@ -28,7 +28,7 @@ there is no commit: the producer's acquire region ends just before the issue, wh
 
     python examples/persistent_gemm/tma_probe.py [--out DIR]      # GPU: every config, traced + truth
 
-CPU test: tests/test_persistent_gemm_compile.py::test_tma_probe_*.
+CPU test: tests/unit/examples/test_persistent_gemm_compile.py::test_tma_probe_*.
 """
 
 from __future__ import annotations

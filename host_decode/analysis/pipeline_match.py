@@ -8,8 +8,8 @@ signal phase that released it.
 * match_barrier: named-barrier syncs <- the latest arrival by time;
 * stage_counters: the "stages full" counter series per block.
 
-Invariants, and the tests that guard them (tests/test_waits.py): every wait that ended gets exactly one
-status (::test_consumer_overflow_and_missing_lane); count and time disagreements are counted
+Invariants, and the tests that guard them (tests/unit/host_decode/analysis/test_waits.py): every wait that ended gets
+exactly one status (::test_consumer_overflow_and_missing_lane); count and time disagreements are counted
 (::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted); barriers match by time
 (::test_warp_scheduler_barrier_matched_by_time); hand-computed matches (::test_waits_numbers_by_hand).
 """

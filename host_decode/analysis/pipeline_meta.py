@@ -13,9 +13,10 @@ is imported.
   z*gx*gy) when given, else as consecutive runs of n blocks (units_of).
 
 Invariants, and the tests that guard them: a malformed entry is a ValueError naming the entry and the key
-(tests/test_waits.py::test_bad_metadata_names_the_entry, ::test_malformed_pipeline_metadata_is_refused_by_name,
-::test_malformed_barrier_metadata_is_refused_by_name); the metadata survives a capture's save and load
-(::test_sidecar_round_trip); cluster units follow the grid (::test_two_cta_cluster).
+(tests/unit/host_decode/analysis/test_waits.py::test_bad_metadata_names_the_entry,
+::test_malformed_pipeline_metadata_is_refused_by_name, ::test_malformed_barrier_metadata_is_refused_by_name); the
+metadata survives a capture's save and load (::test_sidecar_round_trip); cluster units follow the grid
+(::test_two_cta_cluster).
 """
 
 from __future__ import annotations

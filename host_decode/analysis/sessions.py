@@ -354,7 +354,7 @@ def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progr
     other tracers' traces) as one Trace: one file holding one launch is that launch's Trace; anything else
     is the concat of all launches (meta['parts']). `names` and `write_stride` (`--names`,
     `--write-stride`) apply to every ikp capture, over its sidecar's; a foreign trace is refused with
-    either (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
+    either (tests/unit/host_decode/cli/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
     launches = load_launches(paths, progress=progress, names=names, write_stride=write_stride)
     if launches.single:
         return launches.traces[0]

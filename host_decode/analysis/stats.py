@@ -50,7 +50,7 @@ def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
     `dur`: the durations, or a function of a row mask giving those rows' durations (so that a whole
     duration column is never needed when pairs are few). Temporaries: a small dense pair id per row and
     one pair's durations at a time (few pairs), or the durations grouped by a radix sort (many).
-    Guarded by tests/test_stats.py (against np.percentile per group)."""
+    Guarded by tests/unit/host_decode/analysis/test_stats.py (against np.percentile per group)."""
     if np.size(group) == 0:
         return np.zeros(0, SUMMARY_DTYPE)
     ids, key_group, key_event = pair_ids(np.asarray(group), np.asarray(event))

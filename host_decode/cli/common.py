@@ -1,7 +1,7 @@
 """What every `ikp` command shares: the flags of one grammar, safe outputs, progress, the console, one
 JSON-safe converter and the "next step" line. Commands import from here, never from each other.
 
-Grammar (guarded by tests/test_cli_grammar.py):
+Grammar (guarded by tests/unit/host_decode/cli/test_cli_grammar.py):
 - `-o/--output FILE` is the command's main output file, written through `outputs()` (never over an
   input, atomic, replaced only with `-f/--force`; host_decode.core.files).
 - `--format table|json|csv` chooses what is printed to stdout wherever a table is printed; no flag
@@ -265,7 +265,8 @@ def ensure_gzip(path) -> None:
 
 def say_left_out(trace, max_lanes: int | None) -> None:
     """Print what a merged torch trace leaves out over its lane limit (the file records it in
-    ikp_alignment; the terminal must say it too). tests/test_multi.py::test_merge_torch_says_lanes_left_out"""
+    ikp_alignment; the terminal must say it too).
+    tests/unit/host_decode/analysis/test_align.py::test_merge_torch_says_lanes_left_out"""
     from host_decode.writers.chrome_json import keep_lanes
 
     left = keep_lanes(trace, max_lanes)[1]

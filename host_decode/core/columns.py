@@ -5,18 +5,20 @@ arrays and per-record columns that the decoder concatenates (decoder._assemble).
 
 Invariants a change could break, with the test guarding each:
 * Every non-zero slot of the chunk lands in exactly one loss bucket (malformed, after_finalize, finalize,
-  instant, paired, unmatched, impossible_*): tests/test_decode.py::test_nested_overlap_and_every_bucket,
-  tests/test_decode_props.py::test_garbage_raises_only_decode_error_and_accounting_holds.
+  instant, paired, unmatched, impossible_*):
+  tests/unit/host_decode/core/test_decode.py::test_nested_overlap_and_every_bucket,
+  tests/unit/host_decode/core/test_decode_props.py::test_garbage_raises_only_decode_error_and_accounting_holds.
 * A record whose tag names another lane than its slot's column, or a lane past num_lanes, is malformed
-  and counted under the lane whose slot it occupies (tests/test_decode.py::
-  test_malformed_records_are_counted_not_fatal, tests/test_decode_timeline.py::
+  and counted under the lane whose slot it occupies (tests/unit/host_decode/core/test_decode.py::
+  test_malformed_records_are_counted_not_fatal, tests/unit/host_decode/core/test_decode_timeline.py::
   test_dense_chunk_with_a_malformed_record).
 * Steps between consecutive records of a lane are unsigned in time-ordered lanes and signed (except a
-  region's own BEGIN -> END) in the out-of-order modes (wire.OUT_OF_ORDER_MODES): tests/test_decode.py::
-  test_long_region_with_nothing_inside_decodes_forward, ::test_out_of_order_modes_keep_signed_steps.
+  region's own BEGIN -> END) in the out-of-order modes (wire.OUT_OF_ORDER_MODES):
+  tests/unit/host_decode/core/test_decode.py:: test_long_region_with_nothing_inside_decodes_forward,
+  ::test_out_of_order_modes_keep_signed_steps.
 * Untimed records (ANCHOR_HI, DROPPED) take their nearest timed neighbour's time in their own lane
-  (tests/test_decode.py::test_untimed_first_record_takes_the_first_timed_time).
-* Dense chunks (every slot written) and sparse ones decode alike (tests/test_decode_timeline.py::
+  (tests/unit/host_decode/core/test_decode.py::test_untimed_first_record_takes_the_first_timed_time).
+* Dense chunks (every slot written) and sparse ones decode alike (tests/unit/host_decode/core/test_decode_timeline.py::
   test_dense_and_sparse_chunks_decode_alike).
 """
 
@@ -289,7 +291,7 @@ def _timed_neighbour(untimed: np.ndarray, loc: np.ndarray, bounds: np.ndarray, l
     the one before if any, else the one after (so a lane that opens with ANCHOR_HI or DROPPED takes its
     first timed record's time, never its drop count or another lane's time); and the local lanes that
     hold no timed record at all (their untimed records point at themselves).
-    Guarded by tests/test_decode.py::test_untimed_first_record_takes_the_first_timed_time."""
+    Guarded by tests/unit/host_decode/core/test_decode.py::test_untimed_first_record_takes_the_first_timed_time."""
     n = loc.size
     is_timed = np.ones(n, bool)
     is_timed[untimed] = False

@@ -35,13 +35,13 @@ buffer).
 
 Invariants a change could break, with the test guarding each:
 * Every non-zero slot after the header is in exactly one loss bucket (LossReport checks it;
-  tests/test_decode.py and tests/test_decode_props.py fuzz it).
-* Chunking changes nothing: any CHUNK_SLOTS decodes like one chunk (tests/test_decode.py::
-  test_many_chunks_decode_like_one, tests/test_decode_timeline.py).
+  tests/unit/host_decode/core/test_decode.py and tests/unit/host_decode/core/test_decode_props.py fuzz it).
+* Chunking changes nothing: any CHUNK_SLOTS decodes like one chunk (tests/unit/host_decode/core/test_decode.py::
+  test_many_chunks_decode_like_one, tests/unit/host_decode/core/test_decode_timeline.py).
 * Unusable input (dtype, shape, header, stride) is a DecodeError naming the slot and source, raised
-  before anything is sized by it (tests/test_decode.py::test_unusable_input_raises_decode_error,
+  before anything is sized by it (tests/unit/host_decode/core/test_decode.py::test_unusable_input_raises_decode_error,
   ::test_huge_write_stride_is_refused_before_allocating).
-* The decoder needs numpy alone (tests/test_numpy_only.py).
+* The decoder needs numpy alone (tests/unit/host_decode/test_numpy_only.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Output files of every `ikp` command: complete or absent, never over an input.
 
-Invariants (each guarded by tests/test_cli_safety.py):
+Invariants (each guarded by tests/unit/host_decode/cli/test_cli_safety.py):
 - An output never resolves, by path or by inode (hard links, symlinks), to one of the command's inputs
   or an input's sidecar (BUFFER.npy <-> BUFFER.json, TRACE -> TRACE.ikpcache.npz): `OutputError`. A
   capture's sidecar is `sidecar_of(capture)`, the one file the decoder reads (cap.bin -> cap.json too),

@@ -149,7 +149,8 @@ class Trace:
 
     def sm_of_lane(self, lane: np.ndarray) -> np.ndarray:
         """SM id per lane id (-1 unknown, also for a lane the lane table does not hold), vectorized. The one
-        SM-of-lane lookup of the writers (tests/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
+        SM-of-lane lookup of the writers
+        (tests/unit/host_decode/writers/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
         lane = np.asarray(lane, np.int64)
         sm = np.full(lane.shape, -1, np.int64)
         known = self.lanes["lane"].astype(np.int64)
@@ -180,7 +181,7 @@ LOSS_BUCKETS = (
 @dataclasses.dataclass
 class LossReport:
     """Every non-zero slot after the header lands in exactly one bucket; the buckets add up to
-    ``nonzero_slots`` (checked at construction; tests/test_decode.py fuzzes it)."""
+    ``nonzero_slots`` (checked at construction; tests/unit/host_decode/core/test_decode.py fuzzes it)."""
 
     nonzero_slots: int
     totals: dict[str, int]

@@ -22,7 +22,7 @@ Extensions of ours (all of them valid v1 records, so peers' v1 decoders still re
 These three event ids are reserved for INSTANT records only; BEGIN/END records may use any id 0..1023
 (buffers of peers decode unchanged), but ids handed out by ikp_cute stop at ``MAX_USER_EVENT_ID``.
 
-Invariants guarded by tests/test_wire.py (packing round trips, limits, slot arithmetic).
+Invariants guarded by tests/unit/host_decode/core/test_wire.py (packing round trips, limits, slot arithmetic).
 """
 
 from __future__ import annotations

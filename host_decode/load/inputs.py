@@ -7,16 +7,18 @@ host_decode.analysis.sessions, which puts the launches of a session on one timel
 load_parts) and keeps the session analysis.
 
 Invariants a change could break, with the test guarding each:
-* A file is recognised by its content, whatever its name (interop.detect): tests/test_interop.py.
+* A file is recognised by its content, whatever its name (interop.detect):
+  tests/unit/host_decode/interop/test_interop.py.
 * ``--names`` / ``--write-stride`` name and lay out ikp captures; a foreign trace, which carries its own,
-  refuses them (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused), and they reach every
-  capture a command decodes (tests/test_cli_grammar.py::test_names_flag_names_the_captures).
+  refuses them (tests/unit/host_decode/cli/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused), and they reach
+  every capture a command decodes (tests/unit/host_decode/cli/test_cli_grammar.py::test_names_flag_names_the_captures).
 * A folder that holds no capture is an error saying why (a ring summary's counts when there is one), never
-  an empty session (tests/test_multi.py, tests/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
+  an empty session (tests/unit/host_decode/analysis/test_multi.py,
+  tests/unit/ikp_cute/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
 * JSON that no reader takes is named as what it looks like, never reported as a broken .npy buffer
-  (tests/test_interop.py).
+  (tests/unit/host_decode/interop/test_interop.py).
 * A names file is a JSON object with 'events' and/or 'groups'; anything else is an error naming the file
-  (tests/test_cli_errors.py::test_names_of_the_wrong_shape).
+  (tests/unit/host_decode/cli/test_cli_errors.py::test_names_of_the_wrong_shape).
 """
 
 from __future__ import annotations

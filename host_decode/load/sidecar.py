@@ -2,7 +2,7 @@
 schema of each, the one writer (`sidecar_text`) and the one validator (`validate`).
 
 SIDECAR names every key the project writes, the JSON type of its value and the values allowed
-(docs/sidecar.md shows the table; tests/test_sidecar.py keeps the two alike). The writers
+(docs/sidecar.md shows the table; tests/unit/host_decode/load/test_sidecar.py keeps the two alike). The writers
 (host_decode.load.capture.save_capture, and through it ikp_cute's Session.save, PipelineTrace.save and
 Ring.save, the examples and the gpu/ scripts; host_decode.load.ring.write_ring_summary) validate what they
 are about to write, the readers (`read_sidecar`, host_decode.load.ring) what they read: a value outside
@@ -16,7 +16,7 @@ reads such a key, so refusing it would only break captures on disk. What an unkn
 is a misspelt known one (``Mode``, ``write-stride``) that leaves the decoder on its default: a key that
 differs from a known key only in case, ``-`` or ``_`` is refused, naming the key it resembles.
 
-Invariants a change could break (tests/test_sidecar.py guards each):
+Invariants a change could break (tests/unit/host_decode/load/test_sidecar.py guards each):
 * A value outside the documented set is refused on reading and on writing, naming file, key, value and the
   allowed values (::test_an_unknown_mode_is_refused_naming_the_key_and_the_allowed_values,
   ::test_every_key_refuses_a_value_outside_its_set, ::test_the_writer_refuses_what_the_reader_would).

@@ -11,12 +11,13 @@ A new overlay (async-unit tracks, cross-rank flows, ...) is one more function an
 
 Invariants, and the tests that guard them:
 - drawing depends on the trace and the names only, so every entry point that writes a trace with the
-  same options writes the same bytes (tests/test_flows_counters.py::test_three_paths_same_bytes);
+  same options writes the same bytes
+  (tests/unit/host_decode/writers/test_flows_counters.py::test_three_paths_same_bytes);
 - overlays drawn together keep each one's flow kinds: a later overlay's kind indices are shifted past the
-  earlier ones' names (tests/test_flows_counters.py::test_overlays_combine);
+  earlier ones' names (tests/unit/host_decode/writers/test_flows_counters.py::test_overlays_combine);
 - an overlay's data is checked before anything is written: counter series 1-D and of one length on a
   block of the trace, flows of FLOW_DTYPE with kinds that index the names and lanes of the trace
-  (tests/test_flows_counters.py::test_bad_extras_are_errors).
+  (tests/unit/host_decode/writers/test_flows_counters.py::test_bad_flows_and_series_are_refused).
 """
 
 from __future__ import annotations

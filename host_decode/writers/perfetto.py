@@ -22,7 +22,7 @@ The track tree needs every lane's sub-track count first. write_perfetto streams 
 span on its lane's first track (a lane whose regions nest: the usual trace), checking each run's
 sub-tracks as it orders it; at the first run that needs sibling tracks it starts the file over with two
 passes (the first only orders and assigns sub-tracks, keeping nothing but the rare moves). Both give the
-same bytes where one pass applies (tests/test_perfetto.py::test_one_pass_falls_back_to_two).
+same bytes where one pass applies (tests/unit/host_decode/writers/test_perfetto.py::test_one_pass_falls_back_to_two).
 
 What goes in is one TraceOptions (host_decode.writers.options) and one Overlay: the flows and counter
 series the options' overlays draw from the trace (host_decode.writers.overlays), unless the caller gives
@@ -34,11 +34,11 @@ counters add about two samples per region, so by default (``lane_counters="auto"
 for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without
 them).
 
-Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
-with the official protos and replays what trace processor does):
+Invariants the importer needs, and the tests that guard them (tests/unit/host_decode/writers/test_perfetto.py decodes
+the bytes with the official protos and replays what trace processor does):
 - slices on one track nest strictly (test_overlap_goes_to_sibling_track, test_random_traces_nest);
 - the file's event order is the one order (test_file_order_is_merged_stream_order against the slow
-  reference tests/stream_oracle.py; test_equal_timestamps_end_before_begin, test_unsorted_span_table,
+  reference tests/support/stream_oracle.py; test_equal_timestamps_end_before_begin, test_unsorted_span_table,
   test_lexsort_order_and_chunking_give_the_same_file);
 - every interned id is defined in the first packet (test_interning_defined_before_use);
 - no field is unknown to the official protos; padded varints are valid protobuf (every test replays
@@ -169,7 +169,8 @@ def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: 
 
 class SubTracksNeeded(Exception):
     """A one-pass stream met regions that overlap without nesting: its track tree had no sibling
-    tracks for them, so the stream is void (tests/test_perfetto.py::test_one_pass_falls_back_to_two)."""
+    tracks for them, so the stream is void
+    (tests/unit/host_decode/writers/test_perfetto.py::test_one_pass_falls_back_to_two)."""
 
 
 def _one_pass_else_two(encode, consume):

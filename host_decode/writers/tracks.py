@@ -13,8 +13,8 @@ EXPLICIT`` and ``sibling_order_rank`` by index::
 Track uuids are allocated in that order, so a lane's group track uuid is known from the counts of the
 tracks before it (``TrackTree.lane_uuid``). The tree is held as columns (parent, rank, shape of the shared
 fields) and its descriptors encoded a column at a time, byte for byte what one message per track gave
-(tests/test_golden_outputs.py). Guarded by tests/test_perfetto.py (the replay checks the tree is whole:
-parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
+(tests/golden/test_golden_outputs.py). Guarded by tests/unit/host_decode/writers/test_perfetto.py (the replay checks the
+tree is whole: parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
 """
 
 from __future__ import annotations

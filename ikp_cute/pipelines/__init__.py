@@ -31,12 +31,12 @@ around a call), placement.py (where blocked-only checks go), record.py (the reco
 names, the sidecar's pipeline keys).
 
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
-(tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
+(tests/unit/ikp_cute/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
 compiled kernels by its own key (FA4's ``compile_cache``, quack's ``jit_cache``) would hand back a
 kernel compiled without tracing; the context empties nothing itself: give the traced compile its own
 cache (examples/pipelines/compile_cpu.py: ``fa4_private_cache``, ``quack_private_caches``).
 
-Invariants guarded by tests/test_pipelines_catalog.py (ids, names) and test_pipelines_compile.py
+Invariants guarded by tests/unit/ikp_cute/test_pipelines_catalog.py (ids, names) and test_pipelines_compile.py
 (records per call site in the PTX, off == untouched, the buffer address baked).
 """
 

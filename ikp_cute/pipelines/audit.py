@@ -11,7 +11,7 @@ naming each site. A site of the traced IR with no instruction in the final PTX w
 compiler (a zero-trip loop, dead code); an instruction naming no site is "unattributed". The compile
 options are restored right after the passes (the caller's compiled object reports PTX only if asked).
 All of this is compile-time only: line info adds ``.loc`` directives and a line table, no instruction
-(tests/test_pipelines_compile.py::test_the_audit_changes_no_sass compares the SASS).
+(tests/unit/ikp_cute/test_pipelines_ir.py::test_the_audit_changes_no_sass compares the SASS).
 
 Sidecar keys (``metadata``; docs/pipelines.md, "Sidecar keys"):
 * ``barrier_sites``: one entry per barrier op of each traced kernel: kernel, kind, site, instruction,
@@ -20,7 +20,7 @@ Sidecar keys (``metadata``; docs/pipelines.md, "Sidecar keys"):
 * ``coverage``: per kernel {sites, traced, not_recorded, untraced, removed, ptx_instructions,
   unattributed, ptx_checked}.
 
-Invariants a change could break (tests/test_pipelines_compile.py, test_pipelines_ir.py guard them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py, test_pipelines_ir.py guard them):
 * every barrier instruction of FA4's / quack's final PTX names a site, traced or with a reason
   (test_fa4_sm90_coverage, test_quack_sm90_coverage);
 * a call site in a zero-trip loop is reported removed, not present (test_removed_call_sites);

@@ -4,7 +4,7 @@ The catalog is filled while a kernel is traced under ``trace_pipelines`` and bec
 ``pipelines`` / ``pipelines_untraced`` / ``barriers`` keys (docs/pipelines.md, "What is recorded" and
 "Sidecar keys").
 
-Invariants a change could break (tests/test_pipelines_catalog.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_catalog.py guards them):
 * every (pipeline, op) owns one contiguous block of event ids, id = base + stage, named
   ``<op>_<P>[<stage>]``; named barriers own 16 ids per op (``bar_sync[i]``, ``bar_arrive[i]``);
 * ids come from the session's EventRegistry, so they never collide with other events of the capture;

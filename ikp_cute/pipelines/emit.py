@@ -13,7 +13,7 @@ span, and the check then lives in the enclosing block, free to move past the com
 that follow. A poll (``try_wait``) at polls="begin" reads only its begin time, which the wait it gates
 (a failed poll) takes as its own: the poll's result object carries that begin time as an attribute.
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * each call site of each op gets its markers, regions paired (test_every_call_site_has_its_markers);
 * after a blocking call only the end time and the two stores remain
   (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain);

@@ -10,7 +10,7 @@ While the context is entered:
 * after the compile's passes, the audit (audit.py) reads the final PTX (the DSL's post-compile hook).
 On exit every hooked attribute still ours is restored, so kernels compiled outside are untouched.
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * outside the context every hook is gone (test_off_is_untouched, the FA4 / quack / sm100 PTX comparisons);
 * each call site of each op gets its markers, regions paired, at every level, for a kernel-defined
   subclass and a raw mbarrier arrive (test_every_call_site_has_its_markers,

@@ -22,7 +22,7 @@ check right after it; the checks hooks placed past it are taken back first: plac
 arrive an instant before it. Inline PTX that does other work besides its barrier instruction (FA4's
 Blackwell GEMM waits inside its ``tcgen05.mma`` block) is not separable: reported untraced, with why.
 
-Invariants a change could break (tests/test_pipelines_compile.py, test_pipelines_ir.py):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py, test_pipelines_ir.py):
 * a kernel that swaps ``cute.arch.mbarrier_wait`` for its own, or emits its own inline-PTX wait, is still
   traced (test_a_swapped_mbarrier_wait_is_still_traced, test_an_inline_ptx_wait_is_traced);
 * ops the hooks built are left as they are: FA4's and quack's PTX keep their records exactly

@@ -7,7 +7,7 @@ its own while it is traced, or that emits its own inline PTX), so they are not t
 (audit.py) checks the final PTX. ``replaced()`` says which hooked attributes a kernel replaced while it
 was traced (sidecar ``hooks_replaced``).
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * outside the context every attribute is cutlass's own (test_off_is_untouched; the FA4 / quack / sm100
   tests compile again after tracing and compare PTX);
 * an attribute a kernel replaced while traced is left to the kernel, not overwritten with cutlass's

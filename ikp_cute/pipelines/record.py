@@ -25,7 +25,7 @@ reads the end time and stores BEGIN + END (finish_region: no load, no shared-mem
 lane are a prefix in program order; the DROPPED instant says how many were lost (no finalize call is needed,
 and none is written: the kernel's end is not a place a hook can reach).
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * no profiler state crosses the kernel's code (the record block holds no register across calls);
 * lanes outside the session's geometry (warp >= warps_per_block, lane >= write_stride, a 2-D or 3-D
   block) get lane = 0xFFFFFFFF and never store;

@@ -15,7 +15,7 @@ named barriers ``bar.sync`` / ``barrier.sync`` / ``bar.red`` (``bar_sync``; ``sy
 id) and ``bar.arrive`` / ``barrier.arrive`` (``bar_arrive``). Not audited: mbarrier init / inval / fences,
 the TMA unit's ``complete_tx``, cluster barriers (``barrier.cluster.*``), ``bar.warp.sync``.
 
-Invariants a change could break (tests/test_pipelines_ir.py, test_pipelines_compile.py):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_ir.py, test_pipelines_compile.py):
 * the MLIR table and the PTX patterns agree on each kind (test_classify_ops_and_ptx);
 * a site number survives to the PTX as the ``.loc`` column (test_every_barrier_instruction_names_its_site);
 * a hooked call's barrier ops are tagged with the hook's site, pipeline and op (test_fa4_sm90_coverage).

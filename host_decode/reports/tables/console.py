@@ -2,8 +2,8 @@
 
 Invariants, and the tests that guard them: on a console narrower than NARROW_COLUMNS a table leaves out
 its secondary columns, name columns fold instead of being cut, numbers never wrap, and every command's
-tables fit 80 columns (tests/test_cli_grammar.py); a console on a file is 200 columns wide with no colour
-codes.
+tables fit 80 columns (tests/unit/host_decode/cli/test_cli_grammar.py); a console on a file is 200 columns wide with no
+colour codes.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 and the region summary.
 
 Invariants, and the tests that guard them: the loss table lists every bucket of core.model.LOSS_BUCKETS
-with its total (tests/test_cli_grammar.py); a foreign trace kept in SM cycles is labelled in cycles, never
-in ns (tests/test_interop.py).
+with its total (tests/unit/host_decode/cli/test_cli_grammar.py); a foreign trace kept in SM cycles is labelled in
+cycles, never in ns (tests/unit/host_decode/interop/test_interop.py).
 """
 
 from __future__ import annotations

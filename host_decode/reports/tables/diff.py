@@ -1,9 +1,9 @@
 """The table `ikp diff` prints: A -> B per region (means, delta with its 95% CI, p50 delta, Welch and
 Mann-Whitney p values, verdict coloured), then the launch length line.
 
-Invariants, and the tests that guard them: fits 80 columns (tests/test_cli_grammar.py::
+Invariants, and the tests that guard them: fits 80 columns (tests/unit/host_decode/cli/test_cli_grammar.py::
 test_every_table_command_fits_80_columns_end_to_end); a missing number (NaN, None) prints as "-"
-(tests/test_diff.py).
+(tests/unit/host_decode/analysis/test_diff.py).
 """
 
 from __future__ import annotations

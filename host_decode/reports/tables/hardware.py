@@ -2,8 +2,9 @@
 and `ikp pc2region` (a map's regions, instruction counts and PC ranges).
 
 Invariants, and the tests that guard them: both fit 80 columns, numbers kept and long text folded
-(tests/test_cli_grammar.py::test_tables_readable_at_80_columns, ::test_every_table_command_fits_80_columns_end_to_end);
-PC ranges join consecutive instructions (16 bytes apart) into one range (tests/test_pc2region.py).
+(tests/unit/host_decode/cli/test_cli_grammar.py::test_tables_readable_at_80_columns,
+::test_every_table_command_fits_80_columns_end_to_end); PC ranges join consecutive instructions (16 bytes apart) into
+one range (tests/unit/host_decode/hardware/test_pc2region.py).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ per device busy time, per-name tables (kernels, memory operations, runtime), an 
 regions, idle gaps per stream, the gap histogram and kernel pairs; and one table of it as CSV.
 
 Invariants, and the tests that guard them: fits 80 columns, names fold and are escaped for rich markup
-(tests/test_cli_grammar.py::test_every_table_command_fits_80_columns_end_to_end);
+(tests/unit/host_decode/cli/test_cli_grammar.py::test_every_table_command_fits_80_columns_end_to_end);
 the CSV of a table has one row per row dict under a header of its keys
-(tests/test_kernels.py::test_cli_json_csv_and_report).
+(tests/unit/host_decode/torch_traces/test_kernels.py::test_cli_json_csv_and_report).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@ sparkline of each histogram, launch tail and imbalance, bubbles and the largest 
 groups, critical lanes.
 
 Invariants, and the tests that guard them: readable at 80 columns, names whole
-(tests/test_cli_grammar.py::test_tables_readable_at_80_columns, ::test_every_table_command_fits_80_columns_end_to_end);
-a ring capture's launch line is the one `ikp report` shows (load.ring.describe_ring;
-tests/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
+(tests/unit/host_decode/cli/test_cli_grammar.py::test_tables_readable_at_80_columns,
+::test_every_table_command_fits_80_columns_end_to_end); a ring capture's launch line is the one `ikp report` shows
+(load.ring.describe_ring;
+tests/unit/ikp_cute/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
 """
 
 from __future__ import annotations

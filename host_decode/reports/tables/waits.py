@@ -2,8 +2,8 @@
 the critical path's segments, and why any wait was left unmatched (every status is named: REASONS).
 
 Invariants, and the tests that guard them: the table shows the numbers of `ikp waits --format json`
-(tests/test_waits.py::test_ikp_waits_command); below NARROW columns the table keeps its main columns and
-fits 80 (tests/test_waits.py::test_waits_tables_fit_80_columns).
+(tests/unit/host_decode/analysis/test_waits.py::test_ikp_waits_command); below NARROW columns the table keeps its main
+columns and fits 80 (tests/unit/host_decode/analysis/test_waits.py::test_waits_tables_fit_80_columns).
 """
 
 from __future__ import annotations
