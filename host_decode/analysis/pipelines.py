@@ -144,10 +144,11 @@ class PipelineAnalysis:
 
 
 def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
-    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier. `cluster`: see
-    channels_of (`ikp waits --cluster N`)."""
+    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier (a sidecar whose
+    pipelines were all seen with no traced op, `pipelines_untraced`, gives an analysis with no channel).
+    `cluster`: see channels_of (`ikp waits --cluster N`)."""
     channels = channels_of(trace.meta or {}, cluster)
-    if not channels:
+    if not channels and not (trace.meta or {}).get("pipelines_untraced"):
         raise ValueError(
             "the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)"
         )
