@@ -172,7 +172,8 @@ def analyze_async_units(trace: Trace, analysis: PipelineAnalysis | None = None) 
                 why = (untraced_reason(meta, ch.name, ops["signal"]) if sig is None
                        else f"no {ops['signal']} recorded")
                 issue = (f"after the {ops['anchor']} ends (bounded; {ops['signal']}: {why})" if anchor is not None
-                         else f"not bounded ({ops['signal']} and {ops['anchor']}: {why})")
+                         else f"not bounded ({ops['signal']}: {why}; {ops['anchor']}: "
+                              f"{untraced_reason(meta, ch.name, ops['anchor'])})")
             iv["channel"], iv["side"], iv["unit"] = c, SIDES.index(side), UNITS.index(unit)
             parts.append(iv)
             ready = (f"{ops['waiting']} end (exact when it blocked)" if waiting is not None
@@ -374,3 +375,68 @@ def _chain_from_first(nxt: np.ndarray) -> np.ndarray:
     for f in reversed(jump):
         on[f[on]] = True
     return on[:n]
+
+
+def _percentiles(x: np.ndarray) -> dict:
+    if not x.size:
+        return {"count": 0, "p50": None, "p99": None, "min": None, "max": None}
+    return {"count": int(x.size), "p50": float(np.percentile(x, 50)), "p99": float(np.percentile(x, 99)),
+            "min": int(x.min()), "max": int(x.max())}
+
+
+def _bytes_per_s(trace: Trace, iv: np.ndarray, tx_bytes: int) -> dict:
+    """Bytes landed per second on each SM (per CTA when the capture does not know SMs): the stages filled
+    times their bytes, over the first-to-last record span of the SM's (CTA's) lanes."""
+    ln = trace.lanes[trace.lanes["first_ns"] >= 0]
+    sm = trace.sm_of_lane(ln["lane"].astype(np.int64))
+    per_sm = bool(sm.size) and bool((sm >= 0).all())
+    unit_of_lane = sm if per_sm else ln["block"].astype(np.int64)
+    units = np.unique(unit_of_lane)
+    first = np.full(units.size, np.iinfo(np.int64).max)
+    last = np.full(units.size, np.iinfo(np.int64).min)
+    at = np.searchsorted(units, unit_of_lane)
+    np.minimum.at(first, at, ln["first_ns"])
+    np.maximum.at(last, at, ln["last_ns"])
+    block_unit = np.full(trace.num_blocks, -1, np.int64)
+    block_unit[ln["block"]] = at
+    loads = np.bincount(block_unit[iv["block"]], minlength=units.size)
+    span = (last - first).astype(np.float64)
+    rate = np.where(span > 0, loads * tx_bytes / np.maximum(span, 1) * 1e9, np.nan)
+    rate = rate[(loads > 0) & np.isfinite(rate)]
+    return {"per": "sm" if per_sm else "cta", "count": int(rate.size),
+            "p50": float(np.median(rate)) if rate.size else None, "max": float(rate.max()) if rate.size else None}
+
+
+def async_unit_stats(trace: Trace, units: AsyncUnits) -> list[dict]:
+    """Per pipeline side with an async unit: uses by class, issue -> ready latency of the exact ones (p50 / p99,
+    ns), what the bounded ones allow (at least / at most, p50), bytes per stage (the sidecar's tx_bytes, TMA)
+    and the bytes per second each SM (CTA) received (only when every commit is recorded: each is one stage)."""
+    out = []
+    for src in units.sources:
+        ch = units.channels[src["channel"]]
+        iv = units.of(src["channel"], src["side"])
+        cls = np.bincount(iv["cls"], minlength=len(CLASSES))
+        closed = (iv["issue_lo"] >= 0) & (iv["ready_hi"] >= 0)
+        exact = iv[(iv["cls"] == 0) & closed]
+        bounded = iv[(iv["cls"] != 0) & closed]
+        tx = ch.tx_bytes if src["unit"] == "TMA" and ch.tx_bytes else None
+        out.append({
+            "pipeline": ch.name, "class": ch.cls, "side": src["side"], "unit": src["unit"],
+            "completes": src["completes"], "issue": src["issue"], "ready": src["ready"], "by": src["by"],
+            "uses": int(iv.size), "classes": {name: int(n) for name, n in zip(CLASSES, cls)},
+            "open": int((~closed).sum()),
+            "latency_ns": {
+                # exact: the commit to the earliest end of a blocked wait (ready known to one timer step)
+                "exact": _percentiles(exact["ready_hi"] - exact["issue_hi"]),
+                "bounded": {"count": int(bounded.size),
+                            "at_least_p50": float(np.median(np.maximum(bounded["ready_lo"] - bounded["issue_hi"], 0)))
+                            if bounded.size else None,
+                            "at_most_p50": float(np.median(bounded["ready_hi"] - bounded["issue_lo"]))
+                            if bounded.size else None},
+            },
+            "timer_step_ns": units.timer_step_ns,
+            "bytes_per_stage": tx,
+            "bytes_per_s": _bytes_per_s(trace, iv, tx) if tx and src["by"] == "phase" and iv.size else None,
+            "not_used": src["not_used"],
+        })
+    return out
