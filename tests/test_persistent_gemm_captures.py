@@ -7,7 +7,8 @@
   commit that released it, across the CTA pair for 2x1 (the sidecar's "cluster"); at "waits" no wait has
   a status that means lost records;
 * the TMA probe (4 blocks x 32 loads; 4 KiB x 1 stage, 32 KiB x 4 stages) with its in-kernel ground
-  truth: every load matched, the traced data-ready time within 256 ns of the observer's.
+  truth: every load matched, the traced data-ready time within 256 ns of the observer's; every async-unit
+  interval (host_decode.analysis.async_units) holds the true issue and ready times within one timer step.
 Skipped until the captures are there (they need a GPU run).
 """
 
@@ -75,3 +76,58 @@ def test_tma_probe_capture_agrees_with_its_ground_truth(stem, stages):
     diff = result["traced_minus_truth"]
     assert abs(diff["ready"]["p50"]) <= 256, diff
     assert result["truth_latency_ns"]["p10"] > 0
+
+
+@pytest.mark.parametrize(("stem", "stages"), PROBES)
+def test_tma_probe_intervals_contain_the_ground_truth(stem, stages):
+    """The probe at level signals with every wait recorded: one TMA interval per load, its issue the commit (the
+    arrive.expect_tx just before the producer reads ISSUE), its ready the consumer's wait; the truth (ISSUE, and
+    READY: the observer's read the moment the phase completed) lies inside every interval's bounds, within one
+    timer step (two timer reads a few instructions apart)."""
+    from host_decode.load.capture import load_capture
+
+    trace = load_capture(_capture(stem))
+    check_intervals_hold_the_truth(trace, np.load(CAPTURES / f"{stem}_truth.npy"), stages)
+
+
+def check_intervals_hold_the_truth(trace, times, stages: int) -> None:
+    """times: the probe's T (blocks, loads, 2): ISSUE and READY of each load (int64 ns)."""
+    from host_decode.analysis.async_units import CLASSES, analyze_async_units
+
+    sys.path.insert(0, str(ROOT / "examples" / "persistent_gemm"))
+    import tma_probe
+
+    truth = tma_probe.truth_table(times, stages)
+    units = analyze_async_units(trace)
+    (ring,) = [i for i, ch in enumerate(units.channels) if ch.name == "ring"]
+    iv = units.of(ring, "full")
+    blocks, iters = truth["issue"].shape
+    assert iv.size == blocks * iters and (iv["phase"] >= 0).all()
+    load = iv["phase"] * stages + iv["stage"]
+    issue, ready = truth["issue"][iv["block"], load], truth["ready"][iv["block"], load]
+    step = units.timer_step_ns
+    ready_hi = np.where(iv["ready_hi"] >= 0, iv["ready_hi"], np.iinfo(np.int64).max - step)
+    assert ((iv["issue_lo"] - step <= issue) & (issue <= iv["issue_hi"] + step)).all()
+    assert ((iv["ready_lo"] - step <= ready) & (ready <= ready_hi + step)).all()
+    exact = iv["cls"] == CLASSES.index("exact")
+    assert exact.any()
+    if stages == 1:  # alone in flight: the consumer always waits for the data, so every load is measured
+        assert exact.all()
+
+
+@pytest.mark.parametrize("stages", [1, 4])
+def test_the_ground_truth_check_on_a_simulated_probe(stages):
+    """check_intervals_hold_the_truth on a pipeline run by the protocol (tests/support/pipeline_capture.py), and
+    that it fails when the truth is off by more than a timer step."""
+    from tests.support.pipeline_capture import pipeline_entry, simulate_pipeline
+
+    rng = np.random.default_rng(stages)
+    cap, truth, ids = simulate_pipeline(rng, stages, 32, 1, blocked_only=False, skip=0.5 if stages > 1 else 0.0)
+    trace = cap.trace([pipeline_entry("ring", ids, stages, op_type="TmaLoad")], pipeline_level="signals")
+    times = np.array([[[cap.ns(truth[(n % stages, n // stages)][0]), cap.ns(truth[(n % stages, n // stages)][1])]
+                       for n in range(32)]], np.int64)
+    check_intervals_hold_the_truth(trace, times, stages)
+    early = times.copy()
+    early[0, 5, 0] -= 3 * 32  # a load issued three steps before its commit was recorded
+    with pytest.raises(AssertionError):
+        check_intervals_hold_the_truth(trace, early, stages)

@@ -4,7 +4,8 @@ sibling tracks, and their Perfetto packets.
 
 * A SliceSet names its tracks (block, name); tracks of one block and name are siblings with one merge key, so
   Perfetto shows them as one row where overlapping slices stack in depth (how many are in flight at once).
-* Its slices (SLICE_DTYPE: track, name, start_ns, end_ns) are disjoint on each track (they may touch);
+* Its slices (SLICE_DTYPE: track, name, start_ns, end_ns) last > 0 ns and are disjoint on each track (they
+  may touch);
   `stack` assigns overlapping intervals to levels (one track each) so that they are.
 * Each slice is a BEGIN (interned name, debug annotations: one non-negative integer per arg name) and an END
   packet, in time order with an END before a BEGIN at one time, so that touching slices do not nest.
@@ -52,8 +53,8 @@ class SliceSet:
             for field, n in (("track", len(self.tracks)), ("name", len(self.names))):
                 if int(s[field].min()) < 0 or int(s[field].max()) >= n:
                     raise ValueError(f"slice set: {field} must index the {n} {field}s given")
-            if (s["end_ns"] < s["start_ns"]).any():
-                raise ValueError("slice set: a slice ends before it starts")
+            if (s["end_ns"] <= s["start_ns"]).any():  # a zero-length slice's END would sort before its BEGIN
+                raise ValueError("slice set: a slice ends before it starts, or where it starts")
             o = np.lexsort((s["start_ns"], s["track"]))
             track, start, end = s["track"][o], s["start_ns"][o], s["end_ns"][o]
             same = track[1:] == track[:-1]

@@ -16,6 +16,16 @@ TICK = 32  # ns: %globaltimer's step on H100/H200
 BEGIN, END, INSTANT, FINALIZE = (int(t) for t in wire.EventType)
 
 
+def perfetto_replay():
+    """The module holding the tests' replay of a Perfetto file as trace processor imports it (replay, make_trace,
+    ORIGIN): tests/support/perfetto_replay.py, or tests/test_perfetto.py in the flat layout."""
+    try:
+        from tests.support import perfetto_replay as module
+    except ImportError:
+        import tests.test_perfetto as module
+    return module
+
+
 def pipeline_entry(name: str, ids: dict, stages: int, cls: str = "PipelineTmaAsync", **extra) -> dict:
     """One sidecar ``pipelines`` entry with the keys the device side writes."""
     return {"name": name, "class": cls, "site": f"{name}.py:1", "num_stages": stages, "producer_arrivals": 1,
@@ -120,3 +130,41 @@ def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_on
         for t, kind, event, end in recs:
             cap.region(0, g, event, t, end) if kind == "r" else cap.instant(0, g, event, t)
     return cap, truth, ids
+
+
+# A known schedule: one block, pipeline K of 2 stages used 3 times each (use n: stage n % 2, k = n // 2; k = 2 is
+# past the phase bit's wrap), ticks. Per use: the producer's acquire region, its commit (= the TMA issue), the
+# data's true ready time, each consumer's wait region (None: a try_wait found the data ready, no wait ran) and
+# release. Ids: K_IDS; groups: producer 0, consumers 1 and 2.
+K_IDS = {"acquire": 10, "wait": 20, "commit": 30, "release": 40}
+#   n  s  k  acquire   commit  ready  c1 wait   c1 rel  c2 wait   c2 rel
+K_SCHEDULE = [
+    (0, 0, 0, (0, 1), 2, 20, (3, 20), 25, None, 26),
+    (1, 1, 0, (3, 4), 5, 30, None, 33, None, 31),
+    (2, 0, 1, (6, 27), 27, 40, (35, 41), 45, (32, 40), 44),
+    (3, 1, 1, (28, 34), 35, 50, (51, 52), 55, None, 53),
+    (4, 0, 2, (36, 46), 46, 60, (56, 60), 62, (54, 61), 63),
+    (5, 1, 2, (47, 56), 56, 70, None, 72, None, 71),
+]
+
+
+def k_capture(schedule=K_SCHEDULE, signals: bool = True, base_ns: int = 1_000_000 * TICK) -> PipelineCapture:
+    """The records of `schedule` (K_SCHEDULE's columns) as the tracer writes them: at level signals the commits
+    and releases too."""
+    ids = K_IDS
+    cap = PipelineCapture(1, 3, base_ns)
+    for _, s, _, acq, commit, _, _, _, _, _ in schedule:
+        cap.region(0, 0, ids["acquire"] + s, *acq)
+        if signals:
+            cap.instant(0, 0, ids["commit"] + s, commit)
+    for group, wait_col, rel_col in ((1, 6, 7), (2, 8, 9)):
+        events = []
+        for row in schedule:
+            s, wait, rel = row[1], row[wait_col], row[rel_col]
+            if wait is not None:
+                events.append((wait[0], "region", ids["wait"] + s, wait))
+            if signals:
+                events.append((rel, "instant", ids["release"] + s, rel))
+        for _, kind, event, t in sorted(events, key=lambda e: e[0]):
+            cap.region(0, group, event, *t) if kind == "region" else cap.instant(0, group, event, t)
+    return cap

@@ -1,51 +1,25 @@
 """Async-unit intervals (host_decode.analysis.async_units) on hand-built captures whose issue and ready times
-are known: every bound below was worked out by hand from the schedule drawn in SCHEDULE (ticks of 32 ns)."""
+are known: every bound below was worked out by hand from the schedule drawn in
+tests/support/pipeline_capture.py's K_SCHEDULE (ticks of 32 ns)."""
 
 import numpy as np
 import pytest
 
 from host_decode.analysis import async_units as au
-from tests.support.pipeline_capture import TICK, PipelineCapture, pipeline_entry
+from tests.support.pipeline_capture import K_IDS, K_SCHEDULE, TICK, PipelineCapture, k_capture, pipeline_entry
 
-ACQ, WAIT, COMMIT, RELEASE = 10, 20, 30, 40  # first event id of each op of pipeline K (stage s: id + s)
-IDS = {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE}
+IDS = K_IDS
+ACQ, WAIT, COMMIT, RELEASE = (IDS[op] for op in ("acquire", "wait", "commit", "release"))
 PRODUCER, C1, C2 = 0, 1, 2
-
-# One block, pipeline K of 2 stages used 3 times each (use n: stage n % 2, k = n // 2; k = 2 is past the
-# phase bit's wrap). Per use: producer acquire region, commit (= TMA issue), the data's true ready time,
-# consumer waits (None: a try_wait found the data ready, no wait ran) and releases.
-#   n  s k  acquire   commit  ready  c1 wait   c1 rel  c2 wait   c2 rel
-SCHEDULE = [
-    (0, 0, 0, (0, 1), 2, 20, (3, 20), 25, None, 26),
-    (1, 1, 0, (3, 4), 5, 30, None, 33, None, 31),
-    (2, 0, 1, (6, 27), 27, 40, (35, 41), 45, (32, 40), 44),
-    (3, 1, 1, (28, 34), 35, 50, (51, 52), 55, None, 53),
-    (4, 0, 2, (36, 46), 46, 60, (56, 60), 62, (54, 61), 63),
-    (5, 1, 2, (47, 56), 56, 70, None, 72, None, 71),
-]
+SCHEDULE = K_SCHEDULE  # tests/support/pipeline_capture.py draws it
 
 
 def capture(signals=True, base_ns=1_000_000 * TICK):
-    return capture_of(SCHEDULE, signals, base_ns)
+    return k_capture(SCHEDULE, signals, base_ns)
 
 
-def capture_of(schedule, signals=True, base_ns=1_000_000 * TICK):
-    cap = PipelineCapture(1, 3, base_ns)
-    for _, s, _, acq, commit, _, w1, r1, w2, r2 in schedule:
-        cap.region(0, PRODUCER, ACQ + s, *acq)
-        if signals:
-            cap.instant(0, PRODUCER, COMMIT + s, commit)
-    for group, wait_col, rel_col in ((C1, 6, 7), (C2, 8, 9)):
-        events = []
-        for row in schedule:
-            s, wait, rel = row[1], row[wait_col], row[rel_col]
-            if wait is not None:
-                events.append((wait[0], "r", WAIT + s, wait))
-            if signals:
-                events.append((rel, "i", RELEASE + s, rel))
-        for _, kind, event, t in sorted(events, key=lambda e: e[0]):
-            cap.region(0, group, event, *t) if kind == "r" else cap.instant(0, group, event, t)
-    return cap
+def capture_of(schedule, signals=True):
+    return k_capture(schedule, signals)
 
 
 def intervals(trace, side="full"):
