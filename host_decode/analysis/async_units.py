@@ -54,7 +54,7 @@ import dataclasses
 import numpy as np
 
 from host_decode.analysis.pipeline_coverage import untraced_reason
-from host_decode.analysis.pipeline_match import MatchContext, OpSlices, Records, event_lookup, phases_before
+from host_decode.analysis.pipeline_match import MatchContext, OpSlices, Records, event_lookup
 from host_decode.analysis.pipeline_meta import Channel, units_of
 from host_decode.analysis.pipelines import PipelineAnalysis, analyze_pipelines
 from host_decode.core.model import Trace
@@ -135,11 +135,7 @@ def analyze_async_units(trace: Trace, analysis: PipelineAnalysis | None = None) 
     s_ch, s_op, s_st = (a[spans["event"]] for a in lut)
     i_ch, i_op, i_st = (a[inst["event"]] for a in lut)
     span_at, inst_at = OpSlices(s_ch, s_op, len(pa.channels)), OpSlices(i_ch, i_op, len(pa.channels))
-    present = np.zeros(trace.num_lanes, bool)
-    present[trace.lanes["lane"]] = True
-    dropped = np.zeros(trace.num_lanes, bool)
-    dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
-    ctx = MatchContext(trace, present, dropped)
+    ctx = MatchContext.of(trace)
     blocks = np.unique(trace.lanes["block"][trace.lanes["first_ns"] >= 0]).astype(np.int64)
     step, blocked_above = pa.timer_step_ns, pa.blocked_above_ns
     parts, sources = [], []
@@ -168,7 +164,7 @@ def analyze_async_units(trace: Trace, analysis: PipelineAnalysis | None = None) 
                                not_used)
                 issue = f"{ops['signal']} (exact)"
             else:
-                iv = _by_waits(ch, side, unit_of_block, anchor, waiting, step, blocked_above, not_used)
+                iv = _by_waits(ch, side, anchor, waiting, step, blocked_above, not_used)
                 why = (untraced_reason(meta, ch.name, ops["signal"]) if sig is None
                        else f"no {ops['signal']} recorded")
                 issue = (f"after the {ops['anchor']} ends (bounded; {ops['signal']}: {why})" if anchor is not None
@@ -236,12 +232,19 @@ def _by_phase(ctx: MatchContext, ch: Channel, side: str, sig: Records, unit_of_b
     o = np.argsort(occ_code, kind="stable")
     occ_code, occ_block, occ_stage, occ_k, ph = occ_code[o], occ_block[o], occ_stage[o], occ_k[o], ph[o]
 
+    times = np.concatenate([c_t, sig.t] + [r.end for r in (waiting, follow) if r is not None])
+    t0, span = int(times.min()), int(times.max() - times.min()) + 2
+    if (int(c_key.max(initial=0)) + 1) * span >= 1 << 62:
+        raise ValueError(f"pipeline {ch.name}: the capture spans too long a time to order its records")
+    phase_at = np.sort(c_key * span + (c_t - t0))  # complete phases by (unit and stage, time)
+
     def identify(r: _Rows, t: np.ndarray):
         """(phase k of each record, whether it provably belongs to exactly that phase)."""
         u = unit_of_block[r.block]
         key = u * S + r.stage
-        before = phases_before(c_key, c_t, key, t - 1)  # complete phases signalled strictly before t
-        at_or_before = phases_before(c_key, c_t, key, t)
+        first = np.searchsorted(phase_at, key * span)
+        before = np.searchsorted(phase_at, key * span + (t - t0)) - first  # signalled strictly before t
+        at_or_before = np.searchsorted(phase_at, key * span + (t - t0), side="right") - first
         return before - 1, (at_or_before == before) & (t <= cut[u]) & ~missing[u]
 
     hi_code, hi_val = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
@@ -288,8 +291,8 @@ def _by_phase(ctx: MatchContext, ch: Channel, side: str, sig: Records, unit_of_b
     return iv
 
 
-def _by_waits(ch: Channel, side: str, unit_of_block: np.ndarray, anchor: _Rows | None, waiting: _Rows | None,
-              step: int, blocked_above: int, not_used: dict) -> np.ndarray:
+def _by_waits(ch: Channel, side: str, anchor: _Rows | None, waiting: _Rows | None, step: int, blocked_above: int,
+              not_used: dict) -> np.ndarray:
     """Signal not traced: intervals from blocked waiting regions and from anchors (module docstring)."""
     S = ch.num_stages
     empty = _Rows(*(np.zeros(0, np.int64) for _ in range(5)))

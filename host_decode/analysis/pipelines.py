@@ -158,11 +158,7 @@ def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
     i_ch, i_op, i_st = (a[inst["event"]] for a in lut)
     span_at = OpSlices(s_ch, s_op, len(channels))
     inst_at = OpSlices(i_ch, i_op, len(channels))
-    lane_present = np.zeros(trace.num_lanes, bool)
-    lane_present[trace.lanes["lane"]] = True
-    lane_dropped = np.zeros(trace.num_lanes, bool)
-    lane_dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
-    ctx = MatchContext(trace, lane_present, lane_dropped)
+    ctx = MatchContext.of(trace)
 
     parts, order, counters, uses = [], [], [], {}
     for c, ch in enumerate(channels):

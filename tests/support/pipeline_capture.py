@@ -35,8 +35,10 @@ def pipeline_entry(name: str, ids: dict, stages: int, cls: str = "PipelineTmaAsy
 class PipelineCapture:
     """Records per lane as (tick, event, type), kept in program order; `trace()` decodes them."""
 
-    def __init__(self, num_blocks: int, num_groups: int, base_ns: int = 1_000_000 * TICK):
-        self.num_blocks, self.num_groups, self.base = num_blocks, num_groups, base_ns
+    def __init__(self, num_blocks: int, num_groups: int, base_ns: int = 1_000_000 * TICK, anchored: bool = False):
+        """anchored: each lane starts with the device's two anchor records (the 64-bit %globaltimer at its
+        start), so the decoded times are absolute, as in a real capture (base_ns then e.g. ~1.7e18)."""
+        self.num_blocks, self.num_groups, self.base, self.anchored = num_blocks, num_groups, base_ns, anchored
         self.lanes: dict[int, list] = {}
         self.dropped: dict[int, int] = {}
 
@@ -71,6 +73,9 @@ class PipelineCapture:
             ticks = [r[0] for r in recs]
             assert ticks == sorted(ticks), f"lane {lane}: a device timer never runs backwards in program order"
             out = [(self.ns(t), e, kind) for t, e, kind in recs]
+            if self.anchored:
+                start = self.ns(ticks[0] if ticks else 0)
+                out = [(start, wire.ANCHOR_LO_EVENT_ID, INSTANT), (start >> 32, wire.ANCHOR_HI_EVENT_ID, INSTANT)] + out
             if lane in self.dropped:
                 out.append((self.dropped[lane], wire.DROPPED_EVENT_ID, INSTANT))
             out.append((self.ns(ticks[-1] if ticks else 0), 0, FINALIZE))
@@ -148,11 +153,12 @@ K_SCHEDULE = [
 ]
 
 
-def k_capture(schedule=K_SCHEDULE, signals: bool = True, base_ns: int = 1_000_000 * TICK) -> PipelineCapture:
+def k_capture(schedule=K_SCHEDULE, signals: bool = True, base_ns: int = 1_000_000 * TICK,
+              anchored: bool = False) -> PipelineCapture:
     """The records of `schedule` (K_SCHEDULE's columns) as the tracer writes them: at level signals the commits
     and releases too."""
     ids = K_IDS
-    cap = PipelineCapture(1, 3, base_ns)
+    cap = PipelineCapture(1, 3, base_ns, anchored)
     for _, s, _, acq, commit, _, _, _, _, _ in schedule:
         cap.region(0, 0, ids["acquire"] + s, *acq)
         if signals:

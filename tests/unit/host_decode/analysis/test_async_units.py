@@ -98,14 +98,18 @@ def test_waits_level_by_hand():
                    for row in SCHEDULE if row[1] == stage)
 
 
-def test_timer_wrap_gives_the_same_intervals():
-    """The 32-bit timer wraps in the middle of the schedule: the decoder unwraps it, the intervals are the same."""
+@pytest.mark.parametrize("signals", [True, False])
+def test_timer_wrap_gives_the_same_intervals(signals):
+    """The 32-bit timer wraps in the middle of the schedule: the decoder unwraps it, the intervals are the same;
+    so they are with absolute times (anchored lanes, a %globaltimer of 2025), whose wrap is there too."""
     near_wrap = (1 << 32) - 30 * TICK
-    for signals in (True, False):
-        ids = IDS if signals else {"acquire": ACQ, "wait": WAIT}
-        plain = intervals(capture(signals).trace([pipeline_entry("K", ids, 2, op_type="TmaLoad")]))[1]
-        wrapped = intervals(capture(signals, near_wrap).trace([pipeline_entry("K", ids, 2, op_type="TmaLoad")]))[1]
-        assert wrapped == plain
+    ids = IDS if signals else {"acquire": ACQ, "wait": WAIT}
+    pipes = [pipeline_entry("K", ids, 2, op_type="TmaLoad")]
+    plain = intervals(capture(signals).trace(pipes))[1]
+    assert intervals(capture(signals, near_wrap).trace(pipes))[1] == plain
+    absolute = (1_750_000_000_000_000_000 // (1 << 32) + 1) * (1 << 32) - 30 * TICK
+    trace = k_capture(SCHEDULE, signals, absolute, anchored=True).trace(pipes)
+    assert trace.start_ns > 1 << 60 and intervals(trace)[1] == plain
 
 
 @pytest.mark.parametrize(("entry", "sides"), [
