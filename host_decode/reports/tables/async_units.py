@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from host_decode.reports.tables.console import table
 
-HEADERS = ["pipeline", "unit", "uses", "exact", "issue bnd", "ready bnd", "unbnd", "open", "p50 ns", "p99 ns",
-           "bounded ns", "KiB/stage", "GB/s"]
-SECONDARY = ("issue bnd", "ready bnd", "unbnd", "open", "KiB/stage")
+HEADERS = ["pipeline", "uses", "exact", "p50 ns", "p99 ns", "bounded", "bounded ns", "open", "KiB/stage", "GB/s"]
+SECONDARY = ("open", "KiB/stage")
+BOUND_WORDS = (("issue_bounded", "issue"), ("ready_bounded", "ready"), ("unbounded", "both"))
 
 
 def _num(x, fmt="{:.0f}", scale=1.0) -> str:
@@ -30,20 +30,19 @@ def print_async_units(data: dict, console) -> None:
     for s in stats:
         c, lat = s["classes"], s["latency_ns"]
         b = lat["bounded"]
-        unit = s["unit"] + (" (frees)" if s["side"] == "empty" else "")
-        rows.append([s["pipeline"], unit, str(s["uses"]), str(c["exact"]), str(c["issue_bounded"]),
-                     str(c["ready_bounded"]), str(c["unbounded"]), str(s["open"]), _num(lat["exact"]["p50"]),
-                     _num(lat["exact"]["p99"]),
-                     "–" if not b["count"] else f"{b['at_least_p50']:.0f}..{b['at_most_p50']:.0f}",
-                     _num(s["bytes_per_stage"] / 1024 if s["bytes_per_stage"] else None, "{:.0f}"),
+        name = f"{s['pipeline']} {s['unit']}" + (" (frees)" if s["side"] == "empty" else "")
+        bounded = " + ".join(f"{c[k]} {word}" for k, word in BOUND_WORDS if c[k]) or "0"
+        rows.append([name, str(s["uses"]), str(c["exact"]), _num(lat["exact"]["p50"]), _num(lat["exact"]["p99"]),
+                     bounded, "–" if not b["count"] else f"{b['at_least_p50']:.0f}..{b['at_most_p50']:.0f}",
+                     str(s["open"]), _num(s["bytes_per_stage"] / 1024 if s["bytes_per_stage"] else None),
                      _num((s["bytes_per_s"] or {}).get("p50"), "{:.3g}", scale=1e-9)])
     console.print(table(console, "async units: issue -> ready per stage use", headers, rows,
-                        secondary=SECONDARY, text=("pipeline",)))
+                        secondary=SECONDARY, text=("pipeline", "bounded")))
     step = stats[0]["timer_step_ns"]
     console.print(
         f"exact: issue and ready measured (ready to the timer's {step} ns step), p50 / p99 over these only; "
-        "issue / ready bnd: only that end bounded; unbnd: neither end measured; bounded ns: p50 of the least and "
-        "the most latency their bounds allow; open: a bound missing. GB/s: stage bytes landed over the "
+        "bounded: only the issue / the ready / both ends bounded, bounded ns: p50 of the least and the most latency "
+        "their bounds allow; open: a bound missing. GB/s: stage bytes landed over the "
         f"{per.upper()}'s recorded span, p50 over {per.upper()}s (every commit recorded: level signals)")
     seen = set()
     for s in stats:

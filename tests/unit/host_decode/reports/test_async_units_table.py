@@ -27,10 +27,11 @@ def test_table_shows_the_json_numbers(capsys, tmp_path):
         print_async_units(data, make_console(file=f))
     lines = out.read_text().splitlines()
     row = {ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[2:-1]] for ln in lines if ln.startswith("│")}
-    assert row["q"][:9] == ["TMA", "16", "16", "0", "0", "0", "0", "480", f"{q['latency_ns']['exact']['p99']:.0f}"]
+    assert row["q TMA"][:6] == ["16", "16", "480", f"{q['latency_ns']['exact']['p99']:.0f}", "0", "–"]
     b = k["latency_ns"]["bounded"]
-    assert row["k"][7:10] == ["–", "–", f"{b['at_least_p50']:.0f}..{b['at_most_p50']:.0f}"]  # no bound as a p50
-    assert row["k"][-1] == f"{k['bytes_per_s']['p50'] / 1e9:.3g}" and "GB/s per CTA" in out.read_text()
+    # no bound as a p50: k's exact columns are empty, its bounds in their own column
+    assert row["k TMA"][:6] == ["128", "0", "–", "–", "128 ready", f"{b['at_least_p50']:.0f}..{b['at_most_p50']:.0f}"]
+    assert row["k TMA"][-1] == f"{k['bytes_per_s']['p50'] / 1e9:.3g}" and "GB/s per CTA" in out.read_text()
     assert any(ln.startswith("  k: issue = commit (exact); ready = wait end") for ln in lines)
 
 
