@@ -182,22 +182,27 @@ def async_unit_overlay(trace: Trace) -> Overlay | None:
     lat_min = np.maximum(iv["ready_lo"] - iv["issue_hi"], 0)
     args = np.stack([iv["stage"], lat_min, iv["ready_hi"] - iv["issue_lo"], iv["issue_hi"] - iv["issue_lo"],
                      iv["ready_hi"] - iv["ready_lo"]], axis=1).astype(np.int64)
-    pieces, names, piece_args = [], {}, []
+    pieces = []
     for start, end, suffix, drawn in parts:
-        keep = drawn & (end > start)
-        sfx = np.broadcast_to(suffix, iv.shape)[keep]
-        label = [f"{units.channels[c].name}[{s}]{suffixes[x]}"
-                 for c, s, x in zip(iv["channel"][keep].tolist(), iv["stage"][keep].tolist(), sfx.tolist())]
-        piece = np.zeros(int(keep.sum()), SLICE_DTYPE)
-        piece["track"], piece["start_ns"], piece["end_ns"] = track[keep], start[keep], end[keep]
-        piece["name"] = [names.setdefault(x, len(names)) for x in label]
+        keep = np.flatnonzero(drawn & (end > start))
+        piece = np.zeros(keep.size, [("row", np.int64), ("label", np.int64)] + [(f, SLICE_DTYPE[f]) for f in
+                                                                                 ("track", "start_ns", "end_ns")])
+        piece["row"], piece["track"], piece["start_ns"], piece["end_ns"] = keep, track[keep], start[keep], end[keep]
+        # a name per pipeline, stage and part: one label code, named once below
+        piece["label"] = (iv["channel"][keep] * (int(iv["stage"].max()) + 1) + iv["stage"][keep]) * len(suffixes) \
+            + np.broadcast_to(suffix, iv.shape)[keep]
         pieces.append(piece)
-        piece_args.append(args[keep])
-    slices = np.concatenate(pieces)
+    piece = np.concatenate(pieces)
+    labels, name = np.unique(piece["label"], return_inverse=True)
+    per_channel = (int(iv["stage"].max()) + 1) * len(suffixes)
+    names = tuple(f"{units.channels[int(x // per_channel)].name}[{int(x % per_channel // len(suffixes))}]"
+                  f"{suffixes[int(x % len(suffixes))]}" for x in labels)
+    slices = np.zeros(piece.size, SLICE_DTYPE)
+    slices["track"], slices["name"] = piece["track"], name
+    slices["start_ns"], slices["end_ns"] = piece["start_ns"], piece["end_ns"]
     exact = int((iv["cls"] == CLASSES.index("exact")).sum())
     note = f"{iv.size} async-unit intervals ({exact} exact) on {len(set(tracks))} rows"
-    return Overlay(notes=(note,), slice_sets=(SliceSet(tracks, tuple(names), slices, ASYNC_ARGS,
-                                                       np.concatenate(piece_args)),))
+    return Overlay(notes=(note,), slice_sets=(SliceSet(tracks, names, slices, ASYNC_ARGS, args[piece["row"]]),))
 
 
 OVERLAYS: dict[str, Callable[[Trace], Overlay | None]] = {
