@@ -307,10 +307,11 @@ class Harness:
         for tile_bytes, stages in configs:
             row = tma_probe.run_config(tile_bytes, stages, blocks=16, iters=64)
             rows.append(row)
-            d = row["traced_minus_truth"]["latency"]
+            d, a = row["traced_minus_truth"]["latency"], row["async_units"]
             self.log(f"tma probe {tile_bytes} B x{stages}: truth p50 {row['truth_latency_ns']['p50']:.0f} ns, "
                      f"matched {row['matched']}/{row['loads']}, traced - truth p50 {d.get('p50')} ns, "
-                     f"|diff| <= 64 ns {d.get('within_64ns')}")
+                     f"|diff| <= 64 ns {d.get('within_64ns')}; async units {a['exact']}/{a['loads']} exact, "
+                     f"outside bounds issue {a['issue_outside']} ready {a['ready_outside']}")
         self.results["tma_probe"] = {"configs": rows, "fit": tma_probe.bandwidth_fit(rows)}
 
     def captures(self):
@@ -340,7 +341,8 @@ class Harness:
                 kept[Path(path).name] = Path(path).stat().st_size
         for tile_bytes, stages in ((4096, 1), (32768, 4)):
             row = tma_probe.run_config(tile_bytes, stages, blocks=4, iters=32, out_dir=fixtures)
-            kept[f"tma_probe_{tile_bytes}B_{stages}s"] = row["traced_minus_truth"]
+            kept[f"tma_probe_{tile_bytes}B_{stages}s"] = {**row["traced_minus_truth"],
+                                                          "async_units": row["async_units"]}
         torch.cuda.synchronize()
         self.results["fixtures"] = kept
         self.log("fixtures: " + ", ".join(f"{name} ({v} B)" for name, v in kept.items() if isinstance(v, int)))
@@ -376,6 +378,10 @@ def print_table(results: dict) -> None:
                   f"traced - truth: issue {d['issue'].get('p50')} ready {d['ready'].get('p50')} latency "
                   f"{d['latency'].get('p50')} ns (p90 |diff| {d['latency'].get('p90_abs')}); "
                   f"matched {r['matched']}/{r['loads']}")
+            a = r.get("async_units") or {}
+            print(f"  async units: {a.get('intervals')}/{a.get('loads')} loads ({a.get('exact')} exact); truth outside "
+                  f"its bounds by > {a.get('timer_step_ns')} ns: issue {a.get('issue_outside')}, ready "
+                  f"{a.get('ready_outside')} (farthest {a.get('farthest_outside_ns')} ns)")
         print("tma probe fit (fixed ns + bytes / bandwidth, 1-stage loads):", probe.get("fit"))
     print("errors:", results["errors"] or "none")
 

@@ -176,6 +176,15 @@ class MatchContext:
         self.last_ns = np.full(trace.num_lanes, -1, np.int64)
         self.last_ns[trace.lanes["lane"]] = trace.lanes["last_ns"]
 
+    @classmethod
+    def of(cls, trace: Trace) -> "MatchContext":
+        """The lanes of `trace` that wrote anything, and those that overflowed."""
+        present = np.zeros(trace.num_lanes, bool)
+        present[trace.lanes["lane"]] = True
+        dropped = np.zeros(trace.num_lanes, bool)
+        dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
+        return cls(trace, present, dropped)
+
     def unit_health(self, signal_groups: np.ndarray, unit_of_block: np.ndarray):
         """Per unit, over the lanes of the signalling groups: (how many are present, whether one is
         missing, the earliest last record of one that overflowed: its signals after that time are lost;

@@ -144,10 +144,11 @@ class PipelineAnalysis:
 
 
 def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
-    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier. `cluster`: see
-    channels_of (`ikp waits --cluster N`)."""
+    """Match every traced wait; ValueError if the sidecar declares no pipeline or barrier (a sidecar whose
+    pipelines were all seen with no traced op, `pipelines_untraced`, gives an analysis with no channel).
+    `cluster`: see channels_of (`ikp waits --cluster N`)."""
     channels = channels_of(trace.meta or {}, cluster)
-    if not channels:
+    if not channels and not (trace.meta or {}).get("pipelines_untraced"):
         raise ValueError(
             "the capture's sidecar declares no 'pipelines' or 'barriers' (trace with ikp_cute.trace_pipelines)"
         )
@@ -157,11 +158,7 @@ def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
     i_ch, i_op, i_st = (a[inst["event"]] for a in lut)
     span_at = OpSlices(s_ch, s_op, len(channels))
     inst_at = OpSlices(i_ch, i_op, len(channels))
-    lane_present = np.zeros(trace.num_lanes, bool)
-    lane_present[trace.lanes["lane"]] = True
-    lane_dropped = np.zeros(trace.num_lanes, bool)
-    lane_dropped[trace.lanes["lane"]] = trace.lanes["dropped"] > 0
-    ctx = MatchContext(trace, lane_present, lane_dropped)
+    ctx = MatchContext.of(trace)
 
     parts, order, counters, uses = [], [], [], {}
     for c, ch in enumerate(channels):

@@ -7,6 +7,9 @@ EXPLICIT`` and ``sibling_order_rank`` by index::
       <part>                           a merged session / multi-rank trace: one per launch / rank
         SM 12                          only when the trace knows SMs
           block 37                     its per-lane constants (block, SM) are here once, not on slices
+            <slice set track>          an overlay's slices (e.g. "TMA in flight: ab"); tracks of one name
+                                       share a sibling_merge_key (one row), first in the block
+            <counter series>           CounterSeries of the block (e.g. "ab stages full")
             <group name>               group track of one lane; overlapping regions of different ids go
             <group name>               to sibling tracks with the same sibling_merge_key (one row)
 
@@ -51,6 +54,7 @@ class TrackTree:
     series_uuid: list  # per CounterSeries: its counter track
     overlap_tracks: int
     root_name: str
+    slice_uuid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # per slice track
 
     @property
     def num_tracks(self) -> int:
@@ -148,10 +152,15 @@ def root_name(trace: Trace) -> str:
 
 
 
-def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, series: tuple = ()) -> TrackTree:
+SLICE_TRACK_RANK = -(1 << 24)  # slice set tracks come first in their block, before its counters and lanes
+
+
+def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, series: tuple = (),
+                     slice_tracks: tuple = ()) -> TrackTree:
     """The track tree of the lanes in `table` (from lanes.lane_table); `counters`: a lanes-inside counter
     track per region id of the spans; `series`: CounterSeries, each a counter track under the root
-    (block -1) or under its block's track."""
+    (block -1) or under its block's track; `slice_tracks`: (block, name) of each track of the overlays' slice
+    sets, in order, under its block's track."""
     names = trace.names
     parent, rank, shape = [], [], []
     shape_index: dict = {}
@@ -183,7 +192,7 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
 
     lanes, lane_block, lane_group, nsub = table.lanes, table.block, table.group, table.nsub
     lane_sm = trace.sm_of_lane(lanes)
-    series_blocks = np.array([s.block for s in series if s.block >= 0], np.int64)
+    series_blocks = np.array([s.block for s in series if s.block >= 0] + [b for b, _ in slice_tracks], np.int64)
     blocks, block_first = np.unique(np.concatenate([lane_block, series_blocks]), return_index=True)
     block_sm = np.full(blocks.size, -1, np.int64)
     np.maximum.at(block_sm, np.searchsorted(blocks, lane_block), lane_sm)
@@ -228,6 +237,8 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
     for i, s in enumerate(series):  # block-level series: last, under their block (rank before its groups)
         if s.block >= 0:
             series_uuid[i] = add(int(block_uuid[np.searchsorted(blocks, s.block)]), s.name, -1 - i, counter_unit=s.unit)
+    slice_uuid = np.array([add(int(block_uuid[np.searchsorted(blocks, b)]), name, SLICE_TRACK_RANK + i,
+                               key=f"slices {name}") for i, (b, name) in enumerate(slice_tracks)], np.int64)
     return TrackTree(
         parent=np.array(parent, np.int64),
         rank=np.array([0 if r is None else r for r in rank], np.int64),
@@ -240,6 +251,7 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
         series_uuid=series_uuid,
         overlap_tracks=int((nsub - 1).sum()),
         root_name=rname,
+        slice_uuid=slice_uuid,
     )
 
 

@@ -2,7 +2,8 @@
 
 NAME = "waits"
 HELP = (
-    "pipeline waits of one capture: per pipeline x role wait time, blocked vs passed, whom it waited on, critical path"
+    "pipeline waits of one capture: coverage, per pipeline x role wait time, blocked vs passed, whom it waited on, "
+    "critical path, TMA / UMMA issue -> ready latency"
 )
 
 EXAMPLE = "ikp waits examples/pipelines/fa4_sm90_signals.npy    # a capture traced under ikp_cute.trace_pipelines"
@@ -51,8 +52,8 @@ def run(args) -> int:
 
         print_waits(data)
     next_step(
-        f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows and stages-full "
-        f"counters); ikp report {args.capture} -o waits.html (Waits tab)",
+        f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows, stages-full "
+        f"counters, TMA / UMMA in-flight rows); ikp report {args.capture} -o waits.html (Waits tab)",
         args,
     )
     return 0

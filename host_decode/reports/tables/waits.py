@@ -9,7 +9,9 @@ columns and fits 80 (tests/unit/host_decode/analysis/test_waits.py::test_waits_t
 from __future__ import annotations
 
 from host_decode.analysis.pipeline_match import MATCHED_STATUSES
+from host_decode.reports.tables.async_units import print_async_units
 from host_decode.reports.tables.console import make_console
+from host_decode.reports.tables.coverage import print_coverage, print_pipeline_ops
 
 NARROW = 120  # below this many columns the waits table keeps its main columns only
 SHORT_OPS = {"acquire": "acq", "bar_sync": "sync"}
@@ -39,6 +41,7 @@ def print_waits(data: dict, console=None) -> None:
     from rich.table import Table
 
     console = console or make_console()
+    print_coverage(data, console)
     st = data["status"]
     matched = sum(st[status] for status in MATCHED_STATUSES)
     console.print(
@@ -165,3 +168,5 @@ def print_waits(data: dict, console=None) -> None:
         )
     else:
         console.print("every wait matched (or passed through as a stage's first use)")
+    print_pipeline_ops(data, console)
+    print_async_units(data, console)

@@ -7,7 +7,8 @@
   commit that released it, across the CTA pair for 2x1 (the sidecar's "cluster"); at "waits" no wait has
   a status that means lost records;
 * the TMA probe (4 blocks x 32 loads; 4 KiB x 1 stage, 32 KiB x 4 stages) with its in-kernel ground
-  truth: every load matched, the traced data-ready time within 256 ns of the observer's.
+  truth: every load matched, the traced data-ready time within 256 ns of the observer's; every async-unit
+  interval (host_decode.analysis.async_units) holds the true issue and ready times within one timer step.
 Skipped until the captures are there (they need a GPU run).
 """
 
@@ -81,3 +82,49 @@ def test_tma_probe_capture_agrees_with_its_ground_truth(stem, stages):
     if stages == 1:
         assert abs(diff["ready"]["p50"]) <= 64, diff
     assert result["truth_latency_ns"]["p10"] > 0
+
+
+# On the real H200 probe captures the commit instant sits ~64 ns before the probe's own issue read (two timer
+# steps, not one) and the four-stage ready bounds miss the truth: a known failure until the bounds are fixed.
+@pytest.mark.xfail(strict=True, reason="issue stamp two steps early; four-stage ready bounds miss the truth")
+@pytest.mark.parametrize(("stem", "stages"), PROBES)
+def test_tma_probe_intervals_contain_the_ground_truth(stem, stages):
+    """The probe at level signals with every wait recorded: one TMA interval per load, its issue the commit (the
+    arrive.expect_tx just before the producer reads ISSUE), its ready the consumer's wait; the truth (ISSUE, and
+    READY: the observer's read the moment the phase completed) lies inside every interval's bounds, within one
+    timer step (two timer reads a few instructions apart)."""
+    from host_decode.load.capture import load_capture
+
+    trace = load_capture(_capture(stem))
+    check_intervals_hold_the_truth(trace, np.load(CAPTURES / f"{stem}_truth.npy"), stages)
+
+
+def check_intervals_hold_the_truth(trace, times, stages: int) -> None:
+    """times: the probe's T (blocks, loads, 2): ISSUE and READY of each load (int64 ns)."""
+    sys.path.insert(0, str(ROOT / "examples" / "persistent_gemm"))
+    import tma_probe
+
+    check = tma_probe.async_unit_check(trace, tma_probe.truth_table(times, stages), stages)
+    assert check["intervals"] == check["loads"], check
+    assert check["issue_outside"] == check["ready_outside"] == 0, check
+    assert check["exact"] > 0, check
+    if stages == 1:  # alone in flight: the consumer always waits for the data, so every load is measured
+        assert check["exact"] == check["loads"], check
+
+
+@pytest.mark.parametrize("stages", [1, 4])
+def test_the_ground_truth_check_on_a_simulated_probe(stages):
+    """check_intervals_hold_the_truth on a pipeline run by the protocol (tests/support/pipeline_capture.py), and
+    that it fails when the truth is off by more than a timer step."""
+    from tests.support.pipeline_capture import pipeline_entry, simulate_pipeline
+
+    rng = np.random.default_rng(stages)
+    cap, truth, ids = simulate_pipeline(rng, stages, 32, 1, blocked_only=False, skip=0.5 if stages > 1 else 0.0)
+    trace = cap.trace([pipeline_entry("ring", ids, stages, op_type="TmaLoad")], pipeline_level="signals")
+    times = np.array([[[cap.ns(truth[(n % stages, n // stages)][0]), cap.ns(truth[(n % stages, n // stages)][1])]
+                       for n in range(32)]], np.int64)
+    check_intervals_hold_the_truth(trace, times, stages)
+    early = times.copy()
+    early[0, 5, 0] -= 3 * 32  # a load issued three steps before its commit was recorded
+    with pytest.raises(AssertionError):
+        check_intervals_hold_the_truth(trace, early, stages)
