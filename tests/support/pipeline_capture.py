@@ -16,16 +16,6 @@ TICK = 32  # ns: %globaltimer's step on H100/H200
 BEGIN, END, INSTANT, FINALIZE = (int(t) for t in wire.EventType)
 
 
-def perfetto_replay():
-    """The module holding the tests' replay of a Perfetto file as trace processor imports it (replay, make_trace,
-    ORIGIN): tests/support/perfetto_replay.py."""
-    try:
-        from tests.support import perfetto_replay as module
-    except ImportError:
-        import tests.test_perfetto as module
-    return module
-
-
 def pipeline_entry(name: str, ids: dict, stages: int, cls: str = "PipelineTmaAsync", **extra) -> dict:
     """One sidecar ``pipelines`` entry with the keys the device side writes."""
     return {"name": name, "class": cls, "site": f"{name}.py:1", "num_stages": stages, "producer_arrivals": 1,

@@ -8,16 +8,17 @@ import pytest
 import host_decode as hd
 from host_decode.writers import TraceOptions
 from host_decode.writers import perfetto as pf
+from tests.support import perfetto_replay
 from tests.support.pipeline_capture import K_IDS as IDS
 from tests.support.pipeline_capture import K_SCHEDULE as SCHEDULE
-from tests.support.pipeline_capture import TICK, k_capture, perfetto_replay, pipeline_entry
+from tests.support.pipeline_capture import TICK, k_capture, pipeline_entry
 
 pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
 
 def rows(trace, **options):
     """(row name, slice name, start tick, end tick, args) of every slice on an in-flight row."""
-    res = perfetto_replay().replay(pf.perfetto_bytes(trace, TraceOptions(**options)))
+    res = perfetto_replay.replay(pf.perfetto_bytes(trace, TraceOptions(**options)))
     origin = pf.trace_origin(trace)
     first = trace.start_ns - origin
     out = []

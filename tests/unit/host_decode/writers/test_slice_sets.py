@@ -8,7 +8,7 @@ from host_decode.core.model import Names
 from host_decode.writers import Overlay
 from host_decode.writers import perfetto as pf
 from host_decode.writers.slice_sets import SLICE_DTYPE, SliceSet, stack
-from tests.support.pipeline_capture import perfetto_replay
+from tests.support import perfetto_replay
 
 pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
@@ -21,7 +21,7 @@ def slices(rows):
 
 
 def small_trace():
-    r = perfetto_replay()
+    r = perfetto_replay
     lanes = {0: [("B", 1, 0), ("E", 1, 100)], 2: [("B", 1, 10), ("E", 1, 50)]}
     return r.make_trace(lanes, names=Names({1: "work"})), r
 
