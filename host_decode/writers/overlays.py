@@ -8,6 +8,9 @@ A new overlay (async-unit tracks, cross-rank flows, ...) is one more function an
 * ``pipelines``: every matched pipeline / named-barrier wait as a flow from the signal that released it to
   the end of the wait, and per block "<pipeline> stages full" counters (host_decode.analysis.pipelines;
   docs/pipeline_waits.md), for traces whose sidecar declares ``pipelines`` or ``barriers``.
+* ``flags``: every wait of a flag or counter matched to the signal that released it, as a flow from the
+  signal to the end of the wait, across blocks and ranks (host_decode.analysis.flag_paths; docs/flags.md),
+  for traces whose sidecar (or a merged session's part) declares ``flags``.
 
 Invariants, and the tests that guard them:
 - drawing depends on the trace and the names only, so every entry point that writes a trace with the
@@ -108,6 +111,25 @@ def pipeline_overlay(trace: Trace) -> Overlay | None:
                    (f"{flows.size} pipeline flows, {len(pa.counters)} stages-full counters",))
 
 
+def flag_overlay(trace: Trace) -> Overlay | None:
+    """A flow from each signal to the end of the wait it released, across blocks and ranks
+    (host_decode.analysis.flag_paths: a signal placed after its wait by the clocks' residual error is drawn
+    at the wait's end, under its own flow kind); None without flag call sites in the sidecar(s)."""
+    from host_decode.analysis.flag_events import has_flags
+
+    if not has_flags(trace):
+        return None
+    from host_decode.analysis.flag_paths import FLOW_KINDS, analyze_flags
+
+    fa = analyze_flags(trace)
+    flows = fa.flows()
+    clamped = int((flows["kind"] == 1).sum())
+    note = f"{flows.size} flag flows" + (f" ({clamped} drawn at their wait's end: clock residual within "
+                                         f"{fa.error_bound_ns} ns)" if clamped else "")
+    return Overlay(flows, FLOW_KINDS, (), (note,))
+
+
 OVERLAYS: dict[str, Callable[[Trace], Overlay | None]] = {
     "pipelines": pipeline_overlay,
+    "flags": flag_overlay,
 }
