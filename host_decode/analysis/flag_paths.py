@@ -162,7 +162,7 @@ def step_summary(fa: FlagAnalysis, launch: int, spans: BlockSpans, rank: int | N
     medians = _medians(fa.trace)
     sel = spans.launch == launch
     starts = spans.start_ns[sel] + np.array([off.get(int(r), 0) for r in spans.rank[sel]], np.int64)
-    median_start = int(np.median(starts)) if starts.size else 0
+    median_start = int(np.sort(starts)[(starts.size - 1) // 2]) if starts.size else 0  # exact: ns need all 64 bits
     out_links = []
     for x in links:
         link = {"kind": LINK_KINDS[x["kind"]], "rank": int(x["rank"]), "block": int(x["block"]),

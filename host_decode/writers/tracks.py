@@ -209,9 +209,10 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
                                    base_rank + (sm if sm >= 0 else MAX_SM_RANK), parent_of_children=True)
             block_parent[i] = sm_uuid[key]
     block_uuid = np.empty(blocks.size, np.int64)
+    local = blocks - (offsets[block_part] if parts else 0)  # a part's blocks keep their own ids in their group
     for i, (b, p) in enumerate(zip(blocks.tolist(), block_parent.tolist())):
         sm = int(block_sm[i])
-        label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
+        label = f"block {int(local[i])}" + (f" (SM {sm})" if sm >= 0 else "")
         block_uuid[i] = add(p, label, base_rank + b if p in part_uuid else b, parent_of_children=True)
 
     # group tracks and their overlap siblings (nsub per lane, in lane order); rank keeps siblings of
