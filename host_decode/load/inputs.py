@@ -48,8 +48,18 @@ def load_launches(paths: Iterable[str | os.PathLike], progress: bool | None = No
     """Every launch of `paths` (files and folders, see the module docstring). `names` and `write_stride`
     (``--names``, ``--write-stride``) apply to every ikp capture, over its sidecar's."""
     paths = [Path(p) for p in paths]
+    files = input_files(paths)
+    traces: list[Trace] = []
+    for f in _progress(files, "decode", progress):
+        traces.extend(load_file(f, names=names, write_stride=write_stride))
+    return Launches(traces, single=len(paths) == 1 and not paths[0].is_dir() and len(traces) == 1)
+
+
+def input_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files of `paths`: a file as given, a folder's *.npy captures in name order (a folder holding none
+    is an error saying why)."""
     files: list[Path] = []
-    for p in paths:
+    for p in map(Path, paths):
         if p.is_dir():
             found = sorted(p.glob("*.npy"))
             if not found:  # a folder that holds no capture would otherwise drop out of the session silently
@@ -59,10 +69,7 @@ def load_launches(paths: Iterable[str | os.PathLike], progress: bool | None = No
             files.append(p)
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
-    traces: list[Trace] = []
-    for f in _progress(files, "decode", progress):
-        traces.extend(load_file(f, names=names, write_stride=write_stride))
-    return Launches(traces, single=len(paths) == 1 and not paths[0].is_dir() and len(traces) == 1)
+    return files
 
 
 def load_file(path: str | os.PathLike, names: Names | None = None, write_stride: int | None = None) -> list[Trace]:
