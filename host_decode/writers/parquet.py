@@ -36,6 +36,7 @@ from host_decode.load.inputs import input_files, load_file
 
 ROWS_PER_GROUP = 1 << 16
 SPILL_ROWS = 1 << 16
+MAX_BATCHES = 256  # batches held by a table or the spill before they are written: their objects stay few
 RANKS_PER_BUCKET = 16
 FORMAT = "ikp-tables-1"
 
@@ -84,8 +85,9 @@ def require_pyarrow():
 
 
 class TableSink:
-    """One Parquet file written batch by batch: columns are appended as numpy arrays (or lists of strings
-    given as (codes, names) pairs) and written as a row group every ROWS_PER_GROUP rows."""
+    """One Parquet file written batch by batch: columns are appended as numpy arrays (strings as (codes, names)
+    pairs, nullable columns as masked arrays), held as they are and turned into one Arrow array per column when
+    ROWS_PER_GROUP rows or MAX_BATCHES appends are held (one conversion per column, not per append)."""
 
     def __init__(self, path: Path, fields: list):
         import pyarrow as pa
@@ -94,36 +96,39 @@ class TableSink:
         self.pa, self.fields = pa, fields
         self.schema = pa.schema(fields)
         self.writer = pq.ParquetWriter(str(path), self.schema, compression="zstd")
-        self.batches, self.pending, self.rows = [], 0, 0
+        self.held, self.pending, self.rows = [], 0, 0
 
     def append(self, columns: dict) -> None:
-        pa = self.pa
-        arrays = []
-        n = None
-        for name, typ in self.fields:
-            col = columns[name]
-            if isinstance(col, tuple):  # (codes, names): strings through a dictionary, decoded in C++
-                codes, names = col
-                arr = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, np.int32)),
-                                                     pa.array(list(names), pa.string())).dictionary_decode()
-            elif isinstance(col, np.ma.MaskedArray):
-                arr = pa.array(col.data, typ, mask=np.ma.getmaskarray(col))
-            else:
-                arr = pa.array(np.asarray(col), typ)
-            n = len(arr) if n is None else n
-            arrays.append(arr.cast(typ) if arr.type != typ else arr)
+        first = columns[self.fields[0][0]]
+        n = len(first[0]) if isinstance(first, tuple) else len(first)
         if not n:
             return
-        self.batches.append(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self.held.append(columns)
         self.pending += n
         self.rows += n
-        if self.pending >= ROWS_PER_GROUP:
+        if self.pending >= ROWS_PER_GROUP or len(self.held) >= MAX_BATCHES:
             self.flush()
 
+    def _column(self, name: str, typ):
+        pa, cols = self.pa, [h[name] for h in self.held]
+        if isinstance(cols[0], tuple):  # (codes, names): strings through a dictionary, decoded in C++
+            shift = np.cumsum([0] + [len(c[1]) for c in cols[:-1]])
+            codes = np.concatenate([np.asarray(c[0], np.int32) + k for c, k in zip(cols, shift.tolist())])
+            names = [x for c in cols for x in c[1]]
+            return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string())).dictionary_decode()
+        if any(isinstance(c, np.ma.MaskedArray) for c in cols):
+            data = np.concatenate([np.ma.getdata(c) for c in cols])
+            mask = np.concatenate([np.ma.getmaskarray(c) for c in cols])
+            return pa.array(data, typ, mask=mask)
+        return pa.array(np.concatenate([np.asarray(c) for c in cols]), typ)
+
     def flush(self) -> None:
-        if self.batches:
-            self.writer.write_table(self.pa.Table.from_batches(self.batches), row_group_size=ROWS_PER_GROUP)
-            self.batches, self.pending = [], 0
+        if self.held:
+            arrays = [self._column(name, typ) for name, typ in self.fields]
+            arrays = [a.cast(typ) if a.type != typ else a for a, (_, typ) in zip(arrays, self.fields)]
+            self.writer.write_table(self.pa.Table.from_arrays(arrays, schema=self.schema),
+                                    row_group_size=ROWS_PER_GROUP)
+            self.held, self.pending = [], 0
 
     def close(self) -> None:
         self.flush()
@@ -144,7 +149,7 @@ class Spill:
         for k in np.unique(b).tolist():
             self.held.setdefault(k, []).append(rows[b == k])
         self.rows += rows.size
-        if self.rows >= SPILL_ROWS:
+        if self.rows >= SPILL_ROWS or sum(map(len, self.held.values())) >= MAX_BATCHES:
             self.flush()
 
     def flush(self) -> None:
@@ -181,7 +186,7 @@ def export_tables(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
     manifest (also written as export.json)."""
     require_pyarrow()
     out = Path(out_dir)
-    files = input_files(paths)
+    files = [str(f) for f in input_files(paths)]  # plain names: the one list that grows with the captures
     spill_dir = out / ".spill"
     spill_dir.mkdir()
     spill = Spill(spill_dir, max(1, -(-len(files) // RANKS_PER_BUCKET)))
@@ -189,15 +194,18 @@ def export_tables(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
     sinks = {name: TableSink(out / f"{name}.parquet", fields) for name, fields in schemas.items()}
     buffers: dict[str, int] = {}
     errors: list[int] = []
-    next_id, ranks = 0, set()
+    next_id, ranks = 0, bytearray()  # ranks seen, a bit each
     try:
         for f in (progress(files) if progress else files):
             for trace in load_file(f, names=names):
                 next_id = _export_launch(trace, f, sinks, spill, buffers, errors, next_id)
-                ranks.add(int((trace.meta or {}).get("rank") or 0))
+                r = int((trace.meta or {}).get("rank") or 0)
+                ranks.extend(bytes(max(0, r // 8 + 1 - len(ranks))))
+                ranks[r // 8] |= 1 << (r % 8)
         spill.flush()
         stated = sorted(errors, reverse=True)
-        bound = wire.TIMER_STEP_NS + (sum(stated[:2]) if len(ranks) > 1 else 0)
+        n_ranks = sum(bin(x).count("1") for x in ranks)
+        bound = wire.TIMER_STEP_NS + (sum(stated[:2]) if n_ranks > 1 else 0)
         names_of = np.array(sorted(buffers, key=buffers.get) or [""], dtype=object)
         for k in range(spill.buckets):
             _export_matches(spill.read(k), names_of, bound, sinks)
@@ -207,7 +215,7 @@ def export_tables(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
         for leftover in spill_dir.glob("*"):
             leftover.unlink()
         spill_dir.rmdir()
-    manifest = {"format": FORMAT, "captures": len(files), "ranks": len(ranks), "clock_error_bound_ns": bound,
+    manifest = {"format": FORMAT, "captures": len(files), "ranks": n_ranks, "clock_error_bound_ns": bound,
                 "timer_step_ns": wire.TIMER_STEP_NS, "tables": {n: {"file": f"{n}.parquet", "rows": s.rows}
                                                                  for n, s in sinks.items()}}
     (out / "export.json").write_text(dumps(manifest, indent=1, sort_keys=True))
@@ -220,8 +228,9 @@ def _export_launch(trace: Trace, path: Path, sinks: dict, spill: Spill, buffers:
     rank, launch = int(meta.get("rank") or 0), int(meta.get("launch_index") or 0)
     shift = int(meta.get("clock_offset_ns") or 0)
     sp = trace.spans
-    sinks["spans"].append(dict(_place(trace, rank, launch, sp), event=sp["event"], region=_names_lut(trace, sp["event"]),
-                               depth=sp["depth"], start_ns=sp["start_ns"] + shift, end_ns=sp["end_ns"] + shift,
+    sinks["spans"].append(dict(_place(trace, rank, launch, sp), event=sp["event"],
+                               region=_names_lut(trace, sp["event"]), depth=sp["depth"],
+                               start_ns=sp["start_ns"] + shift, end_ns=sp["end_ns"] + shift,
                                duration_ns=sp["end_ns"] - sp["start_ns"]))
     it = trace.instants
     sinks["instants"].append(dict(_place(trace, rank, launch, it), event=it["event"],
@@ -255,7 +264,8 @@ def _export_launch(trace: Trace, path: Path, sinks: dict, spill: Spill, buffers:
         del errors[2:]  # the two largest are all the bound needs
     firsts = trace.lanes["first_ns"][trace.lanes["first_ns"] >= 0]
     sinks["launches"].append({
-        "capture": ([0], [str(path)]), "rank": [rank], "launch": [launch], "kernel": ([0], [str(meta.get("kernel") or "")]),
+        "capture": ([0], [str(path)]), "rank": [rank], "launch": [launch],
+        "kernel": ([0], [str(meta.get("kernel") or "")]),
         "device": ([0], [str(meta.get("device") or "")]), "num_blocks": [trace.num_blocks],
         "num_groups": [trace.num_groups], "absolute": [trace.absolute], "clock_offset_ns": [shift],
         "clock_error_ns": np.ma.masked_array([err or 0], [err is None]),

@@ -49,8 +49,8 @@ def all_gather(out: Path, world: int, blocks: int = 4, delay: tuple = (1, 2, 20_
     for r in range(world):
         cap = RankCapture(rank=r, num_blocks=blocks, warps=2, sites=sites,
                           flag_buffers=symmetric_entries("flags", bases, r, nbytes),
-                          clock_offset_ns=int(est[r]), clock_error_ns=error_ns, events={PUSH_ID: "push", GEMM_ID: "gemm"},
-                          kernel="ag_gemm")
+                          clock_offset_ns=int(est[r]), clock_error_ns=error_ns,
+                          events={PUSH_ID: "push", GEMM_ID: "gemm"}, kernel="ag_gemm")
         dev = lambda t: int(t - true_off[r])  # noqa: E731 - the rank's own clock
         for b in range(blocks):
             s = int(start[r, b])
@@ -113,3 +113,29 @@ def megakernel(out: Path, blocks: int = 8, row_blocks: int = 4, tiles: int = 6, 
         heapq.heappush(free, (t, b))
     cap.save(out / "megakernel.npy")
     return {"block": where[delayed], "delay_ns": delay_ns, "row_block": tasks[delayed][1]}
+
+
+def ring(out: Path, world: int, blocks: int = 2, seed: int = 0) -> dict:
+    """`world` small rank captures of a ring exchange (rank r's block b adds one to block b's flag of rank r + 1,
+    then waits on its own, set by rank r - 1): the same few records per rank whatever the rank count, so an
+    export's work grows linearly with it. Returns the waits that blocked per rank (all of them here)."""
+    rng = np.random.default_rng(seed)
+    base = 0x7E00_0000_0000
+    nbytes = 4 * blocks
+    sites = [signal_site(SIGNAL_ID, "ring.py:1", scope="sys"), wait_site(WAIT_ID, "ring.py:2", expected=1, scope="sys")]
+    start = T0 + rng.integers(0, 300, size=(world, blocks))
+    sent = start + PUSH_NS
+    for r in range(world):
+        buffers = [{"name": "ring", "owner_rank": o, "base": base + o * (1 << 20), "bytes": nbytes, "elem_bytes": 4}
+                   for o in {r, (r + 1) % world}]
+        cap = RankCapture(rank=r, num_blocks=blocks, sites=sites, flag_buffers=buffers, clock_offset_ns=0,
+                          clock_error_ns=50, events={PUSH_ID: "push", GEMM_ID: "gemm"}, kernel="ring")
+        for b in range(blocks):
+            cap.region(b, 0, PUSH_ID, int(start[r, b]), int(sent[r, b]))
+            cap.signal(b, 0, SIGNAL_ID, int(sent[r, b]), base + ((r + 1) % world) * (1 << 20) + 4 * b)
+            ready = int(sent[(r - 1) % world, b]) + LATENCY_NS
+            begin = int(sent[r, b]) + 10
+            cap.wait(b, 0, WAIT_ID, begin, max(ready, begin + 64), base + r * (1 << 20) + 4 * b)
+            cap.region(b, 0, GEMM_ID, max(ready, begin + 64), max(ready, begin + 64) + GEMM_NS)
+        cap.save(out / f"rank_{r:05d}.npy")
+    return {"waits": world * blocks, "signals": world * blocks}

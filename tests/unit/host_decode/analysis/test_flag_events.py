@@ -56,7 +56,8 @@ def test_signals_and_waits_become_rows(tmp_path):
     w = ~sig
     # waits in lane order: (block 0, warp 0) == 5; (0, 1) the cas wait >= 1; (1, 0) >= 2
     assert t.value[w].tolist() == [5, 1, 2] and t.op[w].tolist() == [EQ, GE, GE]
-    assert t.begin_ns[w].tolist() == [T + 600, T + 1000, T + 500] and t.end_ns[w].tolist() == [T + 800, T + 1100, T + 900]
+    assert t.begin_ns[w].tolist() == [T + 600, T + 1000, T + 500]
+    assert t.end_ns[w].tolist() == [T + 800, T + 1100, T + 900]
     assert t.block[w].tolist() == [0, 0, 1] and t.warp[w].tolist() == [0, 1, 0]
     assert set(t.buffers) == {"ready"} and (t.owner == 0).all()
 
