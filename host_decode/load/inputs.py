@@ -72,6 +72,37 @@ def input_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return files
 
 
+class CaptureFiles:
+    """The files of `paths` as input_files lists them, held compactly for inputs of very many captures (a
+    folder's names as one numpy bytes array, ~15 bytes a capture): `len()` and iteration in order, each file as
+    a str path."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike]):
+        import numpy as np
+
+        self.groups = []  # (folder or "", names as bytes)
+        for p in map(Path, paths):
+            if p.is_dir():
+                with os.scandir(p) as it:
+                    names = [os.fsencode(e.name) for e in it if e.name.endswith(".npy") and not e.name.startswith(".")]
+                if not names:
+                    raise ValueError(f"{p}: {no_captures_reason(p)}")
+                self.groups.append((str(p), np.sort(np.array(names, dtype=bytes))))
+            else:
+                self.groups.append(("", np.array([os.fsencode(str(p))], dtype=bytes)))
+        if not self.groups:
+            raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
+
+    def __len__(self) -> int:
+        return sum(names.size for _, names in self.groups)
+
+    def __iter__(self):
+        for folder, names in self.groups:
+            for name in names:
+                name = os.fsdecode(bytes(name))
+                yield os.path.join(folder, name) if folder else name
+
+
 def load_file(path: str | os.PathLike, names: Names | None = None, write_stride: int | None = None) -> list[Trace]:
     """The launches of one file: an ikp capture's one, or each launch of another tracer's trace."""
     from host_decode.interop import detect, read_foreign, refuse_unreadable

@@ -32,11 +32,11 @@ from host_decode.analysis.flags import KINDS, OPS, REASONS, UNKNOWN, FlagTable, 
 from host_decode.core import wire
 from host_decode.core.jsonable import dumps
 from host_decode.core.model import Trace
-from host_decode.load.inputs import input_files, load_file
+from host_decode.load.inputs import CaptureFiles, load_file
 
 ROWS_PER_GROUP = 1 << 16
 SPILL_ROWS = 1 << 16
-MAX_BATCHES = 256  # batches held by a table or the spill before they are written: their objects stay few
+MAX_BATCHES = 16  # appends held by a table or the spill before they are written: their objects stay few
 RANKS_PER_BUCKET = 16
 FORMAT = "ikp-tables-1"
 
@@ -186,7 +186,7 @@ def export_tables(paths: Iterable[str | os.PathLike], out_dir: str | os.PathLike
     manifest (also written as export.json)."""
     require_pyarrow()
     out = Path(out_dir)
-    files = [str(f) for f in input_files(paths)]  # plain names: the one list that grows with the captures
+    files = CaptureFiles(paths)  # names, ~15 bytes a capture: what grows with the captures
     spill_dir = out / ".spill"
     spill_dir.mkdir()
     spill = Spill(spill_dir, max(1, -(-len(files) // RANKS_PER_BUCKET)))

@@ -8,12 +8,14 @@ EXAMPLE = "ikp export tests/fixtures/flag_ranks -o tables    # then: duckdb -c \
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_names, add_progress
+    from host_decode.cli.common import add_force, add_format, add_names, add_progress
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy files or directories of them (e.g. one capture per rank)")
     p.add_argument("-o", "--output", required=True, metavar="TABLES",
                    help="a new directory: one .parquet file per table, and export.json (row counts, clock bound)")
-    p.add_argument("--format", choices=("parquet",), default="parquet", help="table format (default parquet)")
+    p.add_argument("--tables", choices=("parquet",), default="parquet",
+                   help="file format of the tables (default parquet: Apache Parquet, zstd)")
+    add_format(p)
     add_names(p)
     add_progress(p)
     add_force(p)
@@ -21,6 +23,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from host_decode.cli.common import next_step, outputs, progress
+    from host_decode.core.jsonable import dumps
     from host_decode.load.inputs import read_names
     from host_decode.writers.parquet import export_tables, require_pyarrow
 
@@ -29,6 +32,9 @@ def run(args) -> int:
         folder = out.add_new_dir(args.output)
         manifest = export_tables(args.captures, folder, names=read_names(args.names),
                                  progress=lambda files: progress(files, "export", args))
+    if args.format == "json":
+        print(dumps(manifest))
+        return 0
     tables = ", ".join(f"{name} {t['rows']}" for name, t in manifest["tables"].items())
     print(f"wrote {args.output}: {manifest['captures']} capture(s) of {manifest['ranks']} rank(s); rows: {tables}; "
           f"clocks agree within {manifest['clock_error_bound_ns']} ns")

@@ -47,7 +47,7 @@ def run(args) -> int:
     flags = has_flags(trace)
     if not has_pipelines(trace) and not flags:
         raise ValueError(
-            f"{args.capture}: its sidecar has no 'pipelines', 'barriers' or 'flags' metadata "
+            f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata, nor 'flags' "
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster) \
