@@ -149,17 +149,12 @@ def next_step(text: str, args=None) -> None:
 
 
 def load_input(path, names=None, write_stride=None):
-    """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
-    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.load.inputs, through
-    sessions.load_trace: a trace of several launches is one session); a directory is a session, no one
-    input."""
-    import errno
-    import os
-
+    """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), another tracer's trace
+    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content, or a folder of captures (host_decode.load.inputs,
+    through sessions.load_trace: a trace of several launches is one session; captures of several ranks put
+    each rank in a track group of its own, on the clock their sidecars' offsets lead to)."""
     from host_decode.analysis.sessions import load_trace
 
-    if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     return load_trace([path], names=names, write_stride=write_stride)
 
 

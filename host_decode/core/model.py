@@ -51,6 +51,23 @@ LANE_DTYPE = np.dtype(
 )
 
 
+# Payload records: instants of reserved ids whose 32-bit timer field carries data (a flag's address >> 2, a
+# value) instead of a time. Each takes the time of the record it follows in its lane (``of_event`` /
+# ``of_type``: that record's event id and EventType, -1 when the lane has none before it); rows in lane order,
+# then program order. docs/flags.md: the flags tracer writes them after a signal's INSTANT and a wait's END.
+PAYLOAD_DTYPE = np.dtype(
+    [
+        ("lane", np.int32),
+        ("block", np.int32),
+        ("group", np.int32),
+        ("event", np.int16),
+        ("of_event", np.int16),
+        ("of_type", np.int8),
+        ("value", np.uint32),
+        ("ts_ns", np.int64),
+    ]
+)
+
 # Dependencies between records on different lanes (e.g. a pipeline commit that released a wait), written
 # by the Perfetto writer as flow arrows; `kind` indexes a list of kind names given alongside.
 FLOW_DTYPE = np.dtype(
@@ -129,6 +146,7 @@ class Trace:
     names: Names
     absolute: bool  # times are absolute %globaltimer ns
     meta: dict = dataclasses.field(default_factory=dict)  # sidecar facts (kernel, device, capacity, ...)
+    payloads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, PAYLOAD_DTYPE))  # PAYLOAD_DTYPE
 
     @property
     def num_lanes(self) -> int:

@@ -94,6 +94,11 @@ SIDECAR: dict[str, Key] = {
     "warps_per_group": Key("int", "warps per group of the pipeline records", minimum=1),
     "example": Key("object", "the problem an example ran"),
     "trimmed_from_blocks": Key("int", "the block count of the capture this one was cut from", minimum=1),
+    "flags": Key("list", "flag call sites {id, kind, op, order, scope, cmp, site, expected} (docs/flags.md)"),
+    "flag_buffers": Key("list", "flag buffers mapped by this rank {name, owner_rank, base, bytes, elem_bytes}"),
+    "clock_offset_ns": Key("int", "ns added to this capture's times to reach the reference clock"),
+    "clock_error_ns": Key("int", "bound on the error of clock_offset_ns", minimum=0),
+    "clock_reference": Key("str", "the clock clock_offset_ns leads to (e.g. rank 0's %globaltimer)"),
 }
 # the keys that make a JSON object an ikp sidecar (one of them at least), and the names' keys
 IDENTIFYING = ("format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups")

@@ -16,6 +16,9 @@ A new overlay (cross-rank flows, ...) is one more function and one more entry.
   the latency's bounds as arguments. A row is a merged set of sibling tracks, one per stage (more where a
   stage's bounds overlap), so loads in flight at once stack in depth and the row's depth reads as the loads
   in flight. Intervals with an open bound are not drawn.
+* ``flags``: every wait of a flag or counter matched to the signal that released it, as a flow from the
+  signal to the end of the wait, across blocks and ranks (host_decode.analysis.flag_paths; docs/flags.md),
+  for traces whose sidecar (or a merged session's part) declares ``flags``.
 
 The overlays drawn together share one pipeline analysis of the trace (pipeline_analysis).
 
@@ -207,7 +210,26 @@ def async_unit_overlay(trace: Trace) -> Overlay | None:
     return Overlay(notes=(note,), slice_sets=(SliceSet(tracks, names, slices, ASYNC_ARGS, args[piece["row"]]),))
 
 
+def flag_overlay(trace: Trace) -> Overlay | None:
+    """A flow from each signal to the end of the wait it released, across blocks and ranks
+    (host_decode.analysis.flag_paths: a signal placed after its wait by the clocks' residual error is drawn
+    at the wait's end, under its own flow kind); None without flag call sites in the sidecar(s)."""
+    from host_decode.analysis.flag_events import has_flags
+
+    if not has_flags(trace):
+        return None
+    from host_decode.analysis.flag_paths import FLOW_KINDS, analyze_flags
+
+    fa = analyze_flags(trace)
+    flows = fa.flows()
+    clamped = int((flows["kind"] == 1).sum())
+    note = f"{flows.size} flag flows" + (f" ({clamped} drawn at their wait's end: clock residual within "
+                                         f"{fa.error_bound_ns} ns)" if clamped else "")
+    return Overlay(flows, FLOW_KINDS, (), (note,))
+
+
 OVERLAYS: dict[str, Callable[[Trace], Overlay | None]] = {
     "pipelines": pipeline_overlay,
     "async_units": async_unit_overlay,
+    "flags": flag_overlay,
 }

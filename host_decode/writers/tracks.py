@@ -218,9 +218,13 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
                                    base_rank + (sm if sm >= 0 else MAX_SM_RANK), parent_of_children=True)
             block_parent[i] = sm_uuid[key]
     block_uuid = np.empty(blocks.size, np.int64)
+    # the ranks of a distributed kernel: each rank's blocks keep their own ids under it ("rank 1 / block 37", as
+    # `ikp waits` names them); the launches of a session keep the merged trace's block ids
+    by_rank = len({pt.get("rank") for pt in parts}) > 1
+    local = blocks - (offsets[block_part] if by_rank else 0)
     for i, (b, p) in enumerate(zip(blocks.tolist(), block_parent.tolist())):
         sm = int(block_sm[i])
-        label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
+        label = f"block {int(local[i])}" + (f" (SM {sm})" if sm >= 0 else "")
         block_uuid[i] = add(p, label, base_rank + b if p in part_uuid else b, parent_of_children=True)
 
     # group tracks and their overlap siblings (nsub per lane, in lane order); rank keeps siblings of

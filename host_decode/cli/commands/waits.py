@@ -1,16 +1,19 @@
-"""ikp waits CAPTURE: who waited on whom in a capture traced with pipeline metadata (analysis/pipelines.py)."""
+"""ikp waits CAPTURE|DIR: who waited on whom: pipeline waits (analysis/pipelines.py), flags and counters across
+blocks and ranks (analysis/flag_paths.py)."""
 
 NAME = "waits"
 HELP = (
     "pipeline waits of one capture: coverage, per pipeline x role wait time, blocked vs passed, whom it waited on, "
-    "critical path, TMA / UMMA issue -> ready latency"
+    "critical path, TMA / UMMA issue -> ready latency; flags and counters across blocks and ranks: what bounded "
+    "each step"
 )
 
 EXAMPLE = "ikp waits examples/pipelines/fa4_sm90_signals.npy    # a capture traced under ikp_cute.trace_pipelines"
 def add_arguments(p) -> None:
     from host_decode.cli.common import add_format, add_names, number
 
-    p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
+    p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers') or "
+                   "'flags', or a folder of captures (the ranks of a distributed kernel)")
     add_names(p, "the capture")
     add_format(p)
     p.add_argument("--max-blocks", type=number(int, at_least=1), default=4096,
@@ -22,6 +25,8 @@ def add_arguments(p) -> None:
         help="CTAs per cluster, for pipelines whose metadata says none (waits reported as signal_in_other_cta: "
         "their signals came from another CTA of the cluster)",
     )
+    p.add_argument("--rank", type=number(int, at_least=0), default=None,
+                   help="flags: the critical path of each step within this rank (default: over every rank)")
     p.add_argument(
         "--roles",
         choices=("auto", "group", "warp_group"),
@@ -32,6 +37,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from host_decode.analysis.flag_events import has_flags
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
     from host_decode.cli.common import load_input, next_step
@@ -39,18 +45,34 @@ def run(args) -> int:
     from host_decode.load.inputs import read_names
 
     trace = load_input(args.capture, names=read_names(args.names))
-    if not has_pipelines(trace):
+    flags = has_flags(trace)
+    if not has_pipelines(trace) and not flags:
         raise ValueError(
-            f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
+            f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata, nor 'flags' "
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
-    data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
+    data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster) \
+        if has_pipelines(trace) else {}
+    if flags:
+        from host_decode.analysis.flag_paths import flags_summary
+
+        flag_data = flags_summary(trace, rank=args.rank)
+        data = dict(data, flags=flag_data) if data else flag_data
     if args.format == "json":
         print(dumps(data))
     else:
-        from host_decode.reports.tables.waits import print_waits
+        if has_pipelines(trace):
+            from host_decode.reports.tables.waits import print_waits
 
-        print_waits(data)
+            print_waits(data)
+        if flags:
+            from host_decode.reports.tables.flags import print_flags
+
+            print_flags(flag_data)
+    if not has_pipelines(trace):
+        next_step(f"ikp decode {args.capture} -o flags.pftrace, then ikp view flags.pftrace (a flow from each signal "
+                  f"to the wait it released); ikp export {args.capture} -o tables (Parquet for DuckDB)", args)
+        return 0
     next_step(
         f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows, stages-full "
         f"counters, TMA / UMMA in-flight rows); ikp report {args.capture} -o waits.html (Waits tab)",
