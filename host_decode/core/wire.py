@@ -186,24 +186,26 @@ def block_linear(bx, by, bz, grid_x, grid_y):
 #                   words every launch loads):
 #                   +0   u64 TICKS: launches of kernel k x 2**24 (every warp adds its part at its decision)
 #                   +8   u32 LAST_FIRST, u32 LAST_HALF: the `last` region (first unit, units per half)
-#                   +16  3 counter sets of 40 bytes: set 0 for the shared area (cumulative), sets 1 and 2 for
+#                   +16  3 counter sets of 48 bytes: set 0 for the shared area (cumulative), sets 1 and 2 for
 #                        the halves of the `last` region (reset by the launch before the one that fills it):
 #                        u64 NEXT (halves only), u64 NOCHUNK_RECORDS, u64 STRAY_RECORDS, u64 NOCHUNK_LANES,
 #                        u32 LOSS_MIN, u32 LOSS_MAX (the launch indices of lanes that lost records)
 #   units          from byte control_bytes, `units` units of POOL_UNIT_WORDS words:
 #     word 0       POOL_UNIT_MAGIC << 48 | kernel id << 32 | launch index (low 32 bits)
-#     word 1       %globaltimer (64 bits) whose low half is the timer field of the unit's first record
-#     word 2       lane (20 bits) | (warps per block - 1) << 20 (5 bits) | seq << 32 (16 bits: the unit's
-#                  number in its lane, from 0) | SM id << 48 (16 bits)
+#     word 1       %globaltimer (64 bits) read when the lane took the unit, before its first record there
+#     word 2       lane (20 bits) | (warps per block - 1) << 20 (5 bits) | SM id << 32 (16 bits) | seq << 48
+#                  (16 bits: the unit's number in its lane, from 0, modulo 2**16)
 #     word 3       records the lane lost once the pool ran out (written at the lane's end into its last
 #                  unit; 0 otherwise)
 #     words 4..    POOL_UNIT_RECORDS v1 records of the lane, in program order; unused slots are 0
 #
 # A lane is one warp: lane = block_linear * warps_per_block + warp, as in a pipeline capture's v1 buffer
-# (its records carry that lane in their tags). A lane's units are requested in runs of 1, 2, 4, ... up to
-# POOL_MAX_RUN contiguous units, one atomic add on NEXT per run; a lane's units therefore have increasing
-# unit indices in seq order. A request the pool cannot meet is still added to NEXT, so NEXT x unit bytes
-# is the unit area that would have held everything.
+# (its records carry that lane in their tags). A lane takes its first unit when its launch starts and the
+# next one when fewer than two slots are left (a region's two records never straddle units; the slot left
+# over stays 0). Units are requested in runs of 1, 2, 4, ... up to POOL_MAX_RUN contiguous units, one
+# atomic add on NEXT per run; a lane's units therefore have increasing unit indices in seq order. A request
+# the pool cannot meet is still added to NEXT, so NEXT x unit bytes is the unit area that would have held
+# everything.
 
 POOL_MAGIC = 0x314C4F4F50504B49  # b"IKPPOOL1", little-endian
 POOL_VERSION = 1
@@ -224,7 +226,7 @@ POOL_WINDOW_BYTES = 16
 POOL_COUNTER_BYTES = 256
 POOL_COUNTER_GAP = 512  # bytes between the last window word and the first counter
 POOL_TICKS, POOL_LAST_FIRST, POOL_LAST_HALF, POOL_SETS = 0, 8, 12, 16  # offsets in a kernel's counters
-POOL_SET_BYTES = 40
+POOL_SET_BYTES = 48  # a multiple of 16: the device resets a set with 16-byte stores
 POOL_SET_NEXT, POOL_SET_NOCHUNK_RECORDS, POOL_SET_STRAY, POOL_SET_NOCHUNK_LANES = 0, 8, 16, 24
 POOL_SET_LOSS_MIN, POOL_SET_LOSS_MAX = 32, 36
 POOL_SHARED_SET, POOL_LAST_SETS = 0, (1, 2)
@@ -298,8 +300,8 @@ def pack_unit_header(kernel, launch, time64, lane, warps_per_block, seq, sm, los
     u = np.uint64
     w0 = (u(POOL_UNIT_MAGIC) << u(48)) | (np.asarray(kernel, u) << u(32)) | (np.asarray(launch, u) & u(0xFFFFFFFF))
     w1 = np.asarray(time64, u)
-    w2 = (np.asarray(lane, u) | ((np.asarray(warps_per_block, u) - u(1)) << u(20)) | (np.asarray(seq, u) << u(32))
-          | (np.asarray(sm, u) << u(48)))
+    w2 = (np.asarray(lane, u) | ((np.asarray(warps_per_block, u) - u(1)) << u(20)) | (np.asarray(sm, u) << u(32))
+          | (np.asarray(seq, u) << u(48)))
     w3 = np.asarray(lost, u)
     return np.stack(np.broadcast_arrays(w0, w1, w2, w3), axis=-1)
 
@@ -318,8 +320,8 @@ def unpack_unit_headers(headers: np.ndarray) -> dict[str, np.ndarray]:
         "lane": i(w2 & np.uint64(MAX_LANES - 1)),
         "warps_per_block": i((w2 >> np.uint64(20)) & np.uint64(POOL_MAX_WARPS - 1)) + 1,
         "reserved": i((w2 >> np.uint64(25)) & np.uint64(0x7F)),
-        "seq": i((w2 >> np.uint64(32)) & np.uint64(0xFFFF)),
-        "sm": i(w2 >> np.uint64(48)),
+        "sm": i((w2 >> np.uint64(32)) & np.uint64(0xFFFF)),
+        "seq": i(w2 >> np.uint64(48)),
         "lost": i(h[:, 3]),
     }
 

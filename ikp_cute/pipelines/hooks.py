@@ -39,7 +39,8 @@ class Tracer:
     """The state of one ``trace_pipelines`` context (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, geometry: Geometry, *, polls: str, named_barriers: bool,
-                 passing_waits: bool, blocked_ns: int, audit: bool = True):
+                 passing_waits: bool, blocked_ns: int, audit: bool = True, kernels=None, pool=None,
+                 kernel_meta=None):
         """The options are PipelineTrace's (validated there, defaults there)."""
         from .audit import Audit
         from .ir_pass import IRPass
@@ -48,7 +49,8 @@ class Tracer:
         self.polls = polls
         self.named_barriers = named_barriers
         self.roles = Roles(catalog)
-        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls)
+        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls, events=catalog.events, kernels=kernels,
+                                 pool=pool, kernel_meta=kernel_meta)
         self.ledger = Ledger()
         self.patches = Patches()
         self.ir_pass = IRPass(self)
@@ -61,10 +63,13 @@ class Tracer:
     def install(self) -> None:
         from cutlass.cutlass_dsl import CuTeDSL
 
+        from ikp_cute import ambient
+
         dsl = CuTeDSL._get_dsl()
         self.active = True
         self.patches.install(self)
         stack = contextlib.ExitStack()
+        stack.enter_context(ambient.recording_with(self.ambient))
         stack.enter_context(dsl.trace_finalize_hooks(self.ir_pass))
         stack.enter_context(kernel_locations(self.ledger))
         if self.audit is not None:
@@ -119,7 +124,16 @@ class Tracer:
         return (bits, label), hook_call(frame, None, op, barrier=static, traced=True, label=label)
 
     def in_kernel(self) -> bool:
-        return inline_ptx.kernel_op() is not None
+        """Inside the body of a kernel this trace records (the `kernels` filter)."""
+        kernel = inline_ptx.kernel_op()
+        return kernel is not None and self.recorder.traces(kernel)
+
+    def ambient(self, name: str, event_type: int) -> None:
+        """profile_region(name) (profiler.py): a BEGIN or END record at the author's call site."""
+        if self.depth or not self.in_kernel():
+            return
+        frame = names.user_frame(names.SKIPPED_FUNCTIONS | {"__enter__", "__exit__", "region_event"})
+        self.recorder.ambient(name, event_type, names.site(frame))
 
     @contextlib.contextmanager
     def nested(self):
