@@ -16,34 +16,39 @@ the launch's 2**24 ticks (wire.pool_warp_part: 2**24 >> bitlen(W - 1) for W warp
 remainder; no division) with one fire-and-forget `red`, after its own read: no thread of the launch reads a
 count its own warp completed, so every thread reads the launch's e (ikp_cute/ring.py: the same argument).
 
-SETUP (each warp's elected lane): its block's allocation descriptor (32 bytes: launch index, the area's
-limit, its NEXT counter, its first unit, the counter set of the launch), the warp's state (48 bytes of shared
-memory per warp, below) and its first unit. A `last` launch takes half e & 1 of its kernel's region and
-resets the other half's counters (warp 0 of block 0) for the launch after it.
+SETUP (each warp's elected lane, at the start of the traced copy): the warp's state (64 bytes of shared
+memory per warp, below), with the area it takes units from (the shared area, or for a `last` launch half e &
+1 of its kernel's region: its limit, NEXT and first unit), the block's counter set and launch index (16
+bytes, for the epilogue), and the warp's first unit. A `last` launch resets the other half's counters (warp
+0 of block 0) for the launch after it.
 
 A RECORD (the hot path; instants `record`, regions `reserve_region` + `finish_region`) reads the warp's
 state {room, lane, end}, stores at ``end - 8 * room`` and writes room back: the v1 record of
 pipelines/record.py with the lane's slot taken from its unit instead of a fixed stride. A lane always has at
-least two slots when a record starts: when a record leaves fewer, the REFILL that follows it (one uniform
-branch, inside the same PTX block, after the record's own registers are dead) enters the next unit of the
-lane's run, or asks for a new run of 1, 2, 4, 8, 16 units with ONE `atom.add` on NEXT by the elected lane
-(its answer shuffled to the warp), and writes the new unit's header from the warp's templates (kernel id,
-launch, lane, warps per block, SM id and seq, set up once; the 64-bit time read there). The setup takes the
-lane's first unit the same way, before the kernel's own code. A request the pool cannot meet makes the lane
-virtual: its records are counted, not stored, and it keeps asking (every run still lands in NEXT: NEXT x
-256 bytes is what would have held everything).
+least two slots when a record starts (a region's two records never straddle units): when a record leaves
+fewer, the REFILL that follows it (one uniform branch, inside the same PTX block, after the record's own
+registers are dead; for a region, after its two stores) enters the next unit of the lane's run, or asks for
+a new run of 1, 2, 4, 8, 16 units with ONE `atom.add` on NEXT by the elected lane (its answer shuffled to
+the warp), and writes the new unit's header from the warp's templates (kernel id, launch, lane, warps per
+block, SM id and seq, set up once; the 64-bit time read there). The setup takes the lane's first unit the
+same way, before the kernel's own code. A request the pool cannot meet makes the lane virtual: its records
+are counted, not stored, and it keeps asking (every run still lands in NEXT: NEXT x 256 bytes is what would
+have held everything).
 
 EPILOGUE (the end of the traced copy, each warp's elected lane): a lane that lost records writes the count
 into its last unit's word 3, or, if it never had a unit, adds it (and itself) to the kernel's counters; a lane
 that cannot record (2-D / 3-D blocks, lane >= 2**20) adds the records it made to STRAY.
 
-The state (48 bytes per warp at state_base + 48 * warp; the block's descriptor after the 32 warps):
+The state (64 bytes per warp at state_base + 64 * warp; the block's {counter set, launch} after the 32 warps):
   +0  s32 room    records left in the current unit (an invalid lane: 2**30, counting down)
   +4  u32 lane    the v1 lane (bits 0-19) | VIRTUAL (bit 30) | INVALID (bit 31): stores only below 2**20
   +8  u64 end     the address past the current unit (virtual: past the last real unit; 0: none yet)
   +16 u64 word 0 of the lane's unit headers; +24 u64 word 2 (its seq advanced at each unit)
   +32 u32 cold    runs asked (bits 0-2) | had a unit (bit 3) | units left in the run (bits 8-15)
   +36 u32 lost    records lost in virtual units so far (the unused rest is given back on leaving one)
+  +40 u32 limit   units the launch's area hands out; +44 u32 the launch index
+  +48 u64 the address of the area's NEXT; +56 u64 the address of the area's first unit
+(the refill reads only the warp's own state: no register holds the state base across it).
 
 A flag record (a payload instant, added by another module) is a `record` whose tag and timer words come from
 the caller: the store, the room update and the refill after it are the same three steps.
@@ -215,10 +220,10 @@ _REFILL_REGS = (" .reg .pred virt, ask, fits, refill, same; .reg .u32 c, lost, r
 
 
 def _refill() -> str:
-    """PTX from REFILL to DONE: the lane's next unit, after a record left fewer than two slots (module
-    docstring). In: a (the warp's state address), m (the active mask), lead. Everything else is read from the
-    warp's state when needed and written back at once, so that few values are live at a time (FA4's producer
-    warp runs with 24 registers, quack's consumers with ~10 to spare)."""
+    """PTX from REFILL to DONE: the lane's next unit, after a record left fewer than two slots (module docstring).
+    In: a (the warp's state address), m (the active mask), lead. Everything else is read from the warp's state
+    when needed and written back at once, so that few values are live at a time (FA4's producer warp runs with 24
+    registers, quack's consumers with ~10 to spare)."""
     return (
         " REFILL:"
         f" ld.volatile.shared.v2.u32 {{c, lost}}, [a+{S_COLD}]; ld.volatile.shared.v2.u32 {{room, lane}}, [a];"
@@ -287,8 +292,8 @@ class PoolKernelState:
     def record(self, bits, label: str = "") -> None:
         """One instant (bits = (event_id << 2) | type) by each executing warp's elected lane; `label` goes
         into a PTX comment (``/* ikp <label> */``), how tests count the records of each call site. The slot is
-        the lane's next one (room >= 2 always holds on entry); the refill after it runs when fewer than two
-        are left."""
+        the lane's next one (room >= 2 always holds on entry); the refill after it runs when fewer than two are
+        left (the last slot of a unit an instant leaves stays 0: a region's two records never straddle units)."""
         asm = (
             "{ .reg .pred lead, ok; .reg .u32 m, a, tag, tlo, thi; .reg .u64 addr, rec;" + _REFILL_REGS
             + " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"

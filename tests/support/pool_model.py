@@ -2,9 +2,11 @@
 reader is tested against (tests/unit/host_decode/load/test_pool.py).
 
 PoolModel follows ikp_cute/pipelines/record_pool.py's protocol record by record: the decision and the launch
-count (wire.pool_decide), a lane taking runs of 1, 2, 4, ... units with one add on NEXT each, the unit
-header written on entering a unit, the virtual units of a lane the pool cannot serve (records counted,
-not stored), the lane's end (its losses written into its last unit, or added to its kernel's counters).
+count (wire.pool_decide), every lane taking its first unit when it starts and the next one after a record that
+fills its unit (or before a region that would not fit in it), in runs of 1, 2, 4, ... units with one add on
+NEXT each, the unit header written on entering a unit, the virtual units of a lane the pool cannot serve
+(records counted, not stored), the lane's end (its losses written into its last unit, or added to its kernel's
+counters).
 Records are generated with known tags and times, so a test knows every record a capture must hold.
 """
 
@@ -117,37 +119,25 @@ class PoolModel:
             s, next_at, first, limit = 0, wire.POOL_NEXT, 0, int(self.w32[wire.POOL_HEADER_WORDS32["top"]])
         lanes = {ln: Lane(ln) for ln in counts}
         lanes.update({ln: Lane(ln, invalid=True, room=1 << 30) for ln in (invalid or {})})
+        ctx = (k, e, wpb, next_at, first, limit)
+        starts = [ln for ln in counts]
+        if rng is not None:
+            rng.shuffle(starts)
+        for ln in starts:  # the setup: each lane's first unit
+            self.refill(lanes[ln], *ctx)
         calls = [ln for ln, n in counts.items() for _ in range(n)] + [ln for ln, n in (invalid or {}).items()
                                                                        for _ in range(n)]
         if rng is not None:
             rng.shuffle(calls)
         for ln in calls:
-            self.record(lanes[ln], k, e, wpb, next_at, first, limit, 2 if regions else 1)
+            self.record(lanes[ln], ctx, 2 if regions else 1)
         for lane in lanes.values():
             self.end(lane, k, s, e)
         return {ln: lane.records for ln, lane in lanes.items() if not lane.invalid}
 
-    def record(self, lane: Lane, k, e, wpb, next_at, first, limit, need) -> None:
+    def record(self, lane: Lane, ctx, need) -> None:
         self.clock += 100
         t = self.clock
-        if lane.room < need and not lane.invalid:
-            if lane.virtual:
-                lane.lost -= lane.room
-            if not lane.virtual and lane.run_left > 0:
-                lane.run_left -= 1
-                self.enter(lane, lane.unit + 1, k, e, wpb, t)
-            else:
-                size = min(1 << lane.grabs, wire.POOL_MAX_RUN)
-                lane.grabs = min(lane.grabs + 1, 4)
-                idx = self.u64(next_at)
-                self.u64(next_at, idx + size)
-                usable = max(0, min(limit - idx, size))
-                if usable:
-                    lane.virtual, lane.run_left = False, usable - 1
-                    self.enter(lane, first + idx, k, e, wpb, t)
-                else:
-                    lane.virtual, lane.room = True, size * R
-                    lane.lost += size * R
         kinds = (int(wire.EventType.BEGIN), int(wire.EventType.END)) if need == 2 else (int(wire.EventType.INSTANT),)
         for j, kind in enumerate(kinds):
             event = (len(lane.records) // need) % 1000
@@ -155,14 +145,35 @@ class PoolModel:
             stored = not lane.virtual and not lane.invalid
             if stored:
                 unit = self.unit_base + lane.unit * wire.POOL_UNIT_WORDS
-                slot = unit + wire.POOL_UNIT_HEADER_WORDS + R - lane.room + j
-                self.words[slot] = rec
+                self.words[unit + wire.POOL_UNIT_HEADER_WORDS + R - lane.room + j] = rec
             lane.records.append((rec, stored))
         lane.room -= need
+        if lane.room < 2 and not lane.invalid:  # a unit's last slot an instant leaves stays 0
+            self.refill(lane, *ctx)
 
-    def enter(self, lane: Lane, unit: int, k, e, wpb, t) -> None:
+    def refill(self, lane: Lane, k, e, wpb, next_at, first, limit) -> None:
+        if lane.virtual:
+            lane.lost -= lane.room
+        if not lane.virtual and lane.run_left > 0:
+            lane.run_left -= 1
+            self.enter(lane, lane.unit + 1, k, e, wpb)
+            return
+        size = min(1 << lane.grabs, wire.POOL_MAX_RUN)
+        lane.grabs = min(lane.grabs + 1, 4)
+        idx = self.u64(next_at)
+        self.u64(next_at, idx + size)
+        usable = max(0, min(limit - idx, size))
+        if usable:
+            lane.virtual, lane.run_left = False, usable - 1
+            self.enter(lane, first + idx, k, e, wpb)
+        else:
+            lane.virtual, lane.room, lane.run_left = True, size * R, 0
+            lane.lost += size * R
+
+    def enter(self, lane: Lane, unit: int, k, e, wpb) -> None:
         at = self.unit_base + unit * wire.POOL_UNIT_WORDS
         sm = 7 + lane.lane % 5
+        t = self.clock + 50  # read when the unit is taken: before its first record
         self.words[at : at + 4] = wire.pack_unit_header(k, e, t, lane.lane, wpb, lane.seq % (1 << 16), sm)
         lane.unit, lane.seq, lane.room = unit, lane.seq + 1, R
 

@@ -88,10 +88,12 @@ def test_interleaved_units_reassemble_exactly():
 def test_a_lanes_runs_grow_and_its_units_stay_contiguous():
     model = PoolModel(pool_bytes(200))
     model.select(0, "all")
-    model.launch(0, {0: R * 31}, wpb=1)
+    model.launch(0, {0: (R - 1) * 31 - 1}, wpb=1)  # instants: 27 a unit; two slots left in unit 31
     assert model.next == 1 + 2 + 4 + 8 + 16  # 31 units in five requests
     (buf, meta), = read_pool(model.words, KERNELS).captures
-    assert meta["pool"]["units"] == 31 and meta["records_per_lane"] == R * 31 + 3
+    assert meta["pool"]["units"] == 31 and meta["records_per_lane"] == (R - 1) * 31 - 1 + 3
+    model.launch(0, {0: R - 1}, wpb=1)  # a lane that leaves one slot takes the next run at once
+    assert model.next == 31 + 1 + 2
 
 
 def test_exhausted_pool_counts_lost_records_and_the_size_needed():
@@ -140,21 +142,23 @@ def test_garbage_headers_are_counted_not_decoded():
     base = model.unit_base
     words = model.words.copy()
     unit = lambda i: slice(base + i * wire.POOL_UNIT_WORDS, base + (i + 1) * wire.POOL_UNIT_WORDS)  # noqa: E731
-    words[unit(1)][0] ^= np.uint64(1 << 60)  # a flipped bit in a header's magic
+    head = wire.unpack_unit_headers(model.words[base : base + model.next * wire.POOL_UNIT_WORDS].reshape(-1, 32)[:, :4])
+    second = int(np.flatnonzero((head["lane"] == 0) & (head["seq"] == 1) & head["written"])[0])
+    words[unit(second)][0] ^= np.uint64(1 << 60)  # a flipped bit in the magic of lane 0's second unit
     dup = words[unit(0)].copy()
-    words[unit(model.next - 1)] = 0
-    words[unit(model.next - 1)] = dup  # the same lane, launch and seq as unit 0
+    other = int(np.flatnonzero((head["lane"] == 1) & head["written"])[0])
+    words[unit(other)] = dup  # lane 1's unit replaced by a copy of unit 0: lane 0's seq 0 twice
     words[unit(45)][7] = np.uint64(12345)  # a record where no unit was handed out
     got = read_pool(words, KERNELS)
     loss = got.summary["loss"]
-    in_bad = int(np.count_nonzero(model.words[unit(1)][4:]))
-    in_replaced = int(np.count_nonzero(model.words[unit(model.next - 1)][4:]))
+    in_bad = int(np.count_nonzero(model.words[unit(second)][4:]))
+    in_replaced = int(np.count_nonzero(model.words[unit(other)][4:]))
     assert loss["unit_header_invalid"] == {"units": 1, "records": in_bad}
     assert loss["duplicate_unit"] == {"units": 1, "records": int(np.count_nonzero(dup[4:]))}
     assert loss["outside_allocation"] == {"units": 1, "records": 1}
     assert got.summary["records"] == total - in_bad - in_replaced
     (buf, meta), = got.captures
-    assert meta["pool"]["lanes_with_gaps"] == 1  # lane 0 lost its unit 1
+    assert meta["pool"]["lanes_with_gaps"] == 1  # lane 0 lost its second unit
 
 
 def test_last_keeps_the_newest_launch_and_its_own_counts():
