@@ -200,11 +200,14 @@ class Pool:
         import torch
 
         control = self.control_bytes // 8
-        self.buffer[control:].zero_()
         counters = wire.pool_counters(self.max_kernels) // 8
-        fresh = self._control_block()
-        self.buffer[counters:control].copy_(torch.from_numpy(fresh.view(np.int64)[counters:control]))
+        self.buffer[control:].zero_()
+        self.buffer[counters:control].zero_()
         self.buffer[wire.POOL_NEXT // 8].zero_()
+        per_kernel = self.buffer[counters : counters + self.max_kernels * wire.POOL_COUNTER_BYTES // 8]
+        per_kernel = per_kernel.view(torch.int32).view(self.max_kernels, wire.POOL_COUNTER_BYTES // 4)
+        for s in range(3):
+            per_kernel[:, (wire.POOL_SETS + wire.POOL_SET_BYTES * s + wire.POOL_SET_LOSS_MIN) // 4].fill_(-1)
         for k in range(max(len(self._names), max(self._selections, default=-1) + 1)):
             self._write_window(k, wire.pool_selection(self._selections.get(k, self.default_selection)))
         for k, (first, half) in self._regions.items():

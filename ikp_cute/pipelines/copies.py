@@ -23,7 +23,7 @@ The closed copy is the ``then`` block, laid out first, on the fall-through path 
 
 Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py):
 * the closed copy holds nothing of ours (test_the_closed_copy_is_the_untouched_kernel);
-* a kernel op that uses a value of ours is refused, not erased (test_strip_refuses_to_erase_kernel_ops).
+* a kernel op that uses a value of ours is refused, not erased (test_strip_erases_only_what_is_ours).
 """
 
 from __future__ import annotations

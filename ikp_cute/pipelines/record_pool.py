@@ -59,8 +59,8 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards
 * the decision reads TICKS only past the empty-window branch, and no atomic lands on the window line
   (test_the_decision_waits_for_ticks_only_when_a_window_is_set);
 * a record block has one branch, to its refill, and the refill one atomic
-  (test_a_record_block_has_one_atomic_behind_one_branch); no register spills in FA4's or quack's traced
-  copy (test_fa4_and_quack_traced_into_a_pool_do_not_spill);
+  (test_every_record_block_has_one_atomic_behind_one_branch); no register spills in FA4's or quack's traced
+  copy (test_fa4_and_quack_traced_into_a_pool);
 * the protocol equals the host's reference (tests/support/pool_model.py) on the GPU: gpu/pool_suite.py.
 """
 
