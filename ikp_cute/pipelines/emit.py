@@ -55,6 +55,7 @@ class Recorder:
         self.placement = placement.Placement()
         self.kernels: list[tuple[object, KernelState | PoolKernelState]] = []  # (cuda.kernel op, its state)
         self.verdicts: list[tuple[object, bool]] = []  # (cuda.kernel op, traced?) of this module
+        self.block_warps: int | None = None  # warps of the block being launched (hooks.hook_launch), if static
 
     def traces(self, kernel) -> bool:
         """Whether `kernel` (a cuda.kernel op) is traced: its name matches `kernels`, and a pool had an id."""
@@ -85,7 +86,7 @@ class Recorder:
                 self.verdicts = [(k, v and k != kernel) for k, v in self.verdicts]
                 return None
             with inline_ptx.at_kernel_entry():
-                state = PoolKernelState.create(self.geometry, kernel_id)
+                state = PoolKernelState.create(self.geometry, kernel_id, self.block_warps)
         else:
             with inline_ptx.at_kernel_entry():
                 state = KernelState.create(self.geometry)

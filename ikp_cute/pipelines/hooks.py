@@ -22,6 +22,7 @@ Invariants a change could break (tests/test_pipelines_compile.py guards them):
 from __future__ import annotations
 
 import contextlib
+import math
 
 from ikp_cute import inline_ptx
 
@@ -345,19 +346,25 @@ class Tracer:
         return compile
 
     def hook_launch(self, orig):
-        """KernelLauncher.launch: remember the cluster shape before the kernel's body is traced (static
-        ints only; a dynamic cluster stays unknown)."""
+        """KernelLauncher.launch: remember the cluster shape and the block's warps before the kernel's body is
+        traced (static ints only; a dynamic shape stays unknown: a pool trace then keeps state for 32 warps)."""
         tracer = self
 
         def launch(launcher, *args, **kwargs):
             cluster = kwargs.get("cluster")
             cluster = (1, 1, 1) if cluster is None else cluster  # no cluster: one CTA
             values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
-            static = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
-            tracer.roles.cluster = (values + [1, 1])[:3] if static else None
+            tracer.roles.cluster = (values + [1, 1])[:3] if static_ints(values) else None
+            block = kwargs.get("block")
+            block = list(block) if isinstance(block, (list, tuple)) else [block]
+            tracer.recorder.block_warps = -(-math.prod(block) // 32) if static_ints(block) else None
             return orig(launcher, *args, **kwargs)
 
         return launch
+
+
+def static_ints(values) -> bool:
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
 
 
 def hook_call(frame, pipeline, op, **fields) -> HookCall:

@@ -74,25 +74,28 @@ from host_decode.core import wire
 from ikp_cute import inline_ptx
 
 MAX_WARPS = wire.POOL_MAX_WARPS
-STATE_BYTES = 64  # per warp (the module docstring's table)
-S_END, S_W0, S_W2, S_COLD, S_LIMIT, S_NEXT, S_FIRST = 8, 16, 24, 32, 40, 48, 56  # byte offsets in a warp's state
-BLOCK_DESCRIPTOR = MAX_WARPS * STATE_BYTES  # byte offset of the block's {counter set address, launch index}
-D_SET, D_LAUNCH = 0, 8
-SMEM_WORDS = (BLOCK_DESCRIPTOR + 16) // 8
+STATE_BYTES = 32  # per warp (the module docstring's table)
+S_END, S_COLD, S_LANE_WORD = 8, 16, 24  # byte offsets in a warp's state
+D_NEXT, D_FIRST, D_SET, D_LIMIT, D_LAUNCH = 0, 8, 16, 24, 28  # in the block's descriptor, after the warps
+DESCRIPTOR_BYTES = 32
 VIRTUAL, INVALID = 1 << 30, 1 << 31
 INVALID_ROOM = 1 << 30  # an invalid lane counts down from here, never refilling
 LANE_LIMIT = wire.MAX_LANES
 R = wire.POOL_UNIT_RECORDS
 UNIT = wire.POOL_UNIT_BYTES
-HAD_UNIT = 1 << 3  # cold: runs asked (bits 0-2) | had a unit (bit 3) | units left in the run (bits 8-15)
+HAD_UNIT = 1 << 19  # cold: seq (bits 0-15) | runs asked (16-18) | had a unit (19) | units left in the run (24-31)
 LOST_WORD = 8 * 3  # byte offset of a unit's lost count
-SEQ_ONE = 1 << 48  # word 2 of the header: seq in its top 16 bits
 REFILL_FLAG = 1 << 31  # reserve_region's flags: the sign bit asks finish_region to take the next unit
 TICKS_PER_LAUNCH = 1 << wire.POOL_TICK_BITS
 
-# The recording thread (pipelines/record.py: why elect.sync) and its warp's state at base + 48 * warp.
+# The recording thread (pipelines/record.py: why elect.sync) and its warp's state at base + 32 * warp.
 _LEADER = " activemask.b32 m; elect.sync _|lead, m;"
-_STATE = f" shr.u32 a, {{tid}}, 5; mad.lo.u32 a, a, {STATE_BYTES}, {{base}};"
+_STATE = " and.b32 a, {tid}, 0xFFFFFFE0; add.u32 a, a, {base};"
+
+
+def smem_words(warps: int) -> int:
+    """int64 words of shared memory a kernel of `warps` warps per block keeps its pool state in."""
+    return (STATE_BYTES * warps + DESCRIPTOR_BYTES) // 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,20 +166,21 @@ def decision_ptx(g: PoolGeometry, kernel: int) -> str:
     )
 
 
-def setup_ptx(g: PoolGeometry, kernel: int) -> str:
+def setup_ptx(g: PoolGeometry, kernel: int, warps: int) -> str:
     """$0 state base, $1 %tid.x, $2 launch index, $3 1 for a `last` launch: the block's descriptor, the warp's
-    state and header templates, and its first unit (module docstring)."""
+    state and its first unit (module docstring); `warps`: the warp slots of the state."""
     top = g.at(4 * wire.POOL_HEADER_WORDS32["top"])
     last_words = g.counter(kernel, wire.POOL_LAST_FIRST)
     shared_set = g.counter_set(kernel, wire.POOL_SHARED_SET)
     half0 = g.counter_set(kernel, wire.POOL_LAST_SETS[0])
     step = wire.POOL_SET_BYTES
+    desc = STATE_BYTES * warps
     return (
-        "{ .reg .pred lead, ok, last, first_warp; .reg .u32 m, a, w, d, n, lim, first, half, h;"
+        "{ .reg .pred lead, ok, last, first_warp; .reg .u32 m, a, w, d, n, lim, first, half, h, blk;"
         " .reg .u64 nxt, fst, set, z;" + _REFILL_REGS
         + _LEADER
         + _STATE.format(tid="$1", base="$0")
-        + " shr.u32 w, $1, 5;"
+        + f" shr.u32 w, $1, 5; add.u32 blk, $0, {desc};"
         # the block's descriptor: the shared area, or half e & 1 of the kernel's `last` region
         f" setp.ne.u32 last, $3, 0; mov.u64 z, {top}; ld.global.u32 lim, [z]; mov.u32 first, 0;"
         f" mov.u64 nxt, {g.at(wire.POOL_NEXT)}; mov.u64 set, {shared_set};"
@@ -184,10 +188,9 @@ def setup_ptx(g: PoolGeometry, kernel: int) -> str:
         " and.b32 h, $2, 1; @last mad.lo.u32 first, h, half, first; @last mov.u32 lim, half;"
         f" mul.wide.u32 z, h, {step}; add.u64 z, z, {half0}; @last mov.u64 set, z; @last mov.u64 nxt, z;"
         f" mul.wide.u32 fst, first, {UNIT}; add.u64 fst, fst, {g.units_base};"
-        f" @lead st.volatile.shared.v2.u64 [a+{S_NEXT}], {{nxt, fst}};"
-        f" @lead st.volatile.shared.v2.u32 [a+{S_LIMIT}], {{lim, $2}};"
-        f" @lead st.volatile.shared.u64 [$0+{BLOCK_DESCRIPTOR + D_SET}], set;"
-        f" @lead st.volatile.shared.u32 [$0+{BLOCK_DESCRIPTOR + D_LAUNCH}], $2;"
+        f" @lead st.volatile.shared.v2.u64 [blk+{D_NEXT}], {{nxt, fst}};"
+        f" @lead st.volatile.shared.u64 [blk+{D_SET}], set;"
+        f" @lead st.volatile.shared.v2.u32 [blk+{D_LIMIT}], {{lim, $2}};"
         # a `last` launch resets the other half's counters for the launch after it (warp 0 of block 0)
         f" xor.b32 h, h, 1; mul.wide.u32 z, h, {step}; add.u64 z, z, {half0};"
         " mov.u32 d, %ctaid.x; mov.u32 n, %ctaid.y; or.b32 d, d, n; mov.u32 n, %ctaid.z; or.b32 d, d, n;"
@@ -201,44 +204,47 @@ def setup_ptx(g: PoolGeometry, kernel: int) -> str:
         " mov.u32 n, %nctaid.x; mul.lo.u32 d, d, n; mov.u32 n, %ctaid.x; add.u32 d, d, n;"
         " mov.u32 n, %ntid.x; add.u32 n, n, 31; shr.u32 n, n, 5; mad.lo.u32 lane, d, n, w;"
         f" setp.lt.u32 ok, lane, {LANE_LIMIT}; mov.u32 d, %ntid.y; setp.eq.and.u32 ok, d, 1, ok;"
-        " mov.u32 d, %ntid.z; setp.eq.and.u32 ok, d, 1, ok;"
-        # the header templates: word 0 = magic | kernel | launch; word 2 = lane | warps per block | SM id | seq 0
-        f" mov.b64 fst, {{$2, {(wire.POOL_UNIT_MAGIC << 16) | kernel}}};"
-        " sub.u32 n, n, 1; shl.b32 n, n, 20; or.b32 n, n, lane; mov.u32 d, %smid; mov.b64 nxt, {n, d};"
-        f" @lead st.volatile.shared.v2.u64 [a+{S_W0}], {{fst, nxt}};"
+        f" mov.u32 d, %ntid.z; setp.eq.and.u32 ok, d, 1, ok; setp.lt.and.u32 ok, w, {warps}, ok;"
+        # the unit header's word 2, low half (lane | warps per block - 1), and the SM id
+        " sub.u32 n, n, 1; shl.b32 n, n, 20; or.b32 n, n, lane; mov.u32 d, %smid;"
+        f" @lead st.volatile.shared.v2.u32 [a+{S_LANE_WORD}], {{n, d}};"
         f" selp.u32 room, 0, {INVALID_ROOM}, ok; selp.u32 lane, lane, {INVALID}, ok; mov.u32 d, 0;"
         f" mov.u64 end, 0; @lead st.volatile.shared.v2.u32 [a], {{room, lane}};"
         f" @lead st.volatile.shared.u64 [a+{S_END}], end; @lead st.volatile.shared.v2.u32 [a+{S_COLD}], {{d, d}};"
         " @!ok bra.uni DONE;"  # an invalid lane takes no unit
-        + _refill()
+        + _refill(kernel, warps)
         + " } /* ikp setup */"
     )
 
 
-_REFILL_REGS = (" .reg .pred virt, ask, fits, refill, same; .reg .u32 c, lost, run, g, k, el, room, lane;"
+_REFILL_REGS = (" .reg .pred virt, ask, fits, refill, same; .reg .u32 c, lost, run, g, k, el, room, lane, dsc;"
                 " .reg .u64 end, idx, unit, t, hw;")
 
 
-def _refill() -> str:
-    """PTX from REFILL to DONE: the lane's next unit, after a record left fewer than two slots (module docstring).
-    In: a (the warp's state address), m (the active mask), lead. Everything else is read from the warp's state
-    when needed and written back at once, so that few values are live at a time (FA4's producer warp runs with 24
-    registers, quack's consumers with ~10 to spare)."""
+def _refill(kernel: int, warps: int) -> str:
+    """PTX from REFILL to DONE: the lane's next unit, after a record left fewer than two slots (module
+    docstring). In: a (the warp's state address), m (the active mask), lead. Everything else is read from the
+    warp's state and its block's descriptor when needed, and written back at once, so that few values are live
+    at a time (FA4's producer warp runs with 24 registers, quack's consumers with ~10 to spare)."""
     return (
         " REFILL:"
+        # the block's descriptor: after the warps' states (from a and %tid.x: no register holds the base)
+        " mov.u32 dsc, %tid.x; and.b32 dsc, dsc, 0xFFFFFFE0; sub.u32 dsc, a, dsc;"
+        f" add.u32 dsc, dsc, {STATE_BYTES * warps};"
         f" ld.volatile.shared.v2.u32 {{c, lost}}, [a+{S_COLD}]; ld.volatile.shared.v2.u32 {{room, lane}}, [a];"
         f" and.b32 k, lane, {VIRTUAL}; setp.ne.u32 virt, k, 0; @virt sub.u32 lost, lost, room;"
-        " bfe.u32 run, c, 8, 8; setp.eq.or.u32 ask, run, 0, virt;"
+        " bfe.u32 run, c, 24, 8; setp.eq.or.u32 ask, run, 0, virt;"
         # the next unit of the run (END is where it starts; its header still to write)
-        " @!ask sub.u32 run, run, 1; @!ask bfi.b32 c, run, c, 8, 8;"
+        " @!ask sub.u32 run, run, 1; @!ask bfi.b32 c, run, c, 24, 8;"
         f" @!ask st.volatile.shared.v2.u32 [a+{S_COLD}], {{c, lost}}; @!ask bra.uni ENTER;"
         # a new run of 1, 2, 4, 8, 16 units: one atomic on NEXT, its answer shuffled to the whole warp
-        " and.b32 g, c, 7; shl.b32 k, 1, g; min.u32 k, k, 16; add.u32 g, g, 1; min.u32 g, g, 4; bfi.b32 c, g, c, 0, 3;"
+        " bfe.u32 g, c, 16, 3; shl.b32 k, 1, g; min.u32 k, k, 16;"
+        " add.u32 g, g, 1; min.u32 g, g, 4; bfi.b32 c, g, c, 16, 3;"
         f" @lead st.volatile.shared.v2.u32 [a+{S_COLD}], {{c, lost}};"
-        f" cvt.u64.u32 idx, k; ld.volatile.shared.u64 unit, [a+{S_NEXT}];"
+        f" cvt.u64.u32 idx, k; ld.volatile.shared.u64 unit, [dsc+{D_NEXT}];"
         " elect.sync el|same, m; @lead atom.relaxed.gpu.global.add.u64 idx, [unit], idx;"
         " mov.b64 {g, run}, idx; shfl.sync.idx.b32 g, g, el, 31, m; shfl.sync.idx.b32 run, run, el, 31, m;"
-        f" ld.volatile.shared.u32 el, [a+{S_LIMIT}];"
+        f" ld.volatile.shared.u32 el, [dsc+{D_LIMIT}];"
         " setp.lt.u32 fits, g, el; setp.eq.and.u32 fits, run, 0, fits; @fits bra.uni GRANTED;"  # idx < limit
         # no room: a virtual run, whose records are counted, not stored
         f" mul.lo.u32 room, k, {R}; ld.volatile.shared.v2.u32 {{c, lost}}, [a+{S_COLD}]; add.u32 lost, lost, room;"
@@ -247,15 +253,17 @@ def _refill() -> str:
         " @lead st.volatile.shared.v2.u32 [a], {room, lane}; bra.uni DONE;"
         " GRANTED:"
         f" sub.u32 el, el, g; min.u32 run, el, k; sub.u32 run, run, 1; ld.volatile.shared.u32 c, [a+{S_COLD}];"
-        f" bfi.b32 c, run, c, 8, 8; or.b32 c, c, {HAD_UNIT}; @lead st.volatile.shared.u32 [a+{S_COLD}], c;"
-        f" ld.volatile.shared.u64 unit, [a+{S_FIRST}]; mad.wide.u32 unit, g, {UNIT}, unit;"
+        f" bfi.b32 c, run, c, 24, 8; or.b32 c, c, {HAD_UNIT}; @lead st.volatile.shared.u32 [a+{S_COLD}], c;"
+        f" ld.volatile.shared.u64 unit, [dsc+{D_FIRST}]; mad.wide.u32 unit, g, {UNIT}, unit;"
         f" @lead st.volatile.shared.u64 [a+{S_END}], unit;"
         " ENTER:"
-        # the unit's header from the warp's templates: magic, kernel, launch; now; lane, warps, SM, seq; lost 0
-        f" ld.volatile.shared.u64 unit, [a+{S_END}]; mov.u64 t, %globaltimer; ld.volatile.shared.u64 hw, [a+{S_W0}];"
+        # the unit's header: magic | kernel | launch; now; lane | warps per block - 1, SM id | seq; lost 0
+        f" ld.volatile.shared.u64 unit, [a+{S_END}]; ld.volatile.shared.u32 g, [dsc+{D_LAUNCH}];"
+        f" mov.u64 t, %globaltimer; mov.b64 hw, {{g, {(wire.POOL_UNIT_MAGIC << 16) | kernel}}};"
         " @lead st.global.v2.u64 [unit], {hw, t};"
-        f" ld.volatile.shared.u64 hw, [a+{S_W2}]; mov.u64 t, 0; @lead st.global.v2.u64 [unit+16], {{hw, t}};"
-        f" add.u64 hw, hw, {SEQ_ONE}; @lead st.volatile.shared.u64 [a+{S_W2}], hw;"
+        f" ld.volatile.shared.v2.u32 {{g, k}}, [a+{S_LANE_WORD}]; ld.volatile.shared.u32 c, [a+{S_COLD}];"
+        " bfi.b32 k, c, k, 16, 16; mov.b64 hw, {g, k}; mov.u64 t, 0; @lead st.global.v2.u64 [unit+16], {hw, t};"
+        f" add.u32 g, c, 1; bfi.b32 c, g, c, 0, 16; @lead st.volatile.shared.u32 [a+{S_COLD}], c;"
         f" add.u64 unit, unit, {UNIT}; @lead st.volatile.shared.u64 [a+{S_END}], unit;"
         f" ld.volatile.shared.u32 lane, [a+4]; and.b32 lane, lane, {~VIRTUAL & 0xFFFFFFFF}; mov.u32 room, {R};"
         " @lead st.volatile.shared.v2.u32 [a], {room, lane};"
@@ -271,22 +279,26 @@ class PoolKernelState:
     state_base: object
     geometry: PoolGeometry
     kernel_id: int
+    warps: int  # warp slots of the state: the block's warps when its shape is static, else 32
     closed: object  # Boolean: this launch does not record
     split_after: object  # the last op of the decision (an MLIR operation)
 
     @staticmethod
-    def create(geometry: PoolGeometry, kernel_id: int) -> PoolKernelState:
+    def create(geometry: PoolGeometry, kernel_id: int, warps: int | None = None) -> PoolKernelState:
         """Emit the decision and the setup at the current insertion point (the kernel's entry); the kernel
-        is split after the decision (copies.py), so the setup runs in the traced copy only."""
+        is split after the decision (copies.py), so the setup runs in the traced copy only. `warps`: the
+        block's warps, when the launch gives its shape as constants (the state is sized for them)."""
         from cutlass import Boolean
 
-        base = Int32(cute.arch.alloc_smem(Int64, SMEM_WORDS, alignment=16).toint())
+        warps = MAX_WARPS if warps is None else max(1, min(int(warps), MAX_WARPS))
+        base = Int32(cute.arch.alloc_smem(Int64, smem_words(warps), alignment=16).toint())
         decided, launch = inline_ptx.asm_results((Int32, Int32), [], decision_ptx(geometry, kernel_id), "=r,=r")
         last = decided >> 1
         closed = Boolean((decided & 1) == 0)
         owner = closed.ir_value().owner
-        state = PoolKernelState(base, geometry, kernel_id, closed, getattr(owner, "operation", owner))
-        inline_ptx.asm(None, [base, _thread_x(), launch, last], setup_ptx(geometry, kernel_id), "r,r,r,r")
+        state = PoolKernelState(base, geometry, kernel_id, warps, closed, getattr(owner, "operation", owner))
+        text = setup_ptx(geometry, kernel_id, warps)
+        inline_ptx.asm(None, [base, _thread_x(), launch, last], text, "r,r,r,r")
         return state
 
     def record(self, bits, label: str = "") -> None:
@@ -295,17 +307,17 @@ class PoolKernelState:
         the lane's next one (room >= 2 always holds on entry); the refill after it runs when fewer than two are
         left (the last slot of a unit an instant leaves stays 0: a region's two records never straddle units)."""
         asm = (
-            "{ .reg .pred lead, ok; .reg .u32 m, a, tag, tlo, thi; .reg .u64 addr, rec;" + _REFILL_REGS
+            "{ .reg .pred lead, ok; .reg .u32 m, a, tag, tlo, thi; .reg .u64 addr, rec, s;" + _REFILL_REGS
             + " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
             + _LEADER
             + _STATE.format(tid="$2", base="$0")
-            + f" ld.volatile.shared.v2.u32 {{room, lane}}, [a]; ld.volatile.shared.u64 end, [a+{S_END}];"
+            + " ld.volatile.shared.v2.u64 {s, end}, [a]; mov.b64 {room, lane}, s;"
             f" setp.lt.u32 ok, lane, {LANE_LIMIT}; and.pred ok, ok, lead;"
             " mad.wide.s32 addr, room, -8, end;"
             " shl.b32 tag, lane, 12; or.b32 tag, tag, $1; mov.b64 rec, {tag, tlo}; @ok st.global.b64 [addr], rec;"
             " sub.s32 room, room, 1; @lead st.volatile.shared.u32 [a], room;"
             " setp.lt.s32 refill, room, 2; @!refill bra.uni DONE;"
-            + _refill()
+            + _refill(self.kernel_id, self.warps)
             + f" }} /* ikp {label} */"
         )
         inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
@@ -323,10 +335,10 @@ class PoolKernelState:
         if begin is None:
             begin = self.timer()
         asm = (
-            "{ .reg .pred lead, ok, refill; .reg .u32 m, a, room, lane, tag, f; .reg .u64 end;"
+            "{ .reg .pred lead, ok, refill; .reg .u32 m, a, room, lane, tag, f; .reg .u64 s, end;"
             + _LEADER
             + _STATE.format(tid="$6", base="$3")
-            + f" ld.volatile.shared.v2.u32 {{room, lane}}, [a]; ld.volatile.shared.u64 end, [a+{S_END}];"
+            + " ld.volatile.shared.v2.u64 {s, end}, [a]; mov.b64 {room, lane}, s;"
             f" setp.lt.u32 ok, lane, {LANE_LIMIT}; and.pred ok, ok, lead; selp.u32 f, 2, 0, ok;"
             " mad.wide.s32 $0, room, -8, end;"
             " shl.b32 tag, lane, 12; or.b32 tag, tag, $5; mov.b64 $1, {tag, $4};"
@@ -352,7 +364,7 @@ class PoolKernelState:
             " setp.lt.s32 refill, $2, 0; @!refill bra.uni DONE;"
             + _LEADER
             + _STATE.format(tid="$5", base="$4")
-            + _refill()
+            + _refill(self.kernel_id, self.warps)
             + f" }} /* ikp {label} */"
         )
         operands = [Int64(address), Int64(begin_record), Int32(flags), Int32(end), self.state_base, _thread_x()]
@@ -367,8 +379,8 @@ class PoolKernelState:
             + _STATE.format(tid="$1", base="$0")
             + f" ld.volatile.shared.v2.u32 {{room, lane}}, [a]; ld.volatile.shared.u64 end, [a+{S_END}];"
             f" ld.volatile.shared.v2.u32 {{c, lost}}, [a+{S_COLD}];"
-            f" ld.volatile.shared.u32 e, [$0+{BLOCK_DESCRIPTOR + D_LAUNCH}];"
-            f" ld.volatile.shared.u64 set, [$0+{BLOCK_DESCRIPTOR + D_SET}];"
+            f" ld.volatile.shared.u32 e, [$0+{STATE_BYTES * self.warps + D_LAUNCH}];"
+            f" ld.volatile.shared.u64 set, [$0+{STATE_BYTES * self.warps + D_SET}];"
             f" and.b32 d, lane, {INVALID}; setp.ne.and.u32 inv, d, 0, lead;"
             f" sub.u32 d, {INVALID_ROOM}, room; setp.ne.and.u32 p, d, 0, inv; cvt.u64.u32 x, d;"
             f" @p red.relaxed.gpu.global.add.u64 [set+{wire.POOL_SET_STRAY}], x;"
