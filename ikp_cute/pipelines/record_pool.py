@@ -61,7 +61,7 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards
 * a record block has one branch, to its refill, and the refill one atomic
   (test_every_record_block_has_one_atomic_behind_one_branch); no register spills in FA4's or quack's traced
   copy (test_fa4_and_quack_traced_into_a_pool);
-* the protocol equals the host's reference (tests/support/pool_model.py) on the GPU: gpu/pool_suite.py.
+* the protocol equals the host's reference (ikp_cute/testing/pool_model.py) on the GPU: gpu/pool_suite.py.
 """
 
 from __future__ import annotations
@@ -157,10 +157,11 @@ def decision_ptx(g: PoolGeometry, kernel: int) -> str:
         " add.u32 q, q, 31; shr.u32 q, q, 5; mul.lo.u32 n, n, q;"
         f" sub.u32 d, n, 1; clz.b32 d, d; sub.u32 d, 32, d; mov.u32 q, {TICKS_PER_LAUNCH}; shr.u32 q, q, d;"
         f" mul.lo.u32 r, q, n; sub.u32 r, {TICKS_PER_LAUNCH}, r;"
-        # warp 0 of block 0 adds the remainder
-        " mov.u32 d, %ctaid.x; mov.u32 n, %ctaid.y; or.b32 d, d, n; mov.u32 n, %ctaid.z; or.b32 d, d, n;"
-        " mov.u32 n, %tid.x; shr.u32 n, n, 5; or.b32 d, d, n; mov.u32 n, %tid.y; or.b32 d, d, n;"
-        " mov.u32 n, %tid.z; or.b32 d, d, n; setp.eq.u32 zero, d, 0; @zero add.u32 q, q, r;"
+        # warp 0 of block 0 adds the remainder (the thread's linear index in its block, for any block shape)
+        " mov.u32 d, %tid.z; mov.u32 n, %ntid.y; mov.u32 s, %tid.y; mad.lo.u32 d, d, n, s;"
+        " mov.u32 n, %ntid.x; mov.u32 s, %tid.x; mad.lo.u32 d, d, n, s; shr.u32 d, d, 5;"
+        " mov.u32 n, %ctaid.x; or.b32 d, d, n; mov.u32 n, %ctaid.y; or.b32 d, d, n; mov.u32 n, %ctaid.z;"
+        " or.b32 d, d, n; setp.eq.u32 zero, d, 0; @zero add.u32 q, q, r;"
         " cvt.u64.u32 sh, q; @lead red.relaxed.gpu.global.add.u64 [pt], sh;"
         " selp.u32 d, 1, 0, w; selp.u32 n, 2, 0, last; or.b32 $0, d, n; mov.u32 $1, e; } /* ikp decision */"
     )

@@ -8,7 +8,7 @@ import pytest
 
 from host_decode.core import wire
 from host_decode.load.pool import kernel_counters, read_layout
-from tests.support.pool_model import PoolModel
+from ikp_cute.testing.pool_model import PoolModel
 
 torch = pytest.importorskip("torch")
 
@@ -40,7 +40,7 @@ def test_a_fresh_pool_reads_empty():
 
 
 def test_the_control_block_matches_the_model_of_the_device():
-    """The pool the host creates is the one tests/support/pool_model.py starts from (the reader's tests)."""
+    """The pool the host creates is the one ikp_cute/testing/pool_model.py starts from (the reader's tests)."""
     pool = cpu_pool()
     assert (words(pool) == PoolModel(SIZE, max_kernels=16).words).all()
 

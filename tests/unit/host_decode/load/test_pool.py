@@ -1,5 +1,6 @@
-"""host_decode/load/pool.py on pools built step by step as the device builds them (tests/support/pool_model.py):
-exact reassembly, loss accounting, the size that would have held everything, bad input."""
+"""host_decode/load/pool.py on pools built step by step as the device builds them
+(ikp_cute/testing/pool_model.py): exact reassembly, loss accounting, the size that would have held everything,
+bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from host_decode.core.decoder import decode
 from host_decode.core.errors import DecodeError
 from host_decode.load.capture import load_capture, save_capture
 from host_decode.load.pool import read_layout, read_pool
-from tests.support.pool_model import PoolModel
+from ikp_cute.testing.pool_model import PoolModel
 
 R = wire.POOL_UNIT_RECORDS
 KERNELS = {0: {"name": "fa4_fwd", "events": {3: "wait_k"}}, 1: {"name": "gemm"}, 2: {"name": "norm"}}

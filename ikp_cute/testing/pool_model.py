@@ -1,13 +1,14 @@
 """A recording pool built on the host, step by step as the device builds it (no GPU): the reference the pool
-reader is tested against (tests/unit/host_decode/load/test_pool.py).
+reader is tested against (tests/unit/host_decode/load/test_pool.py) and the device is checked against
+(gpu/pool_suite.py, stage "protocol").
 
 PoolModel follows ikp_cute/pipelines/record_pool.py's protocol record by record: the decision and the launch
 count (wire.pool_decide), every lane taking its first unit when it starts and the next one after a record that
-fills its unit (or before a region that would not fit in it), in runs of 1, 2, 4, ... units with one add on
-NEXT each, the unit header written on entering a unit, the virtual units of a lane the pool cannot serve
-(records counted, not stored), the lane's end (its losses written into its last unit, or added to its kernel's
-counters).
-Records are generated with known tags and times, so a test knows every record a capture must hold.
+leaves fewer than two slots in its unit (a region's two records never straddle units), in runs of 1, 2, 4, ...
+units with one add on NEXT each, the unit header written on entering a unit, the virtual units of a lane the
+pool cannot serve (records counted, not stored), the lane's end (its losses written into its last unit, or
+added to its kernel's counters). Records are generated with known tags and times, so a test knows every record
+a capture must hold.
 """
 
 from __future__ import annotations
