@@ -7,6 +7,11 @@
         compiled(...)
     trace.save(session, "capture.npy")          # v1 buffer + sidecar with `pipelines` / `barriers`
 
+    pool = ikp_cute.Pool.create()               # or: nothing sized at all (docs/pool.md)
+    with ikp_cute.trace_pipelines(pool):        # every kernel compiled inside records into the pool, in the
+        ...                                     # launches its selection picks (pool.select; default launch 1)
+    captures = pool.captures()                  # [(v1 buffer, sidecar meta)] per kernel launch
+
 Under the context, every kernel *traced* (compiled) records, for each pipeline built on cutlass.pipeline's
 MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses): regions ``acquire_<P>[s]``
 (producer waiting for a free stage), ``wait_<P>[s]`` (consumer waiting for data) and ``bar_sync[i]`` (named-
