@@ -48,6 +48,13 @@ def split(kernel, split_after, closed, epilogue) -> None:
     from cutlass._mlir.dialects import scf
 
     block = split_after.block
+    if len(kernel.regions[0].blocks) != 1:
+        from .emit import kernel_name
+
+        raise RuntimeError(
+            f"trace_pipelines(pool): kernel {kernel_name(kernel)} has {len(kernel.regions[0].blocks)} blocks at its "
+            "top level (unstructured control flow); a pool trace splits a kernel of one block into its two copies. "
+            "Trace it into a Session instead, or leave it out with kernels=")
     ops = [op.operation for op in block.operations]
     at = next(i for i, op in enumerate(ops) if op == split_after)
     body, terminator = ops[at + 1 : -1], ops[-1]
