@@ -35,7 +35,11 @@ pass None), which is how a third-party kernel is instrumented without changing i
 Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the call site.
 Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
 Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
-built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md).
+built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md); with a ``Pool``
+(``ikp_cute.Pool.create()``) as the target instead, every kernel compiled inside records into one
+process-wide buffer, in the launches its selection picks, with nothing sized in advance (docs/pool.md).
+``with profile_region("name"):`` (no Profiler) records a region into whatever trace is active, and nothing
+outside one.
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -50,6 +54,7 @@ __all__ = [
     "MODES",
     "EventRegistry",
     "ProfileSpec",
+    "Pool",
     "ProfileUsageError",
     "Profiler",
     "Session",
@@ -64,6 +69,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "Pool": ".pool:Pool",
         "Profiler": ".profiler:Profiler",
         "profile_region": ".profiler:profile_region",
         "launch_records": ".profiler:launch_records",

@@ -29,7 +29,7 @@ import cutlass
 from cutlass import Int32, Int64, Uint32, const_expr, cute
 from cutlass.cutlass_dsl import if_generate
 
-from . import inline_ptx, window
+from . import ambient, inline_ptx, window
 from .checks import RegionToken, TraceChecks, source_site
 from .recorders import RECORDERS, Recorder, protocol_problems
 from .spec import ProfileSpec, ProfileUsageError
@@ -170,13 +170,19 @@ class profile_region:
     Works in any branch or ``cutlass.range`` loop, nested to any depth. Static mode needs ``index=``
     (the region's slot pair: records 2+2*index and 3+2*index). The name is mapped to an event id when
     the kernel is traced (prof.spec.events), so ids are fixed at compile time.
+
+    ``with profile_region("name"):`` (no Profiler, the ambient form): recorded on the executing warp's lane
+    by the ``trace_pipelines`` context the kernel is compiled in (its Session or Pool), and nothing at all
+    outside one: the same source compiles to the untouched kernel (ikp_cute/ambient.py).
     """
 
-    def __init__(self, prof: Profiler, name: str, index=None):
-        if not isinstance(prof, Profiler):
+    def __init__(self, prof: Profiler | str, name: str | None = None, index=None):
+        if isinstance(prof, str) and name is None:
+            prof, name = None, prof
+        elif not isinstance(prof, Profiler):
             raise TypeError(
-                f"profile_region(prof, {name!r}): prof must be an ikp_cute Profiler built with Profiler.create "
-                f"(got {type(prof).__name__})"
+                f"profile_region(prof, {name!r}): prof must be an ikp_cute Profiler built with Profiler.create, "
+                f"or the region's name alone (got {type(prof).__name__})"
             )
         self.prof = prof
         self.name = name
@@ -184,12 +190,18 @@ class profile_region:
         self._token = None
 
     def __enter__(self):
+        if self.prof is None:
+            ambient.region_event(self.name, ambient.BEGIN)
+            return self
         self._token = self.prof.begin(self.name, self.index)
         return self
 
     def __exit__(self, *exc):
         if exc[0] is None:
-            self.prof.end(self.name, self._token)
+            if self.prof is None:
+                ambient.region_event(self.name, ambient.END)
+            else:
+                self.prof.end(self.name, self._token)
         return False
 
 

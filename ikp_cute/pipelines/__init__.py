@@ -7,6 +7,11 @@
         compiled(...)
     trace.save(session, "capture.npy")          # v1 buffer + sidecar with `pipelines` / `barriers`
 
+    pool = ikp_cute.Pool.create()               # or: nothing sized at all (docs/pool.md)
+    with ikp_cute.trace_pipelines(pool):        # every kernel compiled inside records into the pool, in the
+        ...                                     # launches its selection picks (pool.select; default launch 1)
+    captures = pool.captures()                  # [(v1 buffer, sidecar meta)] per kernel launch
+
 Under the context, every kernel *traced* (compiled) records, for each pipeline built on cutlass.pipeline's
 MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses): regions ``acquire_<P>[s]``
 (producer waiting for a free stage), ``wait_<P>[s]`` (consumer waiting for data) and ``bar_sync[i]`` (named-
@@ -54,7 +59,9 @@ DEFAULT_BLOCKED_NS = 256  # FA4 at 64 ns: +2.6% / +3.0%; at 256 ns: +1.2% / +2.2
 
 def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
     """Lane (group) names of a pipeline capture: `wg<G>.w<W>` for warp W of warp group G."""
-    return [f"wg{w // warps_per_group}.w{w % warps_per_group}" for w in range(warps_per_block)]
+    from host_decode.load.pool import warp_lane_names
+
+    return warp_lane_names(warps_per_block, warps_per_group)
 
 
 def session_for(num_blocks: int, warps_per_block: int, records_per_lane: int = 256, *, kernel: str | None = None,
@@ -72,7 +79,12 @@ class PipelineTrace(contextlib.ContextDecorator):
     record their pipelines into `session`'s buffer (address baked into the kernel).
 
     target:  an ikp_cute Session (its buffer's address is used), or a ProfileSpec with `address=`
-             (compile without a GPU, CI).
+             (compile without a GPU, CI), or an ikp_cute Pool (``Pool.create()``, or ``Pool.fake(address)`` to
+             compile without a GPU): every kernel traced gets a kernel id in the pool and records into it, only
+             in the launches its selection picks (ikp_cute/pool.py; a launch not picked runs the kernel's own
+             code, pipelines/copies.py).
+    kernels: a regex (str or compiled) searched in each kernel's name: kernels it does not match compile
+             untouched (no hook, no site, no record). None: every kernel.
     level:   "waits" (default), "signals" or "all".
     polls:   "begin" (default at levels "waits" and "signals"): a try_wait poll reads the time only; when it
              fails, the wait it gates begins there. A wait that a poll's hardware suspension absorbs
@@ -94,21 +106,39 @@ class PipelineTrace(contextlib.ContextDecorator):
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: str | None = None,
                  named_barriers: bool = True, passing_waits: bool | None = None, ops=None,
-                 blocked_ns: int = DEFAULT_BLOCKED_NS, audit: bool = True):
-        spec = getattr(target, "spec", target)
-        if address is None:
-            buffer = getattr(target, "buffer", None)
-            if buffer is None:
-                raise ValueError("trace_pipelines: give a Session with a buffer, or a spec and address=")
-            address = int(buffer.data_ptr())
-        if not getattr(spec, "enabled", True):
-            raise ValueError("trace_pipelines: the session is disabled (no buffer to record into)")
-        from .record import Geometry
+                 blocked_ns: int = DEFAULT_BLOCKED_NS, audit: bool = True, kernels=None):
+        import re
 
-        self.spec = spec
+        from ikp_cute.pool import Pool
+
+        self.pool = target if isinstance(target, Pool) else None
         self.level = check_level(level)
-        self.geometry = Geometry.of_spec(spec, address)
-        self.catalog = Catalog(spec.events, level, ops)
+        if self.pool is not None:
+            from ikp_cute.spec import EventRegistry
+
+            from .record_pool import PoolGeometry
+
+            self.spec = None
+            self.geometry = PoolGeometry.of_pool(self.pool)
+            self.catalog = Catalog(EventRegistry(), level, ops)
+        else:
+            spec = getattr(target, "spec", target)
+            if address is None:
+                buffer = getattr(target, "buffer", None)
+                if buffer is None:
+                    raise ValueError("trace_pipelines: give a Session with a buffer, a Pool, or a spec and address=")
+                address = int(buffer.data_ptr())
+            if not getattr(spec, "enabled", True):
+                raise ValueError("trace_pipelines: the session is disabled (no buffer to record into)")
+            from .record import Geometry
+
+            self.spec = spec
+            self.geometry = Geometry.of_spec(spec, address)
+            self.catalog = Catalog(spec.events, level, ops)
+        try:
+            self.kernels = re.compile(kernels) if isinstance(kernels, str) else kernels
+        except re.error as e:
+            raise ValueError(f"trace_pipelines(kernels={kernels!r}): not a regular expression ({e})") from None
         if passing_waits is None:
             passing_waits = self.level == "all"
         if polls is None:
@@ -129,7 +159,8 @@ class PipelineTrace(contextlib.ContextDecorator):
         if PipelineTrace._active is not None:
             raise RuntimeError("trace_pipelines: already tracing (contexts do not nest)")
         if self._tracer is None:  # one tracer for every entry: its sites and audit accumulate
-            self._tracer = Tracer(self.catalog, self.geometry, audit=self.audit, **self.options)
+            self._tracer = Tracer(self.catalog, self.geometry, audit=self.audit, kernels=self.kernels, pool=self.pool,
+                                  kernel_meta=self.metadata if self.pool is not None else None, **self.options)
         self._tracer.install()
         PipelineTrace._active = self
         return self
@@ -153,6 +184,8 @@ class PipelineTrace(contextlib.ContextDecorator):
         meta = self.catalog.metadata()
         meta["warps_per_group"] = 1
         meta["pipeline_lanes"] = "warp"
+        if self.pool is not None:  # a pool's captures carry the names (a session's come from the session)
+            meta["events"] = self.catalog.events.as_dict()
         meta["pipeline_options"] = dict(self.options, ops=self.ops, audit=self.audit)
         if self._tracer is not None:
             meta.update(audit_metadata(self._tracer.ledger, self._tracer.audit))
@@ -161,7 +194,8 @@ class PipelineTrace(contextlib.ContextDecorator):
         return meta
 
     def save(self, session, path):
-        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata)."""
+        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata). A pool's
+        captures: ``pool.captures()`` (each with this trace's metadata)."""
         from host_decode.load.capture import save_capture
 
         meta = session.meta()

@@ -22,6 +22,7 @@ Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py g
 from __future__ import annotations
 
 import contextlib
+import math
 
 from ikp_cute import inline_ptx
 
@@ -39,7 +40,8 @@ class Tracer:
     """The state of one ``trace_pipelines`` context (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, geometry: Geometry, *, polls: str, named_barriers: bool,
-                 passing_waits: bool, blocked_ns: int, audit: bool = True):
+                 passing_waits: bool, blocked_ns: int, audit: bool = True, kernels=None, pool=None,
+                 kernel_meta=None):
         """The options are PipelineTrace's (validated there, defaults there)."""
         from .audit import Audit
         from .ir_pass import IRPass
@@ -48,7 +50,8 @@ class Tracer:
         self.polls = polls
         self.named_barriers = named_barriers
         self.roles = Roles(catalog)
-        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls)
+        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls, events=catalog.events, kernels=kernels,
+                                 pool=pool, kernel_meta=kernel_meta)
         self.ledger = Ledger()
         self.patches = Patches()
         self.ir_pass = IRPass(self)
@@ -61,10 +64,13 @@ class Tracer:
     def install(self) -> None:
         from cutlass.cutlass_dsl import CuTeDSL
 
+        from ikp_cute import ambient
+
         dsl = CuTeDSL._get_dsl()
         self.active = True
         self.patches.install(self)
         stack = contextlib.ExitStack()
+        stack.enter_context(ambient.recording_with(self.ambient))
         stack.enter_context(dsl.trace_finalize_hooks(self.ir_pass))
         stack.enter_context(kernel_locations(self.ledger))
         if self.audit is not None:
@@ -119,7 +125,16 @@ class Tracer:
         return (bits, label), hook_call(frame, None, op, barrier=static, traced=True, label=label)
 
     def in_kernel(self) -> bool:
-        return inline_ptx.kernel_op() is not None
+        """Inside the body of a kernel this trace records (the `kernels` filter)."""
+        kernel = inline_ptx.kernel_op()
+        return kernel is not None and self.recorder.traces(kernel)
+
+    def ambient(self, name: str, event_type: int) -> None:
+        """profile_region(name) (profiler.py): a BEGIN or END record at the author's call site."""
+        if self.depth or not self.in_kernel():
+            return
+        frame = names.user_frame(names.SKIPPED_FUNCTIONS | {"__enter__", "__exit__", "region_event"})
+        self.recorder.ambient(name, event_type, names.site(frame))
 
     @contextlib.contextmanager
     def nested(self):
@@ -331,19 +346,25 @@ class Tracer:
         return compile
 
     def hook_launch(self, orig):
-        """KernelLauncher.launch: remember the cluster shape before the kernel's body is traced (static
-        ints only; a dynamic cluster stays unknown)."""
+        """KernelLauncher.launch: remember the cluster shape and the block's warps before the kernel's body is
+        traced (static ints only; a dynamic shape stays unknown: a pool trace then keeps state for 32 warps)."""
         tracer = self
 
         def launch(launcher, *args, **kwargs):
             cluster = kwargs.get("cluster")
             cluster = (1, 1, 1) if cluster is None else cluster  # no cluster: one CTA
             values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
-            static = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
-            tracer.roles.cluster = (values + [1, 1])[:3] if static else None
+            tracer.roles.cluster = (values + [1, 1])[:3] if static_ints(values) else None
+            block = kwargs.get("block")
+            block = list(block) if isinstance(block, (list, tuple)) else [block]
+            tracer.recorder.block_warps = -(-math.prod(block) // 32) if static_ints(block) else None
             return orig(launcher, *args, **kwargs)
 
         return launch
+
+
+def static_ints(values) -> bool:
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
 
 
 def hook_call(frame, pipeline, op, **fields) -> HookCall:

@@ -60,12 +60,15 @@ class IRPass:
         kernels = []
         with module.context, ir.Location.unknown():
             for kernel in kernel_ops(module):
+                if not tracer.recorder.traces(kernel):  # the `kernels` filter: left untouched
+                    continue
                 name = ir.StringAttr(kernel.attributes["sym_name"]).value
                 tracer.ledger.drop_kernel(name)
                 kernels.append(name)
                 for op in [op for op in walk(kernel) if classify(op) is not None]:
                     self.site_of(kernel, name, op)
-            if tracer.audit is not None:
+            tracer.recorder.split_kernels()  # pool traces: the closed and the traced copy (copies.py)
+            if tracer.audit is not None and kernels:
                 tracer.audit.prepare(dsl, module, kernels)
         tracer.roles.handed_out = []
         tracer.recorder.forget_kernels()

@@ -43,11 +43,12 @@ COMMANDS = f"{PACKAGE}.cli.commands"
 # imports its own layer and lower ranks only. The facade (ikp_cute/__init__.py) names anything, lazily.
 IKP_LAYERS = {
     "spec": 0, "ring": 0, "checks": 0,  # pure Python: the spec, the ring's layout and reader, trace-time checks
+    "ambient": 0,  # pure Python: where profile_region(name) finds the active tracer
     "inline_ptx": 1,  # inline PTX with side effects, where the tracer emits
     "window": 2,  # the capture window's device protocol (a lane opens and ends its window)
     "recorders": 3,  # one recorder per mode, the Recorder protocol, records and lanes
     "profiler": 4,  # Profiler, profile_region, launch_records, window_branch
-    "session": 5,  # the host buffer (torch), decode and save
+    "session": 5, "pool": 5,  # the host buffers (torch): a session's, decode and save; the recording pool
     "pipelines": 6,  # trace_pipelines (builds Sessions for pipeline lanes)
     "testing": 7, "__main__": 7,  # test helpers and kernels written as user code; the include-path entry point
 }
