@@ -265,7 +265,7 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     event_names, event_ids = _merged_events(parts)
     shift = shifts(parts, mode, clock_offsets_ns)
     block_off = np.concatenate([[0], np.cumsum([p.trace.num_blocks for p in parts])[:-1]]).astype(np.int64)
-    spans, lanes, instants, per_lane = [], [], [], []
+    spans, lanes, instants, payloads, per_lane = [], [], [], [], []
     for p, dt, boff, ids in zip(parts, shift, block_off, event_ids):  # per part (few), never per span
         t = p.trace
         relane = functools.partial(_relane, part_groups=t.num_groups, block_offset=int(boff), groups=g)
@@ -290,6 +290,14 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         it["block"] += boff
         it["ts_ns"] += dt
         instants.append(it)
+        pay = t.payloads.copy()  # flag payloads move with the record they belong to
+        pay["lane"] = relane(pay["lane"])
+        if ids is not None:
+            pay["event"] = ids[pay["event"]]
+        pay["block"] += boff
+        pay["ts_ns"] += dt
+        pay["begin_ns"] += dt
+        payloads.append(pay)
         pl = t.loss.per_lane.copy()
         if pl.size:
             pl["lane"] = relane(pl["lane"])
@@ -337,6 +345,7 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         names=Names(event_names, _merged_groups(parts)),
         absolute=mode == "timeline" and all(p.trace.absolute for p in parts),
         meta=meta,
+        payloads=np.concatenate(payloads),
     )
 
 
