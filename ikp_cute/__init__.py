@@ -35,7 +35,9 @@ pass None), which is how a third-party kernel is instrumented without changing i
 Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the call site.
 Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
 Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
-built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md).
+built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md), and the flags of
+cutlass.utils.distributed's primitives and of ``ikp_cute.flags.signal / wait`` (``import ikp_cute.flags``;
+docs/flags.md); ``ikp_cute.clock.measure_offset`` puts a GPU's clock on the host's.
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """

@@ -43,10 +43,12 @@ Invariants guarded by tests/test_pipelines_catalog.py (ids, names) and test_pipe
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
 
-__all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
+__all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "active_tracer", "group_names", "session_for",
+           "trace_pipelines"]
 
 POLL_MODES = ("begin", "timed", "off")
 DEFAULT_BLOCKED_NS = 256  # FA4 at 64 ns: +2.6% / +3.0%; at 256 ns: +1.2% / +2.2% (docs/pipelines.md)
@@ -132,6 +134,10 @@ class PipelineTrace(contextlib.ContextDecorator):
             self._tracer = Tracer(self.catalog, self.geometry, audit=self.audit, **self.options)
         self._tracer.install()
         PipelineTrace._active = self
+        if "torch.distributed" in sys.modules:  # symmetric buffers rendezvoused from now on name their flags
+            from ikp_cute.flags import watch_symmetric_memory
+
+            watch_symmetric_memory()
         return self
 
     def __exit__(self, *exc):
@@ -160,14 +166,45 @@ class PipelineTrace(contextlib.ContextDecorator):
                 meta["hooks_replaced"] = list(self._tracer.replaced)
         return meta
 
-    def save(self, session, path):
-        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata)."""
+    def save(self, session, path, *, clock: bool | None = None, **extra):
+        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata). With flag
+        call sites traced, also `flag_buffers` (ikp_cute.flags.registered()), `rank` / `world_size` under
+        torch.distributed, and, `clock` (default: when flags were traced and the buffer is on a GPU), the GPU
+        clock's offset to the host's measured now (ikp_cute.clock). `extra`: more sidecar keys."""
         from host_decode.load.capture import save_capture
 
         meta = session.meta()
         meta.pop("format", None)
         meta.update(self.metadata())
+        if meta.get("flags"):
+            meta.update(flag_facts(session, clock))
+        meta.update(extra)
         return save_capture(path, session.records(), session.names(), **meta)
+
+
+def active_tracer():
+    """The Tracer of the trace_pipelines context being entered now (None outside one): what ikp_cute.flags uses."""
+    trace = PipelineTrace._active
+    return None if trace is None else trace._tracer
+
+
+def flag_facts(session, clock: bool | None) -> dict:
+    """Sidecar keys of a flag capture: flag_buffers, rank / world_size, and the clock's offset (docs/flags.md)."""
+    from ikp_cute import flags
+
+    out: dict = {}
+    buffers = flags.registered()
+    if buffers:
+        out["flag_buffers"] = buffers
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        out["rank"], out["world_size"] = int(dist.get_rank()), int(dist.get_world_size())
+    buffer = getattr(session, "buffer", None)
+    if clock or (clock is None and buffer is not None and getattr(buffer, "is_cuda", False)):
+        from ikp_cute.clock import sidecar_keys
+
+        out.update(sidecar_keys(buffer.device))
+    return out
 
 
 def trace_pipelines(target, level: str = "waits", address: int | None = None, **options) -> PipelineTrace:
