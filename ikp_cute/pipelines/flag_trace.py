@@ -53,14 +53,15 @@ class FlagTracer:
         tracer.recorder.signal_done()
         return None
 
-    def wait(self, ptr, expected, reset, call: flag_ops.FlagCall, op: str, frame=None):
-        """A spin wait made while a kernel is traced; returns the value that ended it."""
+    def wait(self, ptr, expected, reset, call: flag_ops.FlagCall, op: str, run=None, frame=None):
+        """A spin wait made while a kernel is traced; returns the value that ended it (`run`: the caller's own
+        wait, e.g. the library function, used as it is when flags are not recorded)."""
         tracer = self.tracer
         frame = frame if frame is not None else names.user_frame(names.SKIPPED_FUNCTIONS)
         reason = tracer.catalog.why_not("flag_wait")
         if reason:
             with tracer.ledger.marking(self._call(frame, "flag_wait", reason=reason, by_choice=True)):
-                return flag_ops.spin(ptr, expected, reset, call)
+                return run() if run is not None else flag_ops.spin(ptr, expected, reset, call)
         resets = call.probe == "cas" and not (reset is expected or same_value(reset, expected))
         entry = tracer.catalog.flags.register("wait", names.site(frame), op=op, order=call.order, scope=call.scope,
                                               cmp=call.cmp, expected=constant(expected),

@@ -352,7 +352,8 @@ class Tracer:
                 call = FlagCall("wait", order, kwargs["scope"], probe=probe, cmp="ge" if probe == "ld" else "eq",
                                 initial=0)
                 expected = kwargs["expected_val"]
-                tracer.flags.wait(lock_ptr, expected, kwargs.get("reset_val", expected), call, name)
+                tracer.flags.wait(lock_ptr, expected, kwargs.get("reset_val", expected), call, name,
+                                  lambda: orig(lock_ptr, **kwargs))
             return None
 
         return wait

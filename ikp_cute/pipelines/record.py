@@ -249,14 +249,17 @@ class KernelState:
         text += (
             # past capacity: nothing stored, every record counted (-room in the lane's DROPPED slot)
             " min.s32 left, room, 0; selp.s32 left, room, left, fit; sub.s32 room, left, need;"
-            f" setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room; or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
+            " setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
+            f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
             f" add.u64 x, b, {g.trailer_slot * stride}; @full st.global.b64 [x], rec;"
             " @ok st.volatile.shared.u32 [a], room;"
         )
         if region:
-            text += f" mov.u64 $0, addr; or.b32 m, tag, {bits_op}; mov.b64 $1, {{m, {time_op}}}; selp.u32 $2, 2, 0, fit;"
+            text += (f" mov.u64 $0, addr; or.b32 m, tag, {bits_op}; mov.b64 $1, {{m, {time_op}}};"
+                     " selp.u32 $2, 2, 0, fit;")
         text += f" }} /* ikp {label} */"
-        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address), *(Int32(v) for v in values)]
+        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]
+        operands += [Int32(v) for v in values]
         if optional is not None:
             operands += [Int32(optional[0]), Int32(optional[1])]
         constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))

@@ -14,8 +14,9 @@ expect_tx, drop, ``cp.async.mbarrier.arrive``, ``tcgen05.commit``'s arrive), a l
 named barriers ``bar.sync`` / ``barrier.sync`` / ``bar.red`` (``bar_sync``; ``sync_threads`` when it has no
 id) and ``bar.arrive`` / ``barrier.arrive`` (``bar_arrive``); flags in global memory (docs/flags.md): a red /
 atom / store with release order (``flag_signal``), and an atom.cas or a relaxed / acquire / volatile load whose
-value decides whether its loop goes on (``flag_wait``: a spin loop's probe; ``in_spin_loop``). Not audited: mbarrier init / inval / fences,
-the TMA unit's ``complete_tx``, cluster barriers (``barrier.cluster.*``), ``bar.warp.sync``.
+value decides whether its loop goes on (``flag_wait``: a spin loop's probe; ``in_spin_loop``). Not audited:
+mbarrier init / inval / fences, the TMA unit's ``complete_tx``, cluster barriers (``barrier.cluster.*``),
+``bar.warp.sync``.
 
 Invariants a change could break (tests/test_pipelines_ir.py, test_pipelines_compile.py):
 * the MLIR table and the PTX patterns agree on each kind (test_classify_ops_and_ptx);
