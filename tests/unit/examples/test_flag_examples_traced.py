@@ -1,0 +1,166 @@
+"""The flag examples' --trace mode on the CPU: the runners' traced compiles (CPU tensors in place of the GPU's, a CPU
+Session: no kernel edit, both waits, the default level and flags only) and their reading of a capture
+(examples/megakernel_deps/flag_capture.py) on a hand-built buffer whose matching and critical path are worked
+out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from host_decode.core import wire  # noqa: E402
+from host_decode.core.decoder import decode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+DEPS, DIST = ROOT / "examples" / "megakernel_deps", ROOT / "examples" / "distributed"
+for _p in (DEPS, DIST, ROOT / "examples" / "pipeline"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import flag_capture  # noqa: E402
+
+B, E, INST = (int(t) for t in (wire.EventType.BEGIN, wire.EventType.END, wire.EventType.INSTANT))
+ADDR, VALUE = wire.FLAG_ADDR_EVENT_ID, wire.FLAG_VALUE_EVENT_ID
+T0 = 1 << 40
+BASE = 0x7F00_0010_0000  # `ready`: 2 int32 counters
+SIGNAL_ID, WAIT_ID = 3, 4
+FLAGS = [{"id": SIGNAL_ID, "kind": "signal", "op": "red_add1", "site": "megakernel_deps.py:75", "order": "release",
+          "scope": "gpu", "update": "add", "value": 1},
+         {"id": WAIT_ID, "kind": "wait", "op": "spin_lock_ld_lt_relaxed_wait", "site": "megakernel_deps.py:106",
+          "order": "relaxed", "scope": "gpu", "cmp": "ge", "expected": 2}]
+BUFFERS = [{"name": "ready", "owner_rank": 0, "base": BASE, "bytes": 8, "elem_bytes": 4}]
+
+
+def load(path: Path, name: str):
+    saved = dict(os.environ)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:  # distributed/run.py sets its no-multicast variables at import
+        os.environ.clear()
+        os.environ.update(saved)
+    return module
+
+
+def addr(counter: int) -> int:
+    return ((BASE + 4 * counter) >> wire.FLAG_ADDR_SHIFT) & 0xFFFF_FFFF
+
+
+def capture(lanes: dict[int, list], blocks=2, warps=8, records_per_lane=16) -> np.ndarray:
+    """A v1 buffer of the tracer's lanes (block * warps + warp) holding the given records after their anchors."""
+    n = blocks * warps
+    buf = np.zeros(wire.buffer_slots(n, records_per_lane), np.uint64)
+    buf[0] = wire.pack_header(blocks, warps)
+    for lane, records in lanes.items():
+        rows = [((T0 + 100) & 0xFFFF_FFFF, wire.ANCHOR_LO_EVENT_ID, INST), ((T0 + 100) >> 32, wire.ANCHOR_HI_EVENT_ID,
+                                                                          INST)] + records
+        for k, (timer, event, etype) in enumerate(rows):
+            buf[wire.slot_index(lane, k, n)] = wire.pack_record((T0 + timer if etype != INST or event < 1019 else timer)
+                                                                & 0xFFFF_FFFF, wire.make_tag(lane, event, etype))
+    return buf
+
+
+def signal(t, counter, amount=None):
+    out = [(t, SIGNAL_ID, INST), (addr(counter), ADDR, INST)]
+    return out + ([(amount, VALUE, INST)] if amount is not None else [])
+
+
+def wait(begin, end, counter):
+    return [(begin, WAIT_ID, B), (end, WAIT_ID, E), (addr(counter), ADDR, INST)]
+
+
+def test_a_traced_capture_becomes_the_flag_table_and_its_path():
+    """Block 1's first signal on ready[0] comes late (1100): block 0's wait on ready[0] >= 2 blocks until then;
+    block 1's own wait finds the counter complete. Warp 8 (block 1, warp 0) adds 3 at once on ready[1]. Block 0
+    ends last (its warp 1, 1400): the path runs back through its wait to block 1's late signal."""
+    lanes = {0: signal(200, 0) + signal(320, 1) + wait(345, 1120, 0), 1: [(1400, 9, INST)],  # block 0 ends last
+             8: signal(1100, 0) + signal(1220, 1, amount=3) + wait(1242, 1250, 0)}
+    trace = decode(capture(lanes), meta={"flags": FLAGS, "flag_buffers": BUFFERS})
+    assert trace.loss.lost == 0 and trace.payloads.size == 7
+    table, counts = flag_capture.flag_table(trace)
+    assert counts == {"records": 6, "flag_records": 6, "events": 8, "unplaced_addresses": 0}
+    t = lambda x: T0 + x  # noqa: E731
+    sig = table.kind == 0
+    assert table.offset[sig].tolist() == [0, 1, 0, 1, 1, 1] and table.block[sig].tolist() == [0, 0, 1, 1, 1, 1]
+    assert (table.end_ns[sig] - T0).tolist() == [200, 320, 1100, 1220, 1220, 1220]
+    assert table.value[~sig].tolist() == [2, 2] and (table.begin_ns[~sig] - T0).tolist() == [345, 1242]
+    assert table.buffers == ("ready",) and set(table.owner.tolist()) == {0}
+    found = flag_capture.analyse(table, flag_capture.block_spans(trace), clock_error_ns=32)
+    m = found["_match"]
+    assert found["match"]["matched"] == 2 and found["waits_blocked"] == 1
+    assert table.end_ns[m.signal].tolist() == [t(1100), t(1100)]  # both released by block 1's late signal
+    assert any("released by rank 0 block 1" in line for line in found["path"])
+    assert found["path_ns"] == 1400 - 100  # from block 1's start (its anchors) to block 0's end
+
+
+def test_an_address_in_no_buffer_is_counted_not_placed():
+    lanes = {0: signal(200, 0) + signal(320, 7)}  # counter 7 lies past `ready`
+    table, counts = flag_capture.flag_table(decode(capture(lanes), meta={"flags": FLAGS, "flag_buffers": BUFFERS}))
+    assert counts["unplaced_addresses"] == 1 and len(table) == 1
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def test_the_runners_traced_compiles_on_cpu():
+    """compile_traced of both runners on CPU tensors of their real shapes: four traced variants each (two waits,
+    the default level and flags only), their flag sites named by the library function, and the audit line."""
+    pytest.importorskip("cutlass")
+    torch = _torch()
+    import ag_gemm as ag
+    import megakernel_deps as mk
+
+    import ikp_cute.flags
+    from ikp_cute.pipelines.audit import summary
+
+    deps_run = load(DEPS / "run.py", "ikp_example_megakernel_deps_run_traced")
+    dist_run = load(DIST / "run.py", "ikp_example_distributed_run_traced")
+    ikp_cute.flags.clear()
+    m, k, n = 256, 128, 128
+    tasks = deps_run.task_table(m // 64, n // 64, n // 64)
+    z = dict(dtype=torch.float32)
+    deps = types.SimpleNamespace(
+        tasks=torch.from_numpy(tasks), queue=torch.zeros(1, dtype=torch.int32),
+        ready=torch.zeros(m // 64, dtype=torch.int32), X=torch.zeros(m, k, **z), W1=torch.zeros(k, n, **z),
+        Y=torch.zeros(m, n, **z), W2=torch.zeros(n, n, **z), Z=torch.zeros(m, n, **z),
+        log=torch.zeros(tasks.shape[0], 6, dtype=torch.int64), no_log=torch.zeros(1, 6, dtype=torch.int64))
+    traced = deps_run.compile_traced(mk, deps, 132, 64, device="cpu")
+    assert set(traced) == {(wk, mode) for wk in ("ld", "cas") for mode in ("traced", "flags only")}
+    for (wk, mode), (trace, _, run) in traced.items():
+        meta = trace.metadata()
+        assert callable(run) and [f["op"] for f in meta["flags"]] == [
+            "red_add1", {"ld": "spin_lock_ld_lt_relaxed_wait", "cas": "spin_lock_atom_cas_acquire_wait"}[wk]]
+        line = summary(meta)[0]
+        assert line.endswith("2 of 2 flag sites traced"), line
+        if mode == "flags only":
+            assert "barrier sites traced (" in line  # the CTA barriers: not recorded with flags only
+    assert [b["name"] for b in ikp_cute.flags.registered()] == ["ready"]
+
+    world, ms = 2, m // 2
+    dtasks = np.stack([dist_run.task_table(r, world, ms // 64, n // 64, 2) for r in range(world)])
+    dist = dist_run.Problem.__new__(dist_run.Problem)
+    dist.__dict__.update(
+        tasks=torch.from_numpy(dtasks), queue=torch.zeros(world, dtype=torch.int32), shards=torch.zeros(m, k, **z),
+        B=torch.zeros(k, world * n, **z), C=torch.zeros(m, world * n, **z),
+        a_ptrs=torch.zeros(world, dtype=torch.int64), flag_ptrs=torch.zeros(world, dtype=torch.int64),
+        log=torch.zeros(world, dtasks.shape[1], 6, dtype=torch.int64), no_log=torch.zeros(1, 1, 6, dtype=torch.int64),
+        rank_base=0, world=world, ranks_here=world, chunks=2, epoch=0, row_blocks=ms // 64,
+        a_full=[torch.zeros(m, k, **z) for _ in range(world)],
+        flags=[torch.zeros(world, ms // 64, dtype=torch.int32) for _ in range(world)])
+    traced = dist_run.compile_traced(ag, dist, 66, 64, device="cpu")
+    for (wk, _), (trace, _, _) in traced.items():
+        signal_site, wait_site = trace.metadata()["flags"]
+        assert signal_site["scope"] == wait_site["scope"] == "sys" and wait_site["expected"] == "recorded"
+    names = [(b["name"], b["owner_rank"]) for b in ikp_cute.flags.registered()]
+    assert names == [("ready", 0), ("a_full", 0), ("flags", 0), ("a_full", 1), ("flags", 1)]
+    ikp_cute.flags.clear()
