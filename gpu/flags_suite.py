@@ -79,8 +79,9 @@ def findings(out: Path) -> list[str]:
                      if "longest_wait_ns" in g else
                      f", median wait on the delayed rank {g.get('wait_ns_median_on_delayed_rank')} ns vs "
                      f"{g.get('wait_ns_median_other')} ns")
-            lines.append(f"{path.parent.relative_to(out)}: {r['wait']} {r['mode']} skew/delay {skew} ns: {g['events']} flag "
-                         f"events, match {g['match']}, path {g['path_ns']} ns{extra}")
+            where = path.parent.relative_to(out)
+            lines.append(f"{where}: {r['wait']} {r['mode']} skew/delay {skew} ns: {g['events']} flag events, "
+                         f"match {g['match']}, path {g['path_ns']} ns{extra}")
     return lines
 
 
