@@ -1,7 +1,9 @@
 """The flag examples on a GPU machine in one call: build, check, time, skew, traced and untraced (docs/flags.md).
 
-    python gpu/flags_suite.py [--launches N] [--only megakernel_deps,distributed_1gpu,distributed_2gpu,ci_captures]
+    python gpu/flags_suite.py [--launches N] [--only gpu_tests,megakernel_deps,distributed_1gpu,...]
 
+0. gpu_tests: tests/gpu/test_flags_gpu.py (records and payloads of a traced signal and wait, a wait that does not fit
+   dropped whole, the clock's offset);
 1. examples/megakernel_deps/run.py --trace (one GPU): both library waits, skew 0 and 20 us on one task; the
    kernel also compiled inside trace_pipelines (default level, and flags only) and timed beside the plain one;
 2. examples/distributed/run.py --world-size 1 --trace (one GPU, 2 ranks simulated in one launch);
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(NO_MULTICAST)
-STEPS = ("megakernel_deps", "distributed_1gpu", "distributed_2gpu", "ci_captures")
+STEPS = ("gpu_tests", "megakernel_deps", "distributed_1gpu", "distributed_2gpu", "ci_captures")
 SMALL_DEPS = ["--m", "512", "--k", "256", "--n1", "256", "--n2", "256", "--ctas", "16", "--records-per-lane", "128"]
 SMALL_DIST = ["--m", "512", "--k", "256", "--n", "256", "--ctas-per-rank", "8", "--records-per-lane", "128"]
 
@@ -47,6 +49,8 @@ def commands(step: str, out: Path, launches: int) -> list[list[str]]:
     py = sys.executable
     deps, dist = str(ROOT / "examples/megakernel_deps/run.py"), str(ROOT / "examples/distributed/run.py")
     common = ["--out", str(out / step), "--launches", str(launches), "--trace"]
+    if step == "gpu_tests":
+        return [[py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu/test_flags_gpu.py"]]
     if step == "megakernel_deps":
         return [[py, deps, *common]]
     if step == "distributed_1gpu":

@@ -212,7 +212,7 @@ class Recorder:
             else:
                 state.finish_region(token, label=f"{label} end")
 
-    def around(self, kernel, op, before, after, label: str) -> None:
+    def around(self, kernel, op, before, after) -> None:
         """Code just before `op` (`before(state)` -> a value) and just after it (`after(state, that value)`),
         with the kernel's record state (an IR pass's flag signal: flag_trace.py)."""
         state = self._state_of(kernel)

@@ -98,17 +98,16 @@ class FlagTracer:
         static = constant_int(value)
         entry = catalog.flags.register("signal", site.site, op=op.name, order=order, scope=scope, update=update_kind,
                                        value=static if isinstance(static, int) else RECORDED)
-        records = flag_ops.FlagRecords(None, (entry.id << 2) | INSTANT, entry.label,
-                                       record_value=entry.value == RECORDED)
 
         def before(state):
             return state.timer(f"{entry.label} time")
 
         def after(state, time):
-            mine = flag_ops.FlagRecords(state, records.bits, records.label, record_value=records.record_value)
-            flag_ops.record_signal(mine, time, pointer_int(address), Int32(value), update_kind)
+            records = flag_ops.FlagRecords(state, (entry.id << 2) | INSTANT, entry.label,
+                                           record_value=entry.value == RECORDED)
+            flag_ops.record_signal(records, time, pointer_int(address), Int32(value), update_kind)
 
-        self.tracer.recorder.around(kernel, op, before, after, entry.label)
+        self.tracer.recorder.around(kernel, op, before, after)
         site.traced, site.via, site.label = True, "ir", entry.label
         return None
 

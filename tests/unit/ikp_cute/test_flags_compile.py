@@ -246,6 +246,17 @@ def test_the_audit_lists_flag_sites():
     assert line.endswith("1 of 2 flag sites traced (1 untraced: hand-written spin loop (use ikp_cute.flags.wait))")
 
 
+def test_a_raw_release_store_is_traced_with_its_value():
+    tr = trace()
+    ptx = compile_flags("hand", tr, op="store", scope="sys")
+    (entry,) = tr.metadata()["flags"]
+    assert {k: entry[k] for k in ("op", "update", "value", "order", "scope")} == {
+        "op": "nvvm.store.ext", "update": "store", "value": "recorded", "order": "release", "scope": "sys"}
+    record = next(line for line in ptx.splitlines() if f"/* ikp signal@{entry['site']} */" in line)
+    assert "mov.u32 need, 3;" in record and f"or.b32 m, tag, {FLAG_VALUE_TAG};" in record
+    assert "st.release.sys.global.b32" in ptx
+
+
 def test_ops_can_leave_flags_out():
     tr = trace(ops={"wait", "acquire", "bar_sync"})
     ptx = compile_flags("library", tr)
