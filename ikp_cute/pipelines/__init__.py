@@ -18,6 +18,12 @@ poll; a wait that a successful ``try_wait`` poll skipped is not a wait and recor
 ``sync_threads`` and the waits that passed without blocking. Lanes are (block, warp) (see record.py for who
 records and why).
 
+Flags in global memory (docs/flags.md) are traced under the same switch, at every level: the primitives of
+cutlass.utils.distributed (red_add1 and the spin_lock_* waits, hooked), ikp_cute.flags.signal / wait, and
+release reds / atoms / stores no hook built (the IR pass): a signal's INSTANT, a blocked wait's region, each
+followed by its payloads (FLAG_ADDR, FLAG_VALUE); the sidecar's ``flags`` names every call site
+(flag_ops.py, flag_trace.py).
+
 Every traced compile is audited: each mbarrier / named-barrier operation of the traced kernel is a
 numbered site, traced by the Python hooks (hooks.py, the rich path: pipeline objects, roles, names) or by
 the IR pass (ir_pass.py: the ops no hook built, e.g. a kernel's own wait or inline PTX), or listed untraced
@@ -28,7 +34,8 @@ Modules, by job: patches.py (the table of what is hooked), hooks.py (the Tracer 
 (which pipeline and role a call belongs to), names.py (call sites and pipeline names), emit.py (records
 around a call), placement.py (where blocked-only checks go), record.py (the records' PTX), sites.py
 (barrier sites and their identity), ir_pass.py (the IR pass), audit.py (the PTX audit), catalog.py (ids,
-names, the sidecar's pipeline keys).
+names, the sidecar's pipeline keys), flag_ops.py (flag signals and waits as device code), flag_trace.py
+(flag call sites, recorded or why not).
 
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
 (tests/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches

@@ -5,27 +5,19 @@ out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+import flag_capture  # noqa: E402  (examples/megakernel_deps)
+
 from host_decode.core import wire  # noqa: E402
 from host_decode.core.decoder import decode  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
-DEPS, DIST = ROOT / "examples" / "megakernel_deps", ROOT / "examples" / "distributed"
-for _p in (DEPS, DIST, ROOT / "examples" / "pipeline"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import flag_capture  # noqa: E402
+from tests.support.flag_examples import deps_run, dist_run  # noqa: E402  (puts the examples on sys.path)
 
 B, E, INST = (int(t) for t in (wire.EventType.BEGIN, wire.EventType.END, wire.EventType.INSTANT))
 ADDR, VALUE = wire.FLAG_ADDR_EVENT_ID, wire.FLAG_VALUE_EVENT_ID
@@ -37,18 +29,6 @@ FLAGS = [{"id": SIGNAL_ID, "kind": "signal", "op": "red_add1", "site": "megakern
          {"id": WAIT_ID, "kind": "wait", "op": "spin_lock_ld_lt_relaxed_wait", "site": "megakernel_deps.py:106",
           "order": "relaxed", "scope": "gpu", "cmp": "ge", "expected": 2}]
 BUFFERS = [{"name": "ready", "owner_rank": 0, "base": BASE, "bytes": 8, "elem_bytes": 4}]
-
-
-def load(path: Path, name: str):
-    saved = dict(os.environ)
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:  # distributed/run.py sets its no-multicast variables at import
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
 
 
 def addr(counter: int) -> int:
@@ -123,8 +103,6 @@ def test_the_runners_traced_compiles_on_cpu():
     import ikp_cute.flags
     from ikp_cute.pipelines.audit import summary
 
-    deps_run = load(DEPS / "run.py", "ikp_example_megakernel_deps_run_traced")
-    dist_run = load(DIST / "run.py", "ikp_example_distributed_run_traced")
     ikp_cute.flags.clear()
     m, k, n = 256, 128, 128
     tasks = deps_run.task_table(m // 64, n // 64, n // 64)

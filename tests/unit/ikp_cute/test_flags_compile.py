@@ -14,8 +14,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +22,6 @@ pytest.importorskip("cutlass")
 
 from host_decode.core import wire  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
 BAKED = 0x7F0012340000
 FLAG_ADDR_TAG = (wire.FLAG_ADDR_EVENT_ID << 2) | int(wire.EventType.INSTANT)
 FLAG_VALUE_TAG = (wire.FLAG_VALUE_EVENT_ID << 2) | int(wire.EventType.INSTANT)
@@ -167,20 +164,14 @@ def test_level_all_records_waits_that_passed():
 # --- the library primitives, hooked (the examples) -----------------------------------------------------------
 
 
-def _example(name: str):
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_flag_examples as examples
-
-    return getattr(examples, name)
-
-
 @pytest.fixture(scope="module")
 def examples_ptx():
     """{(example, wait kind): (plain PTX, traced PTX, trace metadata)}."""
     from ikp_cute.pipelines import trace_pipelines
+    from tests.support.flag_examples import compile_deps, compile_dist
 
     out = {}
-    for example, compile_one in (("deps", _example("_compile_deps")), ("dist", _example("_compile_dist"))):
+    for example, compile_one in (("deps", compile_deps), ("dist", compile_dist)):
         for wait_kind in ("ld", "cas"):
             plain = compile_one(wait_kind, False)
             tr = trace_pipelines(spec(8, 132, 64), address=BAKED)
