@@ -14,11 +14,23 @@ Invariants a change could break (tests/unit/ikp_cute/test_flags_compile.py guard
 from __future__ import annotations
 
 from . import flag_ops, names
-from .emit import same_value
 from .record import BEGIN, INSTANT
 from .sites import HookCall
 
 RECORDED = "recorded"
+
+
+def same_value(a, b) -> bool:
+    """The same trace-time value: one object, equal ints, or one MLIR value (compared by identity: the DSL
+    overloads ``==`` on values)."""
+    if a is b:
+        return True
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    try:
+        return hash(a.ir_value()) == hash(b.ir_value())
+    except (AttributeError, TypeError):
+        return False
 
 
 def constant(value):
@@ -62,7 +74,7 @@ class FlagTracer:
         if reason:
             with tracer.ledger.marking(self._call(frame, "flag_wait", reason=reason, by_choice=True)):
                 return run() if run is not None else flag_ops.spin(ptr, expected, reset, call)
-        resets = call.probe == "cas" and not (reset is expected or same_value(reset, expected))
+        resets = call.probe == "cas" and not same_value(reset, expected)
         entry = tracer.catalog.flags.register("wait", names.site(frame), op=op, order=call.order, scope=call.scope,
                                               cmp=call.cmp, expected=constant(expected),
                                               reset=constant(reset) if resets else None)

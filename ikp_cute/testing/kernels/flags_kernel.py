@@ -4,7 +4,8 @@ signals `flags[0]`, block 1's thread 0 waits for it.
 style "hand":    a hand-written loop (cute.arch.load with `sem` / `scope` until the condition holds) and a raw
                  cute.arch.red / cute.arch.store with release order, as quack's and FA4's own barriers do;
 style "helper":  ikp_cute.flags.wait / signal with the same arguments (their plain PTX must equal "hand"'s);
-style "library": cutlass.utils.distributed.red_add1 and spin_lock_ld_lt_relaxed_wait (what the tracer hooks).
+style "library": cutlass.utils.distributed.red_add1 and spin_lock_ld_lt_relaxed_wait (what the tracer hooks);
+style "library_cas": red_add1 and spin_lock_atom_cas_relaxed_wait resetting the flag to 0.
 
 `op` "add" adds 1, "store" stores `value` (a runtime Int32); `cmp` is the wait's condition on `expected` (a
 runtime Int32, or a compile-time int with `constant`); `passes` puts the waiting thread's wait where the value is
@@ -38,7 +39,7 @@ def hand_wait(ptr, expected, cmp: cutlass.Constexpr, sem: cutlass.Constexpr, sco
 
 @cute.jit
 def signal_flag(ptr, value, style: cutlass.Constexpr, op: cutlass.Constexpr, scope: cutlass.Constexpr):
-    if cutlass.const_expr(style == "library"):
+    if cutlass.const_expr(style in ("library", "library_cas")):
         distributed.red_add1(ptr, order="release", scope=scope)
     elif cutlass.const_expr(style == "helper"):
         if cutlass.const_expr(op == "add"):
@@ -57,6 +58,9 @@ def wait_flag(ptr, expected, style: cutlass.Constexpr, cmp: cutlass.Constexpr, s
               scope: cutlass.Constexpr):
     if cutlass.const_expr(style == "library"):
         distributed.spin_lock_ld_lt_relaxed_wait(ptr, expected_val=expected, scope=scope)
+    elif cutlass.const_expr(style == "library_cas"):  # the flag becomes 0 when the wait ends
+        distributed.spin_lock_atom_cas_relaxed_wait(ptr, expected_val=expected, reset_val=expected - expected,
+                                                    scope=scope)
     elif cutlass.const_expr(style == "helper"):
         ikp_cute.flags.wait(ptr, expected, cmp=cmp, sem=sem, scope=scope)
     else:

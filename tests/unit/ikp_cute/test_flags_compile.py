@@ -204,6 +204,17 @@ def test_hooked_primitives_keep_their_memory_operations(examples_ptx, example, w
     assert flags["traced"] == flags["sites"] == 2 and flags["untraced"] == flags["removed"] == 0, flags
 
 
+def test_an_atom_cas_wait_that_resets_the_flag_records_its_reset_value():
+    tr = trace()
+    ptx = compile_flags("library_cas", tr, constant=None)
+    signal, wait = tr.metadata()["flags"]
+    assert wait["op"] == "spin_lock_atom_cas_relaxed_wait" and wait["cmp"] == "eq"
+    assert wait["expected"] == "recorded" and wait["reset"] == "recorded"
+    reserve = next(line for line in ptx.splitlines() if f"/* ikp wait@{wait['site']} begin */" in line)
+    assert "mov.u32 need, 5;" in reserve and reserve.count("@fit st.global.b64") == 3  # ADDR, expected, reset
+    assert memory_ops(ptx)["atom.global.cas.b32"] == 2  # relaxed, gpu: the first probe and the loop's
+
+
 def test_hooks_are_gone_after_the_context():
     import cutlass.utils.distributed as distributed
 
