@@ -41,12 +41,14 @@ def compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128) 
     from cutlass import Float32, Int32, Int64, cute
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
 
+    from ikp_cute.testing.sass import keep_options
+
     tasks = deps_run.task_table(m // 64, n1 // 64, n2 // 64)
     row = dict(stride_order=(1, 0))
     args = [fake(Int32, tasks.shape, **row), fake(Int32, (1,)), fake(Int32, (m // 64,)), fake(Float32, (m, k), **row),
             fake(Float32, (k, n1), **row), fake(Float32, (m, n1), **row), fake(Float32, (n1, n2), **row),
             fake(Float32, (m, n2), **row), Int32(-1), Int64(0), fake(Int64, (tasks.shape[0], 6), **row)]
-    return cute.compile(mk.launch, *args, wait_kind, log_tasks, 132, options="--keep-ptx").__ptx__
+    return cute.compile(mk.launch, *args, wait_kind, log_tasks, 132, options=keep_options()).__ptx__
 
 
 def compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128, k=128, n=128, chunks=2) -> str:
@@ -55,6 +57,8 @@ def compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128,
     from cutlass import Float32, Int32, Int64, cute
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
 
+    from ikp_cute.testing.sass import keep_options
+
     t = dist_run.task_table(0, world, ms // 64, n // 64, chunks).shape[0]
     row = dict(stride_order=(1, 0))
     args = [fake(Int32, (ranks_here, t, 4), stride_order=(2, 1, 0)), fake(Int32, (ranks_here,)),
@@ -62,4 +66,4 @@ def compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128,
             fake(Float32, (world * ms, ranks_here * n), **row), fake(Int64, (world,)), fake(Int64, (world,)),
             Int32(0), Int32(1), Int32(-1), Int64(0), fake(Int64, (ranks_here, t, 6), stride_order=(2, 1, 0))]
     return cute.compile(ag.launch, *args, world, ranks_here, 66, chunks, wait_kind, log_tasks,
-                        options="--keep-ptx").__ptx__
+                        options=keep_options()).__ptx__

@@ -80,8 +80,9 @@ def test_the_clock_probe_reads_the_timer_once():
     from cutlass.cute.runtime import make_fake_compact_tensor
 
     from ikp_cute.clock import launch_read
+    from ikp_cute.testing.sass import keep_options
 
-    ptx = cute.compile(launch_read, make_fake_compact_tensor(Int64, (1,)), options="--keep-ptx").__ptx__
+    ptx = cute.compile(launch_read, make_fake_compact_tensor(Int64, (1,)), options=keep_options()).__ptx__
     assert ptx.count("%globaltimer") == 1 and ptx.count("st.global.b64") == 1
 
 

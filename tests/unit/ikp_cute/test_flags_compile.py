@@ -41,12 +41,13 @@ def compile_flags(style: str, trace=None, **options) -> str:
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
 
     from ikp_cute.testing.kernels import flags_kernel as fk
+    from ikp_cute.testing.sass import keep_options
 
     args = [fake(Int32, (4,)), Int32(3), Int32(5), style, *(options.get(k, d) for k, d in DEFAULTS)]
     if trace is None:
-        return cute.compile(fk.launch, *args, options="--keep-ptx").__ptx__
+        return cute.compile(fk.launch, *args, options=keep_options()).__ptx__
     with trace:
-        return cute.compile(fk.launch, *args, options="--keep-ptx").__ptx__
+        return cute.compile(fk.launch, *args, options=keep_options()).__ptx__
 
 
 def body(ptx: str) -> str:
