@@ -139,7 +139,7 @@ class IRPass:
         label = f"{name}_{pipe.name}@{site.site}"
         if site.kind == "wait":
             tracer.recorder.region_around(kernel, op, lambda: event_bits(base, index, BEGIN), label,
-                                          blocked_only=not tracer.recorder.passing_waits)
+                                          blocked_only=not tracer.recorder.passing_waits, blocking=name)
         else:
             tracer.recorder.instant_before(kernel, op, lambda: event_bits(base, index, INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label
@@ -169,7 +169,7 @@ class IRPass:
 
         if kind == "bar_sync":
             tracer.recorder.region_around(kernel, op, bits(BEGIN), label,
-                                          blocked_only=not tracer.recorder.passing_waits)
+                                          blocked_only=not tracer.recorder.passing_waits, blocking="bar_sync")
         else:
             tracer.recorder.instant_before(kernel, op, bits(INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label

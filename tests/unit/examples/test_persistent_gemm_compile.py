@@ -255,13 +255,19 @@ def test_cost_harness_variants_are_valid_trace_options():
     """Every variant gpu/pipelines_cost.py builds is accepted by trace_pipelines (a bad option would only
     surface on the GPU), names are unique, and the ablation includes the rows the analysis relies on."""
     from ikp_cute.pipelines import trace_pipelines
-    from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT
+    from ikp_cute.pipelines import DEFAULT_BLOCKED_NS
+    from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT, THRESHOLDS
 
-    variants = DEFAULT + ABLATION
+    variants = DEFAULT + THRESHOLDS + ABLATION
     assert len({name for name, _, _ in variants}) == len(variants)
-    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "polls_off"} <= {n for n, _, _ in variants}
-    for _, level, options in variants:
-        trace_pipelines(_spec(), level=level, address=BAKED, **options)
+    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "acquire_256ns"} <= {n for n, _, _ in variants}
+    options_of = {}
+    for name, level, options in variants:
+        options_of[name] = trace_pipelines(_spec(), level=level, address=BAKED, **options).options["blocked_ns"]
+    # the threshold rows differ from the default in exactly the op they name
+    assert options_of["waits"] == DEFAULT_BLOCKED_NS
+    assert {op for op in DEFAULT_BLOCKED_NS if options_of["acquire_256ns"][op] != DEFAULT_BLOCKED_NS[op]} == {"acquire"}
+    assert {op for op in DEFAULT_BLOCKED_NS if options_of["bar_sync_1024ns"][op] != DEFAULT_BLOCKED_NS[op]} == {"bar_sync"}
     never = dict((n, o) for n, _, o in variants)["never_stored"]
     with pytest.raises(ValueError):
         trace_pipelines(_spec(), address=BAKED, blocked_ns=never["blocked_ns"] + 1)  # the largest it takes
