@@ -124,6 +124,21 @@ class Recorder:
             self.placement.move(before_record=True)
             state.record(bits, label)
 
+    def signal(self, marker, call):
+        """A signal (arrive, release, named-barrier arrive) `call()`, with its instant `marker` (bits, label)
+        or None: the time is read just before the call and the record stored just after it, so the signal
+        leaves without waiting for the record's shared-memory round trip (a consumer's release delayed by it
+        holds back the producer's next load: in a 2-stage ring, the consumer's next wait). Pending
+        blocked-only checks move past the signal, then ahead of the record (time order per lane)."""
+        state = self.state() if marker is not None else None
+        time = state.timer(f"{marker[1]} signal-time") if state is not None else None
+        result = call()
+        self.signal_done()
+        if state is not None:
+            self.placement.move(before_record=True)
+            state.record(marker[0], marker[1], time=time)
+        return result
+
     def signal_done(self) -> None:
         """After a signal (arrive, release, named-barrier arrive): pending checks may move past it."""
         self.placement.move(before_record=False)
@@ -236,14 +251,17 @@ class Recorder:
         stack.enter_context(ir.Location.unknown())
         return stack
 
-    def instant_before(self, kernel, op, bits_of, label: str) -> None:
-        """An instant record just before `op`; `bits_of()` builds its event bits there."""
+    def instant_around(self, kernel, op, bits_of, label: str) -> None:
+        """The instant of a signal `op`: its time read just before it, the record stored just after it (as
+        `signal` does for a hooked call); `bits_of()` builds its event bits."""
         state = self._state_of(kernel)
         if state is None:
             return
         self.placement.settle_before(kernel, op)
         with self.at(op, "before"):
-            state.record(bits_of(), label)
+            bits, time = bits_of(), state.timer(f"{label} signal-time")
+        with self.at(op, "after"):
+            state.record(bits, label, time=time)
 
     def region_around(self, kernel, op, bits_of, label: str, blocked_only: bool, blocking: str = "wait") -> None:
         """A region around `op` (its BEGIN and END; with `blocked_only`, stored only when it took >=

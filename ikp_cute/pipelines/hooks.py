@@ -239,14 +239,10 @@ class Tracer:
         return arrive
 
     def signal(self, marker, call, run):
-        """An arrive / release / named-barrier arrive: its instant (when recorded) before it; pending
-        blocked-only checks move past it."""
+        """An arrive / release / named-barrier arrive: its instant (when recorded) timed just before it and
+        stored just after it (Recorder.signal); pending blocked-only checks move past it."""
         with self.ledger.marking(call):
-            if marker is not None:
-                self.recorder.record(*marker)
-            result = run()
-        self.recorder.signal_done()
-        return result
+            return self.recorder.signal(marker, run)
 
     def hook_get_barrier(self, orig):
         """Pointers a pipeline hands out (`producer_get_barrier(state)`): remembered, so a kernel that arrives

@@ -141,7 +141,7 @@ class IRPass:
             tracer.recorder.region_around(kernel, op, lambda: event_bits(base, index, BEGIN), label,
                                           blocked_only=not tracer.recorder.passing_waits, blocking=name)
         else:
-            tracer.recorder.instant_before(kernel, op, lambda: event_bits(base, index, INSTANT), label)
+            tracer.recorder.instant_around(kernel, op, lambda: event_bits(base, index, INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label
         return None
 
@@ -171,7 +171,7 @@ class IRPass:
             tracer.recorder.region_around(kernel, op, bits(BEGIN), label,
                                           blocked_only=not tracer.recorder.passing_waits, blocking="bar_sync")
         else:
-            tracer.recorder.instant_before(kernel, op, bits(INSTANT), label)
+            tracer.recorder.instant_around(kernel, op, bits(INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label
 
     def _lone_pipeline(self, kernel, op, address, site: Site) -> Pipeline:

@@ -306,14 +306,15 @@ class PoolKernelState:
         inline_ptx.asm(None, [base, _thread_x(), launch, last], text, "r,r,r,r")
         return state
 
-    def record(self, bits, label: str = "") -> None:
-        """One instant (bits = (event_id << 2) | type) by each executing warp's elected lane; `label` goes
+    def record(self, bits, label: str = "", time=None) -> None:
+        """One instant (bits = (event_id << 2) | type) by each executing warp's elected lane, at `time` (a
+        timer() value read earlier) or now; `label` goes
         into a PTX comment (``/* ikp <label> */``), how tests count the records of each call site. The slot is
         the lane's next one (room >= 2 always holds on entry); the refill after it runs when fewer than two are
         left (the last slot of a unit an instant leaves stays 0: a region's two records never straddle units)."""
         asm = (
             "{ .reg .pred lead, ok; .reg .u32 m, a, tag, tlo, thi; .reg .u64 addr, rec, s;" + _REFILL_REGS
-            + " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
+            + (" mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;" if time is None else " mov.u32 tlo, $3;")
             + _LEADER
             + _STATE.format(tid="$2", base="$0")
             + " ld.volatile.shared.v2.u64 {s, end}, [a]; mov.b64 {room, lane}, s;"
@@ -325,7 +326,8 @@ class PoolKernelState:
             + _refill(self.kernel_id, self.warps)
             + f" }} /* ikp {label} */"
         )
-        inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
+        operands = [self.state_base, Int32(bits), _thread_x()] + ([] if time is None else [Int32(time)])
+        inline_ptx.asm(None, operands, asm, ",".join("r" * len(operands)))
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value (pipelines/record.py: how ptxas reads it)."""
