@@ -42,8 +42,8 @@ class Recorder:
     or a pool's (record_pool.py, with `pool` the ikp_cute Pool that hands out kernel ids and `kernel_meta` the
     sidecar keys of its captures); `kernels`: a compiled regex on the kernel's name (None: every kernel)."""
 
-    def __init__(self, geometry: Geometry | PoolGeometry, blocked_ns: dict[str, int], passing_waits: bool, polls: str, *,
-                 events=None, kernels=None, pool=None, kernel_meta=None):
+    def __init__(self, geometry: Geometry | PoolGeometry, blocked_ns: dict[str, int], passing_waits: bool,
+                 polls: str, *, events=None, kernels=None, pool=None, kernel_meta=None):
         self.geometry = geometry
         self.blocked_ns = blocked_ns
         self.passing_waits = passing_waits

@@ -254,8 +254,7 @@ def test_traced_tma_probe_keeps_the_ring_apart_from_the_observer(probe, level):
 def test_cost_harness_variants_are_valid_trace_options():
     """Every variant gpu/pipelines_cost.py builds is accepted by trace_pipelines (a bad option would only
     surface on the GPU), names are unique, and the ablation includes the rows the analysis relies on."""
-    from ikp_cute.pipelines import trace_pipelines
-    from ikp_cute.pipelines import DEFAULT_BLOCKED_NS
+    from ikp_cute.pipelines import DEFAULT_BLOCKED_NS, trace_pipelines
     from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT, THRESHOLDS
 
     variants = DEFAULT + THRESHOLDS + ABLATION
