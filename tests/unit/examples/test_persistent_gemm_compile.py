@@ -259,14 +259,15 @@ def test_cost_harness_variants_are_valid_trace_options():
 
     variants = DEFAULT + THRESHOLDS + ABLATION
     assert len({name for name, _, _ in variants}) == len(variants)
-    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "acquire_256ns"} <= {n for n, _, _ in variants}
+    names = {n for n, _, _ in variants}
+    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "acquire_256ns"} <= names
     options_of = {}
     for name, level, options in variants:
         options_of[name] = trace_pipelines(_spec(), level=level, address=BAKED, **options).options["blocked_ns"]
     # the threshold rows differ from the default in exactly the op they name
     assert options_of["waits"] == DEFAULT_BLOCKED_NS
-    assert {op for op in DEFAULT_BLOCKED_NS if options_of["acquire_256ns"][op] != DEFAULT_BLOCKED_NS[op]} == {"acquire"}
-    assert {op for op in DEFAULT_BLOCKED_NS if options_of["bar_sync_1024ns"][op] != DEFAULT_BLOCKED_NS[op]} == {"bar_sync"}
+    for name, op in (("acquire_256ns", "acquire"), ("bar_sync_1024ns", "bar_sync")):
+        assert {o for o, ns in options_of[name].items() if ns != DEFAULT_BLOCKED_NS[o]} == {op}
     never = dict((n, o) for n, _, o in variants)["never_stored"]
     with pytest.raises(ValueError):
         trace_pipelines(_spec(), address=BAKED, blocked_ns=never["blocked_ns"] + 1)  # the largest it takes
