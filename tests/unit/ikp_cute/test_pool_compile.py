@@ -20,7 +20,7 @@ pytest.importorskip("cutlass")
 from ikp_cute.pipelines import record_pool, trace_pipelines  # noqa: E402
 from ikp_cute.pool import Pool  # noqa: E402
 from ikp_cute.testing import ptx as ptx_text  # noqa: E402
-from ikp_cute.testing import sass  # noqa: E402
+from ikp_cute.testing import sass, smem  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 ADDRESS = 0x7F00_1234_0000
@@ -94,6 +94,29 @@ def test_the_closed_copy_is_the_untouched_kernel(small):
     assert not any("globaltimer" in op for op in copy)
     assert traced.count("/* ikp decision */") == 1 and traced.count("/* ikp setup */") == 1
     assert traced.count("/* ikp epilogue */") == 1
+
+
+def shared_memory(compiled) -> dict:
+    """What a launch of `compiled` asks for: {"dynamic": the launch's dynamic size, "static": the PTX's static
+    ``.shared`` bytes, "section": the cubin's ``.nv.shared.<kernel>`` (sm_90: 1 KiB reserved for the system, the
+    static arrays, padded to the dynamic buffer's alignment)}."""
+    (dynamic,) = smem.launch_dynamic(compiled)
+    (section,) = smem.cubin_static(compiled.__cubin__).values()
+    return {"dynamic": dynamic, "static": sum(smem.ptx_static(compiled.__ptx__).values()), "section": section}
+
+
+def test_shared_memory_is_not_doubled(small):
+    """Both copies share the kernel's shared memory: the traced kernel declares the untouched kernel's static
+    arrays (its mbarriers, `cute.arch.alloc_smem`) once, plus the pool's state (32 bytes per warp and a 32-byte
+    descriptor: 288 bytes for 8 warps), once."""
+    plain, traced = shared_memory(small["plain"]), shared_memory(small["traced"])
+    state = 8 * record_pool.smem_words(8)
+    assert plain["static"] > 0 and state == 288
+    assert traced["static"] == plain["static"] + state, (plain, traced)
+    assert traced["dynamic"] == plain["dynamic"]
+    assert traced["section"] == plain["section"] + state
+    declared = smem.ptx_static_declarations(small["traced"].__ptx__)
+    assert declared.count(".shared .align 16 .b8 __static_shmem__0[288];") == 1, declared
 
 
 def test_every_record_block_has_one_atomic_behind_one_branch(small):
@@ -223,6 +246,23 @@ def test_fa4_and_quack_traced_into_a_pool(real_kernels, name):
     assert sum(sass.opcode(i).startswith("ATOMG") for i in instructions) >= 10
 
 
+@pytest.mark.parametrize("name", ["fa4", "quack"])
+def test_fa4_and_quack_shared_memory_fits_sm90(real_kernels, name):
+    """FA4's sm90 causal forward and quack's sm90 GEMM traced into a pool ask for the untouched kernel's dynamic
+    shared memory (the SmemAllocator's buffers: FA4 164,864 bytes, quack 230,400), not twice it, plus the pool
+    state as one static array (416 bytes for 12 warps; with the dynamic buffer's 1,024-byte alignment, 1 KiB of
+    the cubin's static section), and the total fits an sm_90a block (232,448 bytes)."""
+    got = real_kernels[name]
+    plain, traced = shared_memory(got["plain"]), shared_memory(got["pool"])
+    state = traced["static"] - plain["static"]
+    assert traced["dynamic"] == plain["dynamic"] > 100_000, (plain, traced)
+    assert 0 < state <= 8 * record_pool.smem_words(record_pool.MAX_WARPS), (plain, traced)
+    assert len(smem.ptx_static_declarations(got["pool"].__ptx__)) == 1  # the pool state, allocated once
+    assert traced["section"] <= plain["section"] + -(-state // 1024) * 1024
+    reserved = 1024  # sm_90's per-block system reserve, inside the section
+    assert traced["section"] - reserved + traced["dynamic"] <= smem.SMEM_LIMIT_SM90, (plain, traced)
+
+
 STRIPPED = """
 func.func @k(%p: !llvm.ptr, %x: i64) {
   %c = arith.constant true
@@ -262,3 +302,57 @@ def test_strip_erases_only_what_is_ours(use, refused):
         assert copies.strip(block) == 3
         left = [op.operation.name for op in block.operations]
         assert left == ["arith.muli", "llvm.store", "scf.yield"], left
+
+
+SPLIT = """
+func.func @k(%n: index) {
+  %c = arith.constant true
+  %a = "cute.memref.alloca"() : () -> !cute.memref<i8, smem, align<1024>, "1024:1">
+  %lo = arith.constant 0 : index
+  %one = arith.constant 1 : index
+  scf.for %i = %lo to %n step %one {
+    %b = "cute_nvgpu.arch.alloc_smem"() {input = 4 : i32} : () -> !cute.ptr<i64, smem, align<8>>
+    %r = "cute.memref.alloca"() : () -> !cute.memref<f32, rmem, align<32>, "2:1">
+    "kernel.use"(%a, %b, %r) : (!cute.memref<i8, smem, align<1024>, "1024:1">, !cute.ptr<i64, smem, align<8>>,
+                                !cute.memref<f32, rmem, align<32>, "2:1">) -> ()
+  }
+  return
+}
+"""
+
+
+def test_split_moves_shared_allocations_above_both_copies():
+    """Every shared-memory allocation of the body (nested ones too) ends above the split, once, and both copies
+    use it; a register allocation stays in each copy; an allocation with operands is refused, by name."""
+    from cutlass._mlir import ir
+
+    from ikp_cute.pipelines import copies
+    from ikp_cute.pipelines.sites import walk
+
+    with ir.Context() as context, ir.Location.unknown():
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(SPLIT)
+        kernel = module.body.operations[0].operation
+        split_after = kernel.regions[0].blocks[0].operations[0].operation
+        copies.split(kernel, split_after, split_after.results[0], lambda: None)
+        top = [op.operation.name for op in kernel.regions[0].blocks[0].operations]
+        assert top[:3] == ["arith.constant", "cute.memref.alloca", "cute_nvgpu.arch.alloc_smem"], top
+        names = [op.name for op in walk(kernel)]
+        assert names.count("cute_nvgpu.arch.alloc_smem") == 1 and names.count("kernel.use") == 2
+        assert names.count("cute.memref.alloca") == 3  # the shared one once, the register one in each copy
+        text = str(kernel)
+        uses = re.findall(r'"kernel.use"\((%\w+), (%\w+), (%\w+)\)', text)
+        assert len(uses) == 2 and uses[0][:2] == uses[1][:2], uses  # one value each, defined once at the top
+        assert all(text.count(f"{name} = ") == 1 for name in uses[0][:2]), text
+
+        bad = ir.Module.parse(SPLIT)  # an allocation whose size the loop computes (built unverified)
+        kernel = bad.body.operations[0].operation
+        kernel.attributes["sym_name"] = ir.StringAttr.get("k")
+        loop = next(op for op in walk(kernel) if op.name == "scf.for")
+        body = loop.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(body):
+            ir.Operation.create("cute_nvgpu.arch.alloc_smem", results=[ir.Type.parse("!cute.ptr<i64, smem, align<8>>")],
+                                operands=[body.arguments[0]])
+        split_after = kernel.regions[0].blocks[0].operations[0].operation
+        with pytest.raises(RuntimeError, match="kernel k: the shared-memory allocation cute_nvgpu.arch.alloc_smem"):
+            copies.split(kernel, split_after, split_after.results[0], lambda: None)
