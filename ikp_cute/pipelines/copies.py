@@ -29,6 +29,10 @@ call's result is the kernel's; our values only feed our records), and ``strip`` 
 rather than remove anything else. What the records' operands computed (event ids, ``%tid.x`` reads) is left
 for the compiler's dead-code elimination, so the closed copy compiles to the kernel's own instructions.
 
+Then the kernel settles its pool id (``settle_kernel_id``): a kernel of the same code traced into the pool before
+lends it its id, so that a re-trace is the same module (the DSL's JIT cache serves it) and counts its launches
+under that id.
+
 The closed copy is the ``then`` block, laid out first, on the fall-through path (FA4 with a capture window:
 +1.15% against +1.34% the other way round, H200, docs/capture.md).
 
@@ -36,7 +40,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py):
 * the closed copy holds nothing of ours (test_the_closed_copy_is_the_untouched_kernel);
 * the traced kernel asks for the untouched kernel's shared memory plus the pool state's, not twice it
   (test_shared_memory_is_not_doubled, test_fa4_and_quack_shared_memory_fits_sm90);
-* a kernel op that uses a value of ours is refused, not erased (test_strip_erases_only_what_is_ours).
+* a kernel op that uses a value of ours is refused, not erased (test_strip_erases_only_what_is_ours);
+* a re-trace of a kernel is the same module, under one id (test_a_retrace_is_the_same_module,
+  test_renumbering_a_kernel_id_is_exact).
 """
 
 from __future__ import annotations
@@ -92,6 +98,32 @@ def split(kernel, split_after, closed, epilogue) -> None:
     strip(choice.then_block)
     with ir.InsertionPoint(traced_end.operation), ir.Location.unknown():
         epilogue()
+
+
+def settle_kernel_id(kernel, pool, geometry, kernel_id: int) -> int:
+    """After the split: `kernel` takes the id of a kernel of the same code traced before into `pool`, if any
+    (Pool.same_kernel; the fingerprint is the kernel's text, locations included, with its own blocks written
+    as kernel 0's), so that a re-trace of one kernel is the same module (the DSL's JIT cache serves it) and
+    counts its launches under one id. Returns the id its blocks now name."""
+    import hashlib
+
+    from cutlass._mlir import ir
+
+    from .record_pool import renumber
+    from .sites import walk
+
+    ours = [op for op in walk(kernel) if is_ours(op)]
+
+    def name(old: int, new: int) -> None:
+        for op in ours:
+            text = ir.StringAttr(op.attributes["asm_string"]).value
+            op.attributes["asm_string"] = ir.StringAttr.get(renumber(text, geometry, old, new))
+
+    name(kernel_id, 0)
+    key = hashlib.sha256(kernel.get_asm(enable_debug_info=True, binary=True)).hexdigest()
+    final = pool.same_kernel(kernel_id, key)
+    name(0, final)
+    return final
 
 
 _SMEM_RESULT = re.compile(r"^!cute\.(?:memref|ptr)<[^,<>]+, smem\b")

@@ -11,7 +11,9 @@ Where CuTe DSL 4.8.1 keeps each (read from its compile output on a CPU, sm_90a):
   1,024-byte boundary). The constant lands in the host function of the compiled object's ``ir_module``: the
   ``i64`` field 2 of the ``cudaLaunchConfig_t`` passed to ``_cudaLaunchKernelEx`` (or the ``i64`` argument of
   ``_cudaLaunchKernel``).
-The GPU's limit is on their sum (sm_90a: 232,448 bytes per block, ``SMEM_LIMIT_SM90``).
+The GPU's limit is on their sum (sm_90a: 232,448 bytes per block, ``SMEM_LIMIT_SM90``; ``block_bytes``). On sm_90
+the cubin's section also holds the 1 KiB the system reserves per block, and is padded to the alignment of the
+dynamic buffer that follows it (FA4's and quack's: 1,024 bytes).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import struct
 
 SMEM_LIMIT_SM90 = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on H100 / H200 (227 KiB)
+SM90_SYSTEM_RESERVE = 1024  # the 1 KiB per block the system reserves on sm_90, inside the cubin's section
 
 _ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.entry\s+([\w$.]+)")
 _STATIC = re.compile(r"^\s*(?!\.extern)\.shared\s+(?:\.align\s+\d+\s+)?\.(?:b|u|s|f)(\d+)\s+[\w$.]+\[(\d+)\]")
@@ -61,6 +64,15 @@ def cubin_static(cubin: bytes) -> dict[str, int]:
         if name.startswith(".nv.shared.") and not name.startswith(".nv.shared.reserved"):
             out[name[len(".nv.shared."):]] = int(size)
     return out
+
+
+def block_bytes(compiled) -> int:
+    """The shared memory one block of a compiled single-kernel object takes, as SMEM_LIMIT_SM90 counts it: the
+    launch's dynamic size plus the cubin's static section (padded to the dynamic buffer's alignment) less the
+    system's reserve."""
+    (dynamic,) = launch_dynamic(compiled)
+    (section,) = cubin_static(compiled.__cubin__).values()
+    return dynamic + section - SM90_SYSTEM_RESERVE
 
 
 def launch_dynamic(compiled) -> list[int]:

@@ -222,7 +222,8 @@ def real_kernels():
     out = {}
     for name, build in (("fa4", lambda tr=None: fa4_compile(tr, causal=True)), ("quack", quack_compile)):
         pool = Pool.fake(ADDRESS, 32 << 20)
-        out[name] = {"plain": build(), "pool": build(trace_pipelines(pool, level="waits")), "kernels": pool.kernels}
+        trace = trace_pipelines(pool, level="waits")
+        out[name] = {"plain": build(), "pool": build(trace), "kernels": pool.kernels, "into": pool, "trace": trace}
     return out
 
 
@@ -259,8 +260,24 @@ def test_fa4_and_quack_shared_memory_fits_sm90(real_kernels, name):
     assert 0 < state <= 8 * record_pool.smem_words(record_pool.MAX_WARPS), (plain, traced)
     assert len(smem.ptx_static_declarations(got["pool"].__ptx__)) == 1  # the pool state, allocated once
     assert traced["section"] <= plain["section"] + -(-state // 1024) * 1024
-    reserved = 1024  # sm_90's per-block system reserve, inside the section
-    assert traced["section"] - reserved + traced["dynamic"] <= smem.SMEM_LIMIT_SM90, (plain, traced)
+    assert smem.block_bytes(got["pool"]) == traced["dynamic"] + traced["section"] - smem.SM90_SYSTEM_RESERVE
+    assert smem.block_bytes(got["pool"]) <= smem.SMEM_LIMIT_SM90, (plain, traced)
+
+
+
+def test_fa4_causal_and_not_are_two_kernels(real_kernels):
+    """FA4's forward compiled causal and not under one pool trace (one kernel name, other code): two kernel ids;
+    the causal one traced again takes id 0 back, its PTX the first compile's."""
+    from compile_cpu import fa4_compile
+
+    got = real_kernels["fa4"]
+    pool, trace = got["into"], got["trace"]
+    (name,) = got["kernels"].values()
+    not_causal = fa4_compile(trace, causal=False).__ptx__
+    assert pool.kernels == {0: name, 1: name}
+    assert "/* ikp decision */" in not_causal and not_causal != got["pool"].__ptx__
+    assert fa4_compile(trace, causal=True).__ptx__ == got["pool"].__ptx__
+    assert pool.kernels == {0: name, 1: name}
 
 
 STRIPPED = """
@@ -356,3 +373,102 @@ def test_split_moves_shared_allocations_above_both_copies():
         split_after = kernel.regions[0].blocks[0].operations[0].operation
         with pytest.raises(RuntimeError, match="kernel k: the shared-memory allocation cute_nvgpu.arch.alloc_smem"):
             copies.split(kernel, split_after, split_after.results[0], lambda: None)
+
+
+# --- re-traces: the same module, the DSL's JIT cache, one kernel id ------------------------------------------
+
+
+def module_hashes():
+    """(keys, a context entering a trace-finalize hook that collects the key of the DSL's in-memory JIT cache:
+    `dsl.get_module_hash` of the module as the hooks entered before it left it, compile options included)."""
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    dsl = CuTeDSL._get_dsl()
+    seen = []
+    return seen, lambda: dsl.trace_finalize_hooks(lambda d, module, name: seen.append(d.get_module_hash(module, name)))
+
+
+@pytest.mark.parametrize("target", ["session", "pool"])
+def test_a_retrace_is_the_same_module(target):
+    """Two traced compiles of one kernel under one trace give the same module (site numbers, hooked calls'
+    locations and a pool kernel's id come from the module's content), so the same DSL cache key and the same
+    PTX; the audit maps the second compile's PTX to its sites as it did the first's; a pool keeps one id."""
+    from ikp_cute import ProfileSpec
+
+    pool = fake_pool()
+    if target == "pool":
+        trace = trace_pipelines(pool, level="signals")
+    else:
+        spec = ProfileSpec(num_groups=8, num_blocks=4, write_stride=32, records_per_lane=64, warps_per_group=1)
+        trace = trace_pipelines(spec, level="signals", address=ADDRESS)
+    seen, hashing = module_hashes()
+    ptx, counts = [], []
+    for _ in range(2):
+        with trace, hashing():  # the hook after the trace's: it sees what the DSL hashes
+            ptx.append(compile_small().__ptx__)
+        counts.append([(s["number"], s["kind"], s["site"], s["ptx"]) for s in trace.metadata()["barrier_sites"]])
+    assert ptx[0] == ptx[1] and seen[0] == seen[1]
+    assert counts[0] == counts[1] and all(c[3] for c in counts[1]) and len(counts[1]) >= 10
+    assert len(pool.kernels) == (1 if target == "pool" else 0)
+
+
+def test_a_jit_call_in_a_loop_compiles_once():
+    """A `@cute.jit` function called directly in a loop under a pool trace (how `ikp record` sees a program
+    that does not call cute.compile) is compiled at the first call and served by the DSL's in-memory JIT cache
+    after, under one kernel id, its audit kept. On a CPU each call compiles (or hits the cache) and then fails
+    to launch."""
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    if torch.cuda.is_available():
+        pytest.skip("the calls would launch the kernel into a fake pool")
+    cache = CuTeDSL._get_dsl().jit_cache
+    before = len(cache)
+    pool = fake_pool()
+    x = from_dlpack(torch.zeros(4, dtype=torch.int32))
+    trace = trace_pipelines(pool, level="signals")
+    with trace:
+        for _ in range(3):
+            with pytest.raises(Exception, match="cudaErrorInsufficientDriver|driver|CUDA"):
+                pk.launch(x, Int32(5), 4)
+    assert len(cache) - before == 1
+    assert len(pool.kernels) == 1
+    sites = trace.metadata()["barrier_sites"]  # the calls the cache served keep the audit of the one compile
+    assert len(sites) >= 10 and all(s["ptx"] is not None for s in sites)
+
+
+@pytest.mark.parametrize("old, new", [(0, 1), (5, 0), (3, 511), (511, 7)])
+def test_renumbering_a_kernel_id_is_exact(old, new):
+    """A kernel's blocks renumbered from one id to another are the blocks emitted for the other id (every
+    number that depends on the id is mapped, nothing else)."""
+    g = record_pool.PoolGeometry(ADDRESS, 512, 1000)
+    assert record_pool.renumber(record_pool.decision_ptx(g, old), g, old, new) == record_pool.decision_ptx(g, new)
+    for warps in (4, 12, 32):
+        setup = record_pool.setup_ptx(g, old, warps)  # the refill included
+        assert record_pool.renumber(setup, g, old, new) == record_pool.setup_ptx(g, new, warps)
+
+
+
+def test_a_kernel_traced_again_after_another_takes_its_id_back():
+    """Kernels of other code get other ids; a kernel traced again after another takes its own id back (its
+    blocks renamed from the id it was handed: the PTX is the first compile's) and the id it was handed is free
+    for the next kernel. (FA4 causal or not, one kernel name: test_fa4_causal_and_not_are_two_kernels.)"""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    pool = fake_pool()
+    trace = trace_pipelines(pool, level="signals")
+    first = compile_small(trace).__ptx__
+    with trace:
+        turns = cute.compile(pk.launch_turns, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                             options=sass.keep_options()).__ptx__
+    assert len(set(pool.kernels.values())) == 2 and sorted(pool.kernels) == [0, 1] and turns != first
+    again = compile_small(trace).__ptx__
+    assert again == first and sorted(pool.kernels) == [0, 1]
+    assert pool.kernel_id("next") == 2
