@@ -94,10 +94,12 @@ class Recorder:
         return state
 
     def split_kernels(self) -> None:
-        """After the IR pass: every kernel traced into a pool becomes its two copies (copies.py)."""
+        """After the IR pass: every kernel traced into a pool becomes its two copies (copies.py), then keeps its
+        id or takes the one of an earlier kernel of the same code (copies.settle_kernel_id)."""
         for kernel, state in self.kernels:
             if isinstance(state, PoolKernelState):
                 copies.split(kernel, state.split_after, state.closed, state.epilogue)
+                copies.settle_kernel_id(kernel, self.pool, self.geometry, state.kernel_id)
 
     def forget_kernels(self) -> None:
         """After a module is built: its kernels' ops die with its context."""

@@ -71,6 +71,7 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from cutlass import Int32, Int64, cute
 
@@ -126,6 +127,20 @@ class PoolGeometry:
 
     def counter_set(self, kernel: int, which: int) -> int:
         return self.at(wire.pool_set(self.max_kernels, kernel, which))
+
+
+def kernel_constants(g: PoolGeometry, kernel: int) -> tuple[int, ...]:
+    """Every number in the PTX blocks of kernel `kernel` that depends on its id (the decision's window and
+    TICKS, the setup's `last` words and counter sets, the unit header's magic | kernel): what `renumber` maps."""
+    return (g.at(wire.pool_window(kernel)), g.counter(kernel), g.counter(kernel, wire.POOL_LAST_FIRST),
+            g.counter_set(kernel, wire.POOL_SHARED_SET), g.counter_set(kernel, wire.POOL_LAST_SETS[0]),
+            (wire.POOL_UNIT_MAGIC << 16) | kernel)
+
+
+def renumber(text: str, g: PoolGeometry, old: int, new: int) -> str:
+    """A PTX block of kernel `old` as kernel `new`'s (each of kernel_constants replaced as a whole number)."""
+    table = dict(zip(map(str, kernel_constants(g, old)), map(str, kernel_constants(g, new))))
+    return re.sub(r"\b\d+\b", lambda m: table.get(m.group(0), m.group(0)), text)
 
 
 def _thread_x():
