@@ -212,6 +212,43 @@ def pipelines_cost(data: dict) -> str:
     return markdown_table(header, out, right=set(range(1, len(kernels) + 1)))
 
 
+def trace_cost(data: dict) -> str:
+    """gpu/pipelines_cost.py, one or more runs of it (same card, same day): each kernel's variants against
+    its untouched kernel (median of alternating launches); '!' marks an output that differs."""
+    columns = {}
+    for run in data["runs"]:
+        for kernel, r in run["results"].items():
+            if isinstance(r, dict) and "cost" in r:
+                columns[kernel] = r["cost"]
+    variants = list(dict.fromkeys(v for rows in columns.values() for v in rows if v != "base"))
+    header = ["variant"] + [f"{k} ({rows['base']['ms']:.4f} ms)" for k, rows in columns.items()]
+    out = []
+    for v in variants:
+        label = "untouched vs itself (noise)" if v == "noise" else f"`{v}`"
+        cells = []
+        for rows in columns.values():
+            row = rows.get(v)
+            cells.append("" if row is None else pct(row["cost"]) + ("!" if row.get("identical") is False else ""))
+        out.append([label] + cells)
+    return markdown_table(header, out, right=set(range(1, len(columns) + 1)))
+
+
+def pool_cost(data: dict) -> str:
+    """gpu/pool_suite.py: each kernel traced into a pool, against its untouched kernel, and the checks."""
+    r = data["results"]
+    rows = []
+    for kernel in ("fa4_noncausal", "fa4_causal", "quack"):
+        if kernel in r and "cost" in r[kernel]:
+            c = r[kernel]["cost"]
+            rows.append([kernel] + [pct(c[v]["cost"]) if v in c else "" for v in POOL_ROWS])
+    checks = [c for stage in r.get("checks", {}).values() for c in stage.values()]
+    passed = sum(1 for c in checks if c.get("ok"))
+    table = markdown_table(["kernel"] + list(POOL_ROWS), rows, right=set(range(1, len(POOL_ROWS) + 1)))
+    return f"{table}\n\nChecks passed: {passed} of {len(checks)}."
+
+
+POOL_ROWS = ("noise", "recorded", "closed", "ahead", "default")
+
 RENDERERS = {
     "overhead": overhead,
     "record-ablation": record_ablation,
@@ -221,4 +258,6 @@ RENDERERS = {
     "capture-stages": capture_stages,
     "window-ablation": window_ablation,
     "pipelines-cost": pipelines_cost,
+    "trace-cost": trace_cost,
+    "pool-cost": pool_cost,
 }
