@@ -11,6 +11,8 @@ Invariants (each guarded by tests/test_cli_safety.py):
   the whole command succeeded; on any failure (full disk, Ctrl-C, a bug) the temporaries are removed and
   a previous file of that name is left untouched.
 - An existing output is replaced only with `force=True` (`-f/--force`); the error says so.
+- Outputs are regular files (or a new folder): a device, FIFO or socket named as an output, or a symlink
+  to one, is refused even with `force` (`special_kind`; tests/unit/host_decode/core/test_special_outputs.py).
 - A missing output directory is an error (never created silently).
 
 How a command uses it (new commands must do the same; `host_decode.cli.common.outputs` builds one from
@@ -93,6 +95,34 @@ def expand_inputs(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
     return files
 
 
+SPECIAL_KINDS = (
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def special_kind(p: str | os.PathLike) -> str | None:
+    """What `p` is when it is, or links to, a device, FIFO or socket (never an output); else None."""
+    for look in (os.lstat, os.stat):
+        try:
+            mode = look(p).st_mode
+        except OSError:
+            continue
+        for test, kind in SPECIAL_KINDS:
+            if test(mode):
+                return kind
+    return None
+
+
+def refuse_special(path: str | os.PathLike) -> None:
+    kind = special_kind(path)
+    if kind is not None:
+        raise OutputError(f"{path}: is a {kind}; ikp writes only regular files (and folders), and -f/--force "
+                          "replaces only those; name a file")
+
+
 def _identity(p: Path) -> tuple[int, int] | None:
     try:
         st = p.stat()
@@ -133,6 +163,7 @@ class OutputFiles:
         if str(path) in ("", "-"):
             raise OutputError("no output file named (give -o FILE)")
         self._refuse_inputs(path)
+        refuse_special(path)
         resolved = final.resolve()
         if any(resolved == f.resolve() for _, f in self._pending):
             raise OutputError(f"{path}: named twice as an output of this command")
@@ -166,6 +197,7 @@ class OutputFiles:
         and finding that out after the slow work would waste it."""
         if Path(path).is_symlink() or (Path(path).exists() and not Path(path).is_dir()):
             self._refuse_inputs(path)
+            refuse_special(path)
             raise OutputError(f"{path}: exists and is not a directory; name a new directory or an existing one")
         final = self.check(path)
         tmp = self._temp(final)
