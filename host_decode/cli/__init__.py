@@ -7,7 +7,9 @@ Invariants (tests/test_cli_grammar.py, tests/test_cli_errors.py):
 - subcommands are listed in workflow order (WORKFLOW; commands added later follow, alphabetically);
 - bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line,
   and so does SIGTERM (timeout, Slurm, systemd): both leave no output behind (tests/test_cli_safety.py);
-- `ikp --version` prints the package version.
+- `ikp --version` prints the package version;
+- without -v/--verbose no library warning or internal line reaches the terminal
+  (tests/unit/host_decode/cli/test_quiet_terminal.py).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from host_decode.cli import commands
-from host_decode.cli.common import add_quiet
+from host_decode.cli.common import add_quiet, add_verbose
 from host_decode.core.errors import DecodeError
 from host_decode.core.files import terminate_as_interrupt
 
@@ -89,7 +92,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
-        add_quiet(p)  # here, so that no command lacks it
+        add_quiet(p)  # here, so that no command lacks them
+        add_verbose(p, getattr(module, "VERBOSE_HELP", None))
         p.set_defaults(_run=module.run)
     return parser
 
@@ -108,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         print("ikp: interrupted", file=sys.stderr)
         return 130
     try:
-        with terminate_as_interrupt():  # a killed command cleans up its temporaries as after Ctrl-C
+        with terminate_as_interrupt(), warnings.catch_warnings():  # a killed command cleans up as after Ctrl-C
+            if not args.verbose:  # a library's remarks (matplotlib, numpy) are no news to the user: -v shows them
+                warnings.simplefilter("ignore")
             return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print(f"ikp {args.command}: interrupted (no output written)", file=sys.stderr)

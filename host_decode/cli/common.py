@@ -8,6 +8,8 @@ Grammar (guarded by tests/test_cli_grammar.py):
   is both a switch and a path.
 - `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
 - `-q/--quiet` on every command (added by cli.build_parser): no "next:" line.
+- `-v/--verbose` on every command (added by cli.build_parser): internal detail and library warnings on
+  stderr; without it nothing but the command's own lines (tests/unit/host_decode/cli/test_quiet_terminal.py).
 - `--names FILE` (`add_names`) on every command that decodes captures; it names every capture it reads.
 - Numeric flags are checked by argparse through `number(...)`: a value out of range is a usage error
   naming the flag (exit 2), never a silent wrong result.
@@ -29,6 +31,14 @@ def add_force(p: argparse.ArgumentParser) -> None:
 def add_quiet(p: argparse.ArgumentParser) -> None:
     """-q/--quiet on every command (cli.build_parser adds it): no "next:" line; decode also drops its summary."""
     p.add_argument("-q", "--quiet", action="store_true", help="no 'next:' hint on stderr (decode: no summary either)")
+
+
+def add_verbose(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """-v/--verbose on every command (cli.build_parser adds it): internal detail (writer timings, library
+    warnings) on stderr; without it a terminal shows only the command's own output. A command module's
+    VERBOSE_HELP says what else it adds."""
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help=help or "internal detail on stderr: timings, library warnings")
 
 
 def add_progress(p: argparse.ArgumentParser) -> None:

@@ -266,7 +266,7 @@ def can_open_browser(environ=os.environ) -> bool:
 
 def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", open_browser: bool = True,
           names=None, ui_root: str | os.PathLike | None = None, out=sys.stdout, err=sys.stderr,
-          ready: threading.Event | None = None) -> int:
+          ready: threading.Event | None = None, verbose: bool = False) -> int:
     """`ikp view`: serve until interrupted (KeyboardInterrupt -> clean exit, 0). The viewer URL is the
     first line on `out`, flushed as soon as the socket listens."""
     ui = PerfettoUi.create(ui_root)
@@ -274,7 +274,7 @@ def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", op
     try:
         trace_path = trace_to_serve(path, work_dir, names=names)
         try:
-            server = ViewerServer(ui, trace_path, bind=bind, port=port)
+            server = ViewerServer(ui, trace_path, bind=bind, port=port, verbose=verbose)
         except OSError as e:
             raise ViewerError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
         with server:

@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, load_input, next_step, outputs, show_progress
+    from host_decode.cli.common import Step, console, load_input, next_step, outputs
     from host_decode.load.inputs import read_names
 
     with outputs(args, args.buffer, args.names) as out:
@@ -67,7 +67,7 @@ def run(args) -> int:
             from host_decode.writers import TraceOptions, write_trace
 
             options = TraceOptions(slice_args=args.slice_args, lane_counters=args.lane_counters,
-                                   progress=show_progress(args))
+                                   timings=args.verbose)
             stats = write_trace(trace, trace_tmp, options)
             note = "; ".join(getattr(stats, "notes", ()))  # what the overlays drew (Perfetto only)
     if not args.quiet:

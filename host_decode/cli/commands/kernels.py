@@ -15,6 +15,7 @@ EXAMPLE = (
     "  ikp kernels TRACE.json.gz --format csv --table pairs -o pairs.csv"
 )
 
+VERBOSE_HELP = "full kernel names; say what the cache did"
 CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
 
 
@@ -51,7 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="order of the A -> B gap pairs (default: count)",
     )
     p.add_argument("--no-gaps", action="store_true", help="skip the gap analysis")
-    p.add_argument("-v", "--verbose", action="store_true", help="full kernel names; say what the cache did")
     add_format(p, ("table", "json", "csv"))
     p.add_argument(
         "--table", choices=CSV_TABLES, default="kernels", help="the table --format csv prints (default kernels)"
