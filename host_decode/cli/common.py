@@ -4,7 +4,8 @@ JSON-safe converter and the "next step" line. Commands import from here, never f
 Grammar (guarded by tests/test_cli_grammar.py):
 - `-o/--output FILE` is the command's main output file, written through `outputs()` (never over an
   input, atomic, replaced only with `-f/--force`; host_decode.core.files).
-- `--format table|json|csv` chooses what is printed to stdout wherever a table is printed; no flag
+- `--format table|json|csv` on every command that prints a table (`add_format`, `print_result`): the
+  tables sized to the terminal, everything as JSON, or one table's rows as CSV (`--table NAME`); no flag
   is both a switch and a path.
 - `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
 - `-q/--quiet` on every command (added by cli.build_parser): no "next:" line.
@@ -50,10 +51,32 @@ def add_progress(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), default: str = "table") -> None:
-    p.add_argument(
-        "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
-    )
+FORMATS = ("table", "json", "csv")
+
+
+def add_format(p: argparse.ArgumentParser, tables: tuple = ()) -> None:
+    """--format table|json|csv; `tables`: the names of the command's tables, the first the default of
+    --table NAME (which one --format csv prints)."""
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="what to print: table (sized to the terminal), json (everything), csv (one table's rows)")
+    if len(tables) > 1:
+        p.add_argument("--table", choices=tables, default=tables[0],
+                       help=f"the table --format csv prints (default {tables[0]})")
+
+
+def print_result(args, items: list, data, file=None) -> None:
+    """A command's result in --format: `items` (reports.tables.console: Tables and prose) as tables, their
+    chosen table as CSV, or `data` as JSON; on stdout, or `file` (an open text file)."""
+    from host_decode.reports.tables.console import make_console, pick_table, print_tables
+
+    if args.format == "json":
+        from host_decode.core.jsonable import dumps
+
+        print(dumps(data), file=file or sys.stdout)
+    elif args.format == "csv":
+        (file or sys.stdout).write(pick_table(items, getattr(args, "table", None)).csv())
+    else:
+        print_tables(items, make_console(file=file))
 
 
 def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
@@ -130,25 +153,11 @@ class Step:
 
 
 def console(file=None):
-    """The rich console every command prints with: the terminal's width on a terminal (tables switch
-    to their narrow layout below reports.tables.console.NARROW_COLUMNS), 160 columns when piped, no
-    colour codes in files."""
+    """The console every command prints with (reports.tables.console.make_console): the terminal's width
+    on a terminal ($COLUMNS when set), 160 columns when piped, 200 in a file; colour on terminals only."""
     from host_decode.reports.tables.console import make_console
 
     return make_console(file=file)
-
-
-def is_narrow(con) -> bool:
-    from host_decode.reports.tables.console import is_narrow as narrow
-
-    return narrow(con)
-
-
-def table(con, title: str, headers: list, rows: list, **kw):
-    """host_decode.reports.tables.console.table: the one table helper (readable at 80 columns)."""
-    from host_decode.reports.tables.console import table as make
-
-    return make(con, title, headers, rows, **kw)
 
 
 def next_step(text: str, args=None) -> None:

@@ -66,9 +66,10 @@ def run(args) -> int:
 
     from host_decode.analysis import diff
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import console, next_step, outputs
+    from host_decode.cli.common import next_step, outputs, print_result
     from host_decode.core.jsonable import dumps
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.diff import diff_items
 
     pa, pb = split_args(args)
     with outputs(args, pa, pb, args.names) as out:
@@ -94,12 +95,7 @@ def run(args) -> int:
         }
         if tmp:
             tmp.write_text(dumps(doc))
-    if args.format == "json":
-        print(dumps(doc))
-    else:
-        from host_decode.reports.tables.diff import print_diff
-
-        print_diff(rows, launches, console(), metric=args.metric, unit=args.unit, alpha=args.alpha)
+    print_result(args, diff_items(rows, launches, metric=args.metric, unit=args.unit, alpha=args.alpha), doc)
     if args.output:
         print(f"wrote {args.output}")
     if bad:

@@ -16,7 +16,6 @@ EXAMPLE = (
 )
 
 VERBOSE_HELP = "full kernel names; say what the cache did"
-CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,10 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="order of the A -> B gap pairs (default: count)",
     )
     p.add_argument("--no-gaps", action="store_true", help="skip the gap analysis")
-    add_format(p, ("table", "json", "csv"))
-    p.add_argument(
-        "--table", choices=CSV_TABLES, default="kernels", help="the table --format csv prints (default kernels)"
-    )
+    from host_decode.reports.tables.kernels import CSV_TABLES
+
+    add_format(p, CSV_TABLES)
     p.add_argument(
         "-o",
         "--output",
@@ -99,9 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, next_step, outputs
-    from host_decode.core.jsonable import dumps
-    from host_decode.reports.tables.kernels import csv_text, print_kernels
+    from host_decode.cli.common import Step, next_step, outputs, print_result
+    from host_decode.reports.tables.kernels import csv_text, kernels_items
     from host_decode.torch_traces import trace as tt
 
     if args.merge:
@@ -115,24 +112,19 @@ def run(args) -> int:
         report = build_report(trace, args)
         if args.capture:
             report["capture"] = _capture_summary(args.capture, report["kernels"])
-        if args.format == "json":
-            text = dumps(report)
-        elif args.format == "csv":
+        if args.format == "csv":  # an empty table is an empty CSV, never an error
             text = csv_text(report, args.table)
-        else:
-            text = None
-        if tmp is not None:
-            if text is None:
-                with open(tmp, "w") as f:
-                    print_kernels(report, console(file=f), verbose=args.verbose, pairs_by=args.pairs_by)
-            else:
+            if tmp is not None:
                 tmp.write_text(text)
+        elif tmp is not None:
+            with open(tmp, "w") as f:
+                print_result(args, kernels_items(report, verbose=args.verbose, pairs_by=args.pairs_by), report, file=f)
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)
-    elif text is not None:
+    elif args.format == "csv":
         sys.stdout.write(text)
     else:
-        print_kernels(report, console(), verbose=args.verbose, pairs_by=args.pairs_by)
+        print_result(args, kernels_items(report, verbose=args.verbose, pairs_by=args.pairs_by), report)
     next_step(
         "ikp kernels ... --merge CAPTURE.npy -o merged.json.gz puts an ikp capture's regions into this trace", args
     )

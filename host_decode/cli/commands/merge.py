@@ -83,9 +83,9 @@ def clock_offset(text: str) -> tuple[int, int]:
 
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, say_left_out
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, print_result, say_left_out
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.merge import session_items, torch_items
 
     with outputs(args, args.captures, args.torch, args.names) as out:
         tmp = out.add(args.output)
@@ -122,24 +122,14 @@ def run(args) -> int:
                 progress=args.progress,
             )
         ensure_gzip(tmp)
-    if args.format == "json":
-        print(dumps(summary))
-    elif args.torch:
-        state = "consistent" if result.consistent else "INCONSISTENT (regions longer than the kernel slice)"
-        print(
-            f"aligned {len(result.occurrences)} launch(es) of {result.kernel_name[:80]!r} "
-            f"(slices {result.occurrences}): "
-            f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
-            f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}"
-        )
-        say_left_out(trace, args.max_lanes)
+    if args.torch:
+        items = torch_items(summary)
     else:
-        left = sum(p["lanes_left_out"] for p in summary["parts"])
-        print(
-            f"merged {len(parts)} {args.by}(s) ({args.mode}) into {args.output}"
-            + (f"; {left} lane(s) over --max-lanes left out" if left else "")
-        )
-    if args.format != "json":
+        items = session_items(summary, parts=len(parts), by=args.by, mode=args.mode, output=args.output)
+    print_result(args, items, summary)
+    if args.torch and args.format == "table":
+        say_left_out(trace, args.max_lanes)
+    if args.format == "table":
         print(f"wrote {args.output}")
     next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
     return 0

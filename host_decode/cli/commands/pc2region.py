@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import next_step, outputs, read_cubin_map
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import next_step, outputs, print_result, read_cubin_map
+    from host_decode.reports.tables.hardware import map_items, map_json
 
     with outputs(args, args.cubin, args.names, args.marker_table) as out:
         tmp = out.add(args.output) if args.output else None
@@ -49,22 +49,8 @@ def run(args) -> int:
             raise DecodeError(m.problems[-1], source=str(args.cubin))
         if tmp:
             m.save(tmp)
-    if args.format == "json":
-        print(
-            dumps(
-                {
-                    "kernel": m.kernel,
-                    "instructions": int(m.pc.size),
-                    "markers": len(m.markers),
-                    "regions": m.summary(),
-                    "problems": list(m.problems),
-                }
-            )
-        )
-    else:
-        from host_decode.reports.tables.hardware import print_map
-
-        print_map(m, args.show)
+    doc = map_json(m)
+    print_result(args, map_items(doc, args.show), doc)
     if args.output:
         print(f"wrote {args.output}")
         next_step(

@@ -8,10 +8,11 @@ HELP = (
 EXAMPLE = "ikp waits examples/pipelines/fa4_sm90_signals.npy    # a capture traced under ikp_cute.trace_pipelines"
 def add_arguments(p) -> None:
     from host_decode.cli.common import add_format, add_names, number
+    from host_decode.reports.tables.waits import TABLES
 
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers')")
     add_names(p, "the capture")
-    add_format(p)
+    add_format(p, TABLES)
     p.add_argument("--max-blocks", type=number(int, at_least=1), default=4096,
                    help="blocks whose critical path is walked (default 4096)")
     p.add_argument(
@@ -33,9 +34,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
-    from host_decode.cli.common import load_input, next_step
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import load_input, next_step, print_result
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.waits import waits_items
 
     trace = load_input(args.capture, names=read_names(args.names))
     if not has_pipelines(trace):
@@ -44,12 +45,7 @@ def run(args) -> int:
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
-    if args.format == "json":
-        print(dumps(data))
-    else:
-        from host_decode.reports.tables.waits import print_waits
-
-        print_waits(data)
+    print_result(args, waits_items(data), data)
     next_step(
         f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows and stages-full "
         f"counters); ikp report {args.capture} -o waits.html (Waits tab)",
