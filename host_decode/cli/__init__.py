@@ -21,7 +21,8 @@ import sys
 import warnings
 
 from host_decode.cli import commands
-from host_decode.cli.common import add_quiet, add_verbose
+from host_decode.cli.common import add_quiet, add_read_limits, add_verbose
+from host_decode.core.compressed import read_limits
 from host_decode.core.errors import DecodeError
 from host_decode.core.files import terminate_as_interrupt
 
@@ -94,6 +95,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(p)
         add_quiet(p)  # here, so that no command lacks them
         add_verbose(p, getattr(module, "VERBOSE_HELP", None))
+        add_read_limits(p)
         p.set_defaults(_run=module.run)
     return parser
 
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ikp: interrupted", file=sys.stderr)
         return 130
     try:
-        with terminate_as_interrupt(), warnings.catch_warnings():  # a killed command cleans up as after Ctrl-C
+        with terminate_as_interrupt(), warnings.catch_warnings(), \
+                read_limits(args.max_decompressed, args.read_timeout):  # a killed command cleans up as after Ctrl-C
             if not args.verbose:  # a library's remarks (matplotlib, numpy) are no news to the user: -v shows them
                 warnings.simplefilter("ignore")
             return int(args._run(args) or 0)

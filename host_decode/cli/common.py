@@ -42,6 +42,35 @@ def add_verbose(p: argparse.ArgumentParser, help: str | None = None) -> None:
                    help=help or "internal detail on stderr: timings, library warnings")
 
 
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """argparse type of a size: 4G, 512M, 1.5g, 100k or a plain number of bytes (a K/M/G is 1024-based)."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in SIZE_UNITS and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4G, 512M or 100000, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def add_read_limits(p: argparse.ArgumentParser) -> None:
+    """--max-decompressed SIZE / --read-timeout SECONDS on every command (cli.build_parser adds them): the
+    bounds of the one reader of compressed inputs (core.compressed)."""
+    from host_decode.core.compressed import ReadLimits, size_text
+
+    limits = ReadLimits()
+    p.add_argument("--max-decompressed", type=byte_size, metavar="SIZE",
+                   help=f"a gzip input may decompress to this much (default {size_text(limits.max_bytes)}, and no "
+                        "more than 200x its compressed size: a gzip bomb is refused at once)")
+    p.add_argument("--read-timeout", type=number(float, above=0), metavar="SECONDS",
+                   help=f"reading one compressed input may take this long (default {limits.max_seconds:g} s)")
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress",
