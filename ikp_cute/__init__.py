@@ -49,6 +49,7 @@ from .spec import MODES, EventRegistry, ProfileSpec, ProfileUsageError, disabled
 __all__ = [
     "MODES",
     "EventRegistry",
+    "GpuUnavailable",
     "ProfileSpec",
     "ProfileUsageError",
     "Profiler",
@@ -57,6 +58,7 @@ __all__ = [
     "fake_buffer",
     "launch_records",
     "profile_region",
+    "require_gpu",
     "trace_pipelines",
     "window_branch",
 ]
@@ -68,6 +70,8 @@ __getattr__, __dir__ = lazy_exports(
         "profile_region": ".profiler:profile_region",
         "launch_records": ".profiler:launch_records",
         "Session": ".session:Session",
+        "GpuUnavailable": ".session:GpuUnavailable",
+        "require_gpu": ".session:require_gpu",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
         "window_branch": ".profiler:window_branch",

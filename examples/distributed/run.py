@@ -372,6 +372,9 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
     a = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/distributed/run.py')  # one line where there is no GPU
     summary = run(a.out, world_size=a.world_size, ranks=a.ranks, m=a.m, k=a.k, n=a.n, chunks=a.chunks,
                   delay_rank=a.delay_rank, delay_us=a.delay_us, launches=a.launches, seed=a.seed)
     if summary is not None:

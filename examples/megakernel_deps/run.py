@@ -274,6 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
     a = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/megakernel_deps/run.py')  # one line where there is no GPU
     summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
                   launches=a.launches, seed=a.seed)
     for r in summary["runs"]:
