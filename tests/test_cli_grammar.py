@@ -148,7 +148,7 @@ def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
     assert r.returncode == 0
     assert "\r" not in r.stderr and "decoding" not in r.stderr
     nexts = [ln for ln in r.stderr.splitlines() if ln.startswith("next: ")]
-    assert len(nexts) == 1 and nexts[0].startswith(f"next: ikp view {tmp_path / 't.pftrace'}")
+    assert len(nexts) == 1 and nexts[0].startswith(f"next: `ikp view {tmp_path / 't.pftrace'}`")
     assert "ui.perfetto.dev" not in r.stderr  # the hint points at the offline viewer: clusters reach no web UI
     r = run_cli("stats", BASIC, "--format", "json")
     assert json.loads(r.stdout)["regions"]  # stdout stays machine-readable: "next:" goes to stderr

@@ -19,7 +19,9 @@ Grammar (guarded by tests/test_cli_grammar.py):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any, Iterable
 
 from host_decode.core.files import OutputFiles
@@ -189,8 +191,23 @@ def console(file=None):
     return make_console(file=file)
 
 
+def free_name(source, suffix: str) -> str:
+    """An output name for a hint: `source`'s stem + `suffix` in the current folder (capture.npy -> capture.html),
+    or stem-2, stem-3... when that file exists, so that the command runs as printed."""
+    stem = Path(str(source).rstrip("/\\")).name
+    for known in (".gz", ".npy", ".json", ".pftrace", ".csv", ".cubin"):
+        stem = stem.removesuffix(known)
+    stem = stem or "out"
+    for n in range(1, 1000):
+        name = f"{stem}{'' if n == 1 else f'-{n}'}{suffix}"
+        if not Path(name).exists():
+            return name
+    return f"{stem}-{os.getpid()}{suffix}"
+
+
 def next_step(text: str, args=None) -> None:
-    """One line after a command saying what to do next (stderr, so stdout stays machine-readable)."""
+    """One line after a command saying what to do next (stderr, so stdout stays machine-readable); commands in
+    it are between backticks and run as printed (tests/docs/test_commands_in_order.py)."""
     if getattr(args, "quiet", False):
         return
     print(f"next: {text}", file=sys.stderr)

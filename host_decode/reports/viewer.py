@@ -470,23 +470,24 @@ def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", op
         except OSError as e:
             raise ViewerError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
         with server:
-            print(server.viewer_url(), file=out, flush=True)
-            hint = ssh_tunnel_hint(server.port)
-            if hint:
-                print(hint, file=err, flush=True)
-            if bind in WILDCARD_BINDS:
-                print(f"listening on every interface: from other machines use http://{socket.getfqdn()}:{server.port}/ "
-                      "in place of 127.0.0.1 (anyone who can reach this port can read the trace)", file=err, flush=True)
-            print(f"serving {trace_path.name} with Perfetto UI {ui.version} from {ui.root} "
-                  "(Ctrl-C to stop)", file=err, flush=True)
-            if open_browser and can_open_browser():
-                import webbrowser
-
-                threading.Thread(target=webbrowser.open, args=(server.viewer_url(),), daemon=True).start()
-            if ready is not None:
-                ready.set()
-            try:
+            try:  # from the URL on, Ctrl-C or SIGTERM is a clean stop (exit 0)
                 with terminate_as_interrupt():
+                    print(server.viewer_url(), file=out, flush=True)
+                    hint = ssh_tunnel_hint(server.port)
+                    if hint:
+                        print(hint, file=err, flush=True)
+                    if bind in WILDCARD_BINDS:
+                        print(f"listening on every interface: from other machines replace 127.0.0.1 in the URL by "
+                              f"{socket.getfqdn()} (whoever has the URL, with its token, can read the trace)",
+                              file=err, flush=True)
+                    print(f"serving {trace_path.name} with Perfetto UI {ui.version} from {ui.root} "
+                          "(Ctrl-C to stop)", file=err, flush=True)
+                    if open_browser and can_open_browser():
+                        import webbrowser
+
+                        threading.Thread(target=webbrowser.open, args=(server.viewer_url(),), daemon=True).start()
+                    if ready is not None:
+                        ready.set()
                     server.serve_forever(poll_interval=0.2)
             except KeyboardInterrupt:
                 print("stopped", file=err, flush=True)

@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import sys
 
-    from host_decode.cli.common import Step, load_input, next_step, outputs, print_result
+    from host_decode.cli.common import Step, free_name, load_input, next_step, outputs, print_result
     from host_decode.load.inputs import read_names
 
     with outputs(args, args.buffer, args.names) as out:
@@ -80,14 +80,12 @@ def run(args) -> int:
                 print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""),
                       file=sys.stdout if args.format == "table" else sys.stderr)
     if args.output:
-        next_step(
-            f"ikp view {args.output} (the Perfetto UI, served offline); ikp stats {args.buffer} for statistics",
-            args,
-        )
+        next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline); `ikp stats {args.buffer}` for "
+                  "statistics", args)
     else:
         next_step(
-            f"ikp view {args.buffer} to see it in the Perfetto UI (served offline); "
-            f"ikp report {args.buffer} -o report.html for an HTML page",
+            f"`ikp view {args.buffer}` to see it in the Perfetto UI (served offline); "
+            f"`ikp report {args.buffer} -o {free_name(args.buffer, '.html')}` for an HTML page",
             args,
         )
     return 0

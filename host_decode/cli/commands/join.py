@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import load_map, next_step, outputs, print_result, read_pc_table
+    from host_decode.cli.common import free_name, load_map, next_step, outputs, print_result, read_pc_table
     from host_decode.core.jsonable import dumps
     from host_decode.hardware import join
     from host_decode.reports.tables.hardware import join_items
@@ -60,8 +60,8 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     next_step(
-        f"ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o report.html to see these per region "
-        "next to the timeline",
+        f"`ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o {free_name('report', '.html')}` to see these "
+        "per region next to the timeline of a capture of this kernel",
         args,
     )
     return 0 if result.check["ok"] else 1

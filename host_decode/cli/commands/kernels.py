@@ -97,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, next_step, outputs, print_result
+    from host_decode.cli.common import Step, free_name, next_step, outputs, print_result
     from host_decode.reports.tables.kernels import csv_text, kernels_items
     from host_decode.torch_traces import trace as tt
 
@@ -125,9 +125,8 @@ def run(args) -> int:
         sys.stdout.write(text)
     else:
         print_result(args, kernels_items(report, verbose=args.verbose, pairs_by=args.pairs_by), report)
-    next_step(
-        "ikp kernels ... --merge CAPTURE.npy -o merged.json.gz puts an ikp capture's regions into this trace", args
-    )
+    next_step(f"`ikp kernels {args.trace} --merge CAPTURE.npy -o {free_name('merged', '.json.gz')}` puts an ikp "
+              "capture's regions into this trace", args)
     return 0
 
 
@@ -232,5 +231,5 @@ def _merge(args) -> int:
         ensure_gzip(tmp)
     say_left_out(capture, MAX_LANES)
     print(f"wrote {args.output}", file=sys.stderr)
-    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
+    next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline)", args)
     return 0

@@ -131,6 +131,6 @@ def run(args) -> int:
         say_left_out(trace, args.max_lanes)
     if args.format == "table":
         print(f"wrote {args.output}")
-    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
+    next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline)", args)
     return 0
 

@@ -48,5 +48,6 @@ def run(args) -> int:
             step()
     for name in FILES:
         print(f"wrote {out_dir / name}")
-    next_step(f"open {out_dir / 'gantt.png'}; ikp stats {args.captures[0]} for the numbers behind the plots", args)
+    next_step(f"open {out_dir / 'gantt.png'}; `ikp stats {' '.join(args.captures)}` for the numbers behind the plots",
+              args)
     return 0

@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.regions import stats_data
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, next_step, outputs, print_result
+    from host_decode.cli.common import Step, free_name, next_step, outputs, print_result
     from host_decode.core.jsonable import dumps
     from host_decode.load.inputs import read_names
     from host_decode.reports.tables.stats import stats_items
@@ -46,5 +46,6 @@ def run(args) -> int:
     if args.output:
         print(f"wrote {args.output}")
     first = args.captures[0]
-    next_step(f"ikp report {first} -o report.html for an HTML explorer; ikp diff A B to compare two captures", args)
+    next_step(f"`ikp report {first} -o {free_name(first, '.html')}` for an HTML explorer; `ikp diff A.npy B.npy` to "
+              "compare two captures", args)
     return 0

@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
-    from host_decode.cli.common import load_input, next_step, print_result
+    from host_decode.cli.common import free_name, load_input, next_step, print_result
     from host_decode.load.inputs import read_names
     from host_decode.reports.tables.waits import waits_items
 
@@ -46,9 +46,10 @@ def run(args) -> int:
         )
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
     print_result(args, waits_items(data), data)
+    trace = free_name(args.capture, ".pftrace")
     next_step(
-        f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows and stages-full "
-        f"counters); ikp report {args.capture} -o waits.html (Waits tab)",
+        f"`ikp decode {args.capture} -o {trace}`, then `ikp view {trace}` (flow arrows and stages-full counters); "
+        f"`ikp report {args.capture} -o {free_name(args.capture, '.html')}` (Waits tab)",
         args,
     )
     return 0
