@@ -79,7 +79,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ikp",
         description="ikp_cute: region-level timelines inside GPU kernels",
-        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)",
+        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)\n"
+               "terms of the output (passed, no record, itself, cv...): ikp glossary, or docs/glossary.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

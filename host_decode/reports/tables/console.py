@@ -64,7 +64,8 @@ class Column:
 class Table:
     """Rows (dicts, e.g. the rows of a command's JSON) shown as `columns`. `name`: what `--table NAME`
     picks for `--format csv`; `keys`: leading columns that name a row (default: the leading text columns);
-    `styles`: one style per row or None; `notes`: lines printed under the table."""
+    `styles`: one style per row or None; `notes`: lines printed under the table; `terms`: the glossary's terms
+    the table uses (reports/glossary.py), named in its footer with where they are explained."""
 
     title: str
     columns: list[Column]
@@ -73,6 +74,7 @@ class Table:
     keys: int | None = None
     styles: list | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    terms: tuple | None = ()  # None: no terms footer (the glossary's own table)
 
     def key_count(self) -> int:
         if self.keys is not None:
@@ -278,6 +280,9 @@ def render(table: Table, width: int) -> list[tuple[str, str | None]]:
         for row, style in zip(rows, styles):
             lines += [(line, style) for line in row]
     notes = list(table.notes)
+    if table.terms is not None:
+        notes.append(f"terms: {', '.join(table.terms)} (`ikp glossary` explains them; docs/glossary.md)"
+                     if table.terms else "terms: `ikp glossary` (docs/glossary.md)")
     if cut:
         notes.append(f"{CUT} marks a name cut short: --format csv (or json) shows it whole")
     for note in notes:

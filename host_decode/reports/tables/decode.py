@@ -13,8 +13,6 @@ from host_decode.analysis.stats import region_summary, summary_rows
 from host_decode.core.model import LOSS_BUCKETS, Trace
 from host_decode.reports.tables.console import Column, Table, make_console, print_tables
 
-GLOSSARY_NOTE = "terms: `ikp glossary` (docs/glossary.md)"
-
 
 def decode_json(trace: Trace) -> dict:
     """What `ikp decode --format json` prints: the loss report and the region summary rows."""
@@ -32,7 +30,8 @@ def loss_items(trace: Trace) -> list:
     styles[-2] = "bold"
     styles[-1] = "red" if loss.dropped_on_device else None
     items.append(Table(f"records: {loss.nonzero_slots} non-zero slots", [
-        Column("bucket", "bucket", text=True), Column("records", "records")], rows, name="loss", styles=styles))
+        Column("bucket", "bucket", text=True), Column("records", "records")], rows, name="loss", styles=styles,
+        terms=("non-zero slots", *LOSS_BUCKETS, "dropped on device", "write_stride")))
     if loss.malformed_reasons:
         items.append("malformed: " + ", ".join(f"{k}={v}" for k, v in loss.malformed_reasons.items()))
     lossy = loss.per_lane[sum(loss.per_lane[b] for b in lost) > 0] if loss.per_lane.size else loss.per_lane
@@ -57,7 +56,7 @@ def summary_table(trace: Trace, rows: list | None = None) -> Table:
         Column(f"min {unit}", "min_ns"), Column(f"p50 {unit}", "p50_ns", f0), Column(f"p90 {unit}", "p90_ns", f0),
         Column(f"p99 {unit}", "p99_ns", f0), Column(f"max {unit}", "max_ns"), Column("cv", "cv", "{:.2f}".format),
     ]
-    return Table(title, columns, rows, name="regions", notes=[GLOSSARY_NOTE])
+    return Table(title, columns, rows, name="regions", terms=("count", "p50, p90, p99", "cv", "absolute time"))
 
 
 def print_loss(trace: Trace, console=None) -> None:

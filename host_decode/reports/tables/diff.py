@@ -36,7 +36,7 @@ def diff_items(rows: list, launches: dict, *, metric: str, unit: str, alpha: flo
         Column("p50 delta", "delta_p50_pct", fmt("{:+.2f}%")), Column("p (Welch)", "p_welch", fmt("{:.2g}")),
         Column("p (MW)", "p_mw", fmt("{:.2g}")), Column("verdict", "status", text=True),
     ], rows, name="regions", styles=[STYLES.get(r["status"]) for r in rows],
-        notes=["terms: delta, 95% CI, p (Welch), p (MW), verdict: `ikp glossary`"])]
+        terms=("delta", "95% CI", "p (Welch)", "p (MW)", "verdict"))]
     if launches.get("n_a") and launches.get("n_b"):
         items.append(
             f"launch length: A {_v(launches['mean_a'])} ns ({launches['n_a']} launch(es)), "

@@ -63,7 +63,7 @@ def join_items(payload: dict, inclusive: bool = False) -> list:
         line += f"; the data's own regions agree on {100 * check['external_region_agreement']:.1f}%"
     table = Table(f"{payload['kernel']} ({payload['source']}, {kind})", columns, rows,
                   name="inclusive" if inclusive else "exclusive",
-                  notes=["terms: exclusive, inclusive, samples, stalls, markers' own share: `ikp glossary`"])
+                  terms=("exclusive", "inclusive", "samples", "stalls", "markers' own share", "pred-on"))
     return [table, line]
 
 
@@ -98,7 +98,7 @@ def map_items(doc: dict, show: bool = False) -> list:
     else:
         columns.append(Column("first PC", "first_pc", lambda v: v or "-"))
     items: list = [Table(f"{doc['kernel']}: {doc['instructions']} instructions, {doc['markers']} marker records",
-                         columns, doc["rows"], name="regions", notes=["terms: marker: `ikp glossary`"])]
+                         columns, doc["rows"], name="regions", terms=("marker",))]
     items += [(f"warning: {problem}", "yellow") for problem in doc["problems"]]
     return items
 

@@ -59,7 +59,7 @@ def kernels_items(report: dict, *, verbose: bool = False, pairs_by: str = "count
             Column("device", "device"), Column("stream", "stream"), Column("count", "count", "{:,}".format),
             Column("busy us", "busy_us", f1), Column("idle us", "idle_us", f1), Column("span us", "span_us", f1),
             Column("idle %", "idle_share", "{:.1%}".format), Column("overlaps", "overlaps"),
-        ], report["streams"], name="streams", keys=2, notes=["terms: gap, idle, overlaps: `ikp glossary`"]))
+        ], report["streams"], name="streams", keys=2, terms=("gap", "idle", "overlaps")))
     g = report["gaps"]
     lo, hi = g["range_us"]
     hi = "inf" if hi is None else hi
@@ -87,7 +87,7 @@ def _name_table(rows: list, title: str, name: str) -> Table:
         Column("total us", "total_us", "{:,.2f}".format), Column("mean us", "mean_us", f3),
         Column("std us", "std_us", f3), Column("min us", "min_us", f3), Column("max us", "max_us", f3),
         Column("time %", "time_share", "{:.1%}".format),
-    ], rows, name=name, notes=["terms: launch %, time %: `ikp glossary`"])
+    ], rows, name=name, terms=("launch %", "time %"))
 
 
 def _capture_table(cap: dict) -> Table:

@@ -20,7 +20,7 @@ def session_items(summary: dict, *, parts: int, by: str, mode: str, output: str)
         Column(by, "label", text=True), Column("lanes", "lanes"), Column("written", "written"),
         Column("shift ns", "shift_ns"), Column("lanes left out", "lanes_left_out"),
         Column("regions left out", "spans_left_out"), Column("instants left out", "instants_left_out"),
-    ], summary["parts"], name="parts", notes=["written: regions and instants in the merged trace"]))
+    ], summary["parts"], name="parts", terms=("written",)))
     return items
 
 
@@ -37,4 +37,4 @@ def torch_items(alignment: dict) -> list:
         Column("launch", "launch"), Column("kernel slice", "slice"),
         Column("lead ns (slice start -> first record)", "lead_ns"),
         Column("tail ns (last record -> slice end)", "tail_ns"),
-    ], rows, name="launches", notes=["terms: slack, accuracy, lead, tail: `ikp glossary`"])]
+    ], rows, name="launches", terms=("slack", "accuracy", "lead, tail"))]

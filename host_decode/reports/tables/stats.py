@@ -68,7 +68,7 @@ def stats_items(d: dict) -> list:
         Column("total", "total_ns", _ns), Column("mean", "mean_ns", _ns), Column("p50", "p50_ns", _ns),
         Column("p90", "p90_ns", _ns), Column("p99", "p99_ns", _ns), Column("max", "max_ns", _ns),
         Column("cv", "cv", "{:.2f}".format), Column("histogram (min..max)", "hist_counts", spark),
-    ], d["regions"], name="regions", notes=["terms: cv, histogram: `ikp glossary`"]))
+    ], d["regions"], name="regions", terms=("count", "p50, p90, p99", "cv", "histogram")))
 
     L = d["launch"]
     per = f" (median over {L['launches']} launches)" if L.get("launches") else ""
@@ -87,13 +87,13 @@ def stats_items(d: dict) -> list:
     items.append(Table("launch: tail and imbalance" + per, [
         Column("measure", "measure", text=True), Column("value", "shown"), Column("meaning", "meaning", text=True),
     ], [{"measure": m, "shown": v, "meaning": what, "value": raw} for m, v, what, raw in measures], name="launch",
-        notes=["terms: tail, imbalance, waves: `ikp glossary`"]))
+        terms=("tail", "imbalance", "waves")))
 
     B = d["bubbles"]
     items.append(Table(f"bubbles: {_pct(B['bubble_frac'])} of lane time is in no region", [
         Column("group", "group", text=True), Column("lanes", "lanes"), Column("bubble share", "bubble_frac", _pct),
         Column("worst lane", "bubble_frac_max", _pct), Column("largest gap", "largest_gap_ns", _ns),
-    ], B["per_group"], name="bubbles", notes=["terms: bubble: `ikp glossary`"]))
+    ], B["per_group"], name="bubbles", terms=("bubble",)))
     if B["largest_gaps"]:
         items.append(Table("largest gaps", [
             Column("block", "block"), Column("group", "group", text=True), Column("lane", "lane"),
@@ -105,7 +105,7 @@ def stats_items(d: dict) -> list:
             Column("A", "group_a", text=True), Column("B", "group_b", text=True), Column("blocks", "blocks"),
             Column("A overlapped by B", "a_overlapped", _pct), Column("worst block", "a_overlapped_min", _pct),
             Column("B overlapped by A", "b_overlapped", _pct), Column("worst block ", "b_overlapped_min", _pct),
-        ], d["overlap"], name="overlap"))
+        ], d["overlap"], name="overlap", terms=("overlap",)))
     C = d["critical"]
     items.append(
         "critical lanes (last to finish in their block): by group "
@@ -118,7 +118,7 @@ def stats_items(d: dict) -> list:
         items.append(Table("time of the critical lanes by region (inclusive)", [
             Column("group", "group", text=True), Column("region", "event", text=True), Column("spans", "spans"),
             Column("total", "total_ns", _ns), Column("share", "share", _pct),
-        ], C["regions"][:10], name="critical", notes=["terms: critical lane: `ikp glossary`"]))
+        ], C["regions"][:10], name="critical", terms=("critical lane",)))
     return items
 
 

@@ -61,15 +61,13 @@ def waits_items(data: dict) -> list:
         Column("of role time", "share_of_role_time", share),
         Column("waited on (blocked)", "waited_on", lambda w: ", ".join(f"{k} {v}" for k, v in w.items()) or "–",
                text=True, sep=", "),
-    ], data["rows"], name="waits", keys=3, notes=[
-        "uses: releases (consumer) / commits (producer) of the role, one per use of a stage, when traced; "
-        "no record: uses without a wait record (a try_wait found the stage ready, so no wait ran); "
-        "more terms (blocked, passed, itself, waited on): `ikp glossary`"]))
+    ], data["rows"], name="waits", keys=3,
+        terms=("waits", "uses", "blocked", "passed", "no record", "of role time", "waited on", "itself", "first use")))
     items.append(Table("roles", [
         Column("role", "role", text=True), Column("lanes", "lanes"),
         Column("time us", "time_ns", us), Column("in waits us", "wait_ns", us),
         Column("blocked us", "blocked_ns", us), Column("blocked share", "share_blocked", share),
-    ], data["roles"], name="roles"))
+    ], data["roles"], name="roles", terms=("role", "blocked")))
     cp = data["critical_path"]
     mean = cp["mean_path_ns"]
     items.append(
@@ -88,7 +86,7 @@ def waits_items(data: dict) -> list:
     items.append(Table("", [
         Column("segment", value=segment, text=True), Column("share", "share", share),
         Column("total us", "ns", us),
-    ], cp["segments"], name="critical_path", notes=["terms: critical path: `ikp glossary`"]))
+    ], cp["segments"], name="critical_path", terms=("critical path",)))
     if data["unmatched"]:
         items.append("not matched: " + "; ".join(f"{k} {v} ({REASONS.get(k, k)})"
                                                  for k, v in data["unmatched"].items()))
