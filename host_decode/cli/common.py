@@ -13,7 +13,8 @@ Grammar (guarded by tests/test_cli_grammar.py):
   stderr; without it nothing but the command's own lines (tests/unit/host_decode/cli/test_quiet_terminal.py).
 - `--names FILE` (`add_names`) on every command that decodes captures; it names every capture it reads.
 - Numeric flags are checked by argparse through `number(...)`: a value out of range is a usage error
-  naming the flag (exit 2), never a silent wrong result.
+  naming the flag (exit 2), never a silent wrong result; a count that sizes an allocation (`--bins`) has an
+  upper bound too (MAX_BINS), so a typo is an error, not an attempt at terabytes.
 """
 
 from __future__ import annotations
@@ -120,14 +121,18 @@ def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
     )
 
 
+MAX_BINS = 100_000  # histogram bins a --bins flag may ask for
+
+
 def number(kind: type = int, *, at_least: float | None = None, above: float | None = None,
-           below: float | None = None):
+           below: float | None = None, at_most: float | None = None):
     """An argparse `type=` for a flag taking an int or float within bounds (NaN is within none): argparse
     prints `argument --bins: must be >= 1, got 0` and exits 2."""
     what = "an integer" if kind is int else "a number"
-    bounds = [(op, limit) for op, limit in ((">=", at_least), (">", above), ("<", below)) if limit is not None]
+    bounds = [(op, limit) for op, limit in ((">=", at_least), (">", above), ("<", below), ("<=", at_most))
+              if limit is not None]
     rule = " and ".join(f"{op} {limit}" for op, limit in bounds)
-    holds = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<": lambda v, x: v < x}
+    holds = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<": lambda v, x: v < x, "<=": lambda v, x: v <= x}
 
     def parse(text: str):
         try:

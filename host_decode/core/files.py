@@ -71,7 +71,7 @@ def sidecars(path: str | os.PathLike) -> list[Path]:
     trace's cache; for an input reached through a symlink, those of the file it points to as well (the
     decoder reads link.json, the real capture's own sidecar is the user's data)."""
     given, out = Path(path), []
-    for p in dict.fromkeys((given.absolute(), given.resolve())):
+    for p in dict.fromkeys((given.absolute(), _real(given))):
         out.append(Path(str(p) + CACHE_SUFFIX))
         if p.suffix == ".json":
             out.append(p.with_suffix(".npy"))
@@ -123,6 +123,11 @@ def refuse_special(path: str | os.PathLike) -> None:
                           "replaces only those; name a file")
 
 
+def _real(p: Path) -> Path:
+    """`p` with its symlinks followed, as far as they go (a loop is left as it is: never an exception)."""
+    return Path(os.path.realpath(p))
+
+
 def _identity(p: Path) -> tuple[int, int] | None:
     try:
         st = p.stat()
@@ -145,7 +150,7 @@ class OutputFiles:
         self._pending: list[tuple[Path, Path]] = []  # (temporary, final)
 
     def _protect(self, p: Path, why: str) -> None:
-        self._protected.setdefault(p.resolve(), why)
+        self._protected.setdefault(_real(p), why)
         ident = _identity(p)
         if ident is not None:
             self._inodes.setdefault(ident, why)
@@ -153,7 +158,7 @@ class OutputFiles:
     def _refuse_inputs(self, path: str | os.PathLike) -> None:
         """OutputError when `path` is an input or an input's sidecar (by path or by inode)."""
         final = Path(path)
-        why = self._protected.get(final.resolve()) or self._inodes.get(_identity(final) or (-1, -1))
+        why = self._protected.get(_real(final)) or self._inodes.get(_identity(final) or (-1, -1))
         if why is not None:
             raise OutputError(f"{path}: refusing to write over {why}; choose another output name")
 
@@ -164,8 +169,8 @@ class OutputFiles:
             raise OutputError("no output file named (give -o FILE)")
         self._refuse_inputs(path)
         refuse_special(path)
-        resolved = final.resolve()
-        if any(resolved == f.resolve() for _, f in self._pending):
+        resolved = _real(final)
+        if any(resolved == _real(f) for _, f in self._pending):
             raise OutputError(f"{path}: named twice as an output of this command")
         parent = resolved.parent
         if not parent.is_dir():
@@ -187,7 +192,7 @@ class OutputFiles:
         try:
             open(tmp, "xb").close()
         except OSError as e:
-            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+            raise OutputError(f"{path}: cannot write in {_real(final).parent} ({e.strerror or e})") from None
         self._pending.append((tmp, final))
         return tmp
 
@@ -204,7 +209,7 @@ class OutputFiles:
         try:
             tmp.mkdir()
         except OSError as e:
-            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+            raise OutputError(f"{path}: cannot write in {_real(final).parent} ({e.strerror or e})") from None
         self._pending.append((tmp, final))
         return tmp
 

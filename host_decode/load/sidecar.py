@@ -169,7 +169,7 @@ def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
     """DecodeError naming `source`, the key, the value and `key.rule()` when `value` is outside the set."""
     if key.kind == "names":
         try:
-            Names.from_json({name: value})
+            check_name_ids(Names.from_json({name: value}))
         except ValueError as e:
             raise DecodeError(f"sidecar names: {e}", source=source) from None
         return
@@ -193,6 +193,18 @@ def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
             if not isinstance(entry, dict):
                 raise DecodeError(f"{where!r} must be an object, got {_shown(entry)}", source=source)
             validate(entry, key.fields, source, prefix=f"{where}.")
+
+
+def check_name_ids(names: Names) -> Names:
+    """ValueError unless every named event id is one a record can carry (0..wire.MAX_EVENT_ID) and every group
+    id is >= 0: a name for an id that cannot occur is a mistake (an off-by-one, another kernel's file)."""
+    bad = [i for i in names.events if not 0 <= i <= wire.MAX_EVENT_ID]
+    if bad:
+        raise ValueError(f"names.events: event id {bad[0]} is outside 0..{wire.MAX_EVENT_ID} (ids a record carries)")
+    bad = [i for i in names.groups if i < 0]
+    if bad:
+        raise ValueError(f"names.groups: group id {bad[0]} is negative")
+    return names
 
 
 def validate(obj: Any, schema: dict[str, Key], source: str | None, prefix: str = "") -> dict:

@@ -19,7 +19,7 @@ VERBOSE_HELP = "full kernel names; say what the cache did"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress, number
+    from host_decode.cli.common import MAX_BINS, add_force, add_format, add_progress, number
 
     p.add_argument("trace", help="torch.profiler Chrome trace (.json or .json.gz)")
     p.add_argument(
@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gap_us = number(float, at_least=0)  # gaps are >= 0 (overlaps count as 0)
     p.add_argument("--gap-min", type=gap_us, default=0.0, help="gap histogram/pairs range start, us (default 0)")
     p.add_argument("--gap-max", type=gap_us, default=math.inf, help="gap histogram/pairs range end, us (default inf)")
-    p.add_argument("--bins", type=number(int, at_least=1), default=10, help="gap histogram bins (default 10)")
+    p.add_argument("--bins", type=number(int, at_least=1, at_most=MAX_BINS), default=10,
+                   help="gap histogram bins (default 10)")
     p.add_argument("--linear", action="store_true", help="linear gap histogram bins (default: log-spaced)")
     p.add_argument(
         "--pairs-by",

@@ -8,7 +8,7 @@ EXAMPLE = "ikp stats examples/basic/capture.npy            # or a directory of c
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
+    from host_decode.cli.common import MAX_BINS, add_force, add_format, add_names, add_progress, number
 
     p.add_argument(
         "captures",
@@ -21,7 +21,8 @@ def add_arguments(p) -> None:
     add_format(p, TABLES)
     p.add_argument("-o", "--output", help="also write the statistics as JSON to this file")
     p.add_argument("--top-gaps", type=number(int, at_least=0), default=10, help="largest gaps to list (default 10)")
-    p.add_argument("--bins", type=number(int, at_least=1), default=16, help="histogram bins per region (default 16)")
+    p.add_argument("--bins", type=number(int, at_least=1, at_most=MAX_BINS), default=16,
+                   help="histogram bins per region (default 16)")
     add_force(p)
     add_progress(p)
 

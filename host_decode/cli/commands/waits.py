@@ -44,6 +44,8 @@ def run(args) -> int:
             f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata "
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
+    if args.cluster is not None and args.cluster > trace.num_blocks:
+        raise ValueError(f"--cluster {args.cluster}: more CTAs than the capture's {trace.num_blocks} blocks")
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster)
     print_result(args, waits_items(data), data)
     trace = free_name(args.capture, ".pftrace")
