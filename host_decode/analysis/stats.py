@@ -38,7 +38,9 @@ SUMMARY_DTYPE = np.dtype(
 )
 PERCENTILES = (50, 90, 95, 99)
 FEW_KEYS = 64  # up to this many (group, event) pairs, callers may scan the table once per pair
-HISTOGRAM_RANGE = 4  # histograms when (group, event) cells x duration range <= this x the rows (+ 2**16)
+# histograms when (group, event) cells x duration range <= this x the rows (+ 2**16): their counts (8 bytes a
+# bin, twice while a chunk is added) then stay below a span row's 32 bytes per row
+HISTOGRAM_RANGE = 0.5
 
 
 def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
@@ -97,7 +99,7 @@ def pair_histograms(group: np.ndarray, event: np.ndarray, dur, chunk: int = CHUN
     gmin, gmax, emin, emax, lo_ns, hi_ns = bounds
     events, width = emax - emin + 1, hi_ns - lo_ns + 1
     cells = (gmax - gmin + 1) * events
-    if cells * width > HISTOGRAM_RANGE * group.size + (1 << 16):
+    if cells * width > int(HISTOGRAM_RANGE * group.size) + (1 << 16):
         return None
     counts = np.zeros(cells * width, np.int64)
     step = max(chunk, cells * width)  # a chunk's counts cost no more than the rows it counts
