@@ -78,17 +78,23 @@ print(time.perf_counter() - t0, len(events))
 """
 
 
+CPU: dict = {}  # wall seconds -> CPU seconds (user + sys) of the run that took them, for the CPU ratios
+
+
 def run_rss(cmd: list[str], env: dict) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS bytes, stdout) of a child process. The RSS is read by /usr/bin/time: a
-    child forked straight from this (large) process would report this process's peak as its own (Linux
-    keeps the high-water mark across fork + exec)."""
+    """(wall seconds, peak RSS bytes, stdout) of a child process; its CPU seconds (user + sys, all threads)
+    are kept in CPU[wall]. Both are read by /usr/bin/time: a child forked straight from this (large) process
+    would report this process's peak as its own (Linux keeps the high-water mark across fork + exec)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M", *cmd], capture_output=True, text=True, env=env)
+    proc = subprocess.run(["/usr/bin/time", "-f", "maxrss_kb=%M cpu=%U+%S", *cmd], capture_output=True, text=True,
+                          env=env)
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    kb = int(proc.stderr.rsplit("maxrss_kb=", 1)[1].split()[0])
-    return wall, kb * 1024, proc.stdout
+    tail = proc.stderr.rsplit("maxrss_kb=", 1)[1].split()
+    user, system = tail[1].removeprefix("cpu=").split("+")
+    CPU[wall] = float(user) + float(system)
+    return wall, int(tail[0]) * 1024, proc.stdout
 
 
 STAT = {"median": np.median, "min": np.min}  # --stat: how the walls of the alternations are summarized
@@ -121,6 +127,7 @@ def bench(records: int, workdir: Path, env: dict, warpscope: bool = True, skip: 
     # the ratios are side by side: the processes alternate `repeat` times; medians of the walls, the
     # largest peak RSS
     walls: dict = {k: [] for k in runs}
+    cpus: dict = {k: [] for k in runs}
     rss: dict = {k: 0 for k in runs}
     calls = []
     for _ in range(repeat):
@@ -129,6 +136,7 @@ def bench(records: int, workdir: Path, env: dict, warpscope: bool = True, skip: 
             loss.unlink(missing_ok=True)
             wall, peak, out = run_rss(cmd, env)
             walls[name].append(wall)
+            cpus[name].append(CPU[wall])
             rss[name] = max(rss[name], peak)
             if name == "decoder":
                 secs, spans = out.split()
@@ -138,6 +146,7 @@ def bench(records: int, workdir: Path, env: dict, warpscope: bool = True, skip: 
     res.update(decode_call=median(calls), spans=int(spans))
     for name in runs:
         res[name] = (median(walls[name]), rss[name])
+        res[f"{name}_cpu"] = float(np.median(cpus[name]))  # CPU seconds: a ratio that time-sharing moves less
     nan = (float("nan"), float("nan"))
     res["json"] = nan if "json" in skip else run_rss(ikp + ["decode", str(path), "-o", str(workdir / "t.json"),
                                                             "-q"], env)[:2]
@@ -192,6 +201,7 @@ def summary(r: dict) -> dict:
                          "json": r["json"][1] / raw, "report": r["report"][1] / raw},
         "pftrace_bytes_per_region": r["pftrace_bytes"] / r["spans"],
         "report_s": r["report"][0],
+        "cpu_s": {k: r[f"{k}_cpu"] for k in ("decoder", "pftrace", "pftrace_quiet", "loss_json", "decode_only")},
     }
 
 
