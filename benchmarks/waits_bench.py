@@ -1,11 +1,13 @@
-"""Pipeline matching (host_decode.analysis.pipelines) against decoding, side by side in one run.
+"""Pipeline matching (host_decode.analysis.pipelines) and async-unit intervals (host_decode.analysis.async_units)
+against decoding, side by side in one run.
 
     python benchmarks/waits_bench.py                          # 132 blocks x 500 iterations (~0.6 M records)
     python benchmarks/waits_bench.py --blocks 528 --iters 2000  # ~9.5 M records
 
 The capture: per block a producer and two consumers on one 4-stage pipeline with commits and releases
-(the schedule of tests/test_waits.py::test_many_stages_reused_many_times), repeated over blocks
-with shifted times. Prints decode, match, summary (+ critical path) seconds and their ratios to decode.
+(the schedule of tests/unit/host_decode/analysis/test_waits.py::test_many_stages_reused_many_times), repeated
+over blocks with shifted times; the pipeline is a TMA one, so every commit is a load. Prints decode, match, async units,
+summary (+ critical path, async units again) seconds and their ratios to decode.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 
 import numpy as np
 
+from host_decode.analysis import async_units as au
 from host_decode.analysis import pipelines as pl
 from host_decode.analysis import waits as ws
 from host_decode.core import wire
@@ -23,6 +26,9 @@ from host_decode.core.decoder import decode
 ACQ, WAIT, COMMIT, RELEASE, STAGES, TICK = 10, 20, 30, 40, 4, 32
 PIPELINE = {
     "name": "K",
+    "class": "PipelineTmaAsync",
+    "op_type": "TmaLoad",
+    "tx_bytes": 16384,
     "num_stages": STAGES,
     "ids": {"acquire": ACQ, "wait": WAIT, "commit": COMMIT, "release": RELEASE},
 }
@@ -78,16 +84,19 @@ def main() -> None:
     t1 = time.perf_counter()
     pa = pl.analyze_pipelines(trace)
     t2 = time.perf_counter()
-    summary = ws.waits_summary(trace, pa)
+    units = au.analyze_async_units(trace, pa)
     t3 = time.perf_counter()
-    dec, match, summ = t1 - t0, t2 - t1, t3 - t2
+    summary = ws.waits_summary(trace, pa)
+    t4 = time.perf_counter()
+    dec, match, asy, summ = t1 - t0, t2 - t1, t3 - t2, t4 - t3
     print(
         f"{int(np.count_nonzero(buf)) - 1:,} records, {pa.waits.size:,} waits, {pa.flows().size:,} flows, "
-        f"unmatched {summary['unmatched'] or 'none'}"
+        f"unmatched {summary['unmatched'] or 'none'}, {units.intervals.size:,} async-unit intervals"
     )
-    print(f"{'step':<28}{'s':>8}{'x decode':>10}")
-    for name, sec in (("decode", dec), ("match (analyze_pipelines)", match), ("summary + critical path", summ)):
-        print(f"{name:<28}{sec:>8.2f}{sec / dec:>10.1f}")
+    print(f"{'step':<34}{'s':>8}{'x decode':>10}")
+    for name, sec in (("decode", dec), ("match (analyze_pipelines)", match), ("async units (analyze_async_units)", asy),
+                      ("summary + critical path + units", summ)):
+        print(f"{name:<34}{sec:>8.2f}{sec / dec:>10.1f}")
 
 
 if __name__ == "__main__":

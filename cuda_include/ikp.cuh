@@ -1,7 +1,7 @@
 // ikp.cuh: the CUDA C++ twin of ikp_cute's device profiler (header only, NVRTC-safe).
 //
 // Writes the v1 wire format defined by host_decode/wire.py (the one definition; the constants below
-// are checked against it by tests/test_cuda_include.py):
+// are checked against it by tests/unit/cuda_include/test_cuda_include.py):
 //
 //   buf[0]  header = (num_groups << 32) | num_blocks
 //   record  = (globaltimer_lo32 << 32) | tag32,  tag32 = (lane << 12) | (event_id << 2) | event_type
@@ -55,7 +55,7 @@ namespace ikp {
 using u32 = unsigned int;
 using u64 = unsigned long long;
 
-// --- wire format constants (mirror host_decode/wire.py; tests/test_cuda_include.py compares them) ---
+// --- wire format constants (mirror host_decode/wire.py; tests/unit/cuda_include/test_cuda_include.py compares them) ---
 constexpr int kEventTypeBits = 2;
 constexpr int kEventIdBits = 10;
 constexpr int kLaneBits = 20;
@@ -66,7 +66,9 @@ constexpr u32 kMaxLanes = 1u << kLaneBits;                    // 1048576
 constexpr u32 kAnchorHiEventId = kMaxEventId;                 // 1023
 constexpr u32 kAnchorLoEventId = kMaxEventId - 1;             // 1022
 constexpr u32 kDroppedEventId = kMaxEventId - 2;              // 1021
-constexpr u32 kMaxUserEventId = kMaxEventId - 3;              // 1020
+constexpr u32 kFlagAddrEventId = kMaxEventId - 3;             // 1020: payload instant (docs/flags.md)
+constexpr u32 kFlagValueEventId = kMaxEventId - 4;            // 1019: payload instant (docs/flags.md)
+constexpr u32 kMaxUserEventId = kMaxEventId - 5;              // 1018
 constexpr int kAnchorRecords = 2;
 constexpr int kTrailerRecords = 2;
 
@@ -235,8 +237,8 @@ class Profiler<true, Extensions> {
     }
   }
 
-  // Event ids are 0..kMaxUserEventId (1020): 1021..1023 are the DROPPED and anchor records, and a larger
-  // id would wrap onto another. A record with such an id is dropped and counted, never written (with a
+  // Event ids are 0..kMaxUserEventId (1018): 1019..1023 are the flag payloads, the DROPPED and the anchor
+  // records, and a larger id would wrap onto another. A record with such an id is dropped and counted, never written (with a
   // constant id, as usual, the check folds away).
 
   // --- register cursor mode ---
@@ -327,7 +329,7 @@ class Profiler<true, Extensions> {
 
   // The cursor carries both its slot index (for the capacity / leader compare and the drop count) and
   // the slot's address, advanced by one stride per record: 6 SASS instructions per event on sm_90a
-  // against 7 for recomputing base + k * stride (tests/test_cuda_include.py measures it).
+  // against 7 for recomputing base + k * stride (tests/unit/cuda_include/test_cuda_include.py measures it).
   __device__ __forceinline__ void next(u32 ev, u32 type) {
     if (!valid_event(ev)) return;  // no slot taken
     const u32 k = cursor_++;  // keeps counting past capacity: dropped = cursor - limit

@@ -4,7 +4,7 @@
 
 Stages, in priority order (each guarded: a failure is printed and the next stage runs; a stage is
 skipped when the elapsed time passes --budget):
-1. window: tests/test_ring_gpu.py's checks (device rule == ring.decide on random control blocks;
+1. window: tests/support/ring_gpu.py's checks (device rule == ring.decide on random control blocks;
    window k..k+n / every; ring full counted; closed window writes nothing);
 2. graph: examples/cuda_graph/run.py, own kernel and FA4 (flash_attn_func), 100 replays, window 50-59;
 3. cost: FA4 sm90 fwd b2 s4096 h16 d128 bf16 non-causal, detail 'iter': FA4 vs FA4 (noise), three rings
@@ -44,7 +44,7 @@ os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 
 def stage_window(out: Path) -> dict:
-    from tests import test_ring_gpu as t
+    from tests.support import ring_gpu as t
 
     session, launch, _ = t.build(slots=4)
     result = {"rule": t.check_rule_matches_reference(session, launch),
@@ -162,7 +162,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
 
     from gpu.pc_profile import write_map
     from host_decode.load.capture import save_capture
-    from tests import test_ring_gpu as t
+    from tests.support import ring_gpu as t
 
     d.mkdir(parents=True, exist_ok=True)
     torch.zeros(1, device="cuda")

@@ -1,6 +1,6 @@
 """Everything of the ikp_cute device side that needs a GPU, in one run (issues 10 and 17):
 
-1. GPU tests: pytest -m gpu tests/test_device_gpu.py tests/test_ring_gpu.py tests/test_pipelines_gpu.py
+1. GPU tests: pytest -m gpu tests/gpu/test_device_gpu.py tests/gpu/test_ring_gpu.py tests/gpu/test_pipelines_gpu.py
 2. the example capture: examples/basic/run.py -> $OUT/capture.npy + .json + .pftrace
 3. compute-sanitizer memcheck on misbehaving launches, every mode: capacity of 4 records per lane, a
    grid larger than the session, a runtime group= outside 0..num_groups-1; PyTorch's caching allocator
@@ -148,9 +148,9 @@ def main(argv=None) -> int:
                 "-q",
                 "-m",
                 "gpu",
-                "tests/test_device_gpu.py",
-                "tests/test_ring_gpu.py",
-                "tests/test_pipelines_gpu.py",
+                "tests/gpu/test_device_gpu.py",
+                "tests/gpu/test_ring_gpu.py",
+                "tests/gpu/test_pipelines_gpu.py",
                 "-p",
                 "no:cacheprovider",
             ],

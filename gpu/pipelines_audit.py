@@ -1,6 +1,6 @@
 """The pipeline tracer's IR pass and audit on a GPU (H100/H200), one run:
 
-1. GPU tests: pytest -m gpu tests/test_pipelines_ir_gpu.py tests/test_pipelines_gpu.py (the records the IR
+1. GPU tests: pytest -m gpu tests/gpu/test_pipelines_ir_gpu.py tests/gpu/test_pipelines_gpu.py (the records the IR
    pass adds, for a kernel that swaps cute.arch.mbarrier_wait and one that waits and arrives in its own
    inline PTX, are matched exactly as the hooked kernels' are; the hooked kernels still are);
 2. examples/pipelines/gpu_proof.py --only small: FA4's and quack's small captures at level signals,
@@ -46,7 +46,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     rc, text = step("gpu tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                  "tests/test_pipelines_ir_gpu.py", "tests/test_pipelines_gpu.py"], out, 900)
+                                  "tests/gpu/test_pipelines_ir_gpu.py", "tests/gpu/test_pipelines_gpu.py"], out, 900)
     rows.append(("gpu tests", rc, (text.strip().splitlines() or ["?"])[-1]))
     rc, _ = step("small captures", [sys.executable, "examples/pipelines/gpu_proof.py", "--only", "small"], out, 900)
     results = out / "results.json"

@@ -60,21 +60,8 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
 os.environ.setdefault("QUACK_CACHE_ENABLED", "0")
 
-DEFAULT = [("waits", "waits", {}), ("signals", "signals", {})]
-ABLATION = [
-    ("acquire_only", "waits", {"ops": {"acquire"}}),
-    ("wait_only", "waits", {"ops": {"wait"}}),
-    ("bar_sync_only", "waits", {"ops": {"bar_sync"}}),
-    ("polls_timed", "waits", {"polls": "timed"}),
-    ("polls_off", "waits", {"polls": "off"}),
-    ("blocked_64ns", "waits", {"blocked_ns": 64}),
-    ("blocked_1024ns", "waits", {"blocked_ns": 1024}),
-    ("never_stored", "waits", {"blocked_ns": 2**31 - 1}),
-    ("no_named_barriers", "waits", {"named_barriers": False}),
-    ("passing_waits", "waits", {"passing_waits": True}),
-    ("signals_commit", "signals", {"ops": {"commit"}}),
-    ("signals_release", "signals", {"ops": {"release"}}),
-]
+from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT  # noqa: E402
+
 RECORDS_PER_LANE = 8192  # a GEMM consumer warp at "signals": ~3 records per k-tile, ~2,000 k-tiles per CTA
 SIZE = 8192
 
@@ -320,10 +307,11 @@ class Harness:
         for tile_bytes, stages in configs:
             row = tma_probe.run_config(tile_bytes, stages, blocks=16, iters=64)
             rows.append(row)
-            d = row["traced_minus_truth"]["latency"]
+            d, a = row["traced_minus_truth"]["latency"], row["async_units"]
             self.log(f"tma probe {tile_bytes} B x{stages}: truth p50 {row['truth_latency_ns']['p50']:.0f} ns, "
                      f"matched {row['matched']}/{row['loads']}, traced - truth p50 {d.get('p50')} ns, "
-                     f"|diff| <= 64 ns {d.get('within_64ns')}")
+                     f"|diff| <= 64 ns {d.get('within_64ns')}; async units {a['exact']}/{a['loads']} exact, "
+                     f"outside bounds issue {a['issue_outside']} ready {a['ready_outside']}")
         self.results["tma_probe"] = {"configs": rows, "fit": tma_probe.bandwidth_fit(rows)}
 
     def captures(self):
@@ -353,7 +341,8 @@ class Harness:
                 kept[Path(path).name] = Path(path).stat().st_size
         for tile_bytes, stages in ((4096, 1), (32768, 4)):
             row = tma_probe.run_config(tile_bytes, stages, blocks=4, iters=32, out_dir=fixtures)
-            kept[f"tma_probe_{tile_bytes}B_{stages}s"] = row["traced_minus_truth"]
+            kept[f"tma_probe_{tile_bytes}B_{stages}s"] = {**row["traced_minus_truth"],
+                                                          "async_units": row["async_units"]}
         torch.cuda.synchronize()
         self.results["fixtures"] = kept
         self.log("fixtures: " + ", ".join(f"{name} ({v} B)" for name, v in kept.items() if isinstance(v, int)))
@@ -389,6 +378,10 @@ def print_table(results: dict) -> None:
                   f"traced - truth: issue {d['issue'].get('p50')} ready {d['ready'].get('p50')} latency "
                   f"{d['latency'].get('p50')} ns (p90 |diff| {d['latency'].get('p90_abs')}); "
                   f"matched {r['matched']}/{r['loads']}")
+            a = r.get("async_units") or {}
+            print(f"  async units: {a.get('intervals')}/{a.get('loads')} loads ({a.get('exact')} exact); truth outside "
+                  f"its bounds by > {a.get('timer_step_ns')} ns: issue {a.get('issue_outside')}, ready "
+                  f"{a.get('ready_outside')} (farthest {a.get('farthest_outside_ns')} ns)")
         print("tma probe fit (fixed ns + bytes / bandwidth, 1-stage loads):", probe.get("fit"))
     print("errors:", results["errors"] or "none")
 

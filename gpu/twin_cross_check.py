@@ -48,6 +48,7 @@ def main() -> int:
 
     from host_decode.core.decoder import decode
     from host_decode.core.model import Names
+    from ikp_cute.testing import cuda_program as cp
 
     cc = _load("cuda_cross_check", REPO / "gpu" / "cuda_cross_check.py")
     example = cc._example_module()
@@ -56,14 +57,14 @@ def main() -> int:
     names = Names(events=dict(example.EVENTS), groups=dict(example.GROUPS))
     out_dir = os.environ.get("OUT")
     rows, failures = [], 0
-    for tag, rpl in (("nested", 4 * cc.ITERS + 8), ("nested_overflow", 14)):
-        buf_t, out_c = example.launch(dll, "nested", cc.GRID, cc.WRITE_STRIDE, rpl, cc.ITERS)
-        cuda_trace = decode(buf_t.cpu().numpy(), names=names, write_stride=cc.WRITE_STRIDE)
-        session, out_t = run_twin(twin, rpl, cc.ITERS)
+    for tag, rpl in (("nested", 4 * cp.ITERS + 8), ("nested_overflow", 14)):
+        buf_t, out_c = example.launch(dll, "nested", cp.GRID, cp.WRITE_STRIDE, rpl, cp.ITERS)
+        cuda_trace = decode(buf_t.cpu().numpy(), names=names, write_stride=cp.WRITE_STRIDE)
+        session, out_t = run_twin(twin, rpl, cp.ITERS)
         cute_trace = session.decode()
-        problems = [f"cute: {p}" for p in cc.check_trace(cute_trace, "nested", rpl, cc.ITERS)]
-        problems += [f"cuda: {p}" for p in cc.check_trace(cuda_trace, "nested", rpl, cc.ITERS)]
-        if cc.structure(cute_trace) != cc.structure(cuda_trace):
+        problems = [f"cute: {p}" for p in cp.check_trace(cute_trace, "nested", rpl, cp.ITERS)]
+        problems += [f"cuda: {p}" for p in cp.check_trace(cuda_trace, "nested", rpl, cp.ITERS)]
+        if cp.structure(cute_trace) != cp.structure(cuda_trace):
             problems.append("CuTe DSL and CUDA C++ structures differ")
         drops = (cute_trace.loss.dropped_on_device, cuda_trace.loss.dropped_on_device)
         if drops[0] != drops[1]:

@@ -16,7 +16,8 @@ cheap and imports no numpy)::
 
 Unusable input raises ``hd.DecodeError`` naming the file, the slot and the reason. Everything else
 lives in the subpackages, by stage of the data flow (docs/layout.md): core, interop, writers,
-torch_traces, load, analysis, hardware, reports, cli. tests/test_public_api.py imports every name of ``__all__``.
+torch_traces, load, analysis, hardware, reports, cli. tests/unit/host_decode/test_public_api.py imports every name of
+``__all__``.
 """
 
 from host_decode.core.lazy import lazy_exports

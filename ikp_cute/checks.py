@@ -1,7 +1,7 @@
 """Trace-time misuse checks of the device API: what a Profiler remembers while a kernel is traced (plain
 Python, nothing reaches the kernel), and the call site every ``ProfileUsageError`` names.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * Misuse that is visible while tracing is a trace-time error naming the call: end() without the token a
   mode needs, begin/end names or Profilers that disagree, an end at another control-flow level than its
   begin where the mode needs them together, a region left open at finalize(), a record after finalize()

@@ -2,7 +2,7 @@
 
 `has_side_effects=True` is the invariant: LLVM keeps every instance where it is written (no CSE, no
 hoisting out of loops, no sinking past the work it brackets), which is what makes a timer read or a
-record store land where the region's boundary is (tests/test_device_compile.py counts records per site).
+record store land where the region's boundary is (tests/unit/ikp_cute/test_device_compile.py counts records per site).
 Also here: where the tracer is emitting (the current MLIR block, the kernel's entry), and PTX text with
 named operands.
 """

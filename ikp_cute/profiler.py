@@ -5,10 +5,10 @@
 ``Profiler`` checks the use (ikp_cute/checks.py) and calls its recorder (ikp_cute/recorders/, chosen once
 from ``spec.mode`` in RECORDERS); it holds no mode ladder.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
-named otherwise; GPU ones in tests/test_device_gpu.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py unless
+named otherwise; GPU ones in tests/gpu/test_device_gpu.py):
 * A disabled spec compiles to exactly the uninstrumented kernel: every call folds away at trace time
-  (test_disabled_ptx_identical_to_uninstrumented; examples: tests/test_examples_compile.py).
+  (test_disabled_ptx_identical_to_uninstrumented; examples: tests/unit/examples/test_examples_compile.py).
 * The buffer is the session's: a static size smaller than the spec is a trace-time error, a dynamic one
   disables recording at run time, and a spec with a baked address needs no buffer argument
   (test_misuse_buffer_smaller_than_spec, test_lean_checks_a_dynamic_buffer_size_like_every_mode,
@@ -18,7 +18,7 @@ named otherwise; GPU ones in tests/test_device_gpu.py):
 * fence="cta" puts a CTA fence after every BEGIN and before every END record, and nothing else does
   (test_fence_option_emits_a_cta_fence_only_when_asked).
 * window_branch and launch_records take the same decision in every thread of a launch
-  (tests/test_ring.py, tests/test_ring_gpu.py).
+  (tests/unit/ikp_cute/test_ring.py, tests/gpu/test_ring_gpu.py).
 * A kernel traced on a machine without a GPU and without CUTE_DSL_ARCH compiles for CuTe DSL's default
   architecture, which nobody chose: that is announced once per process, naming CUTE_DSL_ARCH
   (tests/unit/ikp_cute/test_no_gpu_messages.py::test_a_defaulted_architecture_is_announced_once).
@@ -34,7 +34,7 @@ import cutlass
 from cutlass import Int32, Int64, Uint32, const_expr, cute
 from cutlass.cutlass_dsl import if_generate
 
-from . import inline_ptx, window
+from . import ambient, inline_ptx, window
 from .checks import RegionToken, TraceChecks, source_site
 from .recorders import RECORDERS, Recorder, protocol_problems
 from .spec import ProfileSpec, ProfileUsageError
@@ -200,13 +200,19 @@ class profile_region:
     Works in any branch or ``cutlass.range`` loop, nested to any depth. Static mode needs ``index=``
     (the region's slot pair: records 2+2*index and 3+2*index). The name is mapped to an event id when
     the kernel is traced (prof.spec.events), so ids are fixed at compile time.
+
+    ``with profile_region("name"):`` (no Profiler, the ambient form): recorded on the executing warp's lane
+    by the ``trace_pipelines`` context the kernel is compiled in (its Session or Pool), and nothing at all
+    outside one: the same source compiles to the untouched kernel (ikp_cute/ambient.py).
     """
 
-    def __init__(self, prof: Profiler, name: str, index=None):
-        if not isinstance(prof, Profiler):
+    def __init__(self, prof: Profiler | str, name: str | None = None, index=None):
+        if isinstance(prof, str) and name is None:
+            prof, name = None, prof
+        elif not isinstance(prof, Profiler):
             raise TypeError(
-                f"profile_region(prof, {name!r}): prof must be an ikp_cute Profiler built with Profiler.create "
-                f"(got {type(prof).__name__})"
+                f"profile_region(prof, {name!r}): prof must be an ikp_cute Profiler built with Profiler.create, "
+                f"or the region's name alone (got {type(prof).__name__})"
             )
         self.prof = prof
         self.name = name
@@ -214,12 +220,18 @@ class profile_region:
         self._token = None
 
     def __enter__(self):
+        if self.prof is None:
+            ambient.region_event(self.name, ambient.BEGIN)
+            return self
         self._token = self.prof.begin(self.name, self.index)
         return self
 
     def __exit__(self, *exc):
         if exc[0] is None:
-            self.prof.end(self.name, self._token)
+            if self.prof is None:
+                ambient.region_event(self.name, ambient.END)
+            else:
+                self.prof.end(self.name, self._token)
         return False
 
 

@@ -43,8 +43,8 @@ TICKS as well.
 
 Invariants a change could break, and the tests that guard them:
 * A launch is recorded only into a fresh (zeroed) slot: never over an earlier launch. When the ring is
-  full the launch is counted in LOST (tests/test_ring.py::test_ring_full_counts_and_never_overwrites,
-  GPU: tests/test_ring_gpu.py::test_ring_full_is_counted).
+  full the launch is counted in LOST (tests/unit/ikp_cute/test_ring.py::test_ring_full_counts_and_never_overwrites,
+  GPU: tests/gpu/test_ring_gpu.py::test_window_picks_launches_and_ring_full_is_counted).
 * The window rule of the device PTX equals :func:`decide` (GPU: test_window_rule_matches_reference).
 * Every host change of the control block is a stream-ordered torch op on the device (no host sync,
   capturable in a CUDA graph), so window changes apply exactly at launch boundaries of that stream

@@ -2,13 +2,13 @@
 
 A :class:`ProfileSpec` is what a kernel receives as a ``cutlass.Constexpr`` argument: every field is
 fixed at compile time, so a disabled spec compiles to exactly the uninstrumented kernel
-(guarded by tests/test_device_compile.py::test_disabled_ptx_identical) and the geometry
+(guarded by tests/unit/ikp_cute/test_device_compile.py::test_disabled_ptx_identical) and the geometry
 (write_stride, records_per_lane) folds into immediate address offsets.
 
 Invariants a change could break:
 * The buffer is the v1 wire format of host_decode/core/wire.py followed by one stray-record counter
   word (atomic mode keeps its per-lane counters in shared memory, not in the buffer); Session.records()
-  hands the decoder exactly the v1 part (tests/test_device_compile.py::test_spec_geometry_follows_wire).
+  hands the decoder exactly the v1 part (tests/unit/ikp_cute/test_device_compile.py::test_spec_geometry_follows_wire).
 * Event ids are handed out in order of first use at trace time, from 0 up to wire.MAX_USER_EVENT_ID;
   names declared up front keep the ids they were given (test_event_registry_*).
 * A spec hashes by identity: one compiled kernel per spec object, so ids assigned while tracing it
@@ -32,7 +32,7 @@ SMEM_STAGE_LIMIT = 48 * 1024  # static shared memory per block
 
 class ProfileUsageError(ValueError):
     """A profiling call that cannot be right, found while the kernel is traced (compile time); the
-    message names the call and its file:line (tests/test_device_compile.py::test_misuse_*)."""
+    message names the call and its file:line (tests/unit/ikp_cute/test_device_compile.py::test_misuse_*)."""
 
 
 class EventRegistry:
@@ -65,7 +65,7 @@ class EventRegistry:
         if event_id is None:
             raise ValueError(
                 f"event {name!r}: all {wire.MAX_USER_EVENT_ID + 1} user event ids are taken "
-                f"(the v1 tag has {wire.EVENT_ID_BITS} bits; 3 ids are reserved)"
+                f"(the v1 tag has {wire.EVENT_ID_BITS} bits; {len(wire.RESERVED_INSTANT_IDS)} ids are reserved)"
             )
         self._ids[name] = event_id
         return event_id

@@ -33,8 +33,8 @@ index, whatever the order of the other lanes (nobody has to know which lane is l
 The next launch on the stream sees all of it (kernel boundary). Every step is one inline PTX block (the
 decision's one branch stays inside it), so it nests in any control flow.
 
-Invariants (tests/test_ring.py CPU, tests/test_ring_gpu.py GPU): per Profiler the PTX holds exactly two
-decisions' loads of the window words (create and the last finalizer), both predicated, each with its
+Invariants (tests/unit/ikp_cute/test_ring.py CPU, tests/gpu/test_ring_gpu.py GPU): per Profiler the PTX holds exactly
+two decisions' loads of the window words (create and the last finalizer), both predicated, each with its
 TICKS load (window_branch adds its own decision and, counting at the copy's end, one re-read), and
 the create's rule behind the empty-window branch; no add lands on line 0 (TICKS, LOST and STRAY are 512
 bytes away); a spec without window compiles unchanged; the rule equals ring.decide; the shares of L

@@ -10,7 +10,7 @@ Two directives, each on a line of its own in a page:
   anywhere inside PACKAGE (static analysis with griffe, nothing imported); a name defined twice, or not
   at all, fails the build naming it.
 
-tests/test_docs.py::test_api_directives_resolve guards both.
+tests/docs/test_docs.py::test_api_directives_resolve guards both.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A page that holds the line ``<!-- ikp:cli-reference -->`` gets, in its place, on
 in the order ``ikp --help`` lists them: its help line, usage, example and a table of its arguments, all
 read from ``host_decode.cli.build_parser()`` (each command module's NAME, HELP, EXAMPLE and
 add_arguments). A command added, renamed or given a new flag shows up at the next build; nothing here
-names a command. tests/test_docs.py::test_cli_reference_lists_every_command guards it.
+names a command. tests/docs/test_docs.py::test_cli_reference_lists_every_command guards it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ laid out in aligned columns (a field name, then its meaning indented under it) a
 backquotes``. Rendered as markdown those columns would run together, so a paragraph whose lines are
 aligned (a continuation line indented deeper than its first line, or a run of spaces inside a line) is
 shown as written, in a text block; other paragraphs stay markdown, and ``x`` becomes `x`.
-tests/test_docs.py::test_docstring_layout_is_kept guards it.
+tests/docs/test_docs.py::test_docstring_layout_is_kept guards it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A line ``<!-- ikp:results KIND PATH -->`` in a page becomes the table of the JSO
 to the repository root), rendered by the renderer registered for KIND. The page's prose says when,
 on what and with which command the file was measured; the numbers come only from the file. A missing
 file, an unknown kind or a file of another shape fails the build, naming the page line's PATH.
-tests/test_docs.py::test_results_render guards every directive of the site.
+tests/docs/test_docs.py::test_results_render guards every directive of the site.
 """
 
 from __future__ import annotations

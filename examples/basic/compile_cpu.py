@@ -5,7 +5,7 @@
 
 CuTe DSL compiles for the architecture CUTE_DSL_ARCH names without a device; fake tensors stand for
 the kernel's arguments and `ikp_cute.fake_buffer` for the profiling buffer. The body of `compile_cubin`
-is what docs/getting-started.md shows (tests/test_docs.py checks it and runs this script).
+is what docs/getting-started.md shows (tests/docs/test_docs.py checks it and runs this script).
 """
 
 import argparse

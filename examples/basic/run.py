@@ -3,7 +3,7 @@
     python examples/basic/run.py [--out examples/basic/capture.npy] [--trace trace.pftrace]
 
 Then `ikp view trace.pftrace` (the Perfetto UI, served offline) or `ikp stats capture.npy`.
-The body of `record` is what the README and docs/getting-started.md show (tests/test_docs.py checks it).
+The body of `record` is what the README and docs/getting-started.md show (tests/docs/test_docs.py checks it).
 """
 
 import argparse

@@ -1,7 +1,8 @@
 """The CuTe DSL twin of ikp_example.cu's "nested" program: same grid, groups, events and regions.
 
 gpu/twin_cross_check.py runs both on one GPU and checks that their buffers decode to the same span
-structure (lanes, events, nesting, counts); tests/test_real_captures.py re-checks the committed pair.
+structure (lanes, events, nesting, counts); tests/unit/host_decode/load/test_real_captures.py re-checks the committed
+pair.
 
     group 0 ("producer", warps 0-1): iters x outer{ work; inner{ work } }
     group 1 ("consumer", warps 2-3): iters x ( inner{ work }; tick ), then outer{ outer{ work } }

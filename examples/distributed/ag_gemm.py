@@ -29,8 +29,8 @@ Ranks per launch: one process per GPU launches `ctas_per_rank` CTAs for its rank
 and the per-rank tensors are stacked (shards by rows: [ranks_here * Ms, K]; B and C by columns:
 [K, ranks_here * N], [M, ranks_here * N]). The same code path either way; scope "sys" either way.
 
-No ikp_cute call and no multimem instruction: only unicast loads, stores, `red` and `atom` (tests/
-test_flag_examples.py reads the PTX). Skew knob: the CTAs of rank `delay_rank` first spin `delay_ns` on
+No ikp_cute call and no multimem instruction: only unicast loads, stores, `red` and `atom` (tests/unit/
+examples/test_flag_examples.py reads the PTX). Skew knob: the CTAs of rank `delay_rank` first spin `delay_ns` on
 %globaltimer (0 = off). Ground truth (compile-time `log_tasks`): like examples/megakernel_deps, per
 (local rank, task) the int64 row (cta, start, wait_begin, wait_end, signal, end).
 """

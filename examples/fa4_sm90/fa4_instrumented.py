@@ -27,7 +27,7 @@ loop), +4.73% / -0.57% with the default register cursor, whose lane state held l
 changes its schedule. Per-iteration regions (`iter`: +3.11% / +1.18% with the cursor, +7.51% / +4.81% lean)
 are cheaper with the default cursor; the producer role alone costs +0.43% / +0.93% even at detail "full".
 
-Invariants a change could break (tests/test_examples_compile.py guards them):
+Invariants a change could break (tests/unit/examples/test_examples_compile.py guards them):
 * with a disabled spec the class compiles to FA4's own PTX (test_fa4_disabled_is_fa4);
 * instrumented PTX differs from FA4's only by profiler code, every event of the detail level is
   registered, and the buffer address is an immediate

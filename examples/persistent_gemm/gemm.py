@@ -46,7 +46,7 @@ times both).
 Shapes: any M and N (partial tiles: TMA zero-fills the loads, the epilogue predicates the stores); K must
 be a multiple of 8 (TMA needs 16-byte row strides) and at least 1. Checked on the host.
 
-Invariants a change could break (tests/test_persistent_gemm_compile.py):
+Invariants a change could break (tests/unit/examples/test_persistent_gemm_compile.py):
 * the kernel has no ikp_cute call, and its PTX compiled under `trace_pipelines` at each level equals the
   untouched PTX plus records only (same wgmma / cp.async.bulk.tensor / mbarrier / barrier counts);
 * cluster 2x1 multicasts B (`.multicast::cluster` TMA loads) and arrives on remote empty barriers

@@ -1,6 +1,6 @@
 """Host helpers for the persistent GEMM and the TMA probe: compiling on a CPU (fake tensors, sm_90a) or for
 the GPU, the grid size, and the reference check. Shared by run.py, tma_probe.py, the CPU tests
-(tests/test_persistent_gemm_compile.py) and gpu/pipelines_cost.py."""
+(tests/unit/examples/test_persistent_gemm_compile.py) and gpu/pipelines_cost.py."""
 
 from __future__ import annotations
 

@@ -20,15 +20,20 @@ grows with bytes (fixed latency + bytes / per-SM TMA bandwidth). The timer reads
 TMA instruction by anything but program order (ptxas may move them by a few instructions, a few ns, below
 %globaltimer's 32 ns step on these GPUs).
 
+`async_unit_check(trace, truth, stages)` checks the host's async-unit intervals (host_decode.analysis.async_units:
+issue and ready bounds per load) against the truth: every truth inside its interval's bounds, within one timer step.
+
 `compare(trace, truth, stages)` matches the traced pipeline (level "signals", `passing_waits=True`, so
 every commit and every wait is recorded) to the ground truth: the k-th commit and the k-th consumer wait
-of stage s are iteration k * stages + s. traced issue = the commit instant (arrive.expect_tx, a few
-instructions before ISSUE); traced ready = the end of the consumer's wait. At the default level ("waits")
+of stage s are iteration k * stages + s. traced issue = the commit instant (its timer read comes before the
+record block and the arrive.expect_tx: 32-64 ns before ISSUE on an H200, 2026-11-29); traced ready = the end of
+the consumer's wait (the phase flip only where the wait blocked: with four stages in flight the consumer finds
+most loads landed, its wait passes, and its end is later than the flip). At the default level ("waits")
 there is no commit: the producer's acquire region ends just before the issue, when it blocked.
 
     python examples/persistent_gemm/tma_probe.py [--out DIR]      # GPU: every config, traced + truth
 
-CPU test: tests/test_persistent_gemm_compile.py::test_tma_probe_*.
+CPU test: tests/unit/examples/test_persistent_gemm_compile.py::test_tma_probe_*.
 """
 
 from __future__ import annotations
@@ -188,7 +193,7 @@ def compare(trace, truth: dict, stages: int) -> dict:
         if not x.size:
             return {}
         return {"p50": float(np.median(x)), "p90_abs": float(np.percentile(np.abs(x), 90)),
-                "max_abs": int(np.abs(x).max()), "within_64ns": float((np.abs(x) <= 64).mean())}
+                "min": int(x.min()), "max_abs": int(np.abs(x).max()), "within_64ns": float((np.abs(x) <= 64).mean())}
 
     return {
         "loads": int(blocks * iters),
@@ -197,6 +202,32 @@ def compare(trace, truth: dict, stages: int) -> dict:
                                                                                         ("p90", 90))},
         "traced_minus_truth": {"issue": stats(issue_diff), "ready": stats(ready_diff), "latency": stats(lat_diff)},
     }
+
+
+def async_unit_check(trace, truth: dict, stages: int) -> dict:
+    """The ring's TMA intervals (host_decode.analysis.async_units) against the ground truth: loads with an
+    interval, how many of them exact, and truths outside their interval's bounds by more than one timer step
+    (issue, ready), with the farthest outside (ns; 0 when all inside)."""
+    import numpy as np
+
+    from host_decode.analysis.async_units import CLASSES, analyze_async_units
+
+    units = analyze_async_units(trace)
+    ring = next(i for i, c in enumerate(units.channels) if c.name == "ring")
+    iv = units.of(ring, "full")
+    blocks, iters = truth["issue"].shape
+    load = iv["phase"] * stages + iv["stage"]
+    keep = (iv["phase"] >= 0) & (iv["block"] < blocks) & (load < iters)
+    iv, load = iv[keep], load[keep]
+    issue, ready = truth["issue"][iv["block"], load], truth["ready"][iv["block"], load]
+    ready_hi = np.where(iv["ready_hi"] >= 0, iv["ready_hi"], np.iinfo(np.int64).max)
+    out_issue = np.maximum(iv["issue_lo"] - issue, issue - iv["issue_hi"])
+    out_ready = np.maximum(iv["ready_lo"] - ready, ready - ready_hi)
+    step = units.timer_step_ns
+    return {"loads": int(blocks * iters), "intervals": int(iv.size),
+            "exact": int((iv["cls"] == CLASSES.index("exact")).sum()), "timer_step_ns": step,
+            "issue_outside": int((out_issue > step).sum()), "ready_outside": int((out_ready > step).sum()),
+            "farthest_outside_ns": int(max(out_issue.max(initial=0), out_ready.max(initial=0), 0))}
 
 
 def run_config(tile_bytes: int, stages: int, *, blocks: int = 16, iters: int = 64, out_dir: Path | None = None) -> dict:
@@ -229,9 +260,10 @@ def run_config(tile_bytes: int, stages: int, *, blocks: int = 16, iters: int = 6
     target = Path(out_dir or "/tmp") / f"{stem}.npy"
     path = trace.save(session, target)
     np.save(Path(path).with_name(f"{stem}_truth.npy"), t_traced.cpu().numpy())
+    traced = load_capture(path)
     result = {"tile_bytes": tile_bytes, "stages": stages, "blocks": blocks, "iters": iters,
               "untraced_latency_p50_ns": float(np.median(plain["latency"])),
-              **compare(load_capture(path), truth, stages)}
+              **compare(traced, truth, stages), "async_units": async_unit_check(traced, truth, stages)}
     if out_dir is None:
         for p in (path, Path(path).with_suffix(".json"), Path(path).with_name(f"{stem}_truth.npy")):
             os.remove(p)
@@ -266,8 +298,11 @@ def main(argv=None) -> int:
     (args.out / "tma_probe_results.json").write_text(json.dumps(report, indent=1))
     for r in rows:
         d = r["traced_minus_truth"]
+        a = r["async_units"]
         print(f"{r['tile_bytes']:>6} B x{r['stages']}: truth p50 {r['truth_latency_ns']['p50']:.0f} ns, matched "
-              f"{r['matched']}/{r['loads']}, traced-truth latency p50 {d['latency'].get('p50')} ns")
+              f"{r['matched']}/{r['loads']}, traced-truth latency p50 {d['latency'].get('p50')} ns; async units "
+              f"{a['intervals']}/{a['loads']} ({a['exact']} exact), outside bounds: issue {a['issue_outside']} "
+              f"ready {a['ready_outside']} (farthest {a['farthest_outside_ns']} ns)")
     print("fit:", report["fit"])
     return 0
 

@@ -83,7 +83,7 @@ def write_outputs(trace, out_dir: Path, stem: str, plots: bool) -> dict:
 
 def save_capture_with_problem(session, dest: Path, **problem) -> Path:
     """session.save(dest) plus an `example` sidecar key describing the problem, which the CPU tests
-    (tests/test_examples_compile.py) use to derive the structure the capture must decode to."""
+    (tests/unit/examples/test_examples_compile.py) use to derive the structure the capture must decode to."""
     from host_decode.load.capture import save_capture
 
     meta = session.meta()

@@ -181,7 +181,8 @@ def summarize(name, path, session, trace, pipeline):
 
 def fa4_small():
     """The committed FA4 capture: b=1 s=1024 h=2 non-causal (16 CTAs), level signals, every wait recorded
-    (passing_waits=True: the occurrence counts of the pipeline protocol are exact, tests/test_pipelines_captures.py)."""
+    (passing_waits=True: the occurrence counts of the pipeline protocol are exact,
+    tests/unit/host_decode/load/test_pipelines_captures.py)."""
     torch.manual_seed(1)
     b, s, h = 1, 1024, 2
     q, k, v = (torch.randn(b, s, h, 128, dtype=torch.bfloat16, device="cuda") for _ in range(3))

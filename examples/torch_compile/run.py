@@ -11,7 +11,7 @@ is the ordinary one for an opaque kernel: a ``torch.library.custom_op`` (:func:`
 examples/fa4_sm90's ``patched_interface``) runs inside the compiled module. Window control stays
 outside the compiled region (``session.window(..., relative=True)``: device ops on the stream).
 
-Checked on CPU by tests/test_torch_compile.py (the custom-op route compiles with fullgraph=True and no
+Checked on CPU by tests/unit/examples/test_torch_compile.py (the custom-op route compiles with fullgraph=True and no
 graph break, a stand-in kernel) and on the GPU by gpu/capture_suite.py (FA4, window on calls 3-5).
 """
 

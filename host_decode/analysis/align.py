@@ -27,7 +27,7 @@ range) is skipped and counted per reason as the loader counts it (``Alignment.sk
 slice whose ``name`` is not a string, or a ``baseTimeNanoseconds`` that is not an integer within +-2**62, is
 a DecodeError naming the file and the field. Offsets are solved on Python integers (no overflow).
 
-Guarded by tests/test_align.py.
+Guarded by tests/unit/host_decode/analysis/test_align.py.
 """
 
 from __future__ import annotations

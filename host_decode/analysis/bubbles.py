@@ -11,8 +11,9 @@ Definitions (all times in ns on the trace's timeline):
   right after it (``next_event``, -1 when it is the tail after the last region).
 
 Invariants, and the tests that guard them:
-- gaps and bubbles equal hand-computed values (tests/test_analysis.py::test_gaps_and_bubbles_hand_computed)
-  and a per-nanosecond model on random traces (::test_random_traces_match_per_ns_model);
+- gaps and bubbles equal hand-computed values
+  (tests/unit/host_decode/analysis/test_analysis.py::test_gaps_and_bubbles_hand_computed) and a per-nanosecond model on
+  random traces (::test_random_traces_match_per_ns_model);
 - window = busy + bubble per lane, and the tables do not depend on how the spans are cut into runs
   (::test_runs_change_nothing); an empty trace gives empty tables (::test_empty_trace_gives_empty_tables_not_errors).
 """

@@ -23,7 +23,7 @@ Caveat (documented in README, "Insight"): spans within one capture are not indep
 share SMs, memory traffic, clocks), so p-values are optimistic; the percentage threshold of
 ``--fail-above`` is the gate, the test only keeps noise from tripping it.
 
-Guarded by tests/test_diff.py.
+Guarded by tests/unit/host_decode/analysis/test_diff.py.
 """
 
 from __future__ import annotations

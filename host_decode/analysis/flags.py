@@ -34,8 +34,8 @@ the walk continues on the signalling block at the signal's time; an unmatched on
 link over the whole wait, and the walk continues on the same block at the wait's begin. Each wait is
 used at most once, so the walk ends; the links tile the path from its start to the end time.
 
-Invariants guarded by tests/test_flags.py: counters with several increments (recorded and derived
-values), equal timestamps, cross-rank flags with a clock offset, each unmatched reason, the table's
+Invariants guarded by tests/unit/host_decode/analysis/test_flags.py: counters with several increments (recorded and
+derived values), equal timestamps, cross-rank flags with a clock offset, each unmatched reason, the table's
 validation naming the column, and a critical path worked out by hand.
 """
 

@@ -6,8 +6,9 @@ timer steps centred on the values %globaltimer can give (no empty bins between m
 `ikp stats` draws a sparkline of min..max, whose JSON output (``hist_edges_ns``) keeps its equal bins.
 
 Invariants, and the tests that guard them:
-- every duration is counted in exactly one bin (tests/test_analysis.py::test_histogram_counts_every_span;
-  tests/test_report_timeline.py::test_geometric_bins_for_long_tails);
+- every duration is counted in exactly one bin
+  (tests/unit/host_decode/analysis/test_analysis.py::test_histogram_counts_every_span;
+  tests/unit/host_decode/reports/test_report_timeline.py::test_geometric_bins_for_long_tails);
 - step-aligned bins grow geometrically when the longest duration is more than LOG_BINS_RATIO x the
   shortest, with at most HIST_BINS bins, and one value gives one bin (::test_geometric_bins_for_long_tails).
 """

@@ -4,11 +4,12 @@ per-block analyses go through.
 
 Invariants, and the tests that guard them:
 - a union is disjoint and sorted by (key, lo); intervals that merely touch (end == next start) merge
-  (tests/test_analysis.py::test_union_intervals_merges_overlaps_and_touching_per_key);
+  (tests/unit/host_decode/analysis/test_analysis.py::test_union_intervals_merges_overlaps_and_touching_per_key);
 - intersection lengths and unions agree with a per-nanosecond model on random traces
-  (tests/test_analysis.py::test_random_traces_match_per_ns_model);
+  (tests/unit/host_decode/analysis/test_analysis.py::test_random_traces_match_per_ns_model);
 - block_runs holds whole blocks and every timed lane exactly once (also one without spans), so the
-  analyses run run by run give what one run gives (tests/test_analysis.py::test_runs_change_nothing).
+  analyses run run by run give what one run gives
+  (tests/unit/host_decode/analysis/test_analysis.py::test_runs_change_nothing).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ CHUNK_SPANS = 1 << 16  # spans analysed at a time (runs of whole blocks): ~150 B
 def block_runs(trace: Trace, chunk_spans: int | None = None):
     """Yield (spans, timed lanes) per run of whole blocks, in lane order: the analyses per lane and per
     block are done run by run, so their temporaries stay bounded by a run (every timed lane is in
-    exactly one run, also one without spans). Guarded by tests/test_analysis.py::test_runs_change_nothing."""
+    exactly one run, also one without spans). Guarded by
+    tests/unit/host_decode/analysis/test_analysis.py::test_runs_change_nothing."""
     sp = trace.spans
     lanes = timed_lanes(trace)
     lane_col = sp["lane"]

@@ -13,8 +13,8 @@ Definitions (all times in ns on the trace's timeline):
   second latest lane end in the block (0 for single-lane blocks); ``last_event`` = the region of that
   lane that ended last (-1 when the lane has no region).
 
-Invariants, and the tests that guard them (tests/test_analysis.py): hand-computed tail, imbalance and
-waves (::test_sm_table_tail_imbalance_hand_computed, ::test_concurrent_blocks_on_one_sm) and critical
+Invariants, and the tests that guard them (tests/unit/host_decode/analysis/test_analysis.py): hand-computed tail,
+imbalance and waves (::test_sm_table_tail_imbalance_hand_computed, ::test_concurrent_blocks_on_one_sm) and critical
 lanes (::test_critical_lanes_hand_computed); a session's launch numbers are medians over its launches,
 each computed alone (::test_session_launch_numbers_are_per_launch_medians).
 """

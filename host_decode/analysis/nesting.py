@@ -8,7 +8,7 @@ is in its lane), so no per-span index of the whole table is held beyond the pare
 
 Invariants, and the tests that guard them:
 - a span's parent is the last span of the same lane, in program order, one level shallower; never a span
-  of another lane (tests/test_report_timeline.py::test_nesting_and_exclusive_time);
+  of another lane (tests/unit/host_decode/reports/test_report_timeline.py::test_nesting_and_exclusive_time);
 - exclusive time is never below 0, and the exclusive times of one group add up to at most its lane time
   (::test_nesting_and_exclusive_time, ::test_region_rows_exclusive_and_parent);
 - runs of whole lanes give what one run gives; a table out of lane order is one run
@@ -38,7 +38,7 @@ def span_parents(sp: np.ndarray) -> np.ndarray:
     """Index of each span's enclosing span (-1 for none): the last span of the same lane, in program
     order, one level shallower (``depth`` counts regions open when a span began). Spans are sorted by
     lane, then begin in program order (core.model): then run of whole lanes by run;
-    tests/test_report_timeline.py::test_nesting_and_exclusive_time."""
+    tests/unit/host_decode/reports/test_report_timeline.py::test_nesting_and_exclusive_time."""
     n = sp.size
     index = np.int32 if n < 1 << 31 else np.int64  # indices, half the memory for any real capture
     parent = np.full(n, -1, index)

@@ -4,7 +4,7 @@ Definition: **overlap(A by B) of a block** = |U(A) ∩ U(B)| / |U(A)| where U(X)
 of all lanes of group X in that block. 1.0 means all of A's region time ran while B was in some region;
 overlap_summary weighs the blocks by time.
 
-Invariants, and the tests that guard them: hand-computed values (tests/test_analysis.py::
+Invariants, and the tests that guard them: hand-computed values (tests/unit/host_decode/analysis/test_analysis.py::
 test_overlap_hand_computed) and a per-nanosecond model on random traces (::test_random_traces_match_per_ns_model);
 runs of whole blocks change nothing (::test_runs_change_nothing).
 """

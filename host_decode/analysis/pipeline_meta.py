@@ -13,9 +13,10 @@ is imported.
   z*gx*gy) when given, else as consecutive runs of n blocks (units_of).
 
 Invariants, and the tests that guard them: a malformed entry is a ValueError naming the entry and the key
-(tests/test_waits.py::test_bad_metadata_names_the_entry, ::test_malformed_pipeline_metadata_is_refused_by_name,
-::test_malformed_barrier_metadata_is_refused_by_name); the metadata survives a capture's save and load
-(::test_sidecar_round_trip); cluster units follow the grid (::test_two_cta_cluster).
+(tests/unit/host_decode/analysis/test_waits.py::test_bad_metadata_names_the_entry,
+::test_malformed_pipeline_metadata_is_refused_by_name, ::test_malformed_barrier_metadata_is_refused_by_name); the
+metadata survives a capture's save and load (::test_sidecar_round_trip); cluster units follow the grid
+(::test_two_cta_cluster).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ NUM_NAMED_BARRIERS = 16  # hardware named barriers per CTA (bar.sync ids 0..15)
 
 
 def has_pipelines(trace: Trace) -> bool:
+    """Whether the sidecar declares any pipeline (traced, or seen with no traced op) or named barrier."""
     meta = trace.meta or {}
-    return bool(meta.get("pipelines") or meta.get("barriers"))
+    return bool(meta.get("pipelines") or meta.get("barriers") or meta.get("pipelines_untraced"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Channel:
     barrier_id: int = -1  # named barrier id (bar.sync id) of a barrier channel
     released_by: str = ""  # "tma_store": the TMA unit frees its stages (no traced release)
     first_wait_passes: tuple = ()  # stages whose first wait passes (PipelineOrder's group 0)
+    op_type: str = ""  # the producer agent of its full barriers (cutlass PipelineOp name: TmaLoad, TCGen05Mma, ...)
+    tx_bytes: int | None = None  # bytes a producer's arrive-expect-tx announces per stage (TMA pipelines)
 
     @property
     def cluster_size(self) -> int:
@@ -105,8 +109,12 @@ def channels_of(meta: dict, cluster: Any = None) -> list[Channel]:
             raise ValueError(
                 f"{where} ({p['name']}): first_wait_passes must list stages in 0..{n - 1}, got {passes!r:.120}"
             )
+        tx = p.get("tx_bytes")
+        if tx is not None and not (is_json_int(tx) and tx >= 0):
+            raise ValueError(f"{where} ({p['name']}): tx_bytes must be an integer >= 0 or null, got {tx!r}")
         out.append(Channel(p["name"], "pipeline", n, dict(ids), shape, str(p.get("class", "")), str(p.get("site", "")),
-                           released_by=released_by, first_wait_passes=tuple(passes)))
+                           released_by=released_by, first_wait_passes=tuple(passes),
+                           op_type=str(p.get("op_type") or ""), tx_bytes=tx))
     bars = meta.get("barriers")
     if bars:
         bases = {op: bars.get(f"base_{op[4:]}") for op in ("bar_sync", "bar_arrive")} if isinstance(bars, dict) else {}

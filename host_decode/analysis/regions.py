@@ -9,12 +9,13 @@ All work is whole-array numpy: sorting and segmented reductions, no Python loop 
 over group pairs and, in region_rows, over (group, region) rows).
 
 Invariants, and the tests that guard them:
-- analyze and stats_data are JSON-ready (tests/test_analysis.py::test_analyze_is_json_ready; the `ikp stats`
-  JSON and table: tests/test_cli_grammar.py) and do not depend on how spans are cut into runs
-  (tests/test_analysis.py::test_runs_change_nothing);
+- analyze and stats_data are JSON-ready (tests/unit/host_decode/analysis/test_analysis.py::test_analyze_is_json_ready;
+  the `ikp stats` JSON and table: tests/unit/host_decode/cli/test_cli_grammar.py) and do not depend on how spans are cut
+  into runs (tests/unit/host_decode/analysis/test_analysis.py::test_runs_change_nothing);
 - region_rows: a region's exclusive time is its time minus the spans directly inside it, and its parent is
-  the region it runs inside most often (tests/test_report_timeline.py::test_region_rows_exclusive_and_parent);
-  runs of whole lanes change nothing (::test_runs_of_lanes_change_nothing).
+  the region it runs inside most often
+  (tests/unit/host_decode/reports/test_report_timeline.py::test_region_rows_exclusive_and_parent); runs of whole lanes
+  change nothing (::test_runs_of_lanes_change_nothing).
 """
 
 from __future__ import annotations

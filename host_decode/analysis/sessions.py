@@ -143,14 +143,18 @@ class Part:
 
 def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = None, by: str = "launch") -> list[Part]:
     """Parts with launch index / rank / host_ns taken from each trace's sidecar meta when present.
-    `by`: "launch" (label 'launch N') or "rank" (label 'rank N')."""
+    `by`: "launch" (label 'launch N'; a trace without launch_index is launch i, its position) or "rank" (label
+    'rank N'; without launch_index, launch 0: each rank's capture of one step)."""
     parts = []
     for i, t in enumerate(traces):
         meta, where = t.meta or {}, sidecar_name(t.meta or {}, f"trace {i}")
-        launch = meta_int(meta, "launch_index", i, where)
+        launch = meta_int(meta, "launch_index", i if by == "launch" else 0, where)
         rank = meta_int(meta, "rank", i if by == "rank" else 0, where)
         label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
         parts.append(Part(t, label, launch, rank, meta_int(meta, "host_ns", None, where)))
+    if by == "rank" and not labels and len({(p.rank, p.launch_index) for p in parts}) > len({p.rank for p in parts}):
+        for p in parts:  # several launches of a rank: each is named by both
+            p.label = f"rank {p.rank} launch {p.launch_index}"
     labels_seen = [p.label for p in parts]
     for p in parts:  # two captures claiming the same launch / rank: tell them apart by file
         source = p.trace.meta.get("source")
@@ -191,7 +195,7 @@ def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     starts = np.array([p.trace.start_ns for p in parts], np.int64)
     if mode == "stacked":
         return -starts
-    offsets = np.array([int((clock_offsets_ns or {}).get(p.rank, 0)) for p in parts], np.int64)
+    offsets = np.array([clock_offset_of(p, clock_offsets_ns) for p in parts], np.int64)
     if all(p.trace.absolute for p in parts):
         return offsets
     if all(p.host_ns is not None for p in parts):
@@ -201,6 +205,29 @@ def shifts(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     lengths = np.array([p.trace.end_ns - p.trace.start_ns for p in parts], np.int64)
     placed = np.concatenate([[0], np.cumsum(lengths + 1000)[:-1]])
     return placed - starts
+
+
+def clock_offset_of(part: Part, clock_offsets_ns: dict | None = None) -> int:
+    """ns added to a part's times to reach the common clock: `clock_offsets_ns[rank]` when given, else its
+    sidecar's ``clock_offset_ns`` (measured by the recording side, docs/flags.md), else 0."""
+    if clock_offsets_ns and part.rank in clock_offsets_ns:
+        return int(clock_offsets_ns[part.rank])
+    meta = part.trace.meta or {}
+    return int(meta_int(meta, "clock_offset_ns", 0, sidecar_name(meta, part.label)))
+
+
+# sidecar keys a merged trace keeps per part (meta["parts"]): what the flags analysis reads of each capture
+PART_KEYS = ("flags", "flag_buffers", "clock_offset_ns", "clock_error_ns", "clock_reference")
+
+
+def _part_facts(p: Part, ids: np.ndarray | None) -> dict:
+    """The PART_KEYS of a part's sidecar, flag site ids moved as its events were (`ids`)."""
+    meta = p.trace.meta or {}
+    out = {k: meta[k] for k in PART_KEYS if meta.get(k) is not None}
+    if ids is not None and isinstance(out.get("flags"), list):
+        out["flags"] = [dict(f, id=int(ids[f["id"]])) if isinstance(f, dict) and isinstance(f.get("id"), int)
+                        and 0 <= f["id"] < ids.size else f for f in out["flags"]]
+    return out
 
 
 def _relane(lane: np.ndarray, part_groups: int, block_offset: int, groups: int) -> np.ndarray:
@@ -265,7 +292,7 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
     event_names, event_ids = _merged_events(parts)
     shift = shifts(parts, mode, clock_offsets_ns)
     block_off = np.concatenate([[0], np.cumsum([p.trace.num_blocks for p in parts])[:-1]]).astype(np.int64)
-    spans, lanes, instants, per_lane = [], [], [], []
+    spans, lanes, instants, payloads, per_lane = [], [], [], [], []
     for p, dt, boff, ids in zip(parts, shift, block_off, event_ids):  # per part (few), never per span
         t = p.trace
         relane = functools.partial(_relane, part_groups=t.num_groups, block_offset=int(boff), groups=g)
@@ -290,6 +317,14 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         it["block"] += boff
         it["ts_ns"] += dt
         instants.append(it)
+        pay = t.payloads.copy()  # flag payloads move with the record they belong to
+        pay["lane"] = relane(pay["lane"])
+        if ids is not None:
+            pay["event"] = ids[pay["event"]]
+        pay["block"] += boff
+        pay["ts_ns"] += dt
+        pay["begin_ns"] += dt
+        payloads.append(pay)
         pl = t.loss.per_lane.copy()
         if pl.size:
             pl["lane"] = relane(pl["lane"])
@@ -319,8 +354,10 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
                 "num_blocks": p.trace.num_blocks,
                 "num_groups": p.trace.num_groups,
                 "shift_ns": int(dt),
+                "absolute": bool(p.trace.absolute),
+                **_part_facts(p, ids),
             }
-            for p, dt, boff in zip(parts, shift, block_off)
+            for p, dt, boff, ids in zip(parts, shift, block_off, event_ids)
         ],
     }
     ring = _merged_ring(parts)
@@ -337,6 +374,7 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         names=Names(event_names, _merged_groups(parts)),
         absolute=mode == "timeline" and all(p.trace.absolute for p in parts),
         meta=meta,
+        payloads=np.concatenate(payloads),
     )
 
 
@@ -354,8 +392,15 @@ def load_trace(paths: Sequence[str | os.PathLike], mode: str = "timeline", progr
     other tracers' traces) as one Trace: one file holding one launch is that launch's Trace; anything else
     is the concat of all launches (meta['parts']). `names` and `write_stride` (`--names`,
     `--write-stride`) apply to every ikp capture, over its sidecar's; a foreign trace is refused with
-    either (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
+    either (tests/unit/host_decode/cli/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused)."""
     launches = load_launches(paths, progress=progress, names=names, write_stride=write_stride)
     if launches.single:
         return launches.traces[0]
-    return concat(parts_from_traces(launches.traces), mode=mode)
+    return concat(parts_from_traces(launches.traces, by=grouping(launches.traces)), mode=mode)
+
+
+def grouping(traces: Sequence[Trace]) -> str:
+    """How a session's launches are grouped: "rank" when they come from more than one rank (each rank a
+    track group of the merged trace), else "launch"."""
+    ranks = {(t.meta or {}).get("rank") for t in traces}
+    return "rank" if len(ranks - {None}) > 1 else "launch"

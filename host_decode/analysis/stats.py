@@ -8,9 +8,10 @@ and each pair's percentiles read after one np.partition. Percentiles interpolate
 statistics (numpy's default method) either way.
 
 Invariants, and the tests that guard them: every statistic equals numpy's on each pair's durations
-(np.percentile, mean, std; tests/test_stats.py, tests/unit/host_decode/analysis/test_summary_paths.py for
-both paths); the summary `ikp decode` prints costs a fraction of the decode (benchmarks/bigcap_bench.py
-measures the whole command against the decoder alone).
+(np.percentile, mean, std; tests/unit/host_decode/analysis/test_stats.py,
+tests/unit/host_decode/analysis/test_summary_paths.py for both paths); the summary `ikp decode` prints
+costs a fraction of the decode (benchmarks/bigcap_bench.py measures the whole command against the decoder
+alone).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
     (start, end) pair of columns (durations = end - start, computed a chunk at a time). Mean = exact
     integer total / count. Temporaries: a histogram per pair (narrow durations), else a small dense pair
     id per row and the durations grouped by pair (8 bytes a row); chunk-sized arrays otherwise. Guarded by
-    tests/test_stats.py (against np.percentile per group)."""
+    tests/unit/host_decode/analysis/test_stats.py (against np.percentile per group)."""
     group, event = np.asarray(group), np.asarray(event)
     if group.size == 0:
         return np.zeros(0, SUMMARY_DTYPE)

@@ -21,6 +21,11 @@ the path from its start to the block's end exactly; each wait is used at most on
 Summary over blocks: each (work, role) and (waiter, channel, signaller) segment's share of the summed
 path time; blocks with an overflowed lane are left out (their tail is missing) unless every block has one.
 Guarded by test_waits.py::test_critical_path_by_hand.
+
+Also in the summary: the coverage audit of the traced compile (``coverage``: analysis.pipeline_coverage), every
+pipeline's traced ops and what the others leave unmatched (``pipeline_ops``; a partly traced pipeline is
+analysed as far as its ops go: tests/unit/host_decode/analysis/test_pipeline_coverage.py), and the async-unit
+latencies (``async_units``: analysis.async_units.async_unit_stats).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import dataclasses
 
 import numpy as np
 
+from host_decode.analysis.async_units import analyze_async_units, async_unit_stats
+from host_decode.analysis.pipeline_coverage import coverage_summary, pipeline_ops
 from host_decode.analysis.pipeline_match import CHECKS, STATUSES, WAIT_OPS
 from host_decode.analysis.pipeline_meta import has_pipelines
 from host_decode.analysis.pipelines import PipelineAnalysis, analyze_pipelines
@@ -179,6 +186,9 @@ def waits_summary(
         "rows": rows,
         "roles": roles_out,
         "critical_path": critical_path_summary(trace, pa, max_blocks, rl),
+        "coverage": coverage_summary(trace.meta or {}),
+        "pipeline_ops": pipeline_ops(trace, pa.channels),
+        "async_units": async_unit_stats(trace, analyze_async_units(trace, pa)),
     }
 
 

@@ -3,10 +3,11 @@ EXAMPLE, add_arguments(parser) and run(args) -> exit code; this file only discov
 commands stay independent (and cheap to import: heavy imports belong inside run()). Shared flags and
 helpers live in host_decode/cli/common.py.
 
-Invariants (tests/test_cli_grammar.py, tests/test_cli_errors.py):
+Invariants (tests/unit/host_decode/cli/test_cli_grammar.py, tests/unit/host_decode/cli/test_cli_errors.py):
 - subcommands are listed in workflow order (WORKFLOW; commands added later follow, alphabetically);
 - bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line,
-  and so does SIGTERM (timeout, Slurm, systemd): both leave no output behind (tests/test_cli_safety.py);
+  and so does SIGTERM (timeout, Slurm, systemd): both leave no output behind
+  (tests/unit/host_decode/cli/test_cli_safety.py);
 - `ikp --version` prints the package version;
 - without -v/--verbose no library warning or internal line reaches the terminal
   (tests/unit/host_decode/cli/test_quiet_terminal.py).

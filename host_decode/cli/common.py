@@ -1,7 +1,7 @@
 """What every `ikp` command shares: the flags of one grammar, safe outputs, progress, the console, one
 JSON-safe converter and the "next step" line. Commands import from here, never from each other.
 
-Grammar (guarded by tests/test_cli_grammar.py):
+Grammar (guarded by tests/unit/host_decode/cli/test_cli_grammar.py):
 - `-o/--output FILE` is the command's main output file, written through `outputs()` (never over an
   input, atomic, replaced only with `-f/--force`; host_decode.core.files).
 - `--format table|json|csv` on every command that prints a table (`add_format`, `print_result`): the
@@ -219,17 +219,12 @@ def next_step(text: str, args=None) -> None:
 
 
 def load_input(path, names=None, write_stride=None):
-    """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), or another tracer's trace
-    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content (host_decode.load.inputs, through
-    sessions.load_trace: a trace of several launches is one session); a directory is a session, no one
-    input."""
-    import errno
-    import os
-
+    """The one input a command decodes: an ikp capture (BUFFER.npy + sidecar), another tracer's trace
+    (IKET JSON / .pftrace, Proton Chrome trace) recognised by content, or a folder of captures (host_decode.load.inputs,
+    through sessions.load_trace: a trace of several launches is one session; captures of several ranks put
+    each rank in a track group of its own, on the clock their sidecars' offsets lead to)."""
     from host_decode.analysis.sessions import load_trace
 
-    if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     return load_trace([path], names=names, write_stride=write_stride)
 
 
@@ -335,7 +330,8 @@ def ensure_gzip(path) -> None:
 
 def say_left_out(trace, max_lanes: int | None) -> None:
     """Print what a merged torch trace leaves out over its lane limit (the file records it in
-    ikp_alignment; the terminal must say it too). tests/test_multi.py::test_merge_torch_says_lanes_left_out"""
+    ikp_alignment; the terminal must say it too).
+    tests/unit/host_decode/analysis/test_align.py::test_merge_torch_says_lanes_left_out"""
     from host_decode.writers.chrome_json import keep_lanes
 
     left = keep_lanes(trace, max_lanes)[1]

@@ -1,6 +1,6 @@
 """Output files of every `ikp` command: complete or absent, never over an input.
 
-Invariants (each guarded by tests/test_cli_safety.py):
+Invariants (each guarded by tests/unit/host_decode/cli/test_cli_safety.py):
 - An output never resolves, by path or by inode (hard links, symlinks), to one of the command's inputs
   or an input's sidecar (BUFFER.npy <-> BUFFER.json, TRACE -> TRACE.ikpcache.npz): `OutputError`. A
   capture's sidecar is `sidecar_of(capture)`, the one file the decoder reads (cap.bin -> cap.json too),
@@ -204,6 +204,10 @@ class OutputFiles:
             self._refuse_inputs(path)
             refuse_special(path)
             raise OutputError(f"{path}: exists and is not a directory; name a new directory or an existing one")
+        if Path(path).is_dir():
+            self._refuse_inputs(path)
+            raise OutputError(f"{path}: a folder of that name exists; name a new one (a folder is never written "
+                              "over, even with -f)")
         final = self.check(path)
         tmp = self._temp(final)
         try:

@@ -4,7 +4,7 @@ numpy scalars and arrays become Python values and lists, dict keys become str, t
 the one NaN rule: NaN and +-inf become null (strict JSON has neither). Anything else is returned as it
 is, so ``json.dumps`` still refuses a value that has no JSON form (a sidecar never carries one silently).
 
-Guarded by tests/test_jsonable.py.
+Guarded by tests/unit/host_decode/core/test_jsonable.py.
 """
 
 from __future__ import annotations

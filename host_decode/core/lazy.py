@@ -7,10 +7,11 @@ later accesses are plain attribute lookups.
 
 Invariants a change could break:
 * Every name of the table resolves to the object its module defines (identity, not a copy), and an
-  unknown name raises AttributeError, never RecursionError (tests/test_public_api.py).
-* ``from package import *`` works: every name in ``__all__`` is in the table (tests/test_public_api.py).
+  unknown name raises AttributeError, never RecursionError (tests/unit/host_decode/test_public_api.py).
+* ``from package import *`` works: every name in ``__all__`` is in the table
+  (tests/unit/host_decode/test_public_api.py).
 * ``import host_decode`` imports no numpy, and ``import ikp_cute`` neither torch nor cutlass
-  (tests/test_public_api.py, tests/test_device_compile.py::test_lazy_names_resolve).
+  (tests/unit/host_decode/test_public_api.py, tests/unit/ikp_cute/test_device_compile.py::test_lazy_names_resolve).
 """
 
 from __future__ import annotations

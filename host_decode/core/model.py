@@ -35,6 +35,24 @@ INSTANT_DTYPE = np.dtype(
     ]
 )
 
+# Payload instants (wire.PAYLOAD_IDS: FLAG_ADDR, FLAG_VALUE), one row each, with the record they belong to
+# (the record of their lane just before them in slot order: a user instant or the END of a paired region).
+# Rows are sorted by lane, then slot order: the payloads of one record are consecutive, `index` 0, 1, ...
+PAYLOAD_DTYPE = np.dtype(
+    [
+        ("lane", np.int32),
+        ("block", np.int32),
+        ("group", np.int32),
+        ("event", np.int16),  # the owning record's event id
+        ("kind", np.uint8),  # the owning record's type: wire.EventType.END (a region) or INSTANT
+        ("payload", np.int16),  # wire.FLAG_ADDR_EVENT_ID or wire.FLAG_VALUE_EVENT_ID
+        ("index", np.uint8),  # position among its record's payloads (0 = the first after the record)
+        ("value", np.uint32),  # the payload's 32 bits (the record's timer field)
+        ("ts_ns", np.int64),  # the owning record's time: the instant's, or the region's END
+        ("begin_ns", np.int64),  # a region's BEGIN time; = ts_ns for an instant
+    ]
+)
+
 LANE_DTYPE = np.dtype(
     [
         ("lane", np.int64),
@@ -129,6 +147,9 @@ class Trace:
     names: Names
     absolute: bool  # times are absolute %globaltimer ns
     meta: dict = dataclasses.field(default_factory=dict)  # sidecar facts (kernel, device, capacity, ...)
+    # PAYLOAD_DTYPE: the payload instants (flag addresses and values) with the record each belongs to; they
+    # are neither instants nor spans (statistics and trace files do not see them): docs/flags.md
+    payloads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, PAYLOAD_DTYPE))
 
     @property
     def num_lanes(self) -> int:
@@ -149,7 +170,8 @@ class Trace:
 
     def sm_of_lane(self, lane: np.ndarray) -> np.ndarray:
         """SM id per lane id (-1 unknown, also for a lane the lane table does not hold), vectorized. The one
-        SM-of-lane lookup of the writers (tests/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
+        SM-of-lane lookup of the writers
+        (tests/unit/host_decode/writers/test_perfetto.py::test_mixed_known_and_unknown_sm)."""
         lane = np.asarray(lane, np.int64)
         sm = np.full(lane.shape, -1, np.int64)
         known = self.lanes["lane"].astype(np.int64)
@@ -174,13 +196,14 @@ LOSS_BUCKETS = (
     "malformed",
     "impossible_span",  # both records of a pair whose END is before its BEGIN (corrupted timer bits)
     "impossible_time",  # a record whose timer jumps >= 2**31 ns from both neighbours and back (a flipped bit)
+    "payload_orphan",  # a payload instant without its record (none before it, or one that was lost: docs/flags.md)
 )
 
 
 @dataclasses.dataclass
 class LossReport:
     """Every non-zero slot after the header lands in exactly one bucket; the buckets add up to
-    ``nonzero_slots`` (checked at construction; tests/test_decode.py fuzzes it)."""
+    ``nonzero_slots`` (checked at construction; tests/unit/host_decode/core/test_decode.py fuzzes it)."""
 
     nonzero_slots: int
     totals: dict[str, int]
@@ -199,7 +222,7 @@ class LossReport:
         t = self.totals
         return (
             t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + t["impossible_span"]
-            + t["impossible_time"] + self.dropped_on_device
+            + t["impossible_time"] + t["payload_orphan"] + self.dropped_on_device
         )
 
     def to_json(self) -> dict:

@@ -3,7 +3,7 @@ sees (`read_owned`, used by host_decode.load.capture.load_capture), whose pages 
 the kernel once every chunk that reads them is decoded.
 
 Invariants a change could break, with the test guarding each
-(tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one):
+(tests/unit/host_decode/core/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one):
 * An owned buffer decodes exactly like the same buffer read by np.load.
 * A buffer of anyone else (a caller's array, a torch tensor's view) is never touched: only an array over an
   `OwnedBuffer` (found through views by `mapping_of`) is released.
@@ -63,8 +63,8 @@ class PageRelease:
     """Hands the pages of an owned buffer (OwnedBuffer) back to the kernel once every chunk that reads them is
     decoded: chunks go column by column, so after columns [0, c1) of every row are done, the whole pages
     inside each row's prefix are. Peak memory is then about the span table, not buffer + span table
-    (tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one). A buffer of anyone else is
-    never touched."""
+    (tests/unit/host_decode/core/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one). A buffer of anyone else
+    is never touched."""
 
     def __init__(self, buf: np.ndarray, stride: int) -> None:
         self.map = mapping_of(buf) if hasattr(mmap, "MADV_DONTNEED") else None

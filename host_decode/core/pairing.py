@@ -2,14 +2,14 @@
 
 Invariants a change could break, with the test guarding each:
 * Pairing is a stack per (lane, event id): an END pairs with the latest open BEGIN of its id in its lane;
-  an END at depth 0 is unmatched, a BEGIN left open is unmatched (tests/test_decode.py::
+  an END at depth 0 is unmatched, a BEGIN left open is unmatched (tests/unit/host_decode/core/test_decode.py::
   test_nested_overlap_and_every_bucket, ::test_recursive_same_id_three_deep).
 * A span's depth is the number of paired regions of its lane open at its BEGIN, whatever their ids
-  (tests/test_decode.py::test_recursive_same_id_three_deep, tests/test_decode_timeline.py::
-  test_span_rows_round_trip_every_field).
+  (tests/unit/host_decode/core/test_decode.py::test_recursive_same_id_three_deep,
+  tests/unit/host_decode/core/test_decode_timeline.py:: test_span_rows_round_trip_every_field).
 * The fast path (balanced, properly nested lanes: one pass per nesting level) and the general path (a
-  radix sort by (event, lane) and nesting level) pair alike: tests/test_decode_props.py checks random
-  programs, nested and overlapping, against a per-record reference. No Python loop per record on either.
+  radix sort by (event, lane) and nesting level) pair alike: tests/unit/host_decode/core/test_decode_props.py checks
+  random programs, nested and overlapping, against a per-record reference. No Python loop per record on either.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ def infer_write_stride(body: np.ndarray, num_lanes: int) -> int:
     buffer: unless it leaves none of them malformed, the candidate that leaves the fewest is taken (the
     proposal, the gcd over every record, the most common offset, num_lanes, in that order on ties); a
     buffer whose sampled records all sit in one row proposes a multiple of the stride, and one corrupted
-    tag makes every gcd wrong. Guarded by tests/test_decode.py::test_inferred_stride_is_checked and
-    test_one_corrupted_tag_does_not_break_stride_inference."""
+    tag makes every gcd wrong. Guarded by tests/unit/host_decode/core/test_decode.py::test_inferred_stride_is_checked
+    and test_one_corrupted_tag_does_not_break_stride_inference."""
     sample = 1 << 16
     windows = []
     for a, b in sorted([(0, sample), (num_lanes, num_lanes + sample), (body.size - sample, body.size)]):
@@ -93,7 +93,7 @@ def check_stride(value: Any, what: str, num_lanes: int, body_slots: int, source:
     """An integer stride (never a string, float or bool: "8", 8.0, NaN and True are refused) between
     num_lanes and the buffer's length, checked before anything is sized by it (a stride far past the
     buffer would otherwise cost memory in proportion to the stride).
-    Guarded by tests/test_decode.py::test_bad_write_stride_is_a_decode_error."""
+    Guarded by tests/unit/host_decode/core/test_decode.py::test_bad_write_stride_is_a_decode_error."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise DecodeError(f"{what} must be an integer, got {value!r} ({type(value).__name__})", source=source)
     stride = int(value)

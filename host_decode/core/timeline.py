@@ -3,13 +3,14 @@
 Invariants a change could break, with the test guarding each:
 * Lanes without anchors are placed by the signed 32-bit distance of their first timer word to a reference
   lane's (lanes of one launch start far less than 2**31 ns apart): `aligned`
-  (tests/test_decode_timeline.py).
+  (tests/unit/host_decode/core/test_decode_timeline.py).
 * While chunks are decoded, `Timeline.origins` chooses each lane's origin as the final assembly will from
   what it has seen so far, so times usually come out final with no extra pass; where it could not know
   (an anchor later in the buffer, an origin past 2**62 ns) the assembly adds the difference
-  (tests/test_decode_timeline.py, tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one).
+  (tests/unit/host_decode/core/test_decode_timeline.py,
+  tests/unit/host_decode/core/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one).
 * A record whose timer jumps >= 2**31 ns away from both neighbours of its lane and back is a flipped
-  high bit, never a long region: `timer_outliers` (tests/test_decode.py::test_flipped_timer_bit_*,
+  high bit, never a long region: `timer_outliers` (tests/unit/host_decode/core/test_decode.py::test_flipped_timer_bit_*,
   ::test_one_long_step_is_kept_even_between_unrelated_records).
 """
 
@@ -59,7 +60,8 @@ def timer_outliers(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     flipped high timer bit (the steps are ~2**31 there and ~2**31 back). A single long step (a region
     longer than 2**31 ns with nothing inside, a lane idle that long) is kept. The one legal history this
     sets aside: a lane idle for more than 2**31 ns (2.1 s) just before AND just after one record, which
-    32-bit timers cannot tell from a flipped bit. tests/test_decode.py::test_flipped_timer_bit_*."""
+    32-bit timers cannot tell from a flipped bit.
+    tests/unit/host_decode/core/test_decode.py::test_flipped_timer_bit_*."""
     if t.size < 3:
         return np.zeros(0, np.int64)
     step = np.subtract(t[1:], t[:-1])

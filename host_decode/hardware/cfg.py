@@ -1,7 +1,7 @@
 """Control-flow graph of one SASS function (by instruction index) for pc2region.
 
-Invariants (tests/test_pc2region.py): predicated branches both jump and fall through; EXIT / RET end a
-path; a CALL has a summary edge to its return site and ``callees`` names the callee entries (one for a
+Invariants (tests/unit/host_decode/hardware/test_pc2region.py): predicated branches both jump and fall through; EXIT /
+RET end a path; a CALL has a summary edge to its return site and ``callees`` names the callee entries (one for a
 direct call; every subroutine of the section for an indirect ``CALL.REL.NOINC R6``, reported in
 ``problems``: test_suite_indirect_call); a jump table's BRX goes to its ``BRANCH_TARGETS`` only
 (test_suite_jump_table)

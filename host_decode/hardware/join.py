@@ -12,8 +12,8 @@ Rules (they held up on real H200 data, docs/pc2region.md):
 * Sum counts and samples per reason over a region's PCs, then divide (fractions are never averaged);
   ratios are recomputed from summed numerators and denominators.
 * Every PC lands in exactly one bucket: a region path or ``<outside>`` / ``<ambiguous>`` /
-  ``<unreachable>``; per-bucket sums equal the input totals (tests/test_join.py checks conservation).
-  Inclusive rows sum a path and every path below it (``mainloop`` includes ``mainloop/mma``).
+  ``<unreachable>``; per-bucket sums equal the input totals (tests/unit/host_decode/hardware/test_join.py checks
+  conservation). Inclusive rows sum a path and every path below it (``mainloop`` includes ``mainloop/mma``).
 * Instructions that exist only for the markers are also summed separately (``marker_*`` columns), as
   the instrumentation's own cost inside each region.
 """

@@ -2,10 +2,11 @@
 marker's tag out of the code ptxas emits for it).
 
 A value is ``Bits(mask, value, timer)``: ``mask`` marks the bits known, ``timer`` the indices of the
-``%globaltimer`` reads it derives from. Invariants (tests/test_pc2region.py): a bit is marked known only
-when every path that may define the register agrees on it (test_predicated_tag_definitions_under_the_same_guard,
-test_guard_rewritten_between_def_and_store_is_not_trusted); the tag shapes ptxas emits (MOV, IMAD.MOV,
-IADD3, LEA, LOP3, HFMA2 fp16 pairs) evaluate exactly (test_tag_shapes_hfma2_lop3_iadd3_lea).
+``%globaltimer`` reads it derives from. Invariants (tests/unit/host_decode/hardware/test_pc2region.py): a bit is marked
+known only when every path that may define the register agrees on it
+(test_predicated_tag_definitions_under_the_same_guard, test_guard_rewritten_between_def_and_store_is_not_trusted); the
+tag shapes ptxas emits (MOV, IMAD.MOV, IADD3, LEA, LOP3, HFMA2 fp16 pairs) evaluate exactly
+(test_tag_shapes_hfma2_lop3_iadd3_lea).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ kernel in its SASS, their tags recovered, and the instructions that only serve t
 * The instrumentation's cost: the instructions that only feed markers (timer reads, tag arithmetic,
   address math used by nothing else).
 
-Invariants, and the tests that guard them (tests/test_pc2region.py): exact markers and cost on real cubins
-(::test_markers_cubin_markers_and_cost, ::test_instrumentation_cost_claims_only_marker_feeding_code); every
+Invariants, and the tests that guard them (tests/unit/host_decode/hardware/test_pc2region.py): exact markers and cost on
+real cubins (::test_markers_cubin_markers_and_cost, ::test_instrumentation_cost_claims_only_marker_feeding_code); every
 tag shape ptxas emits (::test_tag_shapes_hfma2_lop3_iadd3_lea, ::test_timer_in_low_register_and_cs2r,
 ::test_sm120_cs2ur_timer_reads_are_markers); guarded tag definitions
 (::test_predicated_tag_definitions_under_the_same_guard, ::test_guard_rewritten_between_def_and_store_is_not_trusted);

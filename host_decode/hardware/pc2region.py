@@ -23,8 +23,8 @@ known_bits (tag values), markers (steps 1-2), region_stacks (step 3), region_map
    its path (event names joined by "/"), several -> ``<ambiguous>``.
 
 A linear scan between markers is wrong (unrolled loops duplicate markers, subroutines sit after EXIT,
-loads move across markers); tests/test_pc2region.py checks maps of real cubins against the known
-program structure.
+loads move across markers); tests/unit/host_decode/hardware/test_pc2region.py checks maps of real cubins against the
+known program structure.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """RegionMap: the per-PC region assignment of one kernel, its JSON form (``ikp-pc2region-v1``) and loader.
 
-Invariants (tests/test_pc2region.py test_map_json_round_trip, test_load_map_refuses_garbage): every PC has
-exactly one path; the special buckets ``<outside>``, ``<ambiguous>``, ``<unreachable>`` are always the first
-three paths; JSON round-trips exactly; a malformed map is refused with the key or column at fault.
+Invariants (tests/unit/host_decode/hardware/test_pc2region.py test_map_json_round_trip, test_load_map_refuses_garbage):
+every PC has exactly one path; the special buckets ``<outside>``, ``<ambiguous>``, ``<unreachable>`` are always the
+first three paths; JSON round-trips exactly; a malformed map is refused with the key or column at fault.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ RET end, CALL enters the subroutine with a return address (states carry a call s
 from two regions is seen in both and correctly returns to each caller), indirect branches go to every label
 of the function. The timer reads bounding a region belong to it.
 
-Invariants, and the tests that guard them (tests/test_pc2region.py): calls return to their own call site
-(::test_calls_return_to_their_own_call_site, ::test_subroutines_after_exit_follow_their_call_site); two paths
+Invariants, and the tests that guard them (tests/unit/host_decode/hardware/test_pc2region.py): calls return to their own
+call site (::test_calls_return_to_their_own_call_site, ::test_subroutines_after_exit_follow_their_call_site); two paths
 with different regions are ambiguous (::test_two_paths_with_different_regions_are_ambiguous); a guard branch
 over a lone marker does not split its region (::test_guard_branch_over_a_lone_marker_does_not_split_the_region);
 correlated branches stay balanced (::test_correlated_branches_on_one_predicate_stay_balanced); a BEGIN without

@@ -16,7 +16,7 @@ Operand semantics (second half): which registers an instruction may write (``may
 the opcode's modifiers, MMA accumulator ranges from the shape) and read (``uses``, widths per operand
 from ``source_width``), which instructions read %globaltimer (``reads_timer``), when it may not take
 effect (``conditional``), and when the next PC is not its successor (``ends_flow``). Guarded by
-tests/test_pc2region.py (test_mma_accumulator_width, test_source_operand_widths,
+tests/unit/host_decode/hardware/test_pc2region.py (test_mma_accumulator_width, test_source_operand_widths,
 test_sm120_cs2ur_timer_reads_are_markers, the hand-written listings and the real cubins).
 """
 

@@ -2,7 +2,8 @@
 (stats, diff, waits, report, view) works on them: NVIDIA IKET (its decoded JSON and its .pftrace) and
 Triton Proton's intra-kernel mode (its Chrome trace).
 
-Invariants a change could break (tests/test_interop.py guards each, on real files in examples/interop/):
+Invariants a change could break (tests/unit/host_decode/interop/test_interop.py guards each, on real files in
+examples/interop/):
 * Detection is by content, never by extension alone: :func:`detect` reads the first bytes.
 * Every foreign record is a span, an instant, or counted in the loss report's ``malformed`` bucket with a
   reason (a record of no kernel or grid: in the first one's report); what the foreign format cannot tell

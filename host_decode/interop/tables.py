@@ -3,8 +3,8 @@ its (block, warp), times in int64, event ids, and per-lane facts. The loss repor
 record: a span is two records (begin + end), an instant one; unusable records go to ``malformed`` with
 a reason.
 
-Limits every reader applies (tests/test_interop.py guards each): a time is an int (not a bool) with
-|t| < TIME_LIMIT, so that the difference of two times fits int64; a warp index is below MAX_GROUPS and a
+Limits every reader applies (tests/unit/host_decode/interop/test_interop.py guards each): a time is an int (not a bool)
+with |t| < TIME_LIMIT, so that the difference of two times fits int64; a warp index is below MAX_GROUPS and a
 block index below MAX_BLOCKS, so that no table sized by an index can be absurd. An event past a limit is
 counted in ``malformed``; a launch whose stated shape (grid, block size) is past one is a DecodeError."""
 

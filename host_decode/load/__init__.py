@@ -7,5 +7,5 @@
   traces through host_decode.interop, the --names file), loaded in one place.
 
 The stage imports core, interop and torch_traces only; analysis and everything downstream import it
-(tests/test_layout.py).
+(tests/unit/test_layout.py).
 """

@@ -4,15 +4,16 @@ sidecar adds names and facts, and `mode` / `write_stride`, which the decoder fol
 
 Invariants a change could break, with the test guarding each:
 * save_capture then load_capture gives back the buffer's trace with the names and facts saved
-  (tests/test_decode.py::test_capture_round_trip_and_bad_files, tests/test_public_api.py).
+  (tests/unit/host_decode/core/test_decode.py::test_capture_round_trip_and_bad_files,
+  tests/unit/host_decode/test_public_api.py).
 * A save is atomic: an interrupted save leaves the previous capture, never a buffer without its sidecar
-  or a truncated one (tests/test_cli_safety.py::test_save_capture_is_atomic).
+  or a truncated one (tests/unit/host_decode/cli/test_cli_safety.py::test_save_capture_is_atomic).
 * What is saved is validated by the one sidecar schema before anything is written, and what is loaded
-  before anything is decoded (tests/test_sidecar.py).
+  before anything is decoded (tests/unit/host_decode/load/test_sidecar.py).
 * A .npy is never unpickled, and a file that is no .npy array is a DecodeError naming it
-  (tests/test_decode.py::test_capture_round_trip_and_bad_files).
+  (tests/unit/host_decode/core/test_decode.py::test_capture_round_trip_and_bad_files).
 * load_capture decodes from memory only its decode sees, handed back page by page (core/pages.py;
-  tests/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one).
+  tests/unit/host_decode/core/test_decode.py::test_owned_buffer_decodes_like_a_loaded_one).
 """
 
 from __future__ import annotations

@@ -7,16 +7,18 @@ host_decode.analysis.sessions, which puts the launches of a session on one timel
 load_parts) and keeps the session analysis.
 
 Invariants a change could break, with the test guarding each:
-* A file is recognised by its content, whatever its name (interop.detect): tests/test_interop.py.
+* A file is recognised by its content, whatever its name (interop.detect):
+  tests/unit/host_decode/interop/test_interop.py.
 * ``--names`` / ``--write-stride`` name and lay out ikp captures; a foreign trace, which carries its own,
-  refuses them (tests/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused), and they reach every
-  capture a command decodes (tests/test_cli_grammar.py::test_names_flag_names_the_captures).
+  refuses them (tests/unit/host_decode/cli/test_cli_errors.py::test_names_on_a_foreign_trace_is_refused), and they reach
+  every capture a command decodes (tests/unit/host_decode/cli/test_cli_grammar.py::test_names_flag_names_the_captures).
 * A folder that holds no capture is an error saying why (a ring summary's counts when there is one), never
-  an empty session (tests/test_multi.py, tests/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
+  an empty session (tests/unit/host_decode/analysis/test_multi.py,
+  tests/unit/ikp_cute/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
 * JSON that no reader takes is named as what it looks like, never reported as a broken .npy buffer
-  (tests/test_interop.py).
+  (tests/unit/host_decode/interop/test_interop.py).
 * A names file is a JSON object with 'events' and/or 'groups'; anything else is an error naming the file
-  (tests/test_cli_errors.py::test_names_of_the_wrong_shape).
+  (tests/unit/host_decode/cli/test_cli_errors.py::test_names_of_the_wrong_shape).
 """
 
 from __future__ import annotations
@@ -48,8 +50,18 @@ def load_launches(paths: Iterable[str | os.PathLike], progress: bool | None = No
     """Every launch of `paths` (files and folders, see the module docstring). `names` and `write_stride`
     (``--names``, ``--write-stride``) apply to every ikp capture, over its sidecar's."""
     paths = [Path(p) for p in paths]
+    files = input_files(paths)
+    traces: list[Trace] = []
+    for f in _progress(files, "decode", progress):
+        traces.extend(load_file(f, names=names, write_stride=write_stride))
+    return Launches(traces, single=len(paths) == 1 and not paths[0].is_dir() and len(traces) == 1)
+
+
+def input_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """The files of `paths`: a file as given, a folder's *.npy captures in name order (a folder holding none
+    is an error saying why)."""
     files: list[Path] = []
-    for p in paths:
+    for p in map(Path, paths):
         if p.is_dir():
             found = sorted(p.glob("*.npy"))
             if not found:  # a folder that holds no capture would otherwise drop out of the session silently
@@ -59,10 +71,38 @@ def load_launches(paths: Iterable[str | os.PathLike], progress: bool | None = No
             files.append(p)
     if not files:
         raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
-    traces: list[Trace] = []
-    for f in _progress(files, "decode", progress):
-        traces.extend(load_file(f, names=names, write_stride=write_stride))
-    return Launches(traces, single=len(paths) == 1 and not paths[0].is_dir() and len(traces) == 1)
+    return files
+
+
+class CaptureFiles:
+    """The files of `paths` as input_files lists them, held compactly for inputs of very many captures (a
+    folder's names as one numpy bytes array, ~15 bytes a capture): `len()` and iteration in order, each file as
+    a str path."""
+
+    def __init__(self, paths: Iterable[str | os.PathLike]):
+        import numpy as np
+
+        self.groups = []  # (folder or "", names as bytes)
+        for p in map(Path, paths):
+            if p.is_dir():
+                with os.scandir(p) as it:
+                    names = [os.fsencode(e.name) for e in it if e.name.endswith(".npy") and not e.name.startswith(".")]
+                if not names:
+                    raise ValueError(f"{p}: {no_captures_reason(p)}")
+                self.groups.append((str(p), np.sort(np.array(names, dtype=bytes))))
+            else:
+                self.groups.append(("", np.array([os.fsencode(str(p))], dtype=bytes)))
+        if not self.groups:
+            raise ValueError("no captures given (expected BUFFER.npy files or directories holding them)")
+
+    def __len__(self) -> int:
+        return sum(names.size for _, names in self.groups)
+
+    def __iter__(self):
+        for folder, names in self.groups:
+            for name in names:
+                name = os.fsdecode(bytes(name))
+                yield os.path.join(folder, name) if folder else name
 
 
 def load_file(path: str | os.PathLike, names: Names | None = None, write_stride: int | None = None) -> list[Trace]:

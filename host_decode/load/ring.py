@@ -5,12 +5,12 @@ always writes, so that a window that recorded nothing still leaves its counts.
 Invariants a change could break, with the test guarding each:
 * The ring block is checked by the one schema (load.sidecar.RING_BLOCK) wherever it is read: a bad count
   is a DecodeError naming the file and the key
-  (tests/test_sidecar.py::test_every_key_refuses_a_value_outside_its_set).
+  (tests/unit/host_decode/load/test_sidecar.py::test_every_key_refuses_a_value_outside_its_set).
 * The summary is written by the one writer (load.sidecar.sidecar_text, atomically) and read back by
   `no_captures_reason`: a folder holding no capture but a summary is refused saying why the ring left no
-  capture (tests/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
+  capture (tests/unit/ikp_cute/test_ring.py::test_save_of_a_window_that_never_opened_says_so).
 * `ring_counts` / `describe_ring` are the one reading of the counts that ``ikp stats`` and ``ikp report``
-  show (tests/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
+  show (tests/unit/ikp_cute/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
 """
 
 from __future__ import annotations

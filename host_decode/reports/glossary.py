@@ -23,6 +23,8 @@ GLOSSARY: dict[str, tuple[str, str]] = {  # term -> (where, meaning)
     "impossible_span": ("decode", "a region whose end is before its begin (corrupted timer bits): set aside"),
     "impossible_time": ("decode", "a record whose time jumps 2^31 ns or more from both neighbours and back (a "
                                   "flipped bit): set aside"),
+    "payload_orphan": ("decode", "a payload record (a flag's address or value) whose own record was not kept: "
+                                 "none before it, or one set aside"),
     "dropped on device": ("decode", "records a full lane could not write, counted on the device"),
     "write_stride": ("decode", "slots between two records of a lane in the buffer"),
     "absolute time": ("decode", "times from the GPU's global timer (comparable across launches); relative: from "
@@ -58,6 +60,15 @@ GLOSSARY: dict[str, tuple[str, str]] = {  # term -> (where, meaning)
     "critical path": ("waits", "walked back from each block's last lane: its work, and the waits that chained it to "
                                "other roles' work, as shares of the block's time"),
     "timer step": ("waits", "the resolution of the recorded times (the gcd of the data, or the hardware's)"),
+    "exact": ("waits", "an async unit's use (TMA load, UMMA) whose issue and ready were both measured"),
+    "bounded": ("waits", "an async unit's use with only its issue, its ready, or neither measured: the latency lies "
+                         "between the least and the most its bounds allow"),
+    "open": ("waits", "an async unit's use with a bound missing: no latency can be given"),
+    "clock error": ("waits", "how far a rank's clock offset may be off (its sidecar's clock_error_ns; '?' when it "
+                             "states none)"),
+    "unmatched": ("waits", "flag waits no recorded signal released (the reasons table says why)"),
+    "after signal": ("waits", "from the releasing signal to the end of the wait it released"),
+    "released by": ("waits", "the rank, block and warp whose signal ended the wait"),
     # diff
     "delta": ("diff", "(B - A) / A of the metric (mean or p50), in percent"),
     "95% CI": ("diff", "the 95% confidence interval of the delta (Welch)"),

@@ -12,7 +12,8 @@ and writes the page; what it shows is computed elsewhere:
 * extra tabs (REPORT_VIEWS): the timeline (host_decode.reports.timeline) and pipeline waits
   (host_decode.analysis.waits).
 
-Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report*.py read back:
+Data schema (``format`` = REPORT_FORMAT) -- what tests/unit/host_decode/reports/test_report*.py and
+tests/browser/test_report*_browser.py read back:
   kernel {facts}, loss {...}, regions [per (group, event) row: stats, histogram (hist_log: geometric
   bins), exclusive_ns, parent_key, hw {.., shared_by} ], analysis {...} | null, sm [per-SM rows],
   hardware {join summary} | null, paths [per region path], pcs {columnar} | null,
@@ -21,13 +22,15 @@ Data schema (``format`` = REPORT_FORMAT) -- what tests/test_report*.py read back
   host_decode.reports.timeline).
 
 Invariants, and the tests that guard them:
-- the blob is strict JSON that no text in the data can end early (tests/test_report.py::
+- the blob is strict JSON that no text in the data can end early (tests/unit/host_decode/reports/test_report.py::
   test_blob_is_strict_json_and_survives_hostile_text);
-- the page's numbers are the analyses' (tests/test_report.py::test_timeline_data_matches_stats_and_loss,
+- the page's numbers are the analyses'
+  (tests/unit/host_decode/reports/test_report.py::test_timeline_data_matches_stats_and_loss,
   ::test_analysis_section_matches_analysis_module); what is missing says how to collect it
   (::test_map_without_hardware_says_so, ::test_without_analysis_module_the_page_says_so);
-- an extra view embeds its data and script (tests/test_report_timeline.py::test_view_registry_embeds_data_and_script);
-- the page fits 1600x1000 in every view with nothing cut (tests/test_report_layout_browser.py).
+- an extra view embeds its data and script
+  (tests/unit/host_decode/reports/test_report_timeline.py::test_view_registry_embeds_data_and_script);
+- the page fits 1600x1000 in every view with nothing cut (tests/browser/test_report_layout_browser.py).
 """
 
 from __future__ import annotations
@@ -238,7 +241,7 @@ class ReportView:
     """An extra tab of the page: ``build(trace, options)`` (options: build_report_data's view options)
     gives the JSON-ready data the page embeds under ``key`` (None: nothing to show), and ``asset`` (a file
     in reports/assets/) is the script that draws it; the script registers its tab with
-    ``window.__ikp.addView(key, label, render)`` (tests/test_report_timeline.py::
+    ``window.__ikp.addView(key, label, render)`` (tests/unit/host_decode/reports/test_report_timeline.py::
     test_view_registry_embeds_data_and_script)."""
 
     key: str

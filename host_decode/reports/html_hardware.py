@@ -4,11 +4,14 @@ regions; SASS text and source files read from a cubin.
 
 Invariants, and the tests that guard them:
 - per-PC numbers belong to code paths: groups that run one region share its numbers and say so
-  (``shared_by``; tests/test_report_timeline.py::test_samples_shared_by_groups_running_the_same_code);
+  (``shared_by``;
+  tests/unit/host_decode/reports/test_report_timeline.py::test_samples_shared_by_groups_running_the_same_code);
 - per-PC samples are where the join counts them (drain samples moved to the PC they belong to, by the
   join's own function), so per-PC sums equal the per-region table
-  (tests/test_report.py::test_hardware_data_matches_join, ::test_sampling_only_and_counts_only_data);
-- hardware data that does not fit the map is refused (tests/test_report.py::test_mismatched_hardware_data_is_refused).
+  (tests/unit/host_decode/reports/test_report.py::test_hardware_data_matches_join,
+  ::test_sampling_only_and_counts_only_data);
+- hardware data that does not fit the map is refused
+  (tests/unit/host_decode/reports/test_report.py::test_mismatched_hardware_data_is_refused).
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@ with each line's cost and time.
 
 Invariants, and the tests that guard them:
 - with a map, lines get the region paths and cost of the PCs of the file shown (the longest common path
-  tail wins over a bare file name; tests/test_report.py::test_source_lines_coloured_from_map,
+  tail wins over a bare file name; tests/unit/host_decode/reports/test_report.py::test_source_lines_coloured_from_map,
   ::test_source_of_another_file_is_not_coloured_by_the_map);
 - without a map, regions come from the marker calls: `with profile_region(...)` blocks by indentation,
-  `begin` .. `end` by order (tests/test_report.py::test_marker_lines_without_map), and each
+  `begin` .. `end` by order (tests/unit/host_decode/reports/test_report.py::test_marker_lines_without_map), and each
   region-opening call's line carries that region's timeline totals
-  (tests/test_report_timeline.py::test_marker_line_totals_without_map);
+  (tests/unit/host_decode/reports/test_report_timeline.py::test_marker_line_totals_without_map);
 - instructions the DSL gives a decorator or `def` line are attributed by region path
-  (tests/test_report_timeline.py::test_def_line_attribution).
+  (tests/unit/host_decode/reports/test_report_timeline.py::test_def_line_attribution).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def def_line_attribution(lines: list[str], line_paths: dict, pcs: dict, rows: li
     DSL gives code it inlines without a location of its own (argument unpacking, library helpers, the
     jitted function's prologue) the location of the function itself. The map still knows each such
     instruction's region: per line, instructions and cost by region path, so the page can attribute
-    them (tests/test_report_timeline.py::test_def_line_attribution)."""
+    them (tests/unit/host_decode/reports/test_report_timeline.py::test_def_line_attribution)."""
     out = {}
     wanted = {int(k) for k in line_paths if 1 <= int(k) <= len(lines) and _DEF_LINE_RE.match(lines[int(k) - 1])}
     if not wanted:

@@ -2,7 +2,8 @@
 
 Glue between the analyses that place the parts (host_decode.analysis.sessions.shifts,
 host_decode.analysis.align.align) and the one Chrome JSON writer (host_decode.writers.chrome_json), which
-writes the regions. Guarded by tests/test_multi.py and tests/test_align.py.
+writes the regions. Guarded by tests/unit/host_decode/analysis/test_multi.py and
+tests/unit/host_decode/analysis/test_align.py.
 """
 
 from __future__ import annotations

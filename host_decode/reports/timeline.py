@@ -1,7 +1,7 @@
 """The Timeline tab's data (html.py embeds it under "timeline"; assets/timeline.js draws it): a few
 blocks span by span, and the launch's lanes-in-region curves.
 
-Invariants, and the tests that guard them (tests/test_report_timeline.py):
+Invariants, and the tests that guard them (tests/unit/host_decode/reports/test_report_timeline.py):
 - a block's embedded spans are exactly the trace's spans of that block (times from the launch start),
   unless it has more than TIMELINE_MAX_SPANS (then the longest, and ``left_out`` says how many were not)
   (test_timeline_view_data);

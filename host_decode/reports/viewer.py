@@ -10,12 +10,12 @@ processor downloads its binary at run time.
 
 Invariants, and the tests that guard them:
 - one HTTP origin serves the UI files and the trace, so the UI's ``#!/viewer?url=`` fetch is
-  same-origin (tests/test_view_browser.py::test_view_opens_capture_in_perfetto_ui);
+  same-origin (tests/browser/test_view_browser.py::test_view_opens_capture_in_perfetto_ui);
 - a capture (.npy) is written as .pftrace into a temporary folder that is removed on exit; a trace
-  file is served as it is, read-only: no input is ever written over (tests/test_view.py
+  file is served as it is, read-only: no input is ever written over (tests/unit/host_decode/reports/test_view.py
   ::test_capture_written_to_temp_dir_and_removed, ::test_trace_served_as_is);
 - only the UI folder and the one trace are served; no path escapes them, no symlink is followed out of
-  the UI folder, no folder is listed (tests/test_view.py::test_server_serves_only_ui_and_trace,
+  the UI folder, no folder is listed (tests/unit/host_decode/reports/test_view.py::test_server_serves_only_ui_and_trace,
   tests/unit/host_decode/reports/test_view_guarded.py::test_no_listings_and_no_symlinks_out_of_the_ui);
 - only its user gets anything: the URL printed carries a random token; a request without it (in the query,
   or in the HttpOnly cookie the first tokened request sets, so that the UI's own requests carry it) gets
@@ -29,7 +29,7 @@ Invariants, and the tests that guard them:
 - a client that drops a download is no error: nothing is printed (::test_dropped_downloads_are_silent);
 - the UI needs no cross-origin isolation: its bundles never use SharedArrayBuffer and read
   ``crossOriginIsolated`` only for the metatrace timer, so no COOP/COEP headers are sent
-  (tests/test_view_browser.py checks the trace loads with ``crossOriginIsolated`` false).
+  (tests/browser/test_view_browser.py checks the trace loads with ``crossOriginIsolated`` false).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def is_capture(path: str | os.PathLike) -> bool:
 
 def is_sidecar(path: Path) -> bool:
     """An ikp capture's BUFFER.json (format "ikp-v1"), which `ikp view` must not serve as a Chrome trace
-    (tests/test_view.py::test_sidecar_views_its_capture)."""
+    (tests/unit/host_decode/reports/test_view.py::test_sidecar_views_its_capture)."""
     if path.suffix.lower() != ".json" or path.stat().st_size > (1 << 20):  # sidecars are small
         return False
     import json

@@ -1,9 +1,9 @@
 """Analyses of a loaded torch trace (host_decode.torch_traces.columns.TorchTrace): ProfilerStep assignment,
 row selection, per-name tables, busy time and per-stream gap analysis. Definitions: README, `ikp kernels`.
 
-Invariants (tests/test_kernels.py): durations and gaps are computed on int64 ns (exact, for any time range the
-loader admits: test_gaps_exact_across_epoch_and_zero); every selected row is in exactly one table row; a GPU
-row belongs to the step in which its launch happened.
+Invariants (tests/unit/host_decode/torch_traces/test_kernels.py): durations and gaps are computed on int64 ns (exact,
+for any time range the loader admits: test_gaps_exact_across_epoch_and_zero); every selected row is in exactly one table
+row; a GPU row belongs to the step in which its launch happened.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ the guess fails; `workers > 1` parses the guessed pieces in spawned processes. W
 in a chunk (a huge event, a run of whitespace), the next read is as large as what is buffered, so every
 byte is scanned a bounded number of times: linear time in the file's size.
 
-Invariants, and the tests that guard them (tests/test_kernels.py): the exact scan takes over wherever the
-guess is fooled, with the same results (::test_boundary_lookalikes_inside_strings); malformed input is a
-DecodeError naming the event index and byte offset (::test_malformed_event_names_index_and_offset,
+Invariants, and the tests that guard them (tests/unit/host_decode/torch_traces/test_kernels.py): the exact scan takes
+over wherever the guess is fooled, with the same results (::test_boundary_lookalikes_inside_strings); malformed input is
+a DecodeError naming the event index and byte offset (::test_malformed_event_names_index_and_offset,
 ::test_malformed_traces); a truncated trace is a clear error (::test_truncated_trace_is_a_clear_error); the
 parallel and the serial parse give the same table (::test_parallel_workers_match_serial).
 """

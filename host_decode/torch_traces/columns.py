@@ -2,7 +2,7 @@
 Builder that turns parsed events into its columns, chunk by chunk (host_decode.torch_traces.chunks
 feeds it; host_decode.torch_traces.loader is the entry point).
 
-Invariants, and the tests that guard them (tests/test_kernels.py):
+Invariants, and the tests that guard them (tests/unit/host_decode/torch_traces/test_kernels.py):
 - every element of `traceEvents` is counted: complete events ("ph": "X") become rows, the others are
   counted per phase; X events that cannot be timed (no numeric ts/dur, a negative dur, ts or ts + dur beyond
   TIME_LIMIT_US) are counted under a reason (timing_faults), never dropped silently

@@ -16,7 +16,7 @@ path. `workers > 1` parses chunks in that many processes.
 The table and its builder are host_decode.torch_traces.columns, the chunked parse
 host_decode.torch_traces.chunks; this module loads (with the cache) and reads whole documents.
 
-Invariants a change could break (guarded by tests/test_kernels.py):
+Invariants a change could break (guarded by tests/unit/host_decode/torch_traces/test_kernels.py):
 - every element of `traceEvents` is counted: complete events ("ph": "X") become rows, the others are
   counted per phase in `meta["phases"]`; X events that cannot be timed (no numeric ts/dur, a negative dur,
   ts or ts + dur beyond TIME_LIMIT_US) are counted in `meta["skipped"]` under a reason (`timing_faults`),

@@ -6,7 +6,7 @@
 What is written is chosen by one TraceOptions (host_decode.writers.options); the Perfetto writer draws
 the options' overlays (host_decode.writers.overlays) from the trace itself, so `ikp decode -o`, `ikp view`
 and ``write_trace(trace, path)`` write the same bytes for the same capture and options
-(tests/test_flows_counters.py::test_three_paths_same_bytes).
+(tests/unit/host_decode/writers/test_flows_counters.py::test_three_paths_same_bytes).
 """
 
 from __future__ import annotations

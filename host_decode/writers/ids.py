@@ -3,7 +3,8 @@ dense lookup table for ids of modest range (lanes, event ids) and by a sort or b
 
 Invariants, and the tests that guard them: each equals its plain numpy spelling (np.unique, np.isin,
 np.searchsorted) on the ids the writers meet; the writers' byte-identical outputs
-(tests/test_perfetto.py, tests/test_chrome_json.py, tests/test_golden_outputs.py) go through them.
+(tests/unit/host_decode/writers/test_perfetto.py, tests/unit/host_decode/writers/test_chrome_json.py,
+tests/golden/test_golden_outputs.py) go through them.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ back-to-back regions of one lane never count twice. They add about two samples a
 (TraceOptions(lane_counters="auto")) they are written only for traces of at most LANE_COUNTERS_AUTO regions.
 
 Invariants, and the tests that guard them: a lane counts once however deep its regions of one id nest
-(tests/test_perfetto.py::test_lanes_inside_counts_lanes_once); the counters of random traces equal a count
-from the spans (tests/test_chrome_json.py::test_random_traces).
+(tests/unit/host_decode/writers/test_perfetto.py::test_lanes_inside_counts_lanes_once); the counters of random traces
+equal a count from the spans (tests/unit/host_decode/writers/test_chrome_json.py::test_random_traces).
 """
 
 from __future__ import annotations

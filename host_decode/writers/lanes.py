@@ -7,8 +7,8 @@ stream run by run in bounded memory. A one-pass writer uses lane_facts (every sp
 track) and checks each run as it orders it; a two-pass writer first finds the sub-track moves (lane_table).
 
 Invariants, and the tests that guard them: runs of a few lanes give the same file as one run
-(tests/test_perfetto.py::test_lexsort_order_and_chunking_give_the_same_file); one pass and two passes give
-the same bytes where one pass applies (::test_one_pass_falls_back_to_two); a table out of lane order is read
+(tests/unit/host_decode/writers/test_perfetto.py::test_lexsort_order_and_chunking_give_the_same_file); one pass and two
+passes give the same bytes where one pass applies (::test_one_pass_falls_back_to_two); a table out of lane order is read
 through a stable permutation (::test_unsorted_span_table).
 """
 

@@ -15,9 +15,10 @@ what each layer needs of it; no layer re-declares the choices one by one. The fi
 
 Invariants, and the tests that guard them:
 - options are validated when made: an unknown lane_counters spelling or overlay name is a ValueError
-  naming it (tests/test_flows_counters.py::test_trace_options_are_checked);
+  naming it (tests/unit/host_decode/writers/test_flows_counters.py::test_trace_options_are_checked);
 - the same trace and options give the same bytes whichever entry point writes them (``ikp decode -o``,
-  ``ikp view``, ``host_decode.write_trace``; tests/test_flows_counters.py::test_three_paths_same_bytes).
+  ``ikp view``, ``host_decode.write_trace``;
+  tests/unit/host_decode/writers/test_flows_counters.py::test_three_paths_same_bytes).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ and the other order silently nests back-to-back slices.
 The order is computed on runs of whole lanes (host_decode.writers.lanes); the sub-tracks that keep
 slices nested come from it (host_decode.writers.subtracks).
 
-Guarded by tests/test_perfetto.py (test_file_order_is_merged_stream_order against the slow reference in
-tests/stream_oracle.py, test_equal_timestamps_end_before_begin, test_overlap_goes_to_sibling_track,
-test_random_traces_nest, test_lexsort_order_and_chunking_give_the_same_file) and tests/test_chrome_json.py.
+Guarded by tests/unit/host_decode/writers/test_perfetto.py (test_file_order_is_merged_stream_order against the slow
+reference in tests/support/stream_oracle.py, test_equal_timestamps_end_before_begin, test_overlap_goes_to_sibling_track,
+test_random_traces_nest, test_lexsort_order_and_chunking_give_the_same_file) and
+tests/unit/host_decode/writers/test_chrome_json.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ What the file holds (one packet sequence, ``SEQUENCE_ID``):
    record is placed at its byte offset, which counts of the events before it give;
 4. counter samples (``TYPE_COUNTER``): the lanes-inside counters, then each CounterSeries of the overlay;
 5. the overlay's flows: per dependency a ``TYPE_INSTANT`` on the source lane's group track carrying ``flow_ids`` and
-   one on the destination lane's carrying ``terminating_flow_ids`` (name: the flow kind).
+   one on the destination lane's carrying ``terminating_flow_ids`` (name: the flow kind);
+6. the overlay's slice sets (host_decode.writers.slice_sets): BEGIN / END on tracks of their own, names interned
+   from SLICE_IID_BASE, argument names from SLICE_ARG_IID_BASE.
 
 Streaming: the events are encoded and written one run of whole lanes at a time (lanes.lane_chunks), so
 memory beyond the span table stays bounded by a chunk. write_perfetto orders a run and lays out its
@@ -22,7 +24,7 @@ The track tree needs every lane's sub-track count first. write_perfetto streams 
 span on its lane's first track (a lane whose regions nest: the usual trace), checking each run's
 sub-tracks as it orders it; at the first run that needs sibling tracks it starts the file over with two
 passes (the first only orders and assigns sub-tracks, keeping nothing but the rare moves). Both give the
-same bytes where one pass applies (tests/test_perfetto.py::test_one_pass_falls_back_to_two).
+same bytes where one pass applies (tests/unit/host_decode/writers/test_perfetto.py::test_one_pass_falls_back_to_two).
 
 What goes in is one TraceOptions (host_decode.writers.options) and one Overlay: the flows and counter
 series the options' overlays draw from the trace (host_decode.writers.overlays), unless the caller gives
@@ -34,11 +36,11 @@ counters add about two samples per region, so by default (``lane_counters="auto"
 for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (a 1 M-record capture: 34-40 B per region without
 them).
 
-Invariants the importer needs, and the tests that guard them (tests/test_perfetto.py decodes the bytes
-with the official protos and replays what trace processor does):
+Invariants the importer needs, and the tests that guard them (tests/unit/host_decode/writers/test_perfetto.py decodes
+the bytes with the official protos and replays what trace processor does):
 - slices on one track nest strictly (test_overlap_goes_to_sibling_track, test_random_traces_nest);
 - the file's event order is the one order (test_file_order_is_merged_stream_order against the slow
-  reference tests/stream_oracle.py; test_equal_timestamps_end_before_begin, test_unsorted_span_table,
+  reference tests/support/stream_oracle.py; test_equal_timestamps_end_before_begin, test_unsorted_span_table,
   test_lexsort_order_and_chunking_give_the_same_file);
 - every interned id is defined in the first packet (test_interning_defined_before_use);
 - no field is unknown to the official protos; padded varints are valid protobuf (every test replays
@@ -70,6 +72,7 @@ from host_decode.writers import order as od
 from host_decode.writers.options import DEFAULT_OPTIONS, TraceOptions
 from host_decode.writers.overlays import Overlay, draw_overlays
 from host_decode.writers.protobuf import Layout, f_bytes, f_varint, packet, packet_layout, scatter_rows, uwidth
+from host_decode.writers.slice_sets import encode_slice_set
 from host_decode.writers.tracks import SEQUENCE_ID, TrackTree, build_track_tree
 
 # TrackEvent.Type / TracePacket.SequenceFlags (perfetto_trace.proto)
@@ -79,6 +82,8 @@ FIELD_FLOW_IDS, FIELD_TERMINATING_FLOW_IDS, FIELD_DOUBLE_COUNTER_VALUE = 47, 48,
 
 ARG_NAMES = ("block", "group", "sm", "lane", "event")  # debug-annotation names, iid = index + 1
 FLOW_IID_BASE = 1 << 11  # interned names of flow kinds: above every event iid (event id + 1 <= 1024)
+SLICE_IID_BASE = 1 << 12  # interned names of the overlay's slices: above the flow kinds (fewer than 2048)
+SLICE_ARG_IID_BASE = 64  # interned argument names of the overlay's slices: above ARG_NAMES' iids
 
 _CHUNK_ROWS = 1 << 15  # records built and placed this many at a time: their temporaries stay in cache
 
@@ -162,14 +167,18 @@ def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: 
     options = options or DEFAULT_OPTIONS
     overlay = draw_overlays(trace, options.overlays) if overlay is None else overlay
     overlay.check(trace)
+    if len(overlay.flow_kinds) > SLICE_IID_BASE - FLOW_IID_BASE:
+        raise ValueError(f"overlay: {len(overlay.flow_kinds)} flow kinds, at most {SLICE_IID_BASE - FLOW_IID_BASE}")
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
-            "flows": int(overlay.flows.size), "phases": {}}
+            "flows": int(overlay.flows.size), "overlay_slices": sum(ss.slices.size for ss in overlay.slice_sets),
+            "phases": {}}
     return _encode(trace, info, options, overlay, one_pass, deferred), info
 
 
 class SubTracksNeeded(Exception):
     """A one-pass stream met regions that overlap without nesting: its track tree had no sibling
-    tracks for them, so the stream is void (tests/test_perfetto.py::test_one_pass_falls_back_to_two)."""
+    tracks for them, so the stream is void
+    (tests/unit/host_decode/writers/test_perfetto.py::test_one_pass_falls_back_to_two)."""
 
 
 def _one_pass_else_two(encode, consume):
@@ -258,16 +267,20 @@ def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, o
     spans, instants = trace.spans, trace.instants
     args, series, flows = options.slice_args, overlay.counters, overlay.flows
     lane_counters = options.with_lane_counters(trace)
-    origin = _origin(trace, series, flows)
+    slice_sets = overlay.slice_sets
+    origin = _origin(trace, series, flows, slice_sets)
     chunks = ln.lane_chunks(spans, instants)
     table = _with_lanes(trace, ln.lane_facts(chunks) if one_pass else ln.lane_table(chunks, origin), flows)
     phase("order")
-    tree = build_track_tree(trace, table, counters=lane_counters and spans.size > 0, series=series)
+    tree = build_track_tree(trace, table, counters=lane_counters and spans.size > 0, series=series,
+                            slice_tracks=tuple(t for ss in slice_sets for t in ss.tracks))
     info["tracks"], info["overlap_tracks"] = tree.num_tracks, int(tree.overlap_tracks)
     widths = _widths(trace, table, tree, origin, args)
     phase("tracks")
     event_ids = ids.union(table.span_events, ids.present(instants["event"].astype(np.int64)))
-    yield _interning_packet(trace, event_ids, args, overlay.flow_kinds)
+    slice_names = tuple(n for ss in slice_sets for n in ss.names)
+    arg_names = tuple(dict.fromkeys(a for ss in slice_sets for a in ss.arg_names))
+    yield _interning_packet(trace, event_ids, args, overlay.flow_kinds, slice_names, arg_names)
     yield tree.descriptor_bytes(origin, trace.absolute)
     for oc in ln.ordered_chunks(chunks, origin, None if one_pass else table.subs):
         if one_pass and oc.sub.any():
@@ -288,15 +301,26 @@ def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, o
     if flows.size:
         yield _encode_flows(flows, tree, origin)
         phase("flows")
+    first_track, first_name = 0, 0
+    for ss in slice_sets:
+        uuid = tree.slice_uuid[first_track:first_track + len(ss.tracks)]
+        name_iid = SLICE_IID_BASE + first_name + np.arange(len(ss.names), dtype=np.int64)
+        arg_iid = SLICE_ARG_IID_BASE + np.array([arg_names.index(a) for a in ss.arg_names], np.int64)
+        if ss.slices.size:
+            yield encode_slice_set(ss, uuid, name_iid, arg_iid, origin, SEQUENCE_ID)
+        first_track, first_name = first_track + len(ss.tracks), first_name + len(ss.names)
+    if slice_sets:
+        phase("slice sets")
 
 
-def _origin(trace: Trace, series: tuple, flows: np.ndarray) -> int:
-    """The launch origin, moved earlier if a counter sample or flow end is earlier (timestamps are
-    unsigned)."""
+def _origin(trace: Trace, series: tuple, flows: np.ndarray, slice_sets: tuple = ()) -> int:
+    """The launch origin, moved earlier if a counter sample, flow end or overlay slice is earlier (timestamps
+    are unsigned)."""
     origin = od.trace_origin(trace)
     lows = [int(np.min(s.times_ns)) for s in series if len(s.times_ns)]
     if flows.size:
         lows += [int(flows["src_ns"].min()), int(flows["dst_ns"].min())]
+    lows += [int(ss.slices["start_ns"].min()) for ss in slice_sets if ss.slices.size]
     return min([origin] + lows)
 
 
@@ -346,15 +370,20 @@ def _widths(trace: Trace, table: ln.LaneTable, tree: TrackTree, origin: int, arg
     return w
 
 
-def _interning_packet(trace: Trace, event_ids: np.ndarray, args: bool, flow_kinds: tuple) -> bytes:
+def _interning_packet(trace: Trace, event_ids: np.ndarray, args: bool, flow_kinds: tuple, slice_names: tuple = (),
+                      slice_arg_names: tuple = ()) -> bytes:
     interned = bytearray()
     for e in event_ids.tolist():
         interned += f_bytes(2, f_varint(1, e + 1) + f_bytes(2, trace.names.event(e).encode()))
     for k, name in enumerate(flow_kinds):
         interned += f_bytes(2, f_varint(1, FLOW_IID_BASE + k) + f_bytes(2, str(name).encode()))
+    for k, name in enumerate(slice_names):
+        interned += f_bytes(2, f_varint(1, SLICE_IID_BASE + k) + f_bytes(2, str(name).encode()))
     if args:
         for i, a in enumerate(ARG_NAMES):
             interned += f_bytes(3, f_varint(1, i + 1) + f_bytes(2, a.encode()))
+    for i, a in enumerate(slice_arg_names):
+        interned += f_bytes(3, f_varint(1, SLICE_ARG_IID_BASE + i) + f_bytes(2, a.encode()))
     body = (
         f_varint(10, SEQUENCE_ID)
         + f_varint(13, SEQ_INCREMENTAL_STATE_CLEARED)

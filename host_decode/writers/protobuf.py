@@ -4,8 +4,8 @@ time with numpy, and the few scalar helpers the preamble (interning, track descr
 A record (``Layout``) is a sequence of constant bytes and padded-varint columns; every record of one
 layout has the same width, so a table of them is built as 64-bit words (``Layout.rows``) and each record
 placed at its byte offset in the file with one fancy assignment (``scatter_rows``). Padded varints
-(continuation bits on leading zero groups) are valid protobuf: tests/test_perfetto.py parses them with
-the official protos (test_padded_varints_parse, test_layout_widths_parse, test_scatter_rows_places_records).
+(continuation bits on leading zero groups) are valid protobuf: tests/unit/host_decode/writers/test_perfetto.py parses
+them with the official protos (test_padded_varints_parse, test_layout_widths_parse, test_scatter_rows_places_records).
 Columns of minimal varints (put_varints_at, for the track descriptors) are the scalar varint's bytes
 (test_put_varints_at_is_varint).
 """

@@ -1,8 +1,8 @@
 """The spans as CSV (`ikp decode --spans-csv`): one row per span, ids and integer ns, with a header.
 
 Invariants, and the tests that guard them: columns block,group,event,start_ns,end_ns,duration_ns, one row per
-span of the trace's span table (tests/test_decode.py::test_spans_csv_round_trip); a failed write leaves no
-partial file (tests/test_cli_safety.py).
+span of the trace's span table (tests/unit/host_decode/core/test_decode.py::test_spans_csv_round_trip); a failed write
+leaves no partial file (tests/unit/host_decode/cli/test_cli_safety.py).
 """
 
 from __future__ import annotations

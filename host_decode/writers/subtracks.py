@@ -7,8 +7,8 @@ just before its END in the one event order (host_decode.writers.order); only lan
 part, and a few rounds of moves settle them (a per-span first fit is the fallback).
 
 Invariants, and the tests that guard them: slices on one track nest strictly
-(tests/test_perfetto.py::test_overlap_goes_to_sibling_track, ::test_random_traces_nest); one pass over runs of
-lanes and two passes give the same file (::test_one_pass_falls_back_to_two).
+(tests/unit/host_decode/writers/test_perfetto.py::test_overlap_goes_to_sibling_track, ::test_random_traces_nest); one
+pass over runs of lanes and two passes give the same file (::test_one_pass_falls_back_to_two).
 """
 
 from __future__ import annotations

@@ -7,14 +7,17 @@ EXPLICIT`` and ``sibling_order_rank`` by index::
       <part>                           a merged session / multi-rank trace: one per launch / rank
         SM 12                          only when the trace knows SMs
           block 37                     its per-lane constants (block, SM) are here once, not on slices
+            <slice set track>          an overlay's slices (e.g. "TMA in flight: ab"); tracks of one name
+                                       share a sibling_merge_key (one row), first in the block
+            <counter series>           CounterSeries of the block (e.g. "ab stages full")
             <group name>               group track of one lane; overlapping regions of different ids go
             <group name>               to sibling tracks with the same sibling_merge_key (one row)
 
 Track uuids are allocated in that order, so a lane's group track uuid is known from the counts of the
 tracks before it (``TrackTree.lane_uuid``). The tree is held as columns (parent, rank, shape of the shared
 fields) and its descriptors encoded a column at a time, byte for byte what one message per track gave
-(tests/test_golden_outputs.py). Guarded by tests/test_perfetto.py (the replay checks the tree is whole:
-parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
+(tests/golden/test_golden_outputs.py). Guarded by tests/unit/host_decode/writers/test_perfetto.py (the replay checks the
+tree is whole: parents exist, explicit ordering, ranks; test_mixed_known_and_unknown_sm, test_sessions_*).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class TrackTree:
     series_uuid: list  # per CounterSeries: its counter track
     overlap_tracks: int
     root_name: str
+    slice_uuid: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))  # per slice track
 
     @property
     def num_tracks(self) -> int:
@@ -148,10 +152,15 @@ def root_name(trace: Trace) -> str:
 
 
 
-def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, series: tuple = ()) -> TrackTree:
+SLICE_TRACK_RANK = -(1 << 24)  # slice set tracks come first in their block, before its counters and lanes
+
+
+def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, series: tuple = (),
+                     slice_tracks: tuple = ()) -> TrackTree:
     """The track tree of the lanes in `table` (from lanes.lane_table); `counters`: a lanes-inside counter
     track per region id of the spans; `series`: CounterSeries, each a counter track under the root
-    (block -1) or under its block's track."""
+    (block -1) or under its block's track; `slice_tracks`: (block, name) of each track of the overlays' slice
+    sets, in order, under its block's track."""
     names = trace.names
     parent, rank, shape = [], [], []
     shape_index: dict = {}
@@ -183,7 +192,7 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
 
     lanes, lane_block, lane_group, nsub = table.lanes, table.block, table.group, table.nsub
     lane_sm = trace.sm_of_lane(lanes)
-    series_blocks = np.array([s.block for s in series if s.block >= 0], np.int64)
+    series_blocks = np.array([s.block for s in series if s.block >= 0] + [b for b, _ in slice_tracks], np.int64)
     blocks, block_first = np.unique(np.concatenate([lane_block, series_blocks]), return_index=True)
     block_sm = np.full(blocks.size, -1, np.int64)
     np.maximum.at(block_sm, np.searchsorted(blocks, lane_block), lane_sm)
@@ -209,9 +218,13 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
                                    base_rank + (sm if sm >= 0 else MAX_SM_RANK), parent_of_children=True)
             block_parent[i] = sm_uuid[key]
     block_uuid = np.empty(blocks.size, np.int64)
+    # the ranks of a distributed kernel: each rank's blocks keep their own ids under it ("rank 1 / block 37", as
+    # `ikp waits` names them); the launches of a session keep the merged trace's block ids
+    by_rank = len({pt.get("rank") for pt in parts}) > 1
+    local = blocks - (offsets[block_part] if by_rank else 0)
     for i, (b, p) in enumerate(zip(blocks.tolist(), block_parent.tolist())):
         sm = int(block_sm[i])
-        label = f"block {b}" + (f" (SM {sm})" if sm >= 0 else "")
+        label = f"block {int(local[i])}" + (f" (SM {sm})" if sm >= 0 else "")
         block_uuid[i] = add(p, label, base_rank + b if p in part_uuid else b, parent_of_children=True)
 
     # group tracks and their overlap siblings (nsub per lane, in lane order); rank keeps siblings of
@@ -228,6 +241,8 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
     for i, s in enumerate(series):  # block-level series: last, under their block (rank before its groups)
         if s.block >= 0:
             series_uuid[i] = add(int(block_uuid[np.searchsorted(blocks, s.block)]), s.name, -1 - i, counter_unit=s.unit)
+    slice_uuid = np.array([add(int(block_uuid[np.searchsorted(blocks, b)]), name, SLICE_TRACK_RANK + i,
+                               key=f"slices {name}") for i, (b, name) in enumerate(slice_tracks)], np.int64)
     return TrackTree(
         parent=np.array(parent, np.int64),
         rank=np.array([0 if r is None else r for r in rank], np.int64),
@@ -240,6 +255,7 @@ def build_track_tree(trace: Trace, table: LaneTable, *, counters: bool = True, s
         series_uuid=series_uuid,
         overlap_tracks=int((nsub - 1).sum()),
         root_name=rname,
+        slice_uuid=slice_uuid,
     )
 
 

@@ -13,7 +13,7 @@ span, and the check then lives in the enclosing block, free to move past the com
 that follow. A poll (``try_wait``) at polls="begin" reads only its begin time, which the wait it gates
 (a failed poll) takes as its own: the poll's result object carries that begin time as an attribute.
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * each call site of each op gets its markers, regions paired (test_every_call_site_has_its_markers);
 * after a blocking call only the end time and the two stores remain
   (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain);
@@ -30,42 +30,91 @@ import sys
 
 from ikp_cute import inline_ptx
 
-from . import placement
+from . import copies, placement
 from .record import Geometry, KernelState
+from .record_pool import PoolGeometry, PoolKernelState
 
 POLL = "_ikp_poll_begin"  # attribute of a poll's result: (begin time, its barrier array, its stage)
 
 
 class Recorder:
-    """Per-kernel recording state and the record patterns around calls."""
+    """Per-kernel recording state and the record patterns around calls. `geometry`: a session's (records.py)
+    or a pool's (record_pool.py, with `pool` the ikp_cute Pool that hands out kernel ids and `kernel_meta` the
+    sidecar keys of its captures); `kernels`: a compiled regex on the kernel's name (None: every kernel)."""
 
-    def __init__(self, geometry: Geometry, blocked_ns: int, passing_waits: bool, polls: str):
+    def __init__(self, geometry: Geometry | PoolGeometry, blocked_ns: int, passing_waits: bool, polls: str, *,
+                 events=None, kernels=None, pool=None, kernel_meta=None):
         self.geometry = geometry
         self.blocked_ns = blocked_ns
         self.passing_waits = passing_waits
         self.polls = polls
+        self.events = events
+        self.kernel_filter = kernels
+        self.pool = pool
+        self.kernel_meta = kernel_meta
         self.placement = placement.Placement()
-        self.kernels: list[tuple[object, KernelState]] = []  # (cuda.kernel op, its state)
+        self.kernels: list[tuple[object, KernelState | PoolKernelState]] = []  # (cuda.kernel op, its state)
+        self.verdicts: list[tuple[object, bool]] = []  # (cuda.kernel op, traced?) of this module
+        self.block_warps: int | None = None  # warps of the block being launched (hooks.hook_launch), if static
 
-    def state(self) -> KernelState | None:
+    def traces(self, kernel) -> bool:
+        """Whether `kernel` (a cuda.kernel op) is traced: its name matches `kernels`, and a pool had an id."""
+        for known, verdict in self.verdicts:
+            if known == kernel:
+                return verdict
+        verdict = self.kernel_filter is None or bool(self.kernel_filter.search(kernel_name(kernel)))
+        self.verdicts.append((kernel, verdict))
+        return verdict
+
+    def state(self) -> KernelState | PoolKernelState | None:
         """The state of the kernel being built at the insertion point; its prologue is emitted at the
-        kernel's entry on first use. None outside a kernel."""
+        kernel's entry on first use. None outside a kernel, or in one not traced."""
         kernel = inline_ptx.kernel_op()
-        if kernel is None:
+        if kernel is None or not self.traces(kernel):
             return None
         for known, state in self.kernels:
             if known == kernel:
                 return state
         require_sm90()
-        with inline_ptx.at_kernel_entry():
-            state = KernelState.create(self.geometry)
+        if isinstance(self.geometry, PoolGeometry):
+            try:
+                kernel_id = self.pool.kernel_id(kernel_name(kernel), meta=self.kernel_meta)
+            except RuntimeError as e:  # the pool holds no more kernels: this one compiles untouched
+                import warnings
+
+                warnings.warn(f"trace_pipelines: {e}", stacklevel=2)
+                self.verdicts = [(k, v and k != kernel) for k, v in self.verdicts]
+                return None
+            with inline_ptx.at_kernel_entry():
+                state = PoolKernelState.create(self.geometry, kernel_id, self.block_warps)
+        else:
+            with inline_ptx.at_kernel_entry():
+                state = KernelState.create(self.geometry)
         self.kernels.append((kernel, state))
         return state
+
+    def split_kernels(self) -> None:
+        """After the IR pass: every kernel traced into a pool becomes its two copies (copies.py)."""
+        for kernel, state in self.kernels:
+            if isinstance(state, PoolKernelState):
+                copies.split(kernel, state.split_after, state.closed, state.epilogue)
 
     def forget_kernels(self) -> None:
         """After a module is built: its kernels' ops die with its context."""
         self.kernels = []
+        self.verdicts = []
         self.placement.forget()
+
+    def ambient(self, name: str, event_type: int, site: str) -> None:
+        """A record of a region the kernel's author placed (``profile_region(name)``, profiler.py) on the
+        executing warp's lane: BEGIN at its start, END at its end, each a record of its own (no value of ours
+        is held across the region's code)."""
+        state = self.state()
+        if state is None:
+            return
+        bits = (self.events.id(name) << 2) | int(event_type)
+        self.placement.move(before_record=True)
+        state.record(bits, f"region:{name}@{site} {'end' if event_type else 'begin'}")
 
     # --- while the kernel's body is traced (at the DSL's insertion point) ------------------------------
 
@@ -190,6 +239,8 @@ class Recorder:
     def instant_before(self, kernel, op, bits_of, label: str) -> None:
         """An instant record just before `op`; `bits_of()` builds its event bits there."""
         state = self._state_of(kernel)
+        if state is None:
+            return
         self.placement.settle_before(kernel, op)
         with self.at(op, "before"):
             state.record(bits_of(), label)
@@ -198,6 +249,8 @@ class Recorder:
         """A region around `op` (its BEGIN and END; with `blocked_only`, stored only when it took >=
         blocked_ns, the check right after it)."""
         state = self._state_of(kernel)
+        if state is None:
+            return
         self.placement.settle_before(kernel, op)
         with self.at(op, "before"):
             bits = bits_of()
@@ -212,12 +265,31 @@ class Recorder:
             else:
                 state.finish_region(token, label=f"{label} end")
 
-    def _state_of(self, kernel) -> KernelState:
+    def around(self, kernel, op, before, after) -> None:
+        """Code just before `op` (`before(state)` -> a value) and just after it (`after(state, that value)`),
+        with the kernel's record state (an IR pass's flag signal: flag_trace.py)."""
+        state = self._state_of(kernel)
+        if state is None:
+            return
+        self.placement.settle_before(kernel, op)
+        with self.at(op, "before"):
+            value = before(state)
+        with self.at(op, "after"):
+            after(state, value)
+
+    def _state_of(self, kernel) -> KernelState | PoolKernelState | None:
         """The state of `kernel` (an op of a module being finalized), its prologue made at its entry."""
         from cutlass._mlir import ir
 
         with ir.InsertionPoint.at_block_begin(kernel.regions[0].blocks[0]), ir.Location.unknown():
             return self.state()
+
+
+def kernel_name(kernel) -> str:
+    """The symbol name of a cuda.kernel op."""
+    from cutlass._mlir import ir
+
+    return ir.StringAttr(kernel.attributes["sym_name"]).value
 
 
 def same_value(a, b) -> bool:

@@ -10,7 +10,7 @@ While the context is entered:
 * after the compile's passes, the audit (audit.py) reads the final PTX (the DSL's post-compile hook).
 On exit every hooked attribute still ours is restored, so kernels compiled outside are untouched.
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * outside the context every hook is gone (test_off_is_untouched, the FA4 / quack / sm100 PTX comparisons);
 * each call site of each op gets its markers, regions paired, at every level, for a kernel-defined
   subclass and a raw mbarrier arrive (test_every_call_site_has_its_markers,
@@ -22,12 +22,15 @@ Invariants a change could break (tests/test_pipelines_compile.py guards them):
 from __future__ import annotations
 
 import contextlib
+import math
 
 from ikp_cute import inline_ptx
 
 from . import names
 from .catalog import Catalog, Pipeline
 from .emit import Recorder
+from .flag_ops import FlagCall
+from .flag_trace import FlagTracer
 from .patches import Patches
 from .placement import block_size_here
 from .record import BEGIN, INSTANT, Geometry, event_bits
@@ -39,7 +42,8 @@ class Tracer:
     """The state of one ``trace_pipelines`` context (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, geometry: Geometry, *, polls: str, named_barriers: bool,
-                 passing_waits: bool, blocked_ns: int, audit: bool = True):
+                 passing_waits: bool, blocked_ns: int, audit: bool = True, kernels=None, pool=None,
+                 kernel_meta=None):
         """The options are PipelineTrace's (validated there, defaults there)."""
         from .audit import Audit
         from .ir_pass import IRPass
@@ -48,10 +52,12 @@ class Tracer:
         self.polls = polls
         self.named_barriers = named_barriers
         self.roles = Roles(catalog)
-        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls)
+        self.recorder = Recorder(geometry, blocked_ns, passing_waits, polls, events=catalog.events, kernels=kernels,
+                                 pool=pool, kernel_meta=kernel_meta)
         self.ledger = Ledger()
         self.patches = Patches()
         self.ir_pass = IRPass(self)
+        self.flags = FlagTracer(self)
         self.audit = Audit(self.ledger, catalog) if audit else None
         self.depth = 0  # nesting of hooked calls (only the outermost records)
         self.replaced: list[str] = []  # hooked attributes a kernel replaced while traced
@@ -61,10 +67,13 @@ class Tracer:
     def install(self) -> None:
         from cutlass.cutlass_dsl import CuTeDSL
 
+        from ikp_cute import ambient
+
         dsl = CuTeDSL._get_dsl()
         self.active = True
         self.patches.install(self)
         stack = contextlib.ExitStack()
+        stack.enter_context(ambient.recording_with(self.ambient))
         stack.enter_context(dsl.trace_finalize_hooks(self.ir_pass))
         stack.enter_context(kernel_locations(self.ledger))
         if self.audit is not None:
@@ -119,7 +128,16 @@ class Tracer:
         return (bits, label), hook_call(frame, None, op, barrier=static, traced=True, label=label)
 
     def in_kernel(self) -> bool:
-        return inline_ptx.kernel_op() is not None
+        """Inside the body of a kernel this trace records (the `kernels` filter)."""
+        kernel = inline_ptx.kernel_op()
+        return kernel is not None and self.recorder.traces(kernel)
+
+    def ambient(self, name: str, event_type: int) -> None:
+        """profile_region(name) (profiler.py): a BEGIN or END record at the author's call site."""
+        if self.depth or not self.in_kernel():
+            return
+        frame = names.user_frame(names.SKIPPED_FUNCTIONS | {"__enter__", "__exit__", "region_event"})
+        self.recorder.ambient(name, event_type, names.site(frame))
 
     @contextlib.contextmanager
     def nested(self):
@@ -318,6 +336,43 @@ class Tracer:
 
         return barrier
 
+    def hook_flag_signal(self, orig):
+        """cutlass.utils.distributed.red_add1: the same `red.add` of 1, its time read just before it, its records
+        after it (flag_trace.py)."""
+        tracer = self
+
+        def red_add1(lock_ptr, *args, **kwargs):
+            def run():
+                return orig(lock_ptr, *args, **kwargs)
+
+            if tracer.depth or args or not tracer.in_kernel():
+                return run()
+            with tracer.nested():
+                call = FlagCall("signal", kwargs["order"], kwargs["scope"], update="add")
+                return tracer.flags.signal(lock_ptr, 1, call, "red_add1", run)
+
+        return red_add1
+
+    def hook_flag_wait(self, orig, probe: str, order: str):
+        """cutlass.utils.distributed.spin_lock_{ld_lt_relaxed, atom_cas_relaxed, atom_cas_acquire}_wait: the same
+        loop of probes (a relaxed load while below the expected value; an atom.cas until it finds the expected
+        value), started like the library's from 0, with the records of a wait that blocked."""
+        tracer = self
+        name = orig.__name__
+
+        def wait(lock_ptr, *args, **kwargs):
+            if tracer.depth or args or not tracer.in_kernel():
+                return orig(lock_ptr, *args, **kwargs)
+            with tracer.nested():
+                call = FlagCall("wait", order, kwargs["scope"], probe=probe, cmp="ge" if probe == "ld" else "eq",
+                                initial=0)
+                expected = kwargs["expected_val"]
+                tracer.flags.wait(lock_ptr, expected, kwargs.get("reset_val", expected), call, name,
+                                  lambda: orig(lock_ptr, **kwargs))
+            return None
+
+        return wait
+
     def hook_compile(self, orig):
         """Compiler.compile: after the passes of a traced compile, the audit reads its final PTX."""
         tracer = self
@@ -331,19 +386,25 @@ class Tracer:
         return compile
 
     def hook_launch(self, orig):
-        """KernelLauncher.launch: remember the cluster shape before the kernel's body is traced (static
-        ints only; a dynamic cluster stays unknown)."""
+        """KernelLauncher.launch: remember the cluster shape and the block's warps before the kernel's body is
+        traced (static ints only; a dynamic shape stays unknown: a pool trace then keeps state for 32 warps)."""
         tracer = self
 
         def launch(launcher, *args, **kwargs):
             cluster = kwargs.get("cluster")
             cluster = (1, 1, 1) if cluster is None else cluster  # no cluster: one CTA
             values = list(cluster) if isinstance(cluster, (list, tuple)) else [cluster]
-            static = bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
-            tracer.roles.cluster = (values + [1, 1])[:3] if static else None
+            tracer.roles.cluster = (values + [1, 1])[:3] if static_ints(values) else None
+            block = kwargs.get("block")
+            block = list(block) if isinstance(block, (list, tuple)) else [block]
+            tracer.recorder.block_warps = -(-math.prod(block) // 32) if static_ints(block) else None
             return orig(launcher, *args, **kwargs)
 
         return launch
+
+
+def static_ints(values) -> bool:
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
 
 
 def hook_call(frame, pipeline, op, **fields) -> HookCall:

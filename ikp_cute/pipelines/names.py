@@ -16,7 +16,7 @@ a kernel's ``if`` / ``for`` bodies. A *pipeline name*, in this order:
 Assignments are read from the module's syntax tree (``ast``) at the exact position of the call, so a
 creation spread over several lines, or unpacked into a tuple, names the pipeline as a one-line one does.
 
-Invariants a change could break (tests/test_pipelines_names.py, test_pipelines_compile.py):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_names.py, test_pipelines_compile.py):
 * sites are the kernel's lines (test_kernel_defined_subclass_and_names, test_names_from_participants_and_makers);
 * stems: test_participant_stem, test_maker_stem, test_short_name;
 * a tuple of participants with no common stem (``prod, cons = ...``) falls through to step 3 / 4, never
@@ -46,14 +46,15 @@ _ASSIGNED = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
 
 @functools.lru_cache(maxsize=1)
 def library_dirs() -> tuple[str, ...]:
-    """Files that are never a call site: cutlass, this package, contextlib, functools."""
+    """Files that are never a call site: cutlass, this package, ikp_cute.flags, contextlib, functools."""
     import contextlib
 
     import cutlass
 
     here = os.path.dirname(os.path.abspath(__file__))
+    flags = os.path.join(os.path.dirname(here), "flags.py")  # ikp_cute.flags: its calls are the kernel's
     return (os.path.dirname(os.path.abspath(cutlass.__file__)) + os.sep, here + os.sep, contextlib.__file__,
-            os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py")
+            os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py", flags)
 
 
 def is_sync_object(obj) -> bool:

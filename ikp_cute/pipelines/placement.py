@@ -17,7 +17,7 @@ State: the checks of the module being traced, each with its kernel op (compared 
 block, its ops and the op it followed (its anchor: where its call ended); those a later signal may still
 move are pending (for the kernel being traced only).
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * a check goes after the next signal of its block (test_a_blocked_only_check_goes_after_the_next_signal)
   and past a producer's commit (test_a_producer_acquire_check_goes_past_its_commit);
 * records of a lane stay in time order (test_a_check_stays_ahead_of_later_records,

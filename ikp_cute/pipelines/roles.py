@@ -14,7 +14,7 @@ What is remembered, and on what (no ``id()``-keyed state):
   (ir_pass.py) attributes a barrier operation the Python hooks did not see (a kernel's own wait, its
   inline PTX) to a pipeline by walking its address operand back, through casts, to such a value.
 
-Invariants a change could break (tests/test_pipelines_compile.py guards them):
+Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py guards them):
 * a kernel that calls a pipeline's arrays directly, reached through a list element or an attribute, is
   still that pipeline's op (test_arrays_called_directly_belong_to_their_pipeline);
 * a raw ``cute.arch.mbarrier_*`` call on a handed-out pointer is that pipeline's op on that stage

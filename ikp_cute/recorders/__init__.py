@@ -5,7 +5,7 @@ RECORDERS is the one place a mode is bound to its recorder; ``Profiler.create`` 
 topic modules: records.py (a record's bits, the timer read, packing, the guarded store), lane.py (a lane's
 leader, anchors, trailer and stray count, and the capture window's end).
 
-Invariants (tests/test_recorders.py): RECORDERS has exactly the modes of ikp_cute.spec.MODES, and every
+Invariants (tests/unit/ikp_cute/test_recorders.py): RECORDERS has exactly the modes of ikp_cute.spec.MODES, and every
 recorder implements the protocol (test_registry_covers_every_mode,
 test_every_registered_recorder_implements_the_protocol).
 """

@@ -6,11 +6,11 @@ Per-lane counters: 4 bytes of static shared memory per group, zeroed by thread 0
 (every thread of the block must build the Profiler), and 32 dummy words that the other threads' atomics
 go to (no branch around the atomic).
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py unless
 named otherwise):
 * A region's two slots are checked by one compare that its BEGIN fits; the END's slot is then at most the
   DROPPED slot, which finalize overwrites, so the count of drops is exact even when a pair starts on the
-  last slot (test_overflow_is_dropped_on_device_and_counted_exactly, tests/test_device_gpu.py).
+  last slot (test_overflow_is_dropped_on_device_and_counted_exactly, tests/gpu/test_device_gpu.py).
 * Several writers per lane compile (test_atomic_mode_compiles_with_several_writers_per_lane); the
   counters are zeroed before a barrier (test_modes_compile_in_branches_loops_and_nesting: bar.sync).
 * end() needs begin()'s token at its begin's control-flow level (test_misuse_is_a_trace_time_error).

@@ -8,7 +8,7 @@ choices are ``const_expr`` at the point of use. ``Profiler`` owns the misuse che
 recorder owns everything it emits, its trailer and, with a capture window, the lane's end
 (``lane.end_window``).
 
-Invariants a change could break, and the test that guards each (tests/test_recorders.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_recorders.py):
 * Every recorder of the registry (ikp_cute/recorders/__init__.py RECORDERS, one per mode of
   ikp_cute.spec.MODES) implements every member of ``Recorder`` with its signature
   (test_every_registered_recorder_implements_the_protocol); ``protocol_problems`` finds a missing member

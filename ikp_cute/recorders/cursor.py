@@ -12,11 +12,11 @@ issue-bound kernel the compare was ~40% of a record's time (docs/device.md "Wher
 Sharing one check among longer straight-line groups was built and lost records on an H100
 (docs/device.md); not shipped.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py unless
 named otherwise):
 * No store passes the lane's capacity: every record is guarded by `room > 0`, an END right after its
   BEGIN by the BEGIN's (its slot being at most the DROPPED slot):
-  test_overflow_is_dropped_on_device_and_counted_exactly (tests/test_device_gpu.py), memcheck in
+  test_overflow_is_dropped_on_device_and_counted_exactly (tests/gpu/test_device_gpu.py), memcheck in
   gpu/device_suite.py.
 * The cursor is carried through ``cutlass.range`` loops and ``if`` branches: it is a one-element register
   tensor updated in place (test_cursor_is_carried_through_dynamic_loop, and its negative control

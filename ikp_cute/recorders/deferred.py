@@ -1,7 +1,7 @@
 """mode="deferred": a region's begin slot and time are taken at its begin, both records stored at its end
 (the timer read's latency overlaps the region body).
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * The cursor is carried as the cursor recorder's (test_deferred_begin_variant_compiles_and_is_carried).
 * end() needs begin()'s token and sits at its begin's control-flow level, so a begin that runs is always
   stored (test_misuse_is_a_trace_time_error: end_without_token, end_in_other_block).

@@ -5,8 +5,8 @@ Record k of lane ``lane`` lives at ``buf[1 + lane + k * write_stride]`` (host_de
 lane: k=0 ANCHOR_LO, k=1 ANCHOR_HI (one 64-bit %globaltimer read), user records from k=2, and the last
 two slots for [DROPPED] + FINALIZE (event id = SM id). Only the lane's leader thread writes it.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py unless
-named otherwise; GPU ones in tests/test_device_gpu.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py unless
+named otherwise; GPU ones in tests/gpu/test_device_gpu.py):
 * A constant group out of range is a trace-time error in every mode; a dynamic one costs one unsigned
   compare at setup (test_misuse_is_a_trace_time_error, test_dynamic_group_is_range_checked_once).
 * Every record not stored is counted: in the lane's DROPPED instant, or, for a thread whose lane does
@@ -17,7 +17,7 @@ named otherwise; GPU ones in tests/test_device_gpu.py):
   compile-time constant, so a lane's records are immediate offsets from one address
   (test_cursor_record_ablation: no address arithmetic per record).
 * With a capture window, the lane is counted in the launch count at create and its held tick added at
-  finalize (``end_window``), whether or not the launch records (tests/test_ring.py, test_ring_gpu.py).
+  finalize (``end_window``), whether or not the launch records (tests/unit/ikp_cute/test_ring.py, test_ring_gpu.py).
 """
 
 from __future__ import annotations

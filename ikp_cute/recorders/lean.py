@@ -8,7 +8,7 @@ instead takes both of its slots at its BEGIN with one shared-memory atomic (ever
 goes to a dummy word) and stores both records at its END: nothing inside the region waits on shared
 memory. Slots are taken in program order either way, so a lane stays in time order as the cursor's does.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * Nothing is kept live between record sites: every site re-reads %tid.x, and a BEGIN erased by its
   pairing takes its unused %tid.x read with it (test_lean_finds_its_state_afresh_at_every_record_site).
 * Only leaf regions pair, and never across a loop that stays a loop nor with fence="cta"

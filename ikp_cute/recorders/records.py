@@ -4,7 +4,7 @@ and the guarded store of a (tag, timer) pair.
 A record is the v1 wire format's (host_decode/core/wire.py): ``(timer_lo32 << 32) | tag32``, the tag
 holding the lane (OR-ed in by the recorder), the event id and the event type.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * The timer is the low half of one 64-bit `%globaltimer` read, which ptxas reads with one CS2R
   (`%globaltimer_lo` costs S2UR + NOP + MOV): test_cursor_record_ablation counts one CS2R per record.
 * A record is two 32-bit words (tag, timer) merged into one 64-bit store (test_cursor_record_ablation:

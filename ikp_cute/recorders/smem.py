@@ -1,7 +1,7 @@
 """mode="smem": the cursor's records go to this lane's slice of static shared memory; finalize() copies
 them to the buffer with the leader's whole warp.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * Every Profiler of one spec in a kernel (one per role) shares one stage, allocated once at the kernel's
   entry: the stage ProfileSpec sized and checked (test_smem_profilers_of_one_spec_share_one_stage,
   test_smem_stage_is_validated).

@@ -1,7 +1,7 @@
 """mode="static": region `index` owns slots 2+2*index (begin) and 3+2*index (end); a mark at `index` uses
 the begin slot. An index past capacity (or negative, at run time) is dropped and counted.
 
-Invariants a change could break, and the test that guards each (tests/test_device_compile.py):
+Invariants a change could break, and the test that guards each (tests/unit/ikp_cute/test_device_compile.py):
 * A constant index is checked at trace time, the region's END slot included; a run-time one by one
   unsigned compare (negative included), so no store lands on the anchors, the header or past the
   capacity (test_misuse_is_a_trace_time_error: static_index_negative,

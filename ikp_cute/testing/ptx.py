@@ -1,4 +1,4 @@
-"""Small PTX text analyses used by the compile tests (tests/test_device_compile.py) and benchmarks."""
+"""Small PTX text analyses used by the compile tests (tests/unit/ikp_cute/test_device_compile.py) and benchmarks."""
 
 from __future__ import annotations
 

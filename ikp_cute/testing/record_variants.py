@@ -26,8 +26,8 @@ and, to find where FA4's cost of a lean region comes from (gpu/examples_suite.py
 
 Each subclasses a mode's recorder (ikp_cute/recorders/) and overrides only its public hooks: the
 protocol's begin/end/mark, CursorRecorder.record (with .words(), .room, .lane), LeanRecorder.record,
-take_pair and store_pair; tests/test_layout.py keeps private names from crossing modules, and
-tests/test_recorders.py checks every variant against the Recorder protocol.
+take_pair and store_pair; tests/unit/test_layout.py keeps private names from crossing modules, and
+tests/unit/ikp_cute/test_recorders.py checks every variant against the Recorder protocol.
 
 Only benchmarks use these; none is a mode, and NoCheck, TimerOnly and SmemNoCheck do not write a
 decodable lane (SharedStateLean does: lean's state and finalize).

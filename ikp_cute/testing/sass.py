@@ -1,7 +1,7 @@
 """SASS of compiled CuTe DSL kernels: instruction counts and the compile options that keep artifacts.
 
 Disassembly and nvdisasm discovery are host_decode.hardware.sass's (one implementation for pc2region and for
-these counts). Used by tests/test_device_compile.py (per-event instruction cost, enforced in CI without
+these counts). Used by tests/unit/ikp_cute/test_device_compile.py (per-event instruction cost, enforced in CI without
 a GPU) and benchmarks/device_overhead.py.
 """
 

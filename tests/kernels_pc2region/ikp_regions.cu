@@ -1,7 +1,7 @@
 // pc2region test kernel written with the project's CUDA C++ header (cuda_include/ikp.cuh): guarded
 // record writes (capacity checks compiled to predicated CS2R/STG), anchors, finalize with the SM id.
 // Structure: OUTER(1) { loop (unrolled by 4) { BODY(2) } ; if (flag) { SLOW(3): helper() + division } }
-// Compiled by tests/test_pc2region.py with nvcc -arch=sm_90a -cubin -I cuda_include.
+// Compiled by tests/unit/host_decode/hardware/test_pc2region.py with nvcc -arch=sm_90a -cubin -I cuda_include.
 #include "ikp.cuh"
 enum { EV_OUTER = 1, EV_BODY = 2, EV_SLOW = 3 };
 __device__ __noinline__ float helper(float x, int n) { for (int i = 0; i < n; ++i) x = x * 1.0001f + 0.5f; return x; }

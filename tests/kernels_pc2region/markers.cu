@@ -2,7 +2,7 @@
 //   nvcc -arch=sm_90a -cubin -lineinfo -O3 -o markers.sm_90a.cubin markers.cu
 // It writes v1 records with its own minimal marker (independent of cuda_include/ikp.cuh):
 //   record = (globaltimer_lo << 32) | tag,  tag = (lane << 12) | (event_id << 2) | type
-// Program structure (checked by tests/test_pc2region.py):
+// Program structure (checked by tests/unit/host_decode/hardware/test_pc2region.py):
 //   OUTER(1) begin
 //     loop, unrolled by 4:            BODY(2) begin ... FMA 1.5 ... BODY end
 //     if (flag) (branch-only region): SLOW(3) begin ... helper() (__noinline__, placed after EXIT)

@@ -4,7 +4,9 @@ Needs Debian's chromium + chromium-driver and selenium (.ci/browser.sh); a test 
 The flags keep Chromium off the network (the CI machine has none: background services would be refused).
 """
 
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +34,34 @@ def start_chromium(tmp_path_factory, window: str = "1400,1000", timeout_s: int =
     driver.set_page_load_timeout(timeout_s)
     driver.set_script_timeout(timeout_s)
     return driver
+
+
+def screenshot_dir(tmp_path_factory) -> Path:
+    """Where the browser tests save screenshots: $IKP_REPORT_SCREENSHOTS, else a temporary folder."""
+    d = Path(os.environ.get("IKP_REPORT_SCREENSHOTS") or tmp_path_factory.mktemp("report-screenshots"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def open_page(driver, path: Path, view: str = "overview"):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.resolve().as_uri() + "#" + view)
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return !!(window.__ikp && window.__ikp.ready)"))
+    driver.get_log("browser")  # start each page with an empty console
+
+
+def goto(driver, view: str):
+    driver.execute_script("location.hash = arguments[0]", "#" + view)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda d: d.find_elements("id", "view-" + view))
+
+
+def console_errors(driver) -> list[str]:
+    logs = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+    return logs + list(driver.execute_script("return window.__ikp.errors"))
+
+
+def count(driver, css: str) -> int:
+    return len(driver.find_elements("css selector", css))

@@ -1,6 +1,6 @@
 """Golden outputs of the shipped captures: what they decode to and the bytes each trace writer produces.
 
-tests/test_golden_outputs.py compares the current code with tests/fixtures/golden/outputs.json, which
+tests/golden/test_golden_outputs.py compares the current code with tests/fixtures/golden/outputs.json, which
 was recorded at commit 54ecf9c (before host_decode moved into subpackages). This module is both the
 recorder and the comparison's helper, so the two can never disagree on what is hashed.
 

@@ -16,13 +16,16 @@ def add_arguments(p) -> None:
     from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy files or directories of them")
-    p.add_argument("-o", "--output", required=True, help="merged Chrome JSON trace (.json or .json.gz)")
+    p.add_argument("-o", "--output", required=True,
+                   help="merged trace: Chrome JSON (.json, .json.gz) or Perfetto (.pftrace, with flow arrows: "
+                   "flags across ranks, pipeline waits)")
     add_names(p)
     p.add_argument(
         "--by",
         choices=("launch", "rank"),
-        default="launch",
-        help="one track group per launch (sidecar launch_index) or per rank (sidecar rank); default launch",
+        default=None,
+        help="one track group per launch (sidecar launch_index) or per rank (sidecar rank); default: per rank "
+        "when the captures come from several ranks, else per launch",
     )
     p.add_argument(
         "--mode",
@@ -84,15 +87,27 @@ def clock_offset(text: str) -> tuple[int, int]:
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
     from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, print_result, say_left_out
-    from host_decode.load.inputs import read_names
+    from host_decode.load.inputs import load_launches, read_names
     from host_decode.reports.tables.merge import session_items, torch_items
+    from host_decode.writers import trace_format
+
+    if args.torch and trace_format(args.output)[0] == "perfetto":
+        raise ValueError(f"{args.output}: --torch merges into a Chrome JSON trace (.json or .json.gz)")
 
     with outputs(args, args.captures, args.torch, args.names) as out:
         tmp = out.add(args.output)
         names = read_names(args.names)
-        parts = multi.load_parts(args.captures, by=args.by, progress=args.progress, names=names)
+        launches = load_launches(args.captures, progress=args.progress, names=names)
+        by = args.by or multi.grouping(launches.traces)
+        parts = multi.parts_from_traces(launches.traces, by=by)
         offsets = dict(args.clock_offset)
-        if args.torch:
+        if trace_format(args.output)[0] == "perfetto" and not args.torch:
+            from host_decode.writers import TraceOptions, write_trace
+
+            trace = multi.concat(parts, mode=args.mode, clock_offsets_ns=offsets)
+            stats = write_trace(trace, tmp, TraceOptions(timings=args.verbose))
+            summary = {"mode": args.mode, "by": by, "parts": trace.meta["parts"], "notes": list(stats.notes)}
+        elif args.torch:
             from host_decode.reports.merged import merge_with_torch_trace
 
             trace = (
@@ -121,11 +136,12 @@ def run(args) -> int:
                 max_lanes_per_part=args.max_lanes,
                 progress=args.progress,
             )
-        ensure_gzip(tmp)
+        if trace_format(args.output)[0] != "perfetto":
+            ensure_gzip(tmp)
     if args.torch:
         items = torch_items(summary)
     else:
-        items = session_items(summary, parts=len(parts), by=args.by, mode=args.mode, output=args.output)
+        items = session_items(summary, parts=len(parts), by=by, mode=args.mode, output=args.output)
     print_result(args, items, summary)
     if args.torch and args.format == "table":
         say_left_out(trace, args.max_lanes)

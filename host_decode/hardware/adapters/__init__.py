@@ -4,8 +4,8 @@ table keyed by function-relative PC offset (the key pc2region maps use).
 Every adapter returns a :class:`PcTable`; host_decode.hardware.join joins it with a pc2region map. Adapters
 import with numpy alone (CUPTI's collector loads libcupti with ctypes only when called).
 
-Shared rules (tests/test_adapters.py): a kernel is picked by choose_kernel (an exact name wins over a
-substring: test_exact_kernel_name_wins_over_a_longer_one); JSON integer fields go through json_int
+Shared rules (tests/unit/host_decode/hardware/test_adapters.py): a kernel is picked by choose_kernel (an exact name wins
+over a substring: test_exact_kernel_name_wins_over_a_longer_one); JSON integer fields go through json_int
 (PCs as ints or "0x.." strings, counts never negative: test_cupti_refuses_malformed_records).
 """
 

@@ -3,7 +3,7 @@ writes -> PcTable.
 
 `cupti-python` exposes no PC sampling, so the collector calls ``libcupti.so`` (from the
 `nvidia-cuda-cupti` wheel, the CUDA toolkit, or the copy torch already loaded) through ctypes, with the
-struct layouts of ``cupti_pcsampling.h`` (CUDA 13; sizes checked in tests/test_adapters.py).
+struct layouts of ``cupti_pcsampling.h`` (CUDA 13; sizes checked in tests/unit/host_decode/hardware/test_adapters.py).
 
     from host_decode.hardware.adapters.cupti import PcSampler
     with PcSampler() as sampler:          # needs a current CUDA context (e.g. after torch.zeros(1, device="cuda"))

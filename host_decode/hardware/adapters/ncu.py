@@ -12,8 +12,8 @@ first instruction). Counts may carry thousands separators ("1,024"); "-" means n
 nan, inf or negative count is an error naming its line and column (test_ncu_refuses_non_counts).
 Several blocks of the same kernel (several launches) are summed.
 
-Invariants (tests/test_cli_errors.py): binary data or a broken CSV is a DecodeError naming the file; a row
-with fewer cells than the header (a file cut short) is an error, never padded; a table that stops before
+Invariants (tests/unit/host_decode/cli/test_cli_errors.py): binary data or a broken CSV is a DecodeError naming the
+file; a row with fewer cells than the header (a file cut short) is an error, never padded; a table that stops before
 the kernel's last instruction is caught against the map by the caller (host_decode.cli.common).
 """
 

@@ -2,9 +2,9 @@
 and the region summary; `decode_json` is the same as JSON (`ikp decode --format json`).
 
 Invariants, and the tests that guard them: the loss table lists every bucket of core.model.LOSS_BUCKETS
-with its total (tests/test_cli_grammar.py); a foreign trace kept in SM cycles is labelled in cycles, never
-in ns (tests/test_interop.py); every number of the JSON is whole in the tables at any width
-(tests/unit/host_decode/reports/test_tables_fit_terminal.py).
+with its total (tests/unit/host_decode/cli/test_cli_grammar.py); a foreign trace kept in SM cycles is
+labelled in cycles, never in ns (tests/unit/host_decode/interop/test_interop.py); every number of the JSON
+is whole in the tables at any width (tests/unit/host_decode/reports/test_tables_fit_terminal.py).
 """
 
 from __future__ import annotations

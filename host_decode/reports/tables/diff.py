@@ -3,7 +3,7 @@ Mann-Whitney p values, verdict coloured), then the launch length line.
 
 Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width
 (tests/unit/host_decode/reports/test_tables_fit_terminal.py); a missing number (NaN, None) prints as "-"
-(tests/test_diff.py).
+(tests/unit/host_decode/analysis/test_diff.py).
 """
 
 from __future__ import annotations

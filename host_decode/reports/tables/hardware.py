@@ -3,7 +3,7 @@ join's JSON) and `ikp pc2region` (a map's regions, instruction counts and PC ran
 
 Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width
 (tests/unit/host_decode/reports/test_tables_fit_terminal.py); PC ranges join consecutive instructions (16
-bytes apart) into one range (tests/test_pc2region.py).
+bytes apart) into one range (tests/unit/host_decode/hardware/test_pc2region.py).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ regions, idle gaps per stream, the gap histogram and kernel pairs; and one table
 Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width;
 a name longer than two lines is cut with "…" and the note says --format csv shows it whole
 (tests/unit/host_decode/reports/test_tables_fit_terminal.py); names are printed as they are, never read
-as markup (tests/test_kernels.py); the CSV of a table has one row per row dict under a header of its keys
-(tests/test_kernels.py::test_cli_json_csv_and_report).
+as markup (tests/unit/host_decode/torch_traces/test_kernels.py); the CSV of a table has one row per row dict
+under a header of its keys (tests/unit/host_decode/torch_traces/test_kernels.py::test_cli_json_csv_and_report).
 """
 
 from __future__ import annotations

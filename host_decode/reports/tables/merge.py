@@ -1,6 +1,6 @@
 """What `ikp merge` prints: the parts of a merged session (one row per launch or rank: lanes written and
-left out over --max-lanes), or how a capture was aligned into a torch.profiler trace (one row per launch:
-the kernel slice, lead and tail).
+left out over --max-lanes in a Chrome JSON trace; blocks and shift in a Perfetto one), or how a capture was
+aligned into a torch.profiler trace (one row per launch: the kernel slice, lead and tail).
 
 Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width;
 the kernel's name is never cut (tests/unit/host_decode/reports/test_tables_fit_terminal.py).
@@ -12,7 +12,17 @@ from host_decode.reports.tables.console import Column, Table
 
 
 def session_items(summary: dict, *, parts: int, by: str, mode: str, output: str) -> list:
-    """A merged session (reports.merged.write_session's summary)."""
+    """A merged session: reports.merged.write_session's summary (Chrome JSON: lanes written and left out per
+    part), or the Perfetto writer's (`notes`; the parts as analysis.sessions.concat placed them)."""
+    if "notes" in summary:
+        notes = "; ".join(summary["notes"])
+        dash = lambda v: "-" if v is None else str(v)  # noqa: E731
+        return [f"merged {parts} {by}(s) ({mode}) into {output}" + (f" ({notes})" if notes else ""),
+                Table("parts", [
+                    Column(by, "label", text=True), Column("launch", "launch_index", dash),
+                    Column("rank", "rank", dash), Column("blocks", "num_blocks"), Column("groups", "num_groups"),
+                    Column("first block", "block_offset"), Column("shift ns", "shift_ns"),
+                ], summary["parts"], name="parts", terms=())]
     left = sum(p["lanes_left_out"] for p in summary["parts"])
     items: list = [f"merged {parts} {by}(s) ({mode}) into {output}"
                    + (f"; {left} lane(s) over --max-lanes left out" if left else "")]

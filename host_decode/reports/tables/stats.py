@@ -5,7 +5,7 @@ groups, critical lanes.
 Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width
 (tests/unit/host_decode/reports/test_tables_fit_terminal.py); a ring capture's launch line is the one
 `ikp report` shows (load.ring.describe_ring;
-tests/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
+tests/unit/ikp_cute/test_ring.py::test_stats_and_report_of_a_saved_ring_show_lost_launches_and_strays).
 """
 
 from __future__ import annotations

@@ -2,15 +2,19 @@
 the critical path's segments, and why any wait was left unmatched (every status is named: REASONS).
 
 Invariants, and the tests that guard them: the table shows the numbers of `ikp waits --format json`
-(tests/test_waits.py::test_ikp_waits_command), every one whole at any terminal width, and each "role count"
-of whom a wait waited on stays together (tests/unit/host_decode/reports/test_tables_fit_terminal.py).
+(tests/unit/host_decode/analysis/test_waits.py::test_ikp_waits_command), every one whole at any terminal
+width, and each "role count" of whom a wait waited on stays together
+(tests/unit/host_decode/reports/test_tables_fit_terminal.py); the coverage audit comes first
+(reports.tables.coverage), the async units' table last (reports.tables.async_units).
 """
 
 from __future__ import annotations
 
+from host_decode.reports.tables.async_units import async_units_items
 from host_decode.reports.tables.console import Column, Table, make_console, print_tables
+from host_decode.reports.tables.coverage import coverage_lines, pipeline_ops_lines
 
-TABLES = ("waits", "roles", "critical_path")
+TABLES = ("waits", "roles", "critical_path", "async_units")
 
 REASONS = {
     "producer_dropped": "a producer lane of the block/cluster overflowed; its later commits were never written",
@@ -32,7 +36,7 @@ def waits_items(data: dict) -> list:
 
     st = data["status"]
     matched = sum(st[status] for status in MATCHED_STATUSES)
-    items: list = [
+    items: list = coverage_lines(data) + [
         f"{data.get('kernel') or 'capture'}: {data['waits']} waits, {matched} matched "
         f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
         f"{st['self']} self-released barriers, {st['first_use']} first uses, {st['tma_store']} TMA-store "
@@ -92,7 +96,7 @@ def waits_items(data: dict) -> list:
                                                  for k, v in data["unmatched"].items()))
     else:
         items.append("every wait matched (or passed through as a stage's first use)")
-    return items
+    return items + pipeline_ops_lines(data) + async_units_items(data)
 
 
 def print_waits(data: dict, console=None) -> None:

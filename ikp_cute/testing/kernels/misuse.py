@@ -1,5 +1,5 @@
-"""Kernels that misuse the device API on purpose, one `case` each (tests/test_device_compile.py expects
-a trace-time ProfileUsageError for the static cases; tests/test_device_gpu.py runs the dynamic ones).
+"""Kernels that misuse the device API on purpose, one `case` each (tests/unit/ikp_cute/test_device_compile.py expects
+a trace-time ProfileUsageError for the static cases; tests/gpu/test_device_gpu.py runs the dynamic ones).
 
 Program of every lane that records: `iters` x region "r", then mark "m" (2 * iters + 1 records); case
 "mark_first" (not a misuse) records a mark "m0" before them.

@@ -1,6 +1,6 @@
 """The issue-bound overhead kernel (issue 10, item 7): every warp is a lane (warps_per_group=1) and runs
 `iters` iterations of `regions` regions, each holding 32 dependent FMAs. Used by
-benchmarks/device_overhead.py (timing) and tests/test_device_compile.py (SASS instructions per event).
+benchmarks/device_overhead.py (timing) and tests/unit/ikp_cute/test_device_compile.py (SASS instructions per event).
 """
 
 import cutlass

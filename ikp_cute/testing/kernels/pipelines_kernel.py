@@ -1,6 +1,6 @@
 """A small warp-specialized kernel on cutlass.pipeline, written the way kernels write their own pipeline
 classes (a subclass with its own methods, as FA4 and quack do), plus a named barrier and a direct
-`cute.arch.barrier`: what tests/test_pipelines_compile.py traces without torch (CI has none).
+`cute.arch.barrier`: what tests/unit/ikp_cute/test_pipelines_compile.py traces without torch (CI has none).
 
 Warp 0 produces into `ring` (STAGES stages) and signals `side` (with a raw cute.arch.mbarrier_arrive on
 the barrier the pipeline hands out, as quack's scheduler does); warps 4-7 (warp group 1) consume both;

@@ -1,5 +1,5 @@
 """Kernels that reach their barriers by paths the Python hooks of ikp_cute.pipelines do not see, and kernels
-whose pipelines are named the way newer kernels name them (tests/test_pipelines_ir.py traces them).
+whose pipelines are named the way newer kernels name them (tests/unit/ikp_cute/test_pipelines_ir.py traces them).
 
 * `swapped_wait()`: while it is entered, ``cute.arch.mbarrier_wait`` is the kernel's own inline-PTX wait
   (as an attention kernel does to get a faster wait); `turns_kernel` takes turns through cutlass's

@@ -1,4 +1,4 @@
-"""Kernels for the cursor's shared capacity check (tests/test_device_compile.py): `iters` marks in a
+"""Kernels for the cursor's shared capacity check (tests/unit/ikp_cute/test_device_compile.py): `iters` marks in a
 dynamic loop (so the room is not a compile-time constant), then three records in each `layout`, whose
 compare counts differ only by which ENDs share their BEGIN's check.
 

@@ -126,7 +126,7 @@ def _with_fresh_cursor(prof, start):
 def stale_cursor_kernel(x: cute.Tensor, iters: Int32, prof_buf, spec: cutlass.Constexpr):
     """Negative control for the carry check: each iteration restarts from the cursor value before
     the loop (the silent failure of a cursor the DSL does not carry), so every iteration writes the
-    same slots. tests/test_device_compile.py must flag it."""
+    same slots. tests/unit/ikp_cute/test_device_compile.py must flag it."""
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     acc = x[bidx * 256 + tidx]
@@ -152,7 +152,7 @@ def launch_stale(
     stale_cursor_kernel(x, iters, prof_buf, spec).launch(grid=list(grid), block=[256, 1, 1])
 
 
-# --- what the structured kernel must record (used by tests/test_device_gpu.py) ------------------------
+# --- what the structured kernel must record (used by tests/gpu/test_device_gpu.py) ------------------------
 
 
 def structured_program(iters: int, group: int) -> list[tuple[str, str, int | None]]:

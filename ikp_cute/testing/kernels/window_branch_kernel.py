@@ -6,7 +6,7 @@ before its warps have decided) and marks which copy each warp took in `taken` (1
 
 `twice`: the recorded copy creates a second Profiler for its group (a lane counted twice). `count_at`:
 window_branch's (where the plain copy's warps count themselves).
-tests/test_ring_gpu.py runs it.
+tests/gpu/test_ring_gpu.py runs it.
 """
 
 import cutlass

@@ -7,18 +7,18 @@ import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
 os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
-import test_examples_compile as t  # noqa: E402
 import torch  # noqa: E402
 from flash_attn.cute import interface  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-fi = t._import("fa4_sm90", "fa4_instrumented")
+from tests.support.examples import BAKED, import_example, profile_spec  # noqa: E402
+
+fi = import_example("fa4_sm90", "fa4_instrumented")
 nb = fi.num_ctas(1, 1024, 4)
-spec = t._spec(fi.events_for("full"), 3, nb, 128, baked=t.BAKED)
+spec = profile_spec(fi.events_for("full"), 3, nb, 128, baked=BAKED)
 compile_fn = interface.cute.compile
 
 

@@ -23,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[4]
 EX = ROOT / "examples"
 PC = ROOT / "tests" / "fixtures" / "pc"
+FLAG_RANKS = ROOT / "tests" / "fixtures" / "flag_ranks"
 MEMORY_LIMIT = 3 << 30  # bytes of address space a case may take (RLIMIT_AS)
 RUNNER = """
 import resource, sys
@@ -337,6 +338,18 @@ CASES = {
     "--max-decompressed not a size": lambda d: ["kernels", EX / "insight" / "torch_trace.json.gz",
                                                 "--max-decompressed", "lots"],
     "glossary unknown term": lambda d: ["glossary", "no such term"],
+    # --- flags across ranks, export
+    "flags: a signal without its value": lambda d: ["waits", _ranks(d, flags=[{"id": 1, "kind": "signal"}])],
+    "flags: order outside the set": lambda d: ["waits", _ranks(d, flags=_spoil_flag("order", "seq_cst"))],
+    "flags: an id past the user ids": lambda d: ["waits", _ranks(d, flags=_spoil_flag("id", 2**20))],
+    "flag_buffers: bytes zero": lambda d: ["waits", _ranks(d, flag_buffers=[{"name": "f", "owner_rank": 0,
+                                                                               "base": 0, "bytes": 0,
+                                                                               "elem_bytes": 4}])],
+    "clock_error_ns negative": lambda d: ["waits", _ranks(d, clock_error_ns=-1)],
+    "export into an existing folder": lambda d: ["export", FLAG_RANKS, "-o", _mkdir(d / "tables"), "-f"],
+    "export a folder without captures": lambda d: ["export", _mkdir(d / "empty"), "-o", "tables"],
+    "merge --torch into .pftrace": lambda d: ["merge", capture(d), "--torch", EX / "insight" / "torch_trace.json.gz",
+                                              "-o", "m.pftrace"],
 }
 
 
@@ -397,6 +410,23 @@ def _fifo(d: Path) -> Path:
 def _link_to(d: Path, target: str) -> Path:
     (d / "loss.json").symlink_to(target)
     return d / "loss.json"
+
+
+def _ranks(d: Path, **changes) -> Path:
+    """A copy of the four-rank flag fixture whose rank 1 sidecar has `changes`."""
+    f = d / "ranks"
+    shutil.copytree(FLAG_RANKS, f)
+    side = json.loads((f / "rank_1.json").read_text())
+    side.update(changes)
+    (f / "rank_1.json").write_text(json.dumps(side))
+    return f
+
+
+def _spoil_flag(key: str, value) -> list:
+    """The fixture's flag sites with the first one's `key` set to `value`."""
+    flags = json.loads((FLAG_RANKS / "rank_1.json").read_text())["flags"]
+    flags[0][key] = value
+    return flags
 
 
 def _folder_with_bad(d: Path) -> Path:

@@ -21,6 +21,7 @@ FA4 = ROOT / "examples" / "pipelines" / "fa4_sm90_signals.npy"
 CASES = [  # (where, how to spoil the sidecar, the allowed values the error must list)
     ("'mode'", lambda s: s.update(mode="Atomic"), ("cursor", "atomic", "static")),
     ("'fence'", lambda s: s.update(fence="CTA"), ("none", "cta")),
+    ("'pipeline_lanes'", lambda s: s.update(pipeline_lanes="thread"), ("warp",)),
     ("'pipeline_level'", lambda s: s.update(pipeline_level="Signals"), ("waits", "signals", "all")),
     ("'pipelines[0].scope'", lambda s: s["pipelines"][0].update(scope="CTA"), ("cluster", "cta")),
     ("'pipelines[1].released_by'", lambda s: s["pipelines"][1].update(released_by="tma"), ("tma_store",)),
@@ -62,3 +63,30 @@ def test_the_committed_pipeline_sidecars_validate():
 def test_the_poll_modes_are_the_device_sides():
     pipelines = pytest.importorskip("ikp_cute.pipelines")
     assert tuple(pipelines.POLL_MODES) == sidecar.PIPELINE_POLLS
+
+
+RANK = ROOT / "tests" / "fixtures" / "flag_ranks" / "rank_1.npy"
+FLAG_CASES = [(key, value) for key, value in (("kind", "Signal"), ("order", "seq_cst"), ("scope", "system"),
+                                              ("update", "xor"), ("cmp", "ne"))]
+
+
+@pytest.mark.parametrize("key, value", FLAG_CASES, ids=[k for k, _ in FLAG_CASES])
+def test_a_flag_site_value_outside_its_set_is_refused(tmp_path, key, value):
+    shutil.copy(RANK, tmp_path / "r.npy")
+    side = json.loads(RANK.with_suffix(".json").read_text())
+    side["flags"][0][key] = value  # every key of a site is checked, whichever its kind needs
+    (tmp_path / "r.json").write_text(json.dumps(side))
+    with pytest.raises(DecodeError) as e:
+        hd.load_capture(tmp_path / "r.npy")
+    text = str(e.value)
+    assert f".{key}'" in text and value in text and all(a in text for a in sidecar.FLAG_SITE[key].allowed), text
+
+
+def test_every_enumerated_key_has_a_case():
+    """A key given a set of allowed values (now or later) is spoiled by one of the cases above."""
+    covered = {w.strip("'").split(".")[-1] for w, _, _ in CASES} | {k for k, _ in FLAG_CASES}
+    for schema in (sidecar.SIDECAR, sidecar.PIPELINE_ENTRY, sidecar.PIPELINE_OPTIONS, sidecar.RING_BLOCK,
+                   sidecar.RING_SUMMARY, sidecar.FLAG_SITE, sidecar.FLAG_BUFFER):
+        for name, key in schema.items():
+            if key.allowed and name != "format":
+                assert name in covered, name

@@ -31,7 +31,7 @@ def json_of(argv, capsys, monkeypatch, tmp_path) -> dict:
 
 def every_table(capsys, monkeypatch, tmp_path) -> list[Table]:
     from host_decode.load.capture import load_capture
-    from host_decode.reports.tables import decode, diff, hardware, kernels, merge, stats, waits
+    from host_decode.reports.tables import decode, diff, flags, hardware, kernels, merge, stats, waits
 
     j = lambda *argv: json_of(argv, capsys, monkeypatch, tmp_path)  # noqa: E731
     d = j("diff", EX / "insight" / "launch_0.npy", EX / "insight" / "launch_1.npy")
@@ -44,13 +44,16 @@ def every_table(capsys, monkeypatch, tmp_path) -> list[Table]:
              + hardware.map_items(j("pc2region", PC / "tiles_real_ncu.cubin"))
              + merge.session_items(j("merge", EX / "insight" / "launch_0.npy", "-o", "m.json"), parts=1,
                                    by="launch", mode="timeline", output="m.json")
+             + merge.session_items(j("merge", EX / "insight" / "launch_0.npy", "-o", "m.pftrace"), parts=1,
+                                   by="launch", mode="timeline", output="m.pftrace")
+             + flags.flags_items(j("waits", ROOT / "tests" / "fixtures" / "flag_ranks"))
              + decode.loss_items(trace) + [decode.summary_table(trace)])
     return [t for t in items if isinstance(t, Table)]
 
 
 def test_every_table_names_its_terms_and_each_is_explained(capsys, monkeypatch, tmp_path):
     tables = every_table(capsys, monkeypatch, tmp_path)
-    assert len(tables) >= 15
+    assert len(tables) >= 20
     for t in tables:
         assert t.terms is not None, t.title
         unknown = [term for term in t.terms if term not in GLOSSARY]

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -76,7 +77,38 @@ def waits_numbers(d):
         out += [str(r["lanes"]), *(f"{r[k] / 1e3:.1f}" for k in ("time_ns", "wait_ns", "blocked_ns"))]
     for r in d["critical_path"]["segments"]:
         out += [f"{r['ns'] / 1e3:.1f}"] + ([pct(r["share"])] if r["share"] is not None else [])
+    for s in d.get("async_units", []):
+        lat, c = s["latency_ns"], s["classes"]
+        out += [str(s["uses"]), str(c["exact"]), str(s["open"])]
+        out += [f"{lat['exact'][k]:.0f}" for k in ("p50", "p99") if lat["exact"][k] is not None]
+        if lat["bounded"]["count"]:
+            out.append(f"{lat['bounded']['at_least_p50']:.0f}..{lat['bounded']['at_most_p50']:.0f}")
+        if s["bytes_per_s"]:
+            out.append(f"{s['bytes_per_s']['p50'] / 1e9:.3g}")
     return out
+
+
+def flags_numbers(d):
+    us = lambda ns: f"{ns / 1000:.3f}"  # noqa: E731
+    out = []
+    for r in d["ranks"]:
+        out += [str(r["clock_offset_ns"]), str(r["clock_error_ns"])]
+    for r in d["per_rank"]:
+        out += [str(r["waits"]), us(r["wait_ns"]), str(r["signals"]), str(r["unmatched"])]
+    for step in d["steps"]:
+        for c in step["chain"]:
+            out.append(us(c["work_ns"]))
+            for w in c.get("waits", []):
+                out += [us(w["wait_ns"])] + ([us(w["after_signal_ns"])] if w["after_signal_ns"] is not None else [])
+    return out
+
+
+def export_numbers(d):
+    return [str(t["rows"]) for t in d["tables"].values()]
+
+
+def merge_perfetto_numbers(d):
+    return [str(p[k]) for p in d["parts"] for k in ("num_blocks", "num_groups", "shift_ns")]
 
 
 def kernels_numbers(d):
@@ -136,6 +168,7 @@ def decode_numbers(d):
 
 FA4 = EX / "pipelines" / "fa4_sm90_signals.npy"
 TORCH = EX / "insight" / "torch_trace.json.gz"
+FLAG_RANKS = ROOT / "tests" / "fixtures" / "flag_ranks"
 COMMANDS = {
     "stats": (["stats", FA4], stats_numbers),
     "waits": (["waits", FA4], waits_numbers),
@@ -146,11 +179,16 @@ COMMANDS = {
                "-f"], merge_numbers),
     "pc2region": (["pc2region", PC / "tiles_real_ncu.cubin"], pc2region_numbers),
     "decode": (["decode", FA4], decode_numbers),
+    "waits (flags)": (["waits", FLAG_RANKS], flags_numbers),
+    "export": (["export", FLAG_RANKS, "-o", "tables", "-f"], export_numbers),
+    "merge (perfetto)": (["merge", EX / "insight" / "launch_0.npy", EX / "insight" / "launch_1.npy", "-o", "m.pftrace",
+                          "-f"], merge_perfetto_numbers),
 }
 
 
 def run(argv, tmp_path, capsys, monkeypatch, columns=None) -> str:
     monkeypatch.chdir(tmp_path)  # outputs by short relative names: a long path is the user's line, not a table's
+    shutil.rmtree(tmp_path / "tables", ignore_errors=True)  # ikp export writes a new folder, never over one
     if columns is not None:
         monkeypatch.setenv("COLUMNS", str(columns))
     assert main([str(a) for a in argv]) == 0, argv
