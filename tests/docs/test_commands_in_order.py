@@ -83,12 +83,15 @@ HINTED = [  # commands whose next: hints are followed, in this order, in one fol
     ["plot", "examples/insight/launch_0.npy", "-o", "plots"],
     ["diff", "examples/insight/launch_0.npy", "examples/insight/launch_1.npy"],
     ["report", "examples/basic/capture.npy", "-o", "basic.html"],
+    ["waits", "tests/fixtures/flag_ranks"],
+    ["merge", "tests/fixtures/flag_ranks", "-o", "ranks.pftrace"],
+    ["export", "tests/fixtures/flag_ranks", "-o", "tables"],
 ]
 
 
 def test_every_next_hint_runs_as_printed(scratch):
     for name in ("report.html", "capture.html", "waits.html", "waits.pftrace", "fa4_sm90_signals.html",
-                 "fa4_sm90_signals.pftrace", "merged.json.gz"):
+                 "fa4_sm90_signals.pftrace", "merged.json.gz", "flag_ranks.pftrace"):
         (scratch / name).write_text("a file the user already has")
     followed = 0
     for argv in HINTED:
