@@ -55,6 +55,7 @@ from .spec import MODES, EventRegistry, ProfileSpec, ProfileUsageError, disabled
 __all__ = [
     "MODES",
     "EventRegistry",
+    "GpuUnavailable",
     "ProfileSpec",
     "Pool",
     "ProfileUsageError",
@@ -64,6 +65,7 @@ __all__ = [
     "fake_buffer",
     "launch_records",
     "profile_region",
+    "require_gpu",
     "trace_pipelines",
     "window_branch",
 ]
@@ -76,6 +78,8 @@ __getattr__, __dir__ = lazy_exports(
         "profile_region": ".profiler:profile_region",
         "launch_records": ".profiler:launch_records",
         "Session": ".session:Session",
+        "GpuUnavailable": ".session:GpuUnavailable",
+        "require_gpu": ".session:require_gpu",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
         "window_branch": ".profiler:window_branch",

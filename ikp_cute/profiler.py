@@ -19,11 +19,16 @@ named otherwise; GPU ones in tests/gpu/test_device_gpu.py):
   (test_fence_option_emits_a_cta_fence_only_when_asked).
 * window_branch and launch_records take the same decision in every thread of a launch
   (tests/unit/ikp_cute/test_ring.py, tests/gpu/test_ring_gpu.py).
+* A kernel traced on a machine without a GPU and without CUTE_DSL_ARCH compiles for CuTe DSL's default
+  architecture, which nobody chose: that is announced once per process, naming CUTE_DSL_ARCH
+  (tests/unit/ikp_cute/test_no_gpu_messages.py::test_a_defaulted_architecture_is_announced_once).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 
 import cutlass
 from cutlass import Int32, Int64, Uint32, const_expr, cute
@@ -60,6 +65,30 @@ def buffer_tensor(spec: ProfileSpec, buf):
     return buf, Int32(size) >= spec.buffer_slots  # dynamic size: a short buffer disables recording
 
 
+_arch_announced = False
+
+
+def announce_defaulted_arch() -> None:
+    """Warn once per process when CuTe DSL compiles for an architecture nobody chose: CUTE_DSL_ARCH unset and
+    no GPU to detect one from (the DSL then targets its default, sm_100a in 4.8)."""
+    global _arch_announced
+    if _arch_announced or os.environ.get("CUTE_DSL_ARCH"):
+        return
+    _arch_announced = True
+    try:
+        from cutlass.base_dsl.runtime.cuda import get_compute_capability_major_minor
+        from cutlass.cutlass_dsl import CuTeDSL
+
+        if get_compute_capability_major_minor() != (None, None):
+            return  # a GPU: the DSL compiles for it
+        arch = CuTeDSL._get_dsl().envar.arch
+    except Exception:  # noqa: BLE001 - a DSL without these hooks: nothing to say
+        return
+    warnings.warn(f"ikp_cute: no GPU here and CUTE_DSL_ARCH is not set: CuTe DSL compiles this kernel for {arch}, "
+                  "its default; set CUTE_DSL_ARCH (e.g. sm_90a) to choose the architecture", UserWarning,
+                  stacklevel=3)
+
+
 @dataclasses.dataclass(frozen=True)
 class Profiler:
     """Per-lane recording handle. Build it inside ``@cute.kernel``::
@@ -87,6 +116,7 @@ class Profiler:
         takes records apart this way)."""
         if not isinstance(spec, ProfileSpec):
             raise TypeError(f"Profiler.create needs an ikp_cute ProfileSpec (got {type(spec).__name__})")
+        announce_defaulted_arch()
         if not const_expr(spec.enabled):
             return Profiler(spec, None, TraceChecks())
         if recorder_class is not None:

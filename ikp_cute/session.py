@@ -23,6 +23,32 @@ from host_decode.core.model import Names
 from .spec import ProfileSpec
 
 FORMAT = "ikp-v1"
+NEEDS_GPU = ("needs a CUDA GPU ({why}); without one, compile kernels for an architecture you choose: "
+             "CUTE_DSL_ARCH=sm_90a and cute.compile(...) (docs/getting-started.md)")
+
+
+class GpuUnavailable(RuntimeError):
+    """A Session on a machine without a CUDA GPU: the message (one line) says what it needs and what works
+    without one. tests/unit/ikp_cute/test_no_gpu_messages.py"""
+
+
+def gpu_problem(device: str = "cuda") -> str | None:
+    """Why torch cannot use the CUDA `device` here (None when it can, or when `device` is not CUDA)."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+            else "torch sees no CUDA device")
+
+
+def require_gpu(what: str) -> None:
+    """For scripts (the examples' run.py): exit with one line saying `what` needs a CUDA GPU when there is none."""
+    why = gpu_problem()
+    if why:
+        raise SystemExit(f"{what} {NEEDS_GPU.format(why=why)}")
 
 
 class Session:
@@ -66,6 +92,9 @@ class Session:
         if not spec.enabled:
             self.spec = spec
             return
+        why = gpu_problem(device)
+        if why:
+            raise GpuUnavailable(f"ikp_cute.Session {NEEDS_GPU.format(why=why)}")
         import torch
 
         self.buffer = torch.zeros(spec.buffer_slots, dtype=torch.int64, device=device)

@@ -249,6 +249,25 @@ def pool_cost(data: dict) -> str:
 
 POOL_ROWS = ("noise", "recorded", "closed", "ahead", "default")
 
+def bigcap(data: dict) -> str:
+    """benchmarks/bigcap_bench.py --json-out, one or more runs side by side: {"runs": [run, ...]}, each with its
+    label, date, machine, command and sizes."""
+    header = ["code measured", "records", "`ikp decode X -o X.pftrace` / decoder", "with -q / decoder",
+              "CPU s: decoder, -o, -q", "warpscope loop / `--loss-json`", "peak RSS / buffer: decode (-q)",
+              "-o .pftrace", "report"]
+    out = []
+    for run in data["runs"]:
+        for s in run["sizes"]:
+            rss, cpu = s["rss_over_raw"], s.get("cpu_s") or {}
+            cpus = ", ".join(f"{cpu[k]:.2f}" for k in ("decoder", "pftrace", "pftrace_quiet") if k in cpu)
+            out.append([run["label"], f"{s['records']:,}", f"{s['pftrace_over_decoder']:.2f}x",
+                        f"{s['pftrace_quiet_over_decoder']:.2f}x", cpus,
+                        "" if s["warpscope_over_loss_json"] is None else f"{s['warpscope_over_loss_json']:.1f}x",
+                        f"{rss['decode_q']:.2f}", f"{rss['pftrace']:.2f}", f"{rss['report']:.2f}"])
+    runs = "; ".join(f"{r['label']}: {r['date']}, {r['machine']}, `{r['command']}`" for r in data["runs"])
+    return markdown_table(header, out, right=set(range(1, 9))) + f"\n\nRuns: {runs}."
+
+
 RENDERERS = {
     "overhead": overhead,
     "record-ablation": record_ablation,
@@ -260,4 +279,5 @@ RENDERERS = {
     "pipelines-cost": pipelines_cost,
     "trace-cost": trace_cost,
     "pool-cost": pool_cost,
+    "bigcap": bigcap,
 }

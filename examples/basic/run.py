@@ -47,6 +47,9 @@ def main(argv=None) -> int:
     p.add_argument("--blocks", type=int, default=8)
     p.add_argument("--tiles", type=int, default=12)
     args = p.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/basic/run.py')  # one line where there is no GPU
 
     trace = record(args.out, args.blocks, args.tiles)
     path = Path(args.out)

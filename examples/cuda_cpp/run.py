@@ -90,6 +90,9 @@ def main() -> int:
     parser.add_argument("--out", default="ikp_cuda_example.npy", help="capture path (.npy + .json sidecar)")
     parser.add_argument("--iters", type=int, default=6)
     args = parser.parse_args()
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/cuda_cpp/run.py')  # one line where there is no GPU
 
     import torch
 

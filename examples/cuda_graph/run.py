@@ -150,6 +150,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="cuda_graph_out")
     p.add_argument("--own-only", action="store_true")
     args = p.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/cuda_graph/run.py')  # one line where there is no GPU
     out = Path(args.out)
     results = {"own": run_own(out / "own")}
     if not args.own_only:

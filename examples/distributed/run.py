@@ -507,6 +507,9 @@ def main(argv=None) -> int:
     ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
     ap.add_argument("--ctas-per-rank", type=int, default=None, help="CTAs per rank (default: the SMs, shared)")
     a = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/distributed/run.py')  # one line where there is no GPU
     summary = run(a.out, world_size=a.world_size, ranks=a.ranks, m=a.m, k=a.k, n=a.n, chunks=a.chunks,
                   delay_rank=a.delay_rank, delay_us=a.delay_us, launches=a.launches, seed=a.seed, trace=a.trace,
                   records_per_lane=a.records_per_lane, ctas_per_rank=a.ctas_per_rank)

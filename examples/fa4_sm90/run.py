@@ -355,6 +355,9 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=200)
     ap.add_argument("--capture-only", action="store_true")
     args = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/fa4_sm90/run.py')  # one line where there is no GPU
     args.out.mkdir(parents=True, exist_ok=True)
     small_capture(args.out / "capture.npy")
     if not args.capture_only:

@@ -381,6 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
     ap.add_argument("--ctas", type=int, default=None, help="CTAs of the persistent grid (default: one per SM)")
     a = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/megakernel_deps/run.py')  # one line where there is no GPU
     summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
                   launches=a.launches, seed=a.seed, trace=a.trace, records_per_lane=a.records_per_lane,
                   ctas=a.ctas)

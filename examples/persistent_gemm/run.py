@@ -84,6 +84,9 @@ def main(argv=None) -> int:
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/persistent_gemm")))
     args = ap.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/persistent_gemm/run.py')  # one line where there is no GPU
     import torch
 
     results = {"device": torch.cuda.get_device_name(), "checks": [], "timing": {}}

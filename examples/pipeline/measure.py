@@ -100,6 +100,11 @@ def example_main(doc: str, default_out: str, small_capture, run, argv=None) -> i
     ap.add_argument("--out", type=Path, default=Path(default_out))
     ap.add_argument("--launches", type=int, default=200)
     args = ap.parse_args(argv)
+    import sys
+
+    import ikp_cute
+
+    ikp_cute.require_gpu(f"examples/{Path(sys.argv[0]).resolve().parent.name}/run.py")  # one line without a GPU
     args.out.mkdir(parents=True, exist_ok=True)
     small_capture(args.out / "capture.npy")
     for row in run(args.out, launches=args.launches):

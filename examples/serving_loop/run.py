@@ -129,6 +129,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="serving_loop_out")
     p.add_argument("--steps", type=int, default=1000)
     args = p.parse_args(argv)
+    import ikp_cute
+
+    ikp_cute.require_gpu('examples/serving_loop/run.py')  # one line where there is no GPU
     result = run(Path(args.out), steps=args.steps)
     print(json.dumps(result, indent=1))
     return 0 if result["ok"] else 1

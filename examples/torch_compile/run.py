@@ -105,6 +105,9 @@ def run(calls=8, window=(3, 3), batch=1, seqlen=512, heads=4, dim=128, detail="i
 if __name__ == "__main__":
     import json
 
+    import ikp_cute
+
+    ikp_cute.require_gpu("examples/torch_compile/run.py")  # one line where there is no GPU
     r = run()
     print(json.dumps(r, indent=1))
     raise SystemExit(0 if r["ok"] else 1)

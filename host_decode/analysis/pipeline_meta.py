@@ -169,6 +169,9 @@ def units_of(ch: Channel, trace: Trace) -> np.ndarray:
     blocks = np.arange(trace.num_blocks, dtype=np.int64)
     if ch.cluster_size == 1:
         return blocks
+    if ch.cluster_size > trace.num_blocks:
+        raise ValueError(f"pipeline {ch.name}: a cluster of {ch.cluster_size} CTAs is larger than the capture's "
+                         f"{trace.num_blocks} blocks (check --cluster or the sidecar's cluster)")
     cx, cy, cz = ch.cluster_shape
     grid = (trace.meta or {}).get("grid")
     if isinstance(grid, (list, tuple)) and len(grid) == 3 and math.prod(grid) == trace.num_blocks:

@@ -1,16 +1,24 @@
 """Statistics core on the span table: per (group, event) count, total, mean, min, max, p50/p90/p95/p99, cv.
 
-Linear time in the number of regions: rows get a dense (group, event) id from a lookup table, each
-pair's durations are picked by a mask (or grouped by a radix sort when pairs are many), and percentiles
-are read from the pair's order statistics after one np.partition (linear interpolation, numpy's
-default method).
+Linear time in the number of regions, the span table read a chunk at a time (never masked once per pair):
+rows get a dense (group, event) id from a lookup table; then, when every duration lies in a range small
+against the row count (the usual case: integer nanoseconds), one pass counts a histogram per pair and
+every statistic is read from it exactly; otherwise the durations are gathered by pair (a counting sort)
+and each pair's percentiles read after one np.partition. Percentiles interpolate linearly between order
+statistics (numpy's default method) either way.
+
+Invariants, and the tests that guard them: every statistic equals numpy's on each pair's durations
+(np.percentile, mean, std; tests/unit/host_decode/analysis/test_stats.py,
+tests/unit/host_decode/analysis/test_summary_paths.py for both paths); the summary `ikp decode` prints
+costs a fraction of the decode (benchmarks/bigcap_bench.py measures the whole command against the decoder
+alone).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from host_decode.core.arrays import span_durations
+from host_decode.core.arrays import CHUNK_ROWS
 from host_decode.core.model import Trace
 
 SUMMARY_DTYPE = np.dtype(
@@ -30,44 +38,133 @@ SUMMARY_DTYPE = np.dtype(
     ]
 )
 PERCENTILES = (50, 90, 95, 99)
+FEW_KEYS = 64  # up to this many (group, event) pairs, callers may scan the table once per pair
+# histograms when (group, event) cells x duration range <= this x the rows (+ 2**16): their counts (8 bytes a
+# bin, twice while a chunk is added) then stay below a span row's 32 bytes per row
+HISTOGRAM_RANGE = 0.5
 
 
 def region_summary(trace: Trace, by_group: bool = True) -> np.ndarray:
     """One row per (group, event) (or per event with group=-1 when by_group is False)."""
     spans = trace.spans
     group = spans["group"] if by_group else np.full(spans.size, -1, np.int32)
-
-    return summarize(group, spans["event"], lambda rows: span_durations(spans, rows))
-
-
-FEW_KEYS = 64  # up to this many (group, event) pairs, each pair's durations are picked by a mask
+    return summarize(group, spans["event"], (spans["start_ns"], spans["end_ns"]))
 
 
 def summarize(group: np.ndarray, event: np.ndarray, dur) -> np.ndarray:
-    """One SUMMARY_DTYPE row per (group, event), sorted by (group, event). Percentiles interpolate
-    linearly between order statistics (numpy's default method), read after one np.partition of the
-    pair's durations (linear time: no sort of the table); mean = exact integer total / count.
-    `dur`: the durations, or a function of a row mask giving those rows' durations (so that a whole
-    duration column is never needed when pairs are few). Temporaries: a small dense pair id per row and
-    one pair's durations at a time (few pairs), or the durations grouped by a radix sort (many).
-    Guarded by tests/unit/host_decode/analysis/test_stats.py (against np.percentile per group)."""
-    if np.size(group) == 0:
+    """One SUMMARY_DTYPE row per (group, event), sorted by (group, event). `dur`: the durations, or a
+    (start, end) pair of columns (durations = end - start, computed a chunk at a time). Mean = exact
+    integer total / count. Temporaries: a histogram per pair (narrow durations), else a small dense pair
+    id per row and the durations grouped by pair (8 bytes a row); chunk-sized arrays otherwise. Guarded by
+    tests/unit/host_decode/analysis/test_stats.py (against np.percentile per group)."""
+    group, event = np.asarray(group), np.asarray(event)
+    if group.size == 0:
         return np.zeros(0, SUMMARY_DTYPE)
-    ids, key_group, key_event = pair_ids(np.asarray(group), np.asarray(event))
+    histograms = pair_histograms(group, event, dur)
+    if histograms is not None:
+        counts, key_group, key_event, lo_ns = histograms
+        out = np.zeros(key_group.size, SUMMARY_DTYPE)
+        out["group"], out["event"] = key_group, key_event
+        for k in range(key_group.size):
+            _fill_row_from_histogram(out, k, counts[k], lo_ns)
+        return out
+    ids, key_group, key_event = pair_ids(group, event)
     nkeys = key_group.size
     out = np.zeros(nkeys, SUMMARY_DTYPE)
     out["group"], out["event"] = key_group, key_event
-    pick = dur if callable(dur) else (lambda m, d=np.asarray(dur, np.int64): d[m])
-    if nkeys <= FEW_KEYS:
-        for k in range(nkeys):
-            _fill_row(out, k, np.asarray(pick(ids == k), np.int64))
-        return out
-    count = np.bincount(ids, minlength=nkeys)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]])
-    d = np.asarray(pick(np.argsort(ids.astype(np.uint16) if nkeys <= 1 << 16 else ids, kind="stable")), np.int64)
+    grouped, first = grouped_durations(ids, nkeys, dur)
     for k in range(nkeys):
-        _fill_row(out, k, d[first[k] : first[k] + count[k]])
+        _fill_row(out, k, grouped[first[k] : first[k + 1]])
     return out
+
+
+def _durations(dur, rows: slice) -> np.ndarray:
+    if isinstance(dur, tuple):
+        return np.asarray(dur[1][rows], np.int64) - dur[0][rows]
+    return np.asarray(dur[rows], np.int64)
+
+
+def pair_histograms(group: np.ndarray, event: np.ndarray, dur, chunk: int = CHUNK_ROWS):
+    """(counts[pair, duration - lo_ns], group and event of each pair, lo_ns), pairs in (group, event)
+    order, when one histogram per (group, event) cell over the durations' whole range is small against the
+    row count; else None. Two passes over the columns, a chunk at a time (no whole-column temporary): the
+    ranges of group, event and duration, then the counts of cell x duration."""
+    bounds = None
+    for i in range(0, group.size, chunk):
+        rows = slice(i, i + chunk)
+        d = _durations(dur, rows)
+        found = (int(group[rows].min()), int(group[rows].max()), int(event[rows].min()), int(event[rows].max()),
+                 int(d.min()), int(d.max()))
+        bounds = found if bounds is None else tuple(
+            min(a, b) if j % 2 == 0 else max(a, b) for j, (a, b) in enumerate(zip(bounds, found)))
+    gmin, gmax, emin, emax, lo_ns, hi_ns = bounds
+    events, width = emax - emin + 1, hi_ns - lo_ns + 1
+    cells = (gmax - gmin + 1) * events
+    if cells * width > int(HISTOGRAM_RANGE * group.size) + (1 << 16):
+        return None
+    counts = np.zeros(cells * width, np.int64)
+    step = max(chunk, cells * width)  # a chunk's counts cost no more than the rows it counts
+    for i in range(0, group.size, step):
+        rows = slice(i, i + step)
+        key = group[rows].astype(np.int64)
+        key -= gmin
+        key *= events
+        key += event[rows]
+        key -= emin
+        key *= width
+        key += _durations(dur, rows)
+        key -= lo_ns
+        counts += np.bincount(key, minlength=cells * width)
+    counts = counts.reshape(cells, width)
+    present = np.flatnonzero(counts.any(axis=1))
+    return counts[present], gmin + present // events, emin + present % events, lo_ns
+
+
+def _fill_row_from_histogram(out: np.ndarray, k: int, h: np.ndarray, lo_ns: int) -> None:
+    """Row k from its histogram `h` (h[v]: durations of lo_ns + v ns): the same figures as _fill_row."""
+    seen = np.flatnonzero(h)
+    h = h[seen[0] : seen[-1] + 1]
+    lo_ns += int(seen[0])
+    n = int(h.sum())
+    offsets = np.arange(h.size, dtype=np.int64)
+    total = n * lo_ns + int(np.dot(h, offsets))
+    mean = total / n
+    x = (offsets + (lo_ns - int(mean))).astype(np.float64)  # shifted by about the mean, as _fill_row
+    weights = h.astype(np.float64)
+    var = max(float(np.dot(weights, x * x)) / n - (float(np.dot(weights, x)) / n) ** 2, 0.0)
+    below = np.cumsum(h)  # below[v]: durations <= lo_ns + v
+    pos = [(n - 1) * (p / 100.0) for p in PERCENTILES]
+    row = out[k : k + 1]
+    row["count"], row["total_ns"], row["mean_ns"] = n, total, mean
+    row["cv"] = np.sqrt(var) / mean if mean > 0 else 0.0
+    row["min_ns"], row["max_ns"] = lo_ns, lo_ns + h.size - 1
+    for p, q in zip(PERCENTILES, pos):
+        lo = int(np.floor(q))
+        hi = min(lo + 1, n - 1)
+        a, b = (lo_ns + int(v) for v in np.searchsorted(below, [lo, hi], side="right"))
+        row[f"p{p}_ns"] = float(a) + (float(b) - float(a)) * (q - lo)
+
+
+def grouped_durations(ids: np.ndarray, nkeys: int, dur, chunk: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """(durations ordered by pair id, stable within a pair; the offset of each pair's first, nkeys + 1 of
+    them): a counting sort done a chunk of rows at a time, so that no whole-table index is ever made."""
+    count = np.zeros(nkeys, np.int64)
+    for i in range(0, ids.size, chunk):
+        count += np.bincount(ids[i : i + chunk], minlength=nkeys)
+    first = np.zeros(nkeys + 1, np.int64)
+    np.cumsum(count, out=first[1:])
+    fill = first[:-1].copy()  # where each pair's next duration goes
+    grouped = np.empty(ids.size, np.int64)
+    for i in range(0, ids.size, chunk):
+        d = _durations(dur, slice(i, i + chunk))
+        part = ids[i : i + chunk]
+        order = np.argsort(part, kind="stable")  # a radix sort of small ids
+        keys = part[order]
+        starts = np.searchsorted(keys, np.arange(nkeys))
+        rank = np.arange(keys.size) - starts[keys]  # position within its pair in this chunk
+        grouped[fill[keys] + rank] = d[order]
+        fill += np.bincount(keys, minlength=nkeys)
+    return grouped, first
 
 
 def _fill_row(out: np.ndarray, k: int, d: np.ndarray) -> None:

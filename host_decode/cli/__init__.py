@@ -8,7 +8,9 @@ Invariants (tests/unit/host_decode/cli/test_cli_grammar.py, tests/unit/host_deco
 - bad input exits 2 with one line `ikp CMD: error: ...` naming the file; Ctrl-C exits 130 with one line,
   and so does SIGTERM (timeout, Slurm, systemd): both leave no output behind
   (tests/unit/host_decode/cli/test_cli_safety.py);
-- `ikp --version` prints the package version.
+- `ikp --version` prints the package version;
+- without -v/--verbose no library warning or internal line reaches the terminal
+  (tests/unit/host_decode/cli/test_quiet_terminal.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from host_decode.cli import commands
-from host_decode.cli.common import add_quiet
+from host_decode.cli.common import add_quiet, add_read_limits, add_verbose
+from host_decode.core.compressed import read_limits
 from host_decode.core.errors import DecodeError
 from host_decode.core.files import terminate_as_interrupt
 
@@ -76,7 +80,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ikp",
         description="ikp_cute: region-level timelines inside GPU kernels",
-        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)",
+        epilog="start with: ikp decode CAPTURE.npy -o trace.pftrace   (then: ikp stats, ikp report)\n"
+               "terms of the output (passed, no record, itself, cv...): ikp glossary, or docs/glossary.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -90,7 +96,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
-        add_quiet(p)  # here, so that no command lacks it
+        add_quiet(p)  # here, so that no command lacks them
+        add_verbose(p, getattr(module, "VERBOSE_HELP", None))
+        add_read_limits(p)
         p.set_defaults(_run=module.run)
     return parser
 
@@ -109,7 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         print("ikp: interrupted", file=sys.stderr)
         return 130
     try:
-        with terminate_as_interrupt():  # a killed command cleans up its temporaries as after Ctrl-C
+        with terminate_as_interrupt(), warnings.catch_warnings(), \
+                read_limits(args.max_decompressed, args.read_timeout):  # a killed command cleans up as after Ctrl-C
+            if not args.verbose:  # a library's remarks (matplotlib, numpy) are no news to the user: -v shows them
+                warnings.simplefilter("ignore")
             return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print(f"ikp {args.command}: interrupted (no output written)", file=sys.stderr)

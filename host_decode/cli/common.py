@@ -4,19 +4,25 @@ JSON-safe converter and the "next step" line. Commands import from here, never f
 Grammar (guarded by tests/unit/host_decode/cli/test_cli_grammar.py):
 - `-o/--output FILE` is the command's main output file, written through `outputs()` (never over an
   input, atomic, replaced only with `-f/--force`; host_decode.core.files).
-- `--format table|json|csv` chooses what is printed to stdout wherever a table is printed; no flag
+- `--format table|json|csv` on every command that prints a table (`add_format`, `print_result`): the
+  tables sized to the terminal, everything as JSON, or one table's rows as CSV (`--table NAME`); no flag
   is both a switch and a path.
 - `--progress/--no-progress`: bars on slow steps; default on only when stderr is a terminal.
 - `-q/--quiet` on every command (added by cli.build_parser): no "next:" line.
+- `-v/--verbose` on every command (added by cli.build_parser): internal detail and library warnings on
+  stderr; without it nothing but the command's own lines (tests/unit/host_decode/cli/test_quiet_terminal.py).
 - `--names FILE` (`add_names`) on every command that decodes captures; it names every capture it reads.
 - Numeric flags are checked by argparse through `number(...)`: a value out of range is a usage error
-  naming the flag (exit 2), never a silent wrong result.
+  naming the flag (exit 2), never a silent wrong result; a count that sizes an allocation (`--bins`) has an
+  upper bound too (MAX_BINS), so a typo is an error, not an attempt at terabytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from typing import Any, Iterable
 
 from host_decode.core.files import OutputFiles
@@ -31,6 +37,43 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no 'next:' hint on stderr (decode: no summary either)")
 
 
+def add_verbose(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """-v/--verbose on every command (cli.build_parser adds it): internal detail (writer timings, library
+    warnings) on stderr; without it a terminal shows only the command's own output. A command module's
+    VERBOSE_HELP says what else it adds."""
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help=help or "internal detail on stderr: timings, library warnings")
+
+
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def byte_size(text: str) -> int:
+    """argparse type of a size: 4G, 512M, 1.5g, 100k or a plain number of bytes (a K/M/G is 1024-based)."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in SIZE_UNITS and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4G, 512M or 100000, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def add_read_limits(p: argparse.ArgumentParser) -> None:
+    """--max-decompressed SIZE / --read-timeout SECONDS on every command (cli.build_parser adds them): the
+    bounds of the one reader of compressed inputs (core.compressed)."""
+    from host_decode.core.compressed import ReadLimits, size_text
+
+    limits = ReadLimits()
+    p.add_argument("--max-decompressed", type=byte_size, metavar="SIZE",
+                   help=f"a gzip input may decompress to this much (default {size_text(limits.max_bytes)}, and no "
+                        "more than 200x its compressed size: a gzip bomb is refused at once)")
+    p.add_argument("--read-timeout", type=number(float, above=0), metavar="SECONDS",
+                   help=f"reading one compressed input may take this long (default {limits.max_seconds:g} s)")
+
+
 def add_progress(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--progress",
@@ -40,10 +83,32 @@ def add_progress(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_format(p: argparse.ArgumentParser, choices: tuple = ("table", "json"), default: str = "table") -> None:
-    p.add_argument(
-        "--format", choices=choices, default=default, help=f"what to print: {' | '.join(choices)} (default {default})"
-    )
+FORMATS = ("table", "json", "csv")
+
+
+def add_format(p: argparse.ArgumentParser, tables: tuple = ()) -> None:
+    """--format table|json|csv; `tables`: the names of the command's tables, the first the default of
+    --table NAME (which one --format csv prints)."""
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="what to print: table (sized to the terminal), json (everything), csv (one table's rows)")
+    if len(tables) > 1:
+        p.add_argument("--table", choices=tables, default=tables[0],
+                       help=f"the table --format csv prints (default {tables[0]})")
+
+
+def print_result(args, items: list, data, file=None) -> None:
+    """A command's result in --format: `items` (reports.tables.console: Tables and prose) as tables, their
+    chosen table as CSV, or `data` as JSON; on stdout, or `file` (an open text file)."""
+    from host_decode.reports.tables.console import make_console, pick_table, print_tables
+
+    if args.format == "json":
+        from host_decode.core.jsonable import dumps
+
+        print(dumps(data), file=file or sys.stdout)
+    elif args.format == "csv":
+        (file or sys.stdout).write(pick_table(items, getattr(args, "table", None)).csv())
+    else:
+        print_tables(items, make_console(file=file))
 
 
 def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
@@ -56,14 +121,18 @@ def add_names(p: argparse.ArgumentParser, of: str = "every capture") -> None:
     )
 
 
+MAX_BINS = 100_000  # histogram bins a --bins flag may ask for
+
+
 def number(kind: type = int, *, at_least: float | None = None, above: float | None = None,
-           below: float | None = None):
+           below: float | None = None, at_most: float | None = None):
     """An argparse `type=` for a flag taking an int or float within bounds (NaN is within none): argparse
     prints `argument --bins: must be >= 1, got 0` and exits 2."""
     what = "an integer" if kind is int else "a number"
-    bounds = [(op, limit) for op, limit in ((">=", at_least), (">", above), ("<", below)) if limit is not None]
+    bounds = [(op, limit) for op, limit in ((">=", at_least), (">", above), ("<", below), ("<=", at_most))
+              if limit is not None]
     rule = " and ".join(f"{op} {limit}" for op, limit in bounds)
-    holds = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<": lambda v, x: v < x}
+    holds = {">=": lambda v, x: v >= x, ">": lambda v, x: v > x, "<": lambda v, x: v < x, "<=": lambda v, x: v <= x}
 
     def parse(text: str):
         try:
@@ -120,29 +189,30 @@ class Step:
 
 
 def console(file=None):
-    """The rich console every command prints with: the terminal's width on a terminal (tables switch
-    to their narrow layout below reports.tables.console.NARROW_COLUMNS), 160 columns when piped, no
-    colour codes in files."""
+    """The console every command prints with (reports.tables.console.make_console): the terminal's width
+    on a terminal ($COLUMNS when set), 160 columns when piped, 200 in a file; colour on terminals only."""
     from host_decode.reports.tables.console import make_console
 
     return make_console(file=file)
 
 
-def is_narrow(con) -> bool:
-    from host_decode.reports.tables.console import is_narrow as narrow
-
-    return narrow(con)
-
-
-def table(con, title: str, headers: list, rows: list, **kw):
-    """host_decode.reports.tables.console.table: the one table helper (readable at 80 columns)."""
-    from host_decode.reports.tables.console import table as make
-
-    return make(con, title, headers, rows, **kw)
+def free_name(source, suffix: str) -> str:
+    """An output name for a hint: `source`'s stem + `suffix` in the current folder (capture.npy -> capture.html),
+    or stem-2, stem-3... when that file exists, so that the command runs as printed."""
+    stem = Path(str(source).rstrip("/\\")).name
+    for known in (".gz", ".npy", ".json", ".pftrace", ".csv", ".cubin"):
+        stem = stem.removesuffix(known)
+    stem = stem or "out"
+    for n in range(1, 1000):
+        name = f"{stem}{'' if n == 1 else f'-{n}'}{suffix}"
+        if not Path(name).exists():
+            return name
+    return f"{stem}-{os.getpid()}{suffix}"
 
 
 def next_step(text: str, args=None) -> None:
-    """One line after a command saying what to do next (stderr, so stdout stays machine-readable)."""
+    """One line after a command saying what to do next (stderr, so stdout stays machine-readable); commands in
+    it are between backticks and run as printed (tests/docs/test_commands_in_order.py)."""
     if getattr(args, "quiet", False):
         return
     print(f"next: {text}", file=sys.stderr)

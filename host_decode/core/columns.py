@@ -247,8 +247,11 @@ def _payloads(payload, loc, event, etype, timer, rel, user, begins, ends) -> tup
     record before it in its lane that is not a payload, which must be a user instant (`user`) or the END of a
     paired region (`ends`, paired with `begins`). Returns (their columns, the indices of the orphans: no such
     record, or one that was set aside)."""
-    cols = {"loc": loc[:0], "event": event[:0], "kind": etype[:0], "payload": event[:0],
-            "index": np.zeros(0, np.int64), "value": timer[:0], "ts_ns": rel[:0], "begin_ns": rel[:0]}
+    # empty arrays of their own: an empty view of a column would keep the whole column alive in every
+    # chunk's output until the assembly (the decode's peak memory doubled)
+    cols = {"loc": np.empty(0, loc.dtype), "event": np.empty(0, event.dtype), "kind": np.empty(0, etype.dtype),
+            "payload": np.empty(0, event.dtype), "index": np.zeros(0, np.int64), "value": np.empty(0, timer.dtype),
+            "ts_ns": np.empty(0, rel.dtype), "begin_ns": np.empty(0, rel.dtype)}
     if not payload.size:
         return cols, payload
     n = loc.size

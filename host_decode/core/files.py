@@ -11,6 +11,8 @@ Invariants (each guarded by tests/unit/host_decode/cli/test_cli_safety.py):
   the whole command succeeded; on any failure (full disk, Ctrl-C, a bug) the temporaries are removed and
   a previous file of that name is left untouched.
 - An existing output is replaced only with `force=True` (`-f/--force`); the error says so.
+- Outputs are regular files (or a new folder): a device, FIFO or socket named as an output, or a symlink
+  to one, is refused even with `force` (`special_kind`; tests/unit/host_decode/core/test_special_outputs.py).
 - A missing output directory is an error (never created silently).
 
 How a command uses it (new commands must do the same; `host_decode.cli.common.outputs` builds one from
@@ -69,7 +71,7 @@ def sidecars(path: str | os.PathLike) -> list[Path]:
     trace's cache; for an input reached through a symlink, those of the file it points to as well (the
     decoder reads link.json, the real capture's own sidecar is the user's data)."""
     given, out = Path(path), []
-    for p in dict.fromkeys((given.absolute(), given.resolve())):
+    for p in dict.fromkeys((given.absolute(), _real(given))):
         out.append(Path(str(p) + CACHE_SUFFIX))
         if p.suffix == ".json":
             out.append(p.with_suffix(".npy"))
@@ -91,6 +93,39 @@ def expand_inputs(paths: Iterable[str | os.PathLike | None]) -> list[Path]:
         else:
             files.append(p)
     return files
+
+
+SPECIAL_KINDS = (
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+)
+
+
+def special_kind(p: str | os.PathLike) -> str | None:
+    """What `p` is when it is, or links to, a device, FIFO or socket (never an output); else None."""
+    for look in (os.lstat, os.stat):
+        try:
+            mode = look(p).st_mode
+        except OSError:
+            continue
+        for test, kind in SPECIAL_KINDS:
+            if test(mode):
+                return kind
+    return None
+
+
+def refuse_special(path: str | os.PathLike) -> None:
+    kind = special_kind(path)
+    if kind is not None:
+        raise OutputError(f"{path}: is a {kind}; ikp writes only regular files (and folders), and -f/--force "
+                          "replaces only those; name a file")
+
+
+def _real(p: Path) -> Path:
+    """`p` with its symlinks followed, as far as they go (a loop is left as it is: never an exception)."""
+    return Path(os.path.realpath(p))
 
 
 def _identity(p: Path) -> tuple[int, int] | None:
@@ -115,7 +150,7 @@ class OutputFiles:
         self._pending: list[tuple[Path, Path]] = []  # (temporary, final)
 
     def _protect(self, p: Path, why: str) -> None:
-        self._protected.setdefault(p.resolve(), why)
+        self._protected.setdefault(_real(p), why)
         ident = _identity(p)
         if ident is not None:
             self._inodes.setdefault(ident, why)
@@ -123,7 +158,7 @@ class OutputFiles:
     def _refuse_inputs(self, path: str | os.PathLike) -> None:
         """OutputError when `path` is an input or an input's sidecar (by path or by inode)."""
         final = Path(path)
-        why = self._protected.get(final.resolve()) or self._inodes.get(_identity(final) or (-1, -1))
+        why = self._protected.get(_real(final)) or self._inodes.get(_identity(final) or (-1, -1))
         if why is not None:
             raise OutputError(f"{path}: refusing to write over {why}; choose another output name")
 
@@ -133,8 +168,9 @@ class OutputFiles:
         if str(path) in ("", "-"):
             raise OutputError("no output file named (give -o FILE)")
         self._refuse_inputs(path)
-        resolved = final.resolve()
-        if any(resolved == f.resolve() for _, f in self._pending):
+        refuse_special(path)
+        resolved = _real(final)
+        if any(resolved == _real(f) for _, f in self._pending):
             raise OutputError(f"{path}: named twice as an output of this command")
         parent = resolved.parent
         if not parent.is_dir():
@@ -156,7 +192,7 @@ class OutputFiles:
         try:
             open(tmp, "xb").close()
         except OSError as e:
-            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+            raise OutputError(f"{path}: cannot write in {_real(final).parent} ({e.strerror or e})") from None
         self._pending.append((tmp, final))
         return tmp
 
@@ -166,13 +202,18 @@ class OutputFiles:
         and finding that out after the slow work would waste it."""
         if Path(path).is_symlink() or (Path(path).exists() and not Path(path).is_dir()):
             self._refuse_inputs(path)
+            refuse_special(path)
             raise OutputError(f"{path}: exists and is not a directory; name a new directory or an existing one")
+        if Path(path).is_dir():
+            self._refuse_inputs(path)
+            raise OutputError(f"{path}: a folder of that name exists; name a new one (a folder is never written "
+                              "over, even with -f)")
         final = self.check(path)
         tmp = self._temp(final)
         try:
             tmp.mkdir()
         except OSError as e:
-            raise OutputError(f"{path}: cannot write in {final.resolve().parent} ({e.strerror or e})") from None
+            raise OutputError(f"{path}: cannot write in {_real(final).parent} ({e.strerror or e})") from None
         self._pending.append((tmp, final))
         return tmp
 

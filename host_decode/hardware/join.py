@@ -357,77 +357,8 @@ def _move_samples(region_map: RegionMap, on_map: dict[str, np.ndarray]) -> float
 
 
 # ================================================================================================
-# Presentation and trace attachment
+# Trace attachment
 # ================================================================================================
-
-
-@dataclasses.dataclass(frozen=True)
-class JoinTable:
-    """The per-region table as text cells (hardware returns data, the CLI prints it)."""
-
-    title: str
-    columns: list[tuple[str, str]]  # (header, "left" | "right")
-    rows: list[list[str]]
-    footer: str
-
-
-def table(result: JoinResult, inclusive: bool = False) -> JoinTable:
-    """Rows of `ikp join`'s table: one per region path (exclusive, or inclusive of the paths below);
-    special buckets without samples or instructions are left out of the exclusive view."""
-    rows = result.rows(inclusive)
-    kind = "inclusive: a path and everything below it" if inclusive else "exclusive"
-    has_inst = "inst_executed" in result.totals
-    has_pred = "thread_inst_executed" in result.totals and "pred_on_thread_inst_executed" in result.totals
-    has_samples = result.totals.get("samples", 0) > 0
-    columns = [("region", "left")]
-    if has_inst:
-        columns += [("instructions", "right"), ("%", "right")]
-    if has_pred:
-        columns.append(("pred-on", "right"))
-    if has_samples:
-        columns += [("samples", "right"), ("%", "right"), ("top stalls (of the region's samples)", "left")]
-    if not inclusive:
-        columns.append(("markers' own share", "right"))
-    cells_out = []
-    for row in rows:
-        if not inclusive and row["path"].startswith("<") and not row.get("samples") and not row.get("inst_executed"):
-            continue
-        cells = [row["path"]]
-        if has_inst:
-            cells += [_si(row.get("inst_executed", 0)), f"{100 * row.get('inst_share', 0):.1f}"]
-        if has_pred:
-            cells.append(f"{100 * row.get('predicated_on_ratio', 0):.0f}%")
-        if has_samples:
-            cells += [
-                _si(row.get("samples", 0)),
-                f"{100 * row['samples_share']:.1f}",
-                ", ".join(f"{r} {100 * f:.0f}%" for r, f in row["top_stalls"]),
-            ]
-        if not inclusive:
-            parts = []
-            if has_inst:
-                parts.append(f"{100 * row.get('marker_inst_executed_share', 0):.1f}% inst")
-            if has_samples:
-                parts.append(f"{100 * row.get('marker_samples_share', 0):.1f}% samples")
-            cells.append(", ".join(parts))
-        cells_out.append(cells)
-    check = result.check
-    line = f"cubin check: {'ok' if check['ok'] else 'MISMATCH: ' + '; '.join(check['reasons'])}"
-    if has_samples:
-        line += f"; samples {_si(result.totals['samples'])}, moved to the previous PC {_si(result.moved_samples)}"
-    if has_inst:
-        line += f"; instructions {_si(result.totals['inst_executed'])}"
-    if "external_region_agreement" in check:
-        line += f"; the data's own regions agree on {100 * check['external_region_agreement']:.1f}%"
-    return JoinTable(f"{result.kernel} ({result.source}, {kind})", columns, cells_out, line)
-
-
-def _si(x: float) -> str:
-    x = float(x)
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.2f}{unit}"
-    return f"{x:.0f}"
 
 
 def attach_to_trace(trace, result: JoinResult | dict | str, key: str = "regions_hw") -> dict:

@@ -4,32 +4,23 @@ report against the command's output file."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from pathlib import Path
 
+from host_decode.core.compressed import read_input
 from host_decode.core.errors import DecodeError
 
 HEAD_BYTES = 1 << 16
-GZIP_MAGIC = b"\x1f\x8b"
 # Proton's naming: pid "<kernel> Core<sm> CTA<n>" (also in its 'M' metadata events), tid "warp <w> (line <l>)"
 PROTON_PID = rb'"pid"\s*:\s*"[^"]* Core\d+ CTA\d+"'
 PROTON_TID = rb'"tid"\s*:\s*"warp \d+ \(line \d+\)"'
 
 
 def head(path: str | Path, size: int | None = HEAD_BYTES) -> bytes:
-    """The first `size` bytes of the file (all of it for None), gunzipped when it is gzip."""
-    with open(path, "rb") as f:
-        if f.read(len(GZIP_MAGIC)) != GZIP_MAGIC:
-            f.seek(0)
-            return f.read() if size is None else f.read(size)
-    try:
-        with gzip.open(path, "rb") as f:
-            return f.read() if size is None else f.read(size)
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # BadGzipFile is an OSError with no file name
-        raise DecodeError(f"not a readable gzip file ({e})", source=str(path)) from None
+    """The first `size` bytes of the file (all of it for None), gunzipped when it is gzip (through the one
+    bounded reader, core.compressed: a gzip error or a bomb is a DecodeError naming the file)."""
+    return read_input(path, size)
 
 
 def read_json(path: str | Path, what: str):

@@ -32,7 +32,7 @@ from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names, Trace
 from host_decode.load.capture import load_capture
 from host_decode.load.ring import no_captures_reason
-from host_decode.load.sidecar import NAME_KEYS, read_json
+from host_decode.load.sidecar import NAME_KEYS, check_name_ids, read_json
 
 
 @dataclasses.dataclass
@@ -107,8 +107,12 @@ class CaptureFiles:
 
 def load_file(path: str | os.PathLike, names: Names | None = None, write_stride: int | None = None) -> list[Trace]:
     """The launches of one file: an ikp capture's one, or each launch of another tracer's trace."""
+    from host_decode.core.files import special_kind
     from host_decode.interop import detect, read_foreign, refuse_unreadable
 
+    special = special_kind(path)
+    if special:  # read twice (its kind sniffed, then loaded): a pipe would hang on the second open
+        raise ValueError(f"{path}: is a {special}, not a file; copy it to a file first")
     kind = detect(path)
     if kind:  # an IKET or Proton trace: one Trace per launch it holds
         if names is not None or write_stride is not None:
@@ -129,7 +133,7 @@ def read_names(path) -> Names | None:
         raise DecodeError(f"not a names file: expected {{'events': {{id: name}}, 'groups': {{id: name}}}}, got {got}",
                           source=str(path))
     try:
-        return Names.from_json(obj)
+        return check_name_ids(Names.from_json(obj))
     except ValueError as e:
         raise DecodeError(f"not a names file: {e}", source=str(path)) from None
 

@@ -44,18 +44,23 @@ RING_FORMAT = "ikp-ring"  # the ring summary's `format`
 FENCES = ("none", "cta")  # ikp_cute.spec.ProfileSpec.fence
 PIPELINE_LEVELS = ("waits", "signals", "all")  # ikp_cute.pipelines.trace_pipelines(level=...)
 PIPELINE_LANES = ("warp",)  # the device side's pipeline lanes: one warp each
+PIPELINE_POLLS = ("begin", "timed", "off")  # ikp_cute.pipelines.trace_pipelines(polls=...)
+PIPELINE_SCOPES = ("cluster", "cta")  # who shares a pipeline's barriers (analysis.pipeline_meta)
+RELEASED_BY = ("tma_store",)  # what frees a pipeline's stages untraced (analysis.pipeline_meta)
 
 
 @dataclasses.dataclass(frozen=True)
 class Key:
     """One key of a schema: the JSON type of its value (`kind`), the values allowed, what it says."""
 
-    # "int", "str", "object", "list", "names" ({id: name}), "ints" (list of int), "ring" (RING_BLOCK),
-    # "value" (an int or "recorded"), "flag_sites" (list of FLAG_SITE), "flag_buffers" (list of FLAG_BUFFER)
+    # "int", "str", "bool", "object", "list", "names" ({id: name}), "ints" (list of int), "ring" (RING_BLOCK),
+    # "entries" (a list of objects, each checked against `fields`), "value" (an int or "recorded"),
+    # "flag_sites" (list of FLAG_SITE), "flag_buffers" (list of FLAG_BUFFER)
     kind: str
     doc: str
     allowed: tuple = ()  # str: the only values allowed (empty: any string)
     minimum: int | None = None  # int: the least value allowed
+    fields: dict | None = None  # object / entries: the schema of its keys (others pass, as at the top)
 
     def rule(self) -> str:
         """What the key takes, in words ('one of 'none', 'cta'', 'an integer >= 1', ...)."""
@@ -65,8 +70,33 @@ class Key:
             return "an integer" + (f" >= {self.minimum}" if self.minimum is not None else "")
         return {"str": "a string", "object": "an object", "list": "a list", "ints": "a list of integers",
                 "names": "an object {id: name} or a list of names", "ring": "an object (the ring block)",
+                "bool": "true or false", "entries": "a list of objects",
                 "value": "an integer or 'recorded'", "flag_sites": "a list of flag sites (FLAG_SITE)",
                 "flag_buffers": "a list of flag buffers (FLAG_BUFFER)"}[self.kind]
+
+
+# the entries of `pipelines` (ikp_cute.pipelines.catalog writes them; analysis.pipeline_meta reads them)
+PIPELINE_ENTRY: dict[str, Key] = {
+    "name": Key("str", "the pipeline's name (distinct within the capture)"),
+    "num_stages": Key("int", "stages of the pipeline", minimum=1),
+    "ids": Key("object", "{op: first event id}; stage s is id + s"),
+    "scope": Key("str", "cta: the block's own barriers; cluster: shared by the cluster's CTAs", PIPELINE_SCOPES),
+    "released_by": Key("str", "tma_store: the TMA unit frees the stages (no traced release)", RELEASED_BY),
+    "first_wait_passes": Key("ints", "stages whose first wait passes"),
+    "class": Key("str", "the pipeline's class (e.g. PipelineTmaAsync)"),
+    "op_type": Key("str", "the producer's operation type"),
+    "site": Key("str", "file:line where the pipeline was created"),
+    "call_sites": Key("object", "{op: [file:line]} of the traced operations"),
+    "producer_arrivals": Key("int", "arrivals that fill a stage", minimum=0),
+    "consumer_arrivals": Key("int", "arrivals that empty a stage", minimum=0),
+    "tx_bytes": Key("int", "bytes a stage's transaction carries", minimum=0),
+}
+# `pipeline_options` (trace_pipelines' options)
+PIPELINE_OPTIONS: dict[str, Key] = {
+    "polls": Key("str", "what a try_wait poll records", PIPELINE_POLLS),
+    "named_barriers": Key("bool", "named barriers (bar.sync / bar.arrive) traced"),
+    "passing_waits": Key("bool", "waits that pass at once recorded too"),
+}
 
 
 SIDECAR: dict[str, Key] = {
@@ -88,11 +118,11 @@ SIDECAR: dict[str, Key] = {
     "rank": Key("int", "the process (GPU) rank of the launch", minimum=0),
     "host_ns": Key("int", "host clock (ns since the epoch) just before the launch", minimum=0),
     "ring": Key("ring", "the launch ring's counts (RING_BLOCK)"),
-    "pipelines": Key("list", "traced pipelines (entries checked by host_decode.analysis.pipelines.channels_of)"),
+    "pipelines": Key("entries", "traced pipelines (PIPELINE_ENTRY)", fields=PIPELINE_ENTRY),
     "barriers": Key("object", "traced named barriers (checked by host_decode.analysis.pipelines.channels_of)"),
     "pipeline_level": Key("str", "what trace_pipelines recorded", PIPELINE_LEVELS),
     "pipeline_lanes": Key("str", "what a lane of the pipeline records is", PIPELINE_LANES),
-    "pipeline_options": Key("object", "trace_pipelines' options"),
+    "pipeline_options": Key("object", "trace_pipelines' options (PIPELINE_OPTIONS)", fields=PIPELINE_OPTIONS),
     "pipelines_untraced": Key("list", "pipelines seen with no traced operation, each with the reason per op"),
     "barrier_sites": Key("list", "every barrier operation of the traced kernels: traced, or why not (the audit)"),
     "coverage": Key("object", "per kernel: barrier sites in the final PTX, traced, untraced, removed"),
@@ -184,7 +214,7 @@ def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
     """DecodeError naming `source`, the key, the value and `key.rule()` when `value` is outside the set."""
     if key.kind == "names":
         try:
-            Names.from_json({name: value})
+            check_name_ids(Names.from_json({name: value}))
         except ValueError as e:
             raise DecodeError(f"sidecar names: {e}", source=source) from None
         return
@@ -197,17 +227,38 @@ def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
     ok = {
         "int": lambda v: _integral(v) and (key.minimum is None or v >= key.minimum),
         "str": lambda v: isinstance(v, str) and (not key.allowed or v in key.allowed),
+        "bool": lambda v: isinstance(v, bool),
         "object": lambda v: isinstance(v, dict),
         "list": lambda v: isinstance(v, list),
+        "entries": lambda v: isinstance(v, list),
         "ints": lambda v: isinstance(v, list) and all(_integral(x) for x in v),
         "value": lambda v: _integral(v) or v == RECORDED,
     }[key.kind](value)
     if not ok:
         raise DecodeError(f"{name!r} must be {key.rule()}, got {_shown(value)}", source=source)
+    if key.fields is not None:
+        for i, entry in enumerate(value if key.kind == "entries" else [value]):
+            where = f"{name}[{i}]" if key.kind == "entries" else name
+            if not isinstance(entry, dict):
+                raise DecodeError(f"{where!r} must be an object, got {_shown(entry)}", source=source)
+            validate(entry, key.fields, source, prefix=f"{where}.")
 
 
-def validate(obj: Any, schema: dict[str, Key], source: str | None) -> dict:
-    """`obj` checked against `schema` (see the module docstring); returns it unchanged."""
+def check_name_ids(names: Names) -> Names:
+    """ValueError unless every named event id is one a record can carry (0..wire.MAX_EVENT_ID) and every group
+    id is >= 0: a name for an id that cannot occur is a mistake (an off-by-one, another kernel's file)."""
+    bad = [i for i in names.events if not 0 <= i <= wire.MAX_EVENT_ID]
+    if bad:
+        raise ValueError(f"names.events: event id {bad[0]} is outside 0..{wire.MAX_EVENT_ID} (ids a record carries)")
+    bad = [i for i in names.groups if i < 0]
+    if bad:
+        raise ValueError(f"names.groups: group id {bad[0]} is negative")
+    return names
+
+
+def validate(obj: Any, schema: dict[str, Key], source: str | None, prefix: str = "") -> dict:
+    """`obj` checked against `schema` (see the module docstring); returns it unchanged. `prefix`: where a
+    nested object sits (`pipelines[0].`), so that an error names the key in full."""
     if not isinstance(obj, dict):
         raise DecodeError(f"must be a JSON object, got {type(obj).__name__}", source=source)
     loose = {_loose(k): k for k in schema}
@@ -216,10 +267,10 @@ def validate(obj: Any, schema: dict[str, Key], source: str | None) -> dict:
         if key is None:
             known = loose.get(_loose(name))
             if known is not None:
-                raise DecodeError(f"unknown key {name!r}: did you mean {known!r}?", source=source)
+                raise DecodeError(f"unknown key {prefix + name!r}: did you mean {prefix + known!r}?", source=source)
             continue
         if value is not None:
-            check_value(name, key, value, source)
+            check_value(prefix + name, key, value, source)
     return obj
 
 

@@ -65,7 +65,7 @@ def plot_histograms(trace: Trace, path: str | os.PathLike, bins: int = 40, log_x
         ax.set_title(f"{trace.names.group(g)} / {trace.names.event(e)}  (n={d.size})", fontsize=9)
         ax.set_xlabel("duration (ns)" + (", log scale" if geometric and hi > lo else ""))
         ax.set_ylabel("count")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")  # 'best' searches every bar (slow)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
     if not len(keys):
@@ -208,7 +208,7 @@ def plot_overlap(trace: Trace, path: str | os.PathLike, pair: tuple[int, int] | 
     if ov.size <= 64:
         ax.set_xticks(x)
         ax.set_xticklabels(ov["block"].tolist(), fontsize=6)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return _save(fig, path, plt)
 

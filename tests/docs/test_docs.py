@@ -48,7 +48,7 @@ ikp_view() {
   for _ in $(seq 1200); do grep -q '^http://' "$log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" || rc=$?
-  if ! grep -q '^http://127\.0\.0\.1:[0-9]*/#!/viewer?url=' "$log" || [ "$rc" != 0 ]; then
+  if ! grep -q '^http://127\.0\.0\.1:[0-9]*/?ikp_token=[A-Za-z0-9_-]*#!/viewer?url=' "$log" || [ "$rc" != 0 ]; then
     echo "ikp view $* (exit $rc):" >&2; cat "$log" >&2; return 1
   fi
 }

@@ -6,7 +6,7 @@ EXAMPLE = "ikp decode examples/basic/capture.npy -o basic.pftrace     # then: ik
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_names, add_progress, number
+    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
 
     p.add_argument(
         "buffer", help="raw v1 buffer saved with numpy (uint64 or int64 .npy); BUFFER.json sidecar is read if present"
@@ -27,12 +27,15 @@ def add_arguments(p) -> None:
                    help="per-slice args in the trace (block, group, SM, lane, event; they are on the tracks already)")
     p.add_argument("--lane-counters", choices=("auto", "on", "off"), default="auto",
                    help="'lanes in <region>' counter tracks (auto: for traces of at most 65,536 regions)")
+    add_format(p, ("regions", "loss"))
     add_force(p)
     add_progress(p)
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, load_input, next_step, outputs, show_progress
+    import sys
+
+    from host_decode.cli.common import Step, free_name, load_input, next_step, outputs, print_result
     from host_decode.load.inputs import read_names
 
     with outputs(args, args.buffer, args.names) as out:
@@ -46,16 +49,17 @@ def run(args) -> int:
         names = read_names(args.names)
         with Step(f"decoding {args.buffer}", args):
             trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
-        if not args.quiet:
-            from host_decode.reports.tables.decode import print_loss, print_summary
+        if args.format != "table" or not args.quiet:  # -q drops the tables, never an output asked for
+            from host_decode.reports.tables.decode import decode_json, loss_items, summary_table
 
-            con = console()
+            data = decode_json(trace)
+            items = []
             if trace.meta.get("launch_index") is not None:  # one launch of a ring: named as its trace is titled
                 from host_decode.writers.tracks import root_name
 
-                con.print(root_name(trace), markup=False)
-            print_loss(trace, con)
-            print_summary(trace, con)
+                items.append(root_name(trace))
+            items += loss_items(trace) + [summary_table(trace, data["regions"])]
+            print_result(args, items, data)
         if loss_tmp:
             loss_tmp.write_text(trace.loss.dumps())
         if csv_tmp:
@@ -67,22 +71,21 @@ def run(args) -> int:
             from host_decode.writers import TraceOptions, write_trace
 
             options = TraceOptions(slice_args=args.slice_args, lane_counters=args.lane_counters,
-                                   progress=show_progress(args))
+                                   timings=args.verbose)
             stats = write_trace(trace, trace_tmp, options)
             note = "; ".join(getattr(stats, "notes", ()))  # what the overlays drew (Perfetto only)
     if not args.quiet:
         for path in (args.output, args.spans_csv, args.loss_json):
-            if path:
-                print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""))
+            if path:  # beside JSON or CSV on stdout, on stderr
+                print(f"wrote {path}" + (f" ({note})" if path == args.output and note else ""),
+                      file=sys.stdout if args.format == "table" else sys.stderr)
     if args.output:
-        next_step(
-            f"ikp view {args.output} (the Perfetto UI, served offline); ikp stats {args.buffer} for statistics",
-            args,
-        )
+        next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline); `ikp stats {args.buffer}` for "
+                  "statistics", args)
     else:
         next_step(
-            f"ikp view {args.buffer} to see it in the Perfetto UI (served offline); "
-            f"ikp report {args.buffer} -o report.html for an HTML page",
+            f"`ikp view {args.buffer}` to see it in the Perfetto UI (served offline); "
+            f"`ikp report {args.buffer} -o {free_name(args.buffer, '.html')}` for an HTML page",
             args,
         )
     return 0

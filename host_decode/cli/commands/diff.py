@@ -66,9 +66,10 @@ def run(args) -> int:
 
     from host_decode.analysis import diff
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import console, next_step, outputs
+    from host_decode.cli.common import free_name, next_step, outputs, print_result
     from host_decode.core.jsonable import dumps
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.diff import diff_items
 
     pa, pb = split_args(args)
     with outputs(args, pa, pb, args.names) as out:
@@ -94,12 +95,7 @@ def run(args) -> int:
         }
         if tmp:
             tmp.write_text(dumps(doc))
-    if args.format == "json":
-        print(dumps(doc))
-    else:
-        from host_decode.reports.tables.diff import print_diff
-
-        print_diff(rows, launches, console(), metric=args.metric, unit=args.unit, alpha=args.alpha)
+    print_result(args, diff_items(rows, launches, metric=args.metric, unit=args.unit, alpha=args.alpha), doc)
     if args.output:
         print(f"wrote {args.output}")
     if bad:
@@ -111,5 +107,6 @@ def run(args) -> int:
             f"ikp diff: {len(bad)} region(s) slower than +{args.fail_above}% ({args.metric}): {names}", file=sys.stderr
         )
         return 1
-    next_step("ikp report CAPTURE.npy for one capture's details; --fail-above PCT makes this a CI gate", args)
+    next_step(f"`ikp report {pa[0]} -o {free_name(pa[0], '.html')}` for one capture's details; `--fail-above PCT` "
+              "makes this a CI gate", args)
     return 0

@@ -22,9 +22,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import next_step, outputs, progress
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import next_step, outputs, print_result, progress
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.console import Column, Table
     from host_decode.writers.parquet import export_tables, require_pyarrow
 
     require_pyarrow()  # before any output is made
@@ -32,12 +32,14 @@ def run(args) -> int:
         folder = out.add_new_dir(args.output)
         manifest = export_tables(args.captures, folder, names=read_names(args.names),
                                  progress=lambda files: progress(files, "export", args))
-    if args.format == "json":
-        print(dumps(manifest))
-        return 0
-    tables = ", ".join(f"{name} {t['rows']}" for name, t in manifest["tables"].items())
-    print(f"wrote {args.output}: {manifest['captures']} capture(s) of {manifest['ranks']} rank(s); rows: {tables}; "
-          f"clocks agree within {manifest['clock_error_bound_ns']} ns")
-    next_step(f"duckdb -c \"SELECT * FROM '{args.output}/flag_matches.parquet' LIMIT 10\" (schema: docs/export.md)",
-              args)
+    rows = [{"table": name, "rows": t["rows"], "file": f"{args.output}/{t['file']}"}
+            for name, t in manifest["tables"].items()]
+    print_result(args, [
+        f"wrote {args.output}: {manifest['captures']} capture(s) of {manifest['ranks']} rank(s); clocks agree "
+        f"within {manifest['clock_error_bound_ns']} ns",
+        Table("tables (schema: docs/export.md)", [Column("table", "table", text=True), Column("rows", "rows"),
+                                                  Column("file", "file", text=True)], rows, name="tables", keys=1),
+    ], manifest)
+    next_step(f"`duckdb -c \"SELECT * FROM '{args.output}/flag_matches.parquet' LIMIT 10\"` (the tables' columns: "
+              "docs/export.md)", args)
     return 0

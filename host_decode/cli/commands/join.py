@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
         "--kernel", help="kernel name in the data file (default: the map's kernel, else the file's only one)"
     )
     p.add_argument("-o", "--output", help="write the per-region results as JSON here")
-    add_format(p)
+    add_format(p, ("exclusive", "inclusive"))
     p.add_argument("--inclusive", action="store_true", help="print inclusive rows (a path plus all below it)")
     p.add_argument("--allow-mismatch", action="store_true", help="join even if the data does not match the map's cubin")
     p.add_argument(
@@ -35,9 +35,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import console, load_map, next_step, outputs, read_pc_table
+    from host_decode.cli.common import free_name, load_map, next_step, outputs, print_result, read_pc_table
     from host_decode.core.jsonable import dumps
     from host_decode.hardware import join
+    from host_decode.reports.tables.hardware import join_items
 
     kind = "ncu" if args.ncu else "cupti" if args.cupti else "nvbit"
     data = getattr(args, kind)
@@ -52,17 +53,15 @@ def run(args) -> int:
             result = result.renamed({**result.events, **load_capture(args.trace).names.events})
         if tmp:
             tmp.write_text(dumps(result.to_json()))
-    if args.format == "json":
-        print(dumps(result.to_json()))
-    else:
-        from host_decode.reports.tables.hardware import print_join
-
-        print_join(join.table(result, inclusive=args.inclusive), console())
+    payload = result.to_json()
+    inclusive = args.inclusive or args.table == "inclusive"  # either flag picks the inclusive rows
+    args.table = "inclusive" if inclusive else "exclusive"
+    print_result(args, join_items(payload, inclusive), payload)
     if args.output:
         print(f"wrote {args.output}")
     next_step(
-        f"ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o report.html to see these per region "
-        "next to the timeline",
+        f"`ikp report CAPTURE.npy --map {args.map} --{kind} {data} -o {free_name('report', '.html')}` to see these "
+        "per region next to the timeline of a capture of this kernel",
         args,
     )
     return 0 if result.check["ok"] else 1

@@ -15,11 +15,11 @@ EXAMPLE = (
     "  ikp kernels TRACE.json.gz --format csv --table pairs -o pairs.csv"
 )
 
-CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
+VERBOSE_HELP = "full kernel names; say what the cache did"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from host_decode.cli.common import add_force, add_format, add_progress, number
+    from host_decode.cli.common import MAX_BINS, add_force, add_format, add_progress, number
 
     p.add_argument("trace", help="torch.profiler Chrome trace (.json or .json.gz)")
     p.add_argument(
@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gap_us = number(float, at_least=0)  # gaps are >= 0 (overlaps count as 0)
     p.add_argument("--gap-min", type=gap_us, default=0.0, help="gap histogram/pairs range start, us (default 0)")
     p.add_argument("--gap-max", type=gap_us, default=math.inf, help="gap histogram/pairs range end, us (default inf)")
-    p.add_argument("--bins", type=number(int, at_least=1), default=10, help="gap histogram bins (default 10)")
+    p.add_argument("--bins", type=number(int, at_least=1, at_most=MAX_BINS), default=10,
+                   help="gap histogram bins (default 10)")
     p.add_argument("--linear", action="store_true", help="linear gap histogram bins (default: log-spaced)")
     p.add_argument(
         "--pairs-by",
@@ -51,11 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="order of the A -> B gap pairs (default: count)",
     )
     p.add_argument("--no-gaps", action="store_true", help="skip the gap analysis")
-    p.add_argument("-v", "--verbose", action="store_true", help="full kernel names; say what the cache did")
-    add_format(p, ("table", "json", "csv"))
-    p.add_argument(
-        "--table", choices=CSV_TABLES, default="kernels", help="the table --format csv prints (default kernels)"
-    )
+    from host_decode.reports.tables.kernels import CSV_TABLES
+
+    add_format(p, CSV_TABLES)
     p.add_argument(
         "-o",
         "--output",
@@ -99,9 +98,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import Step, console, next_step, outputs
-    from host_decode.core.jsonable import dumps
-    from host_decode.reports.tables.kernels import csv_text, print_kernels
+    from host_decode.cli.common import Step, free_name, next_step, outputs, print_result
+    from host_decode.reports.tables.kernels import csv_text, kernels_items
     from host_decode.torch_traces import trace as tt
 
     if args.merge:
@@ -115,27 +113,21 @@ def run(args) -> int:
         report = build_report(trace, args)
         if args.capture:
             report["capture"] = _capture_summary(args.capture, report["kernels"])
-        if args.format == "json":
-            text = dumps(report)
-        elif args.format == "csv":
+        if args.format == "csv":  # an empty table is an empty CSV, never an error
             text = csv_text(report, args.table)
-        else:
-            text = None
-        if tmp is not None:
-            if text is None:
-                with open(tmp, "w") as f:
-                    print_kernels(report, console(file=f), verbose=args.verbose, pairs_by=args.pairs_by)
-            else:
+            if tmp is not None:
                 tmp.write_text(text)
+        elif tmp is not None:
+            with open(tmp, "w") as f:
+                print_result(args, kernels_items(report, verbose=args.verbose, pairs_by=args.pairs_by), report, file=f)
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)
-    elif text is not None:
+    elif args.format == "csv":
         sys.stdout.write(text)
     else:
-        print_kernels(report, console(), verbose=args.verbose, pairs_by=args.pairs_by)
-    next_step(
-        "ikp kernels ... --merge CAPTURE.npy -o merged.json.gz puts an ikp capture's regions into this trace", args
-    )
+        print_result(args, kernels_items(report, verbose=args.verbose, pairs_by=args.pairs_by), report)
+    next_step(f"`ikp kernels {args.trace} --merge CAPTURE.npy -o {free_name('merged', '.json.gz')}` puts an ikp "
+              "capture's regions into this trace", args)
     return 0
 
 
@@ -240,5 +232,5 @@ def _merge(args) -> int:
         ensure_gzip(tmp)
     say_left_out(capture, MAX_LANES)
     print(f"wrote {args.output}", file=sys.stderr)
-    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
+    next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline)", args)
     return 0

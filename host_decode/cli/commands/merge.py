@@ -86,9 +86,9 @@ def clock_offset(text: str) -> tuple[int, int]:
 
 def run(args) -> int:
     from host_decode.analysis import sessions as multi
-    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, say_left_out, show_progress
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import Step, ensure_gzip, next_step, outputs, print_result, say_left_out
     from host_decode.load.inputs import load_launches, read_names
+    from host_decode.reports.tables.merge import session_items, torch_items
     from host_decode.writers import trace_format
 
     if args.torch and trace_format(args.output)[0] == "perfetto":
@@ -105,7 +105,7 @@ def run(args) -> int:
             from host_decode.writers import TraceOptions, write_trace
 
             trace = multi.concat(parts, mode=args.mode, clock_offsets_ns=offsets)
-            stats = write_trace(trace, tmp, TraceOptions(progress=show_progress(args)))
+            stats = write_trace(trace, tmp, TraceOptions(timings=args.verbose))
             summary = {"mode": args.mode, "by": by, "parts": trace.meta["parts"], "notes": list(stats.notes)}
         elif args.torch:
             from host_decode.reports.merged import merge_with_torch_trace
@@ -138,28 +138,15 @@ def run(args) -> int:
             )
         if trace_format(args.output)[0] != "perfetto":
             ensure_gzip(tmp)
-    if args.format == "json":
-        print(dumps(summary))
-    elif args.torch:
-        state = "consistent" if result.consistent else "INCONSISTENT (regions longer than the kernel slice)"
-        print(
-            f"aligned {len(result.occurrences)} launch(es) of {result.kernel_name[:80]!r} "
-            f"(slices {result.occurrences}): "
-            f"offset {result.offset_ns} ns (clocks {result.raw_offset_ns} ns apart before solving), "
-            f"accuracy +-{result.accuracy_ns:.0f} ns, slack {result.slack_ns} ns, {state}"
-        )
-        say_left_out(trace, args.max_lanes)
-    elif "notes" in summary:
-        notes = "; ".join(summary["notes"])
-        print(f"merged {len(parts)} {by}(s) ({args.mode}) into {args.output}" + (f" ({notes})" if notes else ""))
+    if args.torch:
+        items = torch_items(summary)
     else:
-        left = sum(p["lanes_left_out"] for p in summary["parts"])
-        print(
-            f"merged {len(parts)} {by}(s) ({args.mode}) into {args.output}"
-            + (f"; {left} lane(s) over --max-lanes left out" if left else "")
-        )
-    if args.format != "json":
+        items = session_items(summary, parts=len(parts), by=by, mode=args.mode, output=args.output)
+    print_result(args, items, summary)
+    if args.torch and args.format == "table":
+        say_left_out(trace, args.max_lanes)
+    if args.format == "table":
         print(f"wrote {args.output}")
-    next_step(f"ikp view {args.output} (the Perfetto UI, served offline)", args)
+    next_step(f"`ikp view {args.output}` (the Perfetto UI, served offline)", args)
     return 0
 

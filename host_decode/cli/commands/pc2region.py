@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.cli.common import next_step, outputs, read_cubin_map
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import free_name, next_step, outputs, print_result, read_cubin_map
+    from host_decode.reports.tables.hardware import map_items, map_json
 
     with outputs(args, args.cubin, args.names, args.marker_table) as out:
         tmp = out.add(args.output) if args.output else None
@@ -49,29 +49,15 @@ def run(args) -> int:
             raise DecodeError(m.problems[-1], source=str(args.cubin))
         if tmp:
             m.save(tmp)
-    if args.format == "json":
-        print(
-            dumps(
-                {
-                    "kernel": m.kernel,
-                    "instructions": int(m.pc.size),
-                    "markers": len(m.markers),
-                    "regions": m.summary(),
-                    "problems": list(m.problems),
-                }
-            )
-        )
-    else:
-        from host_decode.reports.tables.hardware import print_map
-
-        print_map(m, args.show)
+    doc = map_json(m)
+    print_result(args, map_items(doc, args.show), doc)
     if args.output:
         print(f"wrote {args.output}")
-        next_step(
-            f"ikp join --map {args.output} --ncu sass.csv (or --cupti / --nvbit) for per-region hardware metrics", args
-        )
+        next_step(f"`ikp join --map {args.output} --ncu SASS.csv` (or --cupti / --nvbit) for per-region hardware "
+                  "metrics", args)
     else:
-        next_step("add -o map.json to keep the map for ikp join / ikp report --map", args)
+        next_step(f"`ikp pc2region {args.cubin} -o {free_name(args.cubin, '.map.json')}` keeps the map for ikp join / "
+                  "ikp report --map", args)
     return 0
 
 

@@ -8,7 +8,7 @@ FILES = ("histograms.png", "gantt.png", "overlap.png")
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_names, add_progress, number
+    from host_decode.cli.common import MAX_BINS, add_force, add_names, add_progress, number
 
     p.add_argument("captures", nargs="+", help="BUFFER.npy file(s) or directories of them (several = a session)")
     p.add_argument(
@@ -17,7 +17,8 @@ def add_arguments(p) -> None:
     add_names(p)
     p.add_argument("--launch", type=number(int, at_least=0), default=0,
                    help="which launch of a session the Gantt chart shows (default 0)")
-    p.add_argument("--bins", type=number(int, at_least=1), default=40, help="histogram bins (default 40)")
+    p.add_argument("--bins", type=number(int, at_least=1, at_most=MAX_BINS), default=40,
+                   help="histogram bins (default 40)")
     add_force(p)
     add_progress(p)
 
@@ -48,5 +49,6 @@ def run(args) -> int:
             step()
     for name in FILES:
         print(f"wrote {out_dir / name}")
-    next_step(f"open {out_dir / 'gantt.png'}; ikp stats {args.captures[0]} for the numbers behind the plots", args)
+    next_step(f"open {out_dir / 'gantt.png'}; `ikp stats {' '.join(args.captures)}` for the numbers behind the plots",
+              args)
     return 0

@@ -8,7 +8,7 @@ EXAMPLE = "ikp stats examples/basic/capture.npy            # or a directory of c
 
 
 def add_arguments(p) -> None:
-    from host_decode.cli.common import add_force, add_format, add_names, add_progress, number
+    from host_decode.cli.common import MAX_BINS, add_force, add_format, add_names, add_progress, number
 
     p.add_argument(
         "captures",
@@ -16,10 +16,13 @@ def add_arguments(p) -> None:
         help="BUFFER.npy file(s) (sidecar BUFFER.json read) or directories of them; several = one session",
     )
     add_names(p)
-    add_format(p)
+    from host_decode.reports.tables.stats import TABLES
+
+    add_format(p, TABLES)
     p.add_argument("-o", "--output", help="also write the statistics as JSON to this file")
     p.add_argument("--top-gaps", type=number(int, at_least=0), default=10, help="largest gaps to list (default 10)")
-    p.add_argument("--bins", type=number(int, at_least=1), default=16, help="histogram bins per region (default 16)")
+    p.add_argument("--bins", type=number(int, at_least=1, at_most=MAX_BINS), default=16,
+                   help="histogram bins per region (default 16)")
     add_force(p)
     add_progress(p)
 
@@ -27,9 +30,10 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from host_decode.analysis.regions import stats_data
     from host_decode.analysis.sessions import load_trace
-    from host_decode.cli.common import Step, next_step, outputs
+    from host_decode.cli.common import Step, free_name, next_step, outputs, print_result
     from host_decode.core.jsonable import dumps
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.stats import stats_items
 
     with outputs(args, args.captures, args.names) as out:
         tmp = out.add(args.output) if args.output else None
@@ -39,14 +43,10 @@ def run(args) -> int:
             data = stats_data(trace, args.top_gaps, args.bins)
         if tmp:
             tmp.write_text(dumps(data))
-    if args.format == "json":
-        print(dumps(data))
-    else:
-        from host_decode.reports.tables.stats import print_stats
-
-        print_stats(data)
+    print_result(args, stats_items(data), data)
     if args.output:
         print(f"wrote {args.output}")
     first = args.captures[0]
-    next_step(f"ikp report {first} -o report.html for an HTML explorer; ikp diff A B to compare two captures", args)
+    next_step(f"`ikp report {first} -o {free_name(first, '.html')}` for an HTML explorer; `ikp diff A.npy B.npy` to "
+              "compare two captures", args)
     return 0

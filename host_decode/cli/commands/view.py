@@ -22,4 +22,5 @@ def run(args) -> int:
     from host_decode.reports.viewer import serve
 
     names = read_names(args.names)
-    return serve(args.file, port=args.port, bind=args.bind, open_browser=not args.no_browser, names=names)
+    return serve(args.file, port=args.port, bind=args.bind, open_browser=not args.no_browser, names=names,
+                 verbose=args.verbose)

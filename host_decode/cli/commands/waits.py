@@ -9,13 +9,17 @@ HELP = (
 )
 
 EXAMPLE = "ikp waits examples/pipelines/fa4_sm90_signals.npy    # a capture traced under ikp_cute.trace_pipelines"
+
+
 def add_arguments(p) -> None:
     from host_decode.cli.common import add_format, add_names, number
+    from host_decode.reports.tables.flags import TABLES as FLAG_TABLES
+    from host_decode.reports.tables.waits import TABLES
 
     p.add_argument("capture", help="BUFFER.npy whose sidecar BUFFER.json carries 'pipelines' (and 'barriers') or "
                    "'flags', or a folder of captures (the ranks of a distributed kernel)")
     add_names(p, "the capture")
-    add_format(p)
+    add_format(p, TABLES + FLAG_TABLES)
     p.add_argument("--max-blocks", type=number(int, at_least=1), default=4096,
                    help="blocks whose critical path is walked (default 4096)")
     p.add_argument(
@@ -40,9 +44,9 @@ def run(args) -> int:
     from host_decode.analysis.flag_events import has_flags
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
-    from host_decode.cli.common import load_input, next_step
-    from host_decode.core.jsonable import dumps
+    from host_decode.cli.common import free_name, load_input, next_step, print_result
     from host_decode.load.inputs import read_names
+    from host_decode.reports.tables.waits import TABLES, waits_items
 
     trace = load_input(args.capture, names=read_names(args.names))
     flags = has_flags(trace)
@@ -51,31 +55,31 @@ def run(args) -> int:
             f"{args.capture}: its sidecar has no 'pipelines' or 'barriers' metadata, nor 'flags' "
             "(capture the kernel under ikp_cute.trace_pipelines)"
         )
+    if args.cluster is not None and args.cluster > trace.num_blocks:
+        raise ValueError(f"--cluster {args.cluster}: more CTAs than the capture's {trace.num_blocks} blocks")
+    pipelines = has_pipelines(trace)
     data = waits_summary(trace, max_blocks=args.max_blocks, roles=args.roles, cluster=args.cluster) \
-        if has_pipelines(trace) else {}
+        if pipelines else {}
+    items = waits_items(data) if pipelines else []
     if flags:
         from host_decode.analysis.flag_paths import flags_summary
+        from host_decode.reports.tables.flags import flags_items
 
         flag_data = flags_summary(trace, rank=args.rank)
         data = dict(data, flags=flag_data) if data else flag_data
-    if args.format == "json":
-        print(dumps(data))
-    else:
-        if has_pipelines(trace):
-            from host_decode.reports.tables.waits import print_waits
-
-            print_waits(data)
-        if flags:
-            from host_decode.reports.tables.flags import print_flags
-
-            print_flags(flag_data)
-    if not has_pipelines(trace):
-        next_step(f"ikp decode {args.capture} -o flags.pftrace, then ikp view flags.pftrace (a flow from each signal "
-                  f"to the wait it released); ikp export {args.capture} -o tables (Parquet for DuckDB)", args)
+        items += flags_items(flag_data)
+    if not pipelines and args.table == TABLES[0]:
+        args.table = None  # a capture of flags only: --format csv prints its first table
+    print_result(args, items, data)
+    out = free_name(args.capture, ".pftrace")
+    if not pipelines:
+        next_step(f"`ikp decode {args.capture} -o {out}`, then `ikp view {out}` (a flow from each signal to the "
+                  f"wait it released); `ikp export {args.capture} -o {free_name(args.capture, '-tables')}` "
+                  "(Parquet for DuckDB)", args)
         return 0
     next_step(
-        f"ikp decode {args.capture} -o waits.pftrace, then ikp view waits.pftrace (flow arrows, stages-full "
-        f"counters, TMA / UMMA in-flight rows); ikp report {args.capture} -o waits.html (Waits tab)",
+        f"`ikp decode {args.capture} -o {out}`, then `ikp view {out}` (flow arrows, stages-full counters, "
+        f"TMA / UMMA in-flight rows); `ikp report {args.capture} -o {free_name(args.capture, '.html')}` (Waits tab)",
         args,
     )
     return 0

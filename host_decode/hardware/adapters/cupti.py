@@ -36,13 +36,13 @@ import ctypes
 import ctypes.util
 import dataclasses
 import glob
-import gzip
 import json
 import os
 from typing import Any
 
 import numpy as np
 
+from host_decode.core.compressed import read_input
 from host_decode.core.errors import DecodeError
 from host_decode.core.jsonable import dumps
 from host_decode.hardware.adapters import PcTable, choose_kernel, json_int, merge_duplicate_pcs
@@ -83,10 +83,8 @@ def read_cupti_json(path_or_obj: Any, kernel: str | None = None, cubin_crc: int 
     if isinstance(path_or_obj, (str, os.PathLike)):
         source = str(path_or_obj)
         try:
-            with open(path_or_obj, "rb") as f:
-                raw = f.read()
-            obj = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # .json or .json.gz
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as e:
+            obj = json.loads(read_input(path_or_obj))  # .json or .json.gz (core.compressed: bounded)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DecodeError(f"not JSON (or gzipped JSON): {e}", source=source) from None
     else:
         obj = path_or_obj

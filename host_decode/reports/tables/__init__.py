@@ -1,3 +1,3 @@
-"""Console tables (rich) of the `ikp` commands, one module per command's output; console.py holds the
-console and the one table helper they share. A command module builds its data (JSON-ready) and hands
-it to its renderer here, so `--format json` and the table show the same numbers."""
+"""Console tables of the `ikp` commands, one module per command's output; console.py holds the console and
+the one table model and renderer they share. A command builds its data (JSON-ready) and a module here turns
+it into Tables and lines, so `--format json`, `--format csv` and the table show the same numbers."""

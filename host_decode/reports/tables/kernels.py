@@ -2,143 +2,103 @@
 per device busy time, per-name tables (kernels, memory operations, runtime), an attached capture's
 regions, idle gaps per stream, the gap histogram and kernel pairs; and one table of it as CSV.
 
-Invariants, and the tests that guard them: fits 80 columns, names fold and are escaped for rich markup
-(tests/unit/host_decode/cli/test_cli_grammar.py::test_every_table_command_fits_80_columns_end_to_end);
-the CSV of a table has one row per row dict under a header of its keys
-(tests/unit/host_decode/torch_traces/test_kernels.py::test_cli_json_csv_and_report).
+Invariants, and the tests that guard them: every number shown is the JSON's, whole, at any terminal width;
+a name longer than two lines is cut with "…" and the note says --format csv shows it whole
+(tests/unit/host_decode/reports/test_tables_fit_terminal.py); names are printed as they are, never read
+as markup (tests/unit/host_decode/torch_traces/test_kernels.py); the CSV of a table has one row per row dict
+under a header of its keys (tests/unit/host_decode/torch_traces/test_kernels.py::test_cli_json_csv_and_report).
 """
 
 from __future__ import annotations
 
-import csv
-import io
+from host_decode.reports.tables.console import Column, Table, print_tables
 
-from host_decode.reports.tables.console import table
+CSV_TABLES = ("kernels", "memory", "runtime", "streams", "pairs", "histogram")
+NAME_LINES = 2  # a kernel name longer than this many lines is cut ("…"): --format csv or -v shows it whole
 
 
 def csv_text(report: dict, table: str) -> str:
     """One table of the report (a list of row dicts) as CSV text with a header row ("" when empty)."""
-    rows = report.get(table, [])
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return buf.getvalue()
+    return Table("", [], report.get(table, [])).csv()
 
 
-def print_kernels(report: dict, console, *, verbose: bool = False, pairs_by: str = "count") -> None:
+def kernels_items(report: dict, *, verbose: bool = False, pairs_by: str = "count") -> list:
     """Every table of the report: devices, kernels, memory operations, runtime, an attached capture's
     regions, idle gaps per stream, the gap histogram and the kernel pairs (sorted by gap `pairs_by`)."""
-    from rich.markup import escape
-    from rich.table import Table
-
     sel = report["selection"]
-    console.print(
-        f"[bold]{escape(report['trace'])}[/]: {report['events']:,} complete events; phases {report['phases']}"
-        + (f"; skipped {report['skipped']}" if report["skipped"] else "")
-    )
+    items: list = [
+        (f"{report['trace']}: {report['events']:,} complete events; phases {report['phases']}"
+         + (f"; skipped {report['skipped']}" if report["skipped"] else ""), "bold")
+    ]
     if verbose:
-        console.print(f"cache: {report['cache']}; parsed with {report['parser']}")
+        items.append(f"cache: {report['cache']}; parsed with {report['parser']}")
     if "step_assignment" in sel:
         s = sel["step_assignment"]
-        console.print(
+        items.append(
             f"ProfilerStep#{s['number']}: {s['by_launch']} rows by their launch's correlation id, "
             f"{s['by_time']} by start time (no launch row); {s['in_no_step']} selected rows are in no step"
         )
     for dev, d in report["devices"].items():
         util = d["union_us"] / d["span_us"] if d["span_us"] else 0.0
-        console.print(
+        items.append(
             f"device {dev}: {d['events']:,} rows, sum of durations {d['sum_us']:,.1f} us, busy (union) "
             f"{d['union_us']:,.1f} us of {d['span_us']:,.1f} us span ({util:.1%})"
         )
-    title = f"{', '.join(sel['categories'])}: {sel['rows']:,} rows"
-    console.print(_name_table(console, report["kernels"], title))
+    items.append(_name_table(report["kernels"], f"{', '.join(sel['categories'])}: {sel['rows']:,} rows", "kernels"))
     if report.get("memory"):
-        console.print(_name_table(console, report["memory"], "memory operations (memcpy, memset)"))
+        items.append(_name_table(report["memory"], "memory operations (memcpy, memset)", "memory"))
     if report["runtime"]:
-        console.print(_name_table(console, report["runtime"], "CUDA runtime / driver (CPU side)"))
+        items.append(_name_table(report["runtime"], "CUDA runtime / driver (CPU side)", "runtime"))
     if "capture" in report:
-        _capture_table(console, Table, report["capture"])
+        items.append(_capture_table(report["capture"]))
     if "streams" not in report:
-        return
-    t = Table(
-        title="idle gaps per stream (gap = start - latest earlier end on the stream; kernels and memory operations)"
-    )
-    for col in ("device", "stream", "count", "busy us", "idle us", "span us", "idle %", "overlaps"):
-        t.add_column(col, justify="right")
-    for r in report["streams"]:
-        t.add_row(
-            str(r["device"]),
-            str(r["stream"]),
-            f"{r['count']:,}",
-            f"{r['busy_us']:,.1f}",
-            f"{r['idle_us']:,.1f}",
-            f"{r['span_us']:,.1f}",
-            f"{r['idle_share']:.1%}",
-            str(r["overlaps"]),
-        )
-    console.print(t)
+        return items
+    f1, f2, f3 = "{:,.1f}".format, "{:,.2f}".format, "{:.3f}".format
+    items.append(Table(
+        "idle gaps per stream (gap = start - latest earlier end on the stream; kernels and memory operations)", [
+            Column("device", "device"), Column("stream", "stream"), Column("count", "count", "{:,}".format),
+            Column("busy us", "busy_us", f1), Column("idle us", "idle_us", f1), Column("span us", "span_us", f1),
+            Column("idle %", "idle_share", "{:.1%}".format), Column("overlaps", "overlaps"),
+        ], report["streams"], name="streams", keys=2, terms=("gap", "idle", "overlaps")))
     g = report["gaps"]
     lo, hi = g["range_us"]
     hi = "inf" if hi is None else hi
-    t = Table(
-        title=f"gap histogram: {g['n_in_range']:,} of {g['n_gaps']:,} gaps in [{lo}, {hi}] us; "
-        f"{g['zero_or_overlap_in_range']:,} of them 0 (back-to-back or overlap)"
-    )
-    for col in ("from us", "to us", "count", ""):
-        t.add_column(col, justify="right" if col else "left")
     peak = max([h["count"] for h in report["histogram"]] or [1]) or 1
-    for h in report["histogram"]:
-        t.add_row(f"{h['lo_us']:.3g}", f"{h['hi_us']:.3g}", f"{h['count']:,}", "#" * round(30 * h["count"] / peak))
-    console.print(t)
-    t = Table(title=f"kernel pairs A -> B by gap {pairs_by} (gaps in range)")
-    for col in ("A", "B", "count", "total us", "mean us", "std us", "min us", "max us"):
-        t.add_column(col, justify="left" if col in ("A", "B") else "right", overflow="fold")
-    for r in report["pairs"]:
-        t.add_row(
-            escape(r["prev"]),
-            escape(r["next"]),
-            f"{r['count']:,}",
-            f"{r['total_us']:,.2f}",
-            f"{r['mean_us']:.3f}",
-            f"{r['std_us']:.3f}",
-            f"{r['min_us']:.3f}",
-            f"{r['max_us']:.3f}",
-        )
-    console.print(t)
+    items.append(Table(
+        f"gap histogram: {g['n_in_range']:,} of {g['n_gaps']:,} gaps in [{lo}, {hi}] us; "
+        f"{g['zero_or_overlap_in_range']:,} of them 0 (back-to-back or overlap)", [
+            Column("from us", "lo_us", "{:.3g}".format), Column("to us", "hi_us", "{:.3g}".format),
+            Column("count", "count", "{:,}".format),
+            Column("", "count", lambda c: "#" * round(30 * c / peak), text=True),
+        ], report["histogram"], name="histogram", keys=2))
+    items.append(Table(f"kernel pairs A -> B by gap {pairs_by} (gaps in range)", [
+        Column("A", "prev", text=True, max_lines=NAME_LINES), Column("B", "next", text=True, max_lines=NAME_LINES),
+        Column("count", "count", "{:,}".format), Column("total us", "total_us", f2), Column("mean us", "mean_us", f3),
+        Column("std us", "std_us", f3), Column("min us", "min_us", f3), Column("max us", "max_us", f3),
+    ], report["pairs"], name="pairs"))
+    return items
 
 
-def _name_table(console, rows: list, title: str):
-    """Per-name table; on a narrow terminal std/min/max and the launch share go, names fold."""
-    from rich.markup import escape
+def _name_table(rows: list, title: str, name: str) -> Table:
+    f3 = "{:.3f}".format
+    return Table(title, [
+        Column("name", "name", text=True, max_lines=NAME_LINES), Column("kind", "kind", text=True),
+        Column("count", "count", "{:,}".format), Column("launch %", "launch_share", "{:.1%}".format),
+        Column("total us", "total_us", "{:,.2f}".format), Column("mean us", "mean_us", f3),
+        Column("std us", "std_us", f3), Column("min us", "min_us", f3), Column("max us", "max_us", f3),
+        Column("time %", "time_share", "{:.1%}".format),
+    ], rows, name=name, terms=("launch %", "time %"))
 
-    headers = ["name", "kind", "count", "launch %", "total us", "mean us", "std us", "min us", "max us", "time %"]
-    cells = [[escape(r["name"]), r["kind"], f"{r['count']:,}", f"{r['launch_share']:.1%}", f"{r['total_us']:,.2f}",
-              f"{r['mean_us']:.3f}", f"{r['std_us']:.3f}", f"{r['min_us']:.3f}", f"{r['max_us']:.3f}",
-              f"{r['time_share']:.1%}"] for r in rows]
-    return table(console, escape(title), headers, cells, secondary=("launch %", "std us", "min us", "max us"),
-                 text=("name", "kind"))
 
-
-def _capture_table(console, Table, cap: dict) -> None:
-    from rich.markup import escape
-
+def _capture_table(cap: dict) -> Table:
     where = ", ".join(cap["matched_rows"]) or "no kernel row (capture kernel name not found in the table)"
-    t = Table(title=escape(f"regions of {cap['capture']} (kernel '{cap['kernel']}' -> {where})"))
-    for col in ("group", "region", "count", "total us", "mean us", "p50 us", "p99 us", "max us"):
-        t.add_column(col, justify="left" if col in ("group", "region") else "right")
-    for r in cap["regions"]:
-        t.add_row(
-            escape(str(r["group_name"])),
-            escape(str(r["region"])),
-            f"{r['count']:,}",
-            f"{r['total_ns'] / 1e3:,.2f}",
-            f"{r['mean_ns'] / 1e3:.3f}",
-            f"{r['p50_ns'] / 1e3:.3f}",
-            f"{r['p99_ns'] / 1e3:.3f}",
-            f"{r['max_ns'] / 1e3:.3f}",
-        )
-    console.print(t)
+    us2, us3 = (lambda v: f"{v / 1e3:,.2f}"), (lambda v: f"{v / 1e3:.3f}")
+    return Table(f"regions of {cap['capture']} (kernel '{cap['kernel']}' -> {where})", [
+        Column("group", "group_name", text=True), Column("region", "region", text=True),
+        Column("count", "count", "{:,}".format), Column("total us", "total_ns", us2), Column("mean us", "mean_ns", us3),
+        Column("p50 us", "p50_ns", us3), Column("p99 us", "p99_ns", us3), Column("max us", "max_ns", us3),
+    ], cap["regions"], name="capture")
 
 
+def print_kernels(report: dict, console, *, verbose: bool = False, pairs_by: str = "count") -> None:
+    print_tables(kernels_items(report, verbose=verbose, pairs_by=pairs_by), console)

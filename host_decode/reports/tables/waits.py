@@ -2,24 +2,19 @@
 the critical path's segments, and why any wait was left unmatched (every status is named: REASONS).
 
 Invariants, and the tests that guard them: the table shows the numbers of `ikp waits --format json`
-(tests/unit/host_decode/analysis/test_waits.py::test_ikp_waits_command); below NARROW columns the table keeps its main
-columns and fits 80 (tests/unit/host_decode/analysis/test_waits.py::test_waits_tables_fit_80_columns).
+(tests/unit/host_decode/analysis/test_waits.py::test_ikp_waits_command), every one whole at any terminal
+width, and each "role count" of whom a wait waited on stays together
+(tests/unit/host_decode/reports/test_tables_fit_terminal.py); the coverage audit comes first
+(reports.tables.coverage), the async units' table last (reports.tables.async_units).
 """
 
 from __future__ import annotations
 
-from host_decode.analysis.pipeline_match import MATCHED_STATUSES
-from host_decode.reports.tables.async_units import print_async_units
-from host_decode.reports.tables.console import make_console
-from host_decode.reports.tables.coverage import print_coverage, print_pipeline_ops
+from host_decode.reports.tables.async_units import async_units_items
+from host_decode.reports.tables.console import Column, Table, make_console, print_tables
+from host_decode.reports.tables.coverage import coverage_lines, pipeline_ops_lines
 
-NARROW = 120  # below this many columns the waits table keeps its main columns only
-SHORT_OPS = {"acquire": "acq", "bar_sync": "sync"}
-
-
-def short(op: str) -> str:
-    return SHORT_OPS.get(op, op)
-
+TABLES = ("waits", "roles", "critical_path", "async_units")
 
 REASONS = {
     "producer_dropped": "a producer lane of the block/cluster overflowed; its later commits were never written",
@@ -35,116 +30,51 @@ REASONS = {
 }
 
 
-def print_waits(data: dict, console=None) -> None:
-    """The `ikp waits` tables of `data` (analysis.waits.waits_summary)."""
-    from rich import box
-    from rich.table import Table
+def waits_items(data: dict) -> list:
+    """The `ikp waits` output of `data` (analysis.waits.waits_summary): prose lines and Tables."""
+    from host_decode.analysis.pipeline_match import MATCHED_STATUSES
 
-    console = console or make_console()
-    print_coverage(data, console)
     st = data["status"]
     matched = sum(st[status] for status in MATCHED_STATUSES)
-    console.print(
-        f"[b]{data.get('kernel') or 'capture'}[/b]: {data['waits']} waits, {matched} matched "
+    items: list = coverage_lines(data) + [
+        f"{data.get('kernel') or 'capture'}: {data['waits']} waits, {matched} matched "
         f"({st['matched']} to a recorded signal, {st['inferred']} inferred from program order, "
         f"{st['self']} self-released barriers, {st['first_use']} first uses, {st['tma_store']} TMA-store "
         f"acquires freed by the TMA unit), {data['flows']} flows; "
-        f"blocked = longer than {data['blocked_above_ns']} ns (timer step {data['timer_step_ns']} ns from the "
-        f"{data['timer_step_source']}; a first acquire, which cannot block, takes "
+        f"blocked = the wait lasted longer than {data['blocked_above_ns']} ns (timer step {data['timer_step_ns']} ns "
+        f"from the {data['timer_step_source']}; a first acquire, which cannot block, takes "
         f"{data['pass_through_ns'] or '?'} ns); "
         f"level {data.get('level') or '?'}, roles = {data['roles_by'].replace('_', ' ')}s"
-    )
+    ]
     checks = data["occurrence_checks"]
     if data["late_signals"] or any(checks.values()):
-        console.print(
+        items.append(
             f"{checks['time_ahead_of_count']} waits matched by time past their lane's count (earlier waits left "
             f"no record: a try_wait found the data ready); {data['late_signals']} signals recorded after the "
             "wait they released ended"
         )
-    narrow = (console.width or NARROW) < NARROW
-    t = Table(title="waits per pipeline x role", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    cols = (
-        ("pipeline", "op", "role", "waits", "blocked", "of role", "waited on")
-        if narrow
-        else (
-            "pipeline",
-            "op",
-            "role",
-            "lanes",
-            "uses",
-            "waits",
-            "blocked",
-            "passed",
-            "no record",
-            "total us",
-            "p50 ns",
-            "p99 ns",
-            "max ns",
-            "of role time",
-            "waited on (blocked)",
-        )
-    )
-    names = {"pipeline": "channel", "op": "op", "role": "role"}
-    for col in cols:
-        left = col in names or col.startswith("waited")
-        # names stay whole (as wide as the longest, up to 22); numbers take what they need
-        width = (
-            min(
-                20 if narrow else 22,
-                max(
-                    [len(col)]
-                    + [len(short(r[names[col]]) if col == "op" and narrow else r[names[col]]) for r in data["rows"]]
-                ),
-            )
-            if col in names
-            else None
-        )
-        t.add_column(col, justify="left" if left else "right", overflow="fold", no_wrap=not left, min_width=width)
     num = lambda x, fmt="{:.0f}": "–" if x is None else fmt.format(x)  # noqa: E731
-    for r in data["rows"]:
-        cell = {
-            "pipeline": r["channel"],
-            "op": r["op"],
-            "role": r["role"],
-            "lanes": str(r["lanes"]),
-            "uses": num(r["uses"]),
-            "waits": str(r["waits"]),
-            "blocked": str(r["blocked"]),
-            "passed": str(r["passed"]),
-            "no record": num(r["not_recorded"]),
-            "total us": f"{r['total_ns'] / 1e3:.1f}",
-            "p50 ns": num(r["p50_ns"]),
-            "p99 ns": num(r["p99_ns"]),
-            "max ns": num(r["max_ns"]),
-            "of role time": "–" if r["share_of_role_time"] is None else f"{100 * r['share_of_role_time']:.1f}%",
-            "waited on (blocked)": ", ".join(f"{k} {v}" for k, v in r["waited_on"].items()) or "–",
-        }
-        cell["of role"], cell["waited on"] = cell["of role time"], cell["waited on (blocked)"]
-        if narrow:
-            cell["op"] = short(r["op"])
-        t.add_row(*(cell[c] for c in cols))
-    console.print(t)
-    console.print(
-        "uses: releases (consumer) / commits (producer) of the role, one per use of a stage, when traced; "
-        "no record: uses without a wait record (a try_wait found the stage ready, so no wait ran)"
-    )
-    t = Table(title="roles", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("role", "lanes", "time us", "in waits us", "blocked us", "blocked share"):
-        t.add_column(col, justify="left" if col == "role" else "right")
-    for r in data["roles"]:
-        share = "–" if r["share_blocked"] is None else f"{100 * r['share_blocked']:.1f}%"
-        t.add_row(
-            r["role"],
-            str(r["lanes"]),
-            f"{r['time_ns'] / 1e3:.1f}",
-            f"{r['wait_ns'] / 1e3:.1f}",
-            f"{r['blocked_ns'] / 1e3:.1f}",
-            share,
-        )
-    console.print(t)
+    share = lambda x: "–" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    us = lambda v: f"{v / 1e3:.1f}"  # noqa: E731
+    items.append(Table("waits per pipeline x role", [
+        Column("pipeline", "channel", text=True), Column("op", "op", text=True), Column("role", "role", text=True),
+        Column("lanes", "lanes"), Column("uses", "uses", num), Column("waits", "waits"),
+        Column("blocked", "blocked"), Column("passed", "passed"), Column("no record", "not_recorded", num),
+        Column("total us", "total_ns", us), Column("p50 ns", "p50_ns", num),
+        Column("p99 ns", "p99_ns", num), Column("max ns", "max_ns", num),
+        Column("of role time", "share_of_role_time", share),
+        Column("waited on (blocked)", "waited_on", lambda w: ", ".join(f"{k} {v}" for k, v in w.items()) or "–",
+               text=True, sep=", "),
+    ], data["rows"], name="waits", keys=3,
+        terms=("waits", "uses", "blocked", "passed", "no record", "of role time", "waited on", "itself", "first use")))
+    items.append(Table("roles", [
+        Column("role", "role", text=True), Column("lanes", "lanes"),
+        Column("time us", "time_ns", us), Column("in waits us", "wait_ns", us),
+        Column("blocked us", "blocked_ns", us), Column("blocked share", "share_blocked", share),
+    ], data["roles"], name="roles", terms=("role", "blocked")))
     cp = data["critical_path"]
     mean = cp["mean_path_ns"]
-    console.print(
+    items.append(
         f"critical path: {cp['blocks']} of {cp['blocks_total']} blocks, mean "
         f"{'–' if mean is None else f'{mean / 1e3:.2f} us'} (walked back from each block's last lane"
         + (
@@ -155,18 +85,20 @@ def print_waits(data: dict, console=None) -> None:
             else ")"
         )
     )
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("segment", "share", "total us"):
-        t.add_column(col, justify="left" if col == "segment" else "right")
-    for r in cp["segments"]:
-        what = f"{r['role']} works" if r["what"] == "work" else f"{r['role']} waits on {r['channel']} for {r['on']}"
-        t.add_row(what, "–" if r["share"] is None else f"{100 * r['share']:.1f}%", f"{r['ns'] / 1e3:.1f}")
-    console.print(t)
+    segment = (lambda r: f"{r['role']} works" if r["what"] == "work"
+               else f"{r['role']} waits on {r['channel']} for {r['on']}")
+    items.append(Table("", [
+        Column("segment", value=segment, text=True), Column("share", "share", share),
+        Column("total us", "ns", us),
+    ], cp["segments"], name="critical_path", terms=("critical path",)))
     if data["unmatched"]:
-        console.print(
-            "[b]not matched[/b]: " + "; ".join(f"{k} {v} ({REASONS.get(k, k)})" for k, v in data["unmatched"].items())
-        )
+        items.append("not matched: " + "; ".join(f"{k} {v} ({REASONS.get(k, k)})"
+                                                 for k, v in data["unmatched"].items()))
     else:
-        console.print("every wait matched (or passed through as a stage's first use)")
-    print_pipeline_ops(data, console)
-    print_async_units(data, console)
+        items.append("every wait matched (or passed through as a stage's first use)")
+    return items + pipeline_ops_lines(data) + async_units_items(data)
+
+
+def print_waits(data: dict, console=None) -> None:
+    """The `ikp waits` tables of `data` (analysis.waits.waits_summary)."""
+    print_tables(waits_items(data), console or make_console())

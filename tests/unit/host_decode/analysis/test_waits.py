@@ -650,16 +650,15 @@ def test_ikp_decode_writes_the_flows(tmp_path):
 
 
 def test_waits_tables_fit_80_columns():
-    import os
+    import io
 
-    from rich.console import Console
-
+    from host_decode.reports.tables.console import make_console
     from host_decode.reports.tables.waits import print_waits
 
     data = ws.waits_summary(fa_like().trace([k_pipeline()]))
-    con = Console(width=80, record=True, file=open(os.devnull, "w"))
-    print_waits(data, con)
-    text = con.export_text()
+    out = io.StringIO()
+    print_waits(data, make_console(out, width=80))
+    text = out.getvalue()
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "producer" in text and "mma1 waits on K for producer" in text and "70.6%" in text
 

@@ -98,14 +98,15 @@ def run_cli(*argv, columns=80, tty=False):
 
 
 def test_tables_readable_at_80_columns(tmp_path):
-    # stdout is a pipe here, so the console is 160 wide; the narrow layout is what a terminal of 80 gets
-    from rich.console import Console
+    # stdout is a pipe here, so the console is 160 wide; what a terminal of 80 gets is asked for by width
+    import io
 
     from host_decode.analysis.regions import stats_data
     from host_decode.hardware import join
     from host_decode.hardware.adapters.ncu import read_ncu_csv
     from host_decode.hardware.pc2region import load_map
     from host_decode.load.capture import load_capture
+    from host_decode.reports.tables.console import make_console
     from host_decode.reports.tables.decode import print_loss, print_summary
     from host_decode.reports.tables.hardware import print_join
     from host_decode.reports.tables.stats import print_stats
@@ -115,15 +116,14 @@ def test_tables_readable_at_80_columns(tmp_path):
         lambda c: (print_loss(trace, c), print_summary(trace, c)),
         lambda c: print_stats(stats_data(trace), c),
         lambda c: print_join(
-            join.table(
-                join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv")))
-            ),
+            join.join(load_map(str(PC / "tiles_real_ncu.map.json")), read_ncu_csv(str(PC / "tiles_real_ncu.csv")))
+            .to_json(),
             c,
         ),
     ):
-        con = Console(width=80, record=True, file=open(os.devnull, "w"))
-        show(con)
-        text = con.export_text()
+        out = io.StringIO()
+        show(make_console(out, width=80))
+        text = out.getvalue()
         assert max(len(line) for line in text.splitlines()) <= 80
         if "regions (" in text:
             assert "consumer_0" in text and "mainloop" in text  # names whole, not cut to 3 letters
@@ -148,7 +148,7 @@ def test_progress_off_when_not_a_terminal_and_next_step_line(tmp_path):
     assert r.returncode == 0
     assert "\r" not in r.stderr and "decoding" not in r.stderr
     nexts = [ln for ln in r.stderr.splitlines() if ln.startswith("next: ")]
-    assert len(nexts) == 1 and nexts[0].startswith(f"next: ikp view {tmp_path / 't.pftrace'}")
+    assert len(nexts) == 1 and nexts[0].startswith(f"next: `ikp view {tmp_path / 't.pftrace'}`")
     assert "ui.perfetto.dev" not in r.stderr  # the hint points at the offline viewer: clusters reach no web UI
     r = run_cli("stats", BASIC, "--format", "json")
     assert json.loads(r.stdout)["regions"]  # stdout stays machine-readable: "next:" goes to stderr

@@ -339,15 +339,17 @@ def test_attach_from_the_json_written_by_ikp_join(region_map, tmp_path):
         join.attach_to_trace(trace, {"format": "x"})
 
 
-def test_table_is_data_and_hardware_never_imports_reports(region_map):
-    """hardware/ returns the table as cells; printing is the CLI's (import direction of issue 14)."""
+def test_table_is_built_from_the_json_and_hardware_never_imports_reports(region_map):
+    """hardware/ returns data (the join's JSON); the table is the reports stage's, built from that JSON."""
+    from host_decode.reports.tables.hardware import join_items
+
     r = join.join(region_map, _tables()["ncu"])
-    jt = join.table(r)
-    assert jt.columns[0] == ("region", "left") and all(len(row) == len(jt.columns) for row in jt.rows)
-    assert {row[0] for row in jt.rows} >= {p for p in r.paths if not p.startswith("<")} - {
+    table, footer = join_items(r.to_json())
+    assert table.columns[0].header == "region" and table.columns[0].text
+    assert {row["path"] for row in table.rows} >= {p for p in r.paths if not p.startswith("<")} - {
         row["path"] for row in r.rows() if not row.get("samples") and not row.get("inst_executed")
     }
-    assert jt.footer.startswith("cubin check: ok")
+    assert footer.startswith("cubin check: ok")
     import ast
     import pathlib
 

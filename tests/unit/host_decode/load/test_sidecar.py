@@ -52,8 +52,8 @@ def bad_value(key: sidecar.Key):
         return -1 if key.minimum is not None and key.minimum <= 0 else 0 if key.minimum else "x"
     if key.kind == "str":
         return "bogus" if key.allowed else 5
-    return {"object": [1], "list": {"a": 1}, "names": 5, "ints": ["a"], "ring": {"filled": -1}, "value": "x",
-            "flag_sites": [{"kind": "wait"}], "flag_buffers": [{"name": 1}]}[key.kind]
+    return {"object": [1], "list": {"a": 1}, "entries": {"a": 1}, "names": 5, "ints": ["a"], "ring": {"filled": -1},
+            "bool": "yes", "value": "x", "flag_sites": [{"kind": "wait"}], "flag_buffers": [{"name": 1}]}[key.kind]
 
 
 @pytest.mark.parametrize("name", sorted(sidecar.SIDECAR))
@@ -152,7 +152,8 @@ def test_ring_summary_goes_through_the_one_writer_and_validator(tmp_path):
 
 def schema_table(schema: dict) -> list[str]:
     kinds = {"int": "integer", "str": "string", "object": "object", "list": "list", "ints": "list of integers",
-             "names": "{id: name} or [names]", "ring": "object (ring block)", "value": "integer or `recorded`",
+             "names": "{id: name} or [names]", "ring": "object (ring block)", "bool": "true or false",
+             "entries": "list of objects", "value": "integer or `recorded`",
              "flag_sites": "list (flag sites)", "flag_buffers": "list (flag buffers)"}
     rows = []
     for name, key in schema.items():
@@ -165,7 +166,8 @@ def schema_table(schema: dict) -> list[str]:
 def test_the_documented_tables_are_the_schema():
     """docs/sidecar.md lists the schema's keys, types, allowed values and meanings as they are in code."""
     doc = (ROOT / "docs" / "sidecar.md").read_text().splitlines()
-    for schema in (sidecar.SIDECAR, sidecar.RING_BLOCK, sidecar.RING_SUMMARY, sidecar.FLAG_SITE, sidecar.FLAG_BUFFER):
+    for schema in (sidecar.SIDECAR, sidecar.PIPELINE_ENTRY, sidecar.PIPELINE_OPTIONS, sidecar.RING_BLOCK,
+                   sidecar.RING_SUMMARY, sidecar.FLAG_SITE, sidecar.FLAG_BUFFER):
         rows = schema_table(schema)
         start = doc.index(rows[0])
         assert doc[start : start + len(rows)] == rows

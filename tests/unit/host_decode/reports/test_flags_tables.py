@@ -4,17 +4,17 @@ json`: who bounded each step, what it waited on and who released it, the head's 
 import io
 
 import pytest
-from rich.console import Console
 
 from host_decode.analysis.flag_paths import flags_summary
 from host_decode.analysis.sessions import load_trace
+from host_decode.reports.tables.console import make_console
 from host_decode.reports.tables.flags import print_flags, us
 from tests.support.flag_scenarios import all_gather, megakernel
 
 
 def shown(data: dict, width: int) -> str:
     out = io.StringIO()
-    print_flags(data, Console(file=out, width=width, color_system=None, force_terminal=False, highlight=False))
+    print_flags(data, make_console(file=out, width=width))
     return out.getvalue()
 
 

@@ -62,16 +62,17 @@ def running(tmp_path):
 
 def test_server_serves_only_ui_and_trace(running):
     server, trace = running
-    status, body, headers = get(server.base_url() + "/")
+    token = f"?{viewer.TOKEN_PARAM}={server.token}"
+    status, body, headers = get(server.base_url() + "/" + token)
     assert status == 200 and b"fake ui" in body
     assert "script-src 'self'" in headers["Content-Security-Policy"]
-    status, body, headers = get(server.base_url() + "/v99.0-test/trace_processor.wasm")
+    status, body, headers = get(server.base_url() + "/v99.0-test/trace_processor.wasm" + token)
     assert status == 200 and headers["Content-Type"] == "application/wasm"
     status, body, _ = get(server.trace_url())
     assert status == 200 and body == trace.read_bytes()
     for bad in ("/trace/secret.txt", "/trace/..%2Fsecret.txt", "/trace/", "/../data/secret.txt",
                 "/%2e%2e/data/secret.txt", "/trace/my%20trace.pftrace/x"):
-        status, body, _ = get(server.base_url() + bad)
+        status, body, _ = get(server.base_url() + bad + token)
         assert status == 404 and b"not to be served" not in body, bad
 
 
@@ -79,7 +80,7 @@ def test_viewer_url_opens_the_trace_url(running):
     server, _ = running
     url = server.viewer_url()
     base, fragment = url.split("#", 1)
-    assert base == f"http://127.0.0.1:{server.port}/"
+    assert base == f"http://127.0.0.1:{server.port}/?{viewer.TOKEN_PARAM}={server.token}"
     assert fragment.startswith("!/viewer?url=")
     trace_url = parse_qs(fragment.split("?", 1)[1])["url"][0]
     assert trace_url == server.trace_url()
@@ -89,7 +90,8 @@ def test_viewer_url_opens_the_trace_url(running):
 
 def test_live_reload_probe_gets_a_quiet_stream(running):
     server, _ = running
-    with urllib.request.urlopen(server.base_url() + viewer.LIVE_RELOAD_ROUTE, timeout=10) as r:
+    url = f"{server.base_url()}{viewer.LIVE_RELOAD_ROUTE}?{viewer.TOKEN_PARAM}={server.token}"
+    with urllib.request.urlopen(url, timeout=10) as r:
         assert r.status == 200 and r.headers["Content-Type"] == "text/event-stream"
 
 
@@ -107,9 +109,14 @@ def test_capture_written_to_temp_dir_and_removed(tmp_path):
 
 
 def test_trace_served_as_is(tmp_path):
-    for name in ("t.pftrace", "t.json", "t.json.gz", "t.pftrace.gz"):
+    import gzip
+
+    pftrace = viewer.trace_to_serve(CAPTURE, tmp_path).read_bytes()
+    chrome = b'{"traceEvents": [{"name": "x", "ph": "X", "ts": 0, "dur": 1, "pid": 0, "tid": 0}]}'
+    for name, data in (("t.pftrace", pftrace), ("t.json", chrome), ("t.json.gz", gzip.compress(chrome)),
+                       ("t.pftrace.gz", gzip.compress(pftrace))):
         p = tmp_path / name
-        p.write_bytes(b"x")
+        p.write_bytes(data)
         assert viewer.trace_to_serve(p, tmp_path / "unused") == p
 
 
@@ -157,7 +164,7 @@ def test_wildcard_bind_urls_use_loopback(tmp_path):
     trace.write_bytes(b"x")
     server = viewer.ViewerServer(viewer.PerfettoUi.create(fake_ui(tmp_path)), trace, bind="0.0.0.0", port=0)
     try:
-        assert server.viewer_url().startswith(f"http://127.0.0.1:{server.port}/#!/viewer?url=")
+        assert server.viewer_url().startswith(f"http://127.0.0.1:{server.port}/?{viewer.TOKEN_PARAM}=")
     finally:
         server.server_close()
 
@@ -183,7 +190,7 @@ def test_cli_serves_capture_until_interrupted(tmp_path, sig):
     tmp.mkdir()
     proc, url = start_view(str(CAPTURE), env={"TMPDIR": str(tmp), "SSH_CONNECTION": "1.2.3.4 5 6.7.8.9 22"})
     try:
-        assert url.startswith("http://127.0.0.1:") and "/#!/viewer?url=" in url, url
+        assert url.startswith("http://127.0.0.1:") and "#!/viewer?url=" in url, url
         trace_url = parse_qs(url.split("#", 1)[1].split("?", 1)[1])["url"][0]
         status, body, _ = get(trace_url)
         assert status == 200 and len(body) > 1000

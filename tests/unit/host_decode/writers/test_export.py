@@ -119,7 +119,7 @@ def test_output_is_whole_or_absent(tmp_path, capsys):
     ring(caps, 3)
     (tmp_path / "tables").mkdir()
     assert main(["export", str(caps), "-o", str(tmp_path / "tables")]) == 2  # an existing folder is never touched
-    assert "is a directory" in capsys.readouterr().err
+    assert "a folder of that name exists" in capsys.readouterr().err
     (caps / "rank_00001.npy").write_bytes(b"not a capture")
     assert main(["export", str(caps), "-o", str(tmp_path / "new")]) == 2
     assert not (tmp_path / "new").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ranks", "tables"]
