@@ -4,8 +4,12 @@
 
 0. gpu_tests: tests/gpu/test_flags_gpu.py (records and payloads of a traced signal and wait, a wait that does not fit
    dropped whole, the clock's offset);
-1. examples/megakernel_deps/run.py --trace (one GPU): both library waits, skew 0 and 20 us on one task; the
-   kernel also compiled inside trace_pipelines (default level, and flags only) and timed beside the plain one;
+1. examples/megakernel_deps/run.py --trace --diagnose (one GPU): both library waits, skew 0 and 20 us on one
+   task; the kernel also compiled inside trace_pipelines (default level, and flags only) and timed beside the
+   plain one; a traced variant that computes wrong results is diagnosed (which tiles, the counters, the inputs
+   and task table intact or not, the records, the plain kernel right after) and the others still run;
+1b. megakernel_memcheck: the small megakernel (as in ci_captures) traced under `compute-sanitizer --tool memcheck`
+   (skipped without it): names the instruction and address of any out-of-bounds access;
 2. examples/distributed/run.py --world-size 1 --trace (one GPU, 2 ranks simulated in one launch);
 3. with two or more GPUs visible, torchrun --nproc-per-node 2 examples/distributed/run.py --trace (one process
    per GPU, torch symmetric memory without multicast, a capture per rank with its clock offset), with
@@ -35,7 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(NO_MULTICAST)
-STEPS = ("gpu_tests", "megakernel_deps", "distributed_1gpu", "distributed_2gpu", "ci_captures", "ikp_waits")
+STEPS = ("gpu_tests", "megakernel_deps", "megakernel_memcheck", "distributed_1gpu", "distributed_2gpu", "ci_captures",
+         "ikp_waits")
 SMALL_DEPS = ["--m", "512", "--k", "256", "--n1", "256", "--n2", "256", "--ctas", "16", "--records-per-lane", "128"]
 SMALL_DIST = ["--m", "512", "--k", "256", "--n", "256", "--ctas-per-rank", "8", "--records-per-lane", "128"]
 
@@ -55,12 +60,18 @@ def commands(step: str, out: Path, launches: int) -> list[list[str]]:
     if step == "gpu_tests":
         return [[py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/gpu/test_flags_gpu.py"]]
     if step == "megakernel_deps":
-        return [[py, deps, *common]]
+        return [[py, deps, *common, "--diagnose"]]
+    if step == "megakernel_memcheck":
+        sanitizer = shutil.which("compute-sanitizer")
+        if sanitizer is None:
+            return []
+        return [[sanitizer, "--tool", "memcheck", "--print-limit", "4", py, deps, "--out", str(out / step),
+                 "--launches", "2", "--trace", "--diagnose", *SMALL_DEPS]]
     if step == "distributed_1gpu":
         return [[py, dist, "--world-size", "1", *common]]
     if step == "ci_captures":
         small = ["--launches", "5", "--trace"]
-        return [[py, deps, "--out", str(out / step / "megakernel_deps"), *small, *SMALL_DEPS],
+        return [[py, deps, "--out", str(out / step / "megakernel_deps"), *small, "--diagnose", *SMALL_DEPS],
                 [py, dist, "--world-size", "1", "--out", str(out / step / "distributed_1gpu"), *small, *SMALL_DIST]]
     torchrun = shutil.which("torchrun")
     launcher = [torchrun] if torchrun else [py, "-m", "torch.distributed.run"]
@@ -152,6 +163,9 @@ def main(argv=None) -> int:
                            + "\n".join(lines[-24:]))
             continue
         logs, codes = [], []
+        if not commands(step, out, a.launches):
+            summary.append(f"{step}: skipped (compute-sanitizer not found)")
+            continue
         for command in commands(step, out, a.launches):
             proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
             logs.append(proc.stdout + proc.stderr)
@@ -159,7 +173,7 @@ def main(argv=None) -> int:
         log = "\n".join(logs)
         (out / f"{step}.log").write_text(log)
         failed += any(codes)
-        tail = "\n".join(log.strip().splitlines()[-16:])
+        tail = "\n".join(log.strip().splitlines()[-(48 if step.startswith("megakernel") else 16):])
         summary.append(f"--- {step}: exit {codes} in {time.time() - t0:.0f} s\n{tail}")
     print("\n".join(summary))
     print("--- traced: cost and findings")

@@ -15,7 +15,8 @@ Tasks (one table and one queue counter per rank: tasks[local rank, i] = (kind, a
       order="release", scope="sys")`. Every rank pushes to every rank, itself included, so a_full ends up
       the all-gathered A everywhere.
   GEMM (1, tm, tn, 0): the 64 x 64 tile (tm, tn) of C_r. Rows of the rank's own shard are read from the
-      shard, without waiting (the overlap). Rows of rank s's shard: thread 0 waits until flags[s, rb] reaches
+      shard, without waiting (in what order the tiles come is the host's choice: run.py's task_table). Rows of
+      rank s's shard: thread 0 waits until flags[s, rb] reaches
       epoch * chunks (`wait_kind` "ld": `spin_lock_ld_lt_relaxed_wait(scope="sys")` + `fence.acq_rel.sys`;
       "cas": `spin_lock_atom_cas_acquire_wait(scope="sys")` with reset_val = expected_val), a CTA barrier,
       then the tile reads a_full.

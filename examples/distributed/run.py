@@ -73,13 +73,23 @@ TIMER_STEP_NS = 32  # %globaltimer's resolution on H100/H200 (docs/gpu.md)
 # --- the task graph (numpy; tests/unit/examples/test_flag_examples.py) ------------------------------------------------
 
 
-def task_table(rank: int, world: int, row_blocks: int, tiles_n: int, chunks: int) -> np.ndarray:
-    """int32 [tasks, 4] of `rank`: every PUSH (row block by row block; peers first, itself last), then
-    every GEMM tile: its own rows first (no wait), then the other ranks' rows in the order they are pushed
-    to it ((rank + 1) % world first)."""
+GEMM_ORDERS = ("peers_first", "own_first")
+
+
+def task_table(rank: int, world: int, row_blocks: int, tiles_n: int, chunks: int,
+               order: str = "peers_first") -> np.ndarray:
+    """int32 [tasks, 4] of `rank`: every PUSH (row block by row block; peers first, itself last), then every GEMM
+    tile. "peers_first" (default): the other ranks' rows in the order they are pushed to it ((rank + 1) % world
+    first), its own rows last, so that its first GEMM tiles wait on its peers' pushes and a peer that starts late
+    makes them block for as long. "own_first": its own rows first (no wait), the overlap a real all-gather GEMM
+    wants: the own rows' GEMM (about half the step) hides any peer delay shorter than itself, so nothing waits."""
+    if order not in GEMM_ORDERS:
+        raise ValueError(f"order={order!r}: expected one of {GEMM_ORDERS}")
     pushes = [(PUSH, rb, (rank + 1 + j) % world, c) for rb in range(row_blocks) for j in range(world)
               for c in range(chunks)]
     sources = [(rank + j) % world for j in range(world)]
+    if order == "peers_first":
+        sources = sources[1:] + sources[:1]
     gemms = [(GEMM, s * row_blocks + rb, tn, 0) for s in sources for rb in range(row_blocks) for tn in range(tiles_n)]
     return np.asarray(pushes + gemms, np.int32)
 
@@ -146,19 +156,46 @@ def ground_truth(logs, tasks, row_blocks, chunks, epoch, delay_rank, one_clock: 
             raise AssertionError(f"{int(early.sum())} GEMM tiles left their wait before the last push they needed")
     # ranks' clocks: one GPU has one; across GPUs the offset is not measured here (5 us of error allowed)
     m = match_waits(table, initial=(epoch - 1) * chunks, clock_error_ns=TIMER_STEP_NS if one_clock else 5000)
-    w = m.wait_rows
-    on_delayed = table.offset[w] // row_blocks == delay_rank  # waits for the delayed rank's rows (none if -1)
-    dur = table.end_ns[w] - table.begin_ns[w]
     path = critical_path(table, m, spans=block_spans(logs))
     return {
         "match": m.counts(),
         "waits": int(m.wait_rows.size),
         "waits_blocked": int(m.blocked().sum()),
-        "wait_ns_median_on_delayed_rank": float(np.median(dur[on_delayed])) if on_delayed.any() else None,
-        "wait_ns_median_other": float(np.median(dur[~on_delayed])) if (~on_delayed).any() else None,
+        **wait_stats(table, m, row_blocks, delay_rank),
         "path_ns": int(path["duration_ns"].sum()),
         "path": describe_path(table, path)[-10:],
     }
+
+
+def wait_stats(table: FlagTable, m, row_blocks: int, delay_rank: int) -> dict:
+    """The waits on `delay_rank`'s rows (flags[src, rb]: src = offset // row_blocks) against the others': median
+    and longest duration (None where there is none). The same rank's rows with and without the delay: the
+    longest wait grows by the delay when the waits block on it (`delay_found`)."""
+    w = m.wait_rows
+    on_delayed = table.offset[w] // row_blocks == delay_rank
+    dur = table.end_ns[w] - table.begin_ns[w]
+
+    def stat(f, sel):
+        return float(f(dur[sel])) if sel.any() else None
+
+    return {"wait_ns_median_on_delayed_rank": stat(np.median, on_delayed),
+            "wait_ns_median_other": stat(np.median, ~on_delayed),
+            "wait_ns_max_on_delayed_rank": stat(np.max, on_delayed), "wait_ns_max_other": stat(np.max, ~on_delayed)}
+
+
+def delay_found(rows: list[dict], key: str, delay_ns: int) -> None:
+    """For each variant run with and without the delay: the longest wait on the delayed rank's rows with it minus
+    without it (rows[...][key]["delay_found_ns"], set on the delayed run's row); None when either has no wait."""
+    by = {}
+    for r in rows:
+        if key in r:
+            by[(r["wait"], r.get("mode", r.get("log")), r["delay_ns"])] = r[key]
+    for (wk, mode, d), g in by.items():
+        base = by.get((wk, mode, 0))
+        if d and base is not None:
+            a, b = g.get("wait_ns_max_on_delayed_rank"), base.get("wait_ns_max_on_delayed_rank")
+            g["delay_found_ns"] = None if a is None or b is None else a - b
+            g["delay_injected_ns"] = delay_ns
 
 
 # --- the GPU run ----------------------------------------------------------------------------------------------
@@ -167,7 +204,8 @@ def ground_truth(logs, tasks, row_blocks, chunks, epoch, delay_rank, one_clock: 
 class Problem:
     """One launch's tensors: `ranks_here` ranks of `world` (1 per process, or all of them on one GPU)."""
 
-    def __init__(self, world: int, rank_base: int, ranks_here: int, m: int, k: int, n: int, chunks: int, seed=0):
+    def __init__(self, world: int, rank_base: int, ranks_here: int, m: int, k: int, n: int, chunks: int, seed=0,
+                 order: str = "peers_first"):
         import torch
 
         if m % (world * TILE) or n % TILE or k % (32 * chunks):
@@ -185,7 +223,7 @@ class Problem:
         self.shards = self.A[rank_base * self.shard_rows:(rank_base + ranks_here) * self.shard_rows].contiguous()
         self.B = torch.cat(bs, dim=1).contiguous()
         self.C = torch.empty(m, ranks_here * n, **dev)
-        tasks = [task_table(r, world, self.row_blocks, n // TILE, chunks) for r in mine]
+        tasks = [task_table(r, world, self.row_blocks, n // TILE, chunks, order) for r in mine]
         for t in tasks:
             check_order(t)
         self.tasks_np = np.stack(tasks)
@@ -329,17 +367,12 @@ def traced_story(traces: list, ctas_per_rank: int, initial: int, delay_rank: int
         spans = dataclasses.replace(spans, rank=spans.block // ctas_per_rank, block=spans.block % ctas_per_rank)
         m, offsets = match_waits(table, clock_error_ns=fa.error_bound_ns, initial=initial), None
     path = critical_path(table, m, spans=spans, clock_offset_ns=offsets)
-    w = m.wait_rows
     row_blocks = int(traces[0].meta["example"]["row_blocks"])  # flags[src, row block]: the offset's rank is src
-    on_delayed = table.offset[w] // row_blocks == delay_rank
-    dur = table.end_ns[w] - table.begin_ns[w]
-    return dict(events=len(table), waits=int(w.size), waits_blocked=int(m.blocked().sum()), match=m.counts(),
-                path_ns=int(path["duration_ns"].sum()), path=describe_path(table, path)[-12:],
+    return dict(events=len(table), waits=int(m.wait_rows.size), waits_blocked=int(m.blocked().sum()),
+                match=m.counts(), path_ns=int(path["duration_ns"].sum()), path=describe_path(table, path)[-12:],
                 problems={k: v for k, v in fa.events.problems.items() if v},
                 unknown_addresses=fa.events.unknown_addresses, lost=sum(t.loss.lost for t in traces),
-                clock_error_ns=fa.error_bound_ns,
-                wait_ns_median_on_delayed_rank=float(np.median(dur[on_delayed])) if on_delayed.any() else None,
-                wait_ns_median_other=float(np.median(dur[~on_delayed])) if (~on_delayed).any() else None)
+                clock_error_ns=fa.error_bound_ns, **wait_stats(table, m, row_blocks, delay_rank))
 
 
 def run_traced(traced: dict, prob: Problem, out: Path, delay_rank: int, delay_ns: int, step_barrier,
@@ -374,14 +407,14 @@ def run_traced(traced: dict, prob: Problem, out: Path, delay_rank: int, delay_ns
             row = dict(example="distributed", wait=wk, mode=mode, delay_ns=d, rel_err=err, captures=paths)
             if not distributed or prob.rank_base == 0:
                 traces = [load_capture(p) for p in paths]
-                row["traced"] = traced_story(traces, ctas, (prob.epoch - 1) * prob.chunks, delay_rank if d else -1,
+                row["traced"] = traced_story(traces, ctas, (prob.epoch - 1) * prob.chunks, delay_rank,
                                              simulated=not distributed)
             rows.append(row)
     return rows
 
 
 def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunks=4, delay_rank=1, delay_us=20.0,
-        launches=100, seed=0, trace=False, records_per_lane=1024, ctas_per_rank=None):
+        launches=100, seed=0, trace=False, records_per_lane=1024, ctas_per_rank=None, order="peers_first"):
     import ag_gemm as ag
     import torch
     from measure import time_alternating
@@ -395,7 +428,7 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
         dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
         if dist.get_world_size() != world_size:
             raise ValueError(f"--world-size {world_size} but torch.distributed has {dist.get_world_size()} ranks")
-        prob = Problem(world_size, rank, 1, m, k, n, chunks, seed)
+        prob = Problem(world_size, rank, 1, m, k, n, chunks, seed, order)
         prob.symmetric_distributed(dist.group.WORLD)
         ctas = ctas_per_rank or torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
         tick = torch.zeros(1, device="cuda")
@@ -404,7 +437,7 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
             prob.queue.zero_()
             dist.all_reduce(tick)
     else:
-        prob = Problem(ranks, 0, ranks, m, k, n, chunks, seed)
+        prob = Problem(ranks, 0, ranks, m, k, n, chunks, seed, order)
         prob.symmetric_single_gpu()
         ctas = ctas_per_rank or torch.cuda.get_device_properties(0).multi_processor_count // ranks
         step_barrier = prob.queue.zero_
@@ -426,11 +459,13 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
                     dist.all_gather_object(gathered, (logs, tasks))
                     logs, tasks = np.concatenate([g[0] for g in gathered]), np.concatenate([g[1] for g in gathered])
                 row["truth"] = ground_truth(logs, tasks, prob.row_blocks, chunks, prob.epoch,
-                                            delay_rank if d else -1, one_clock=not distributed)
+                                            delay_rank, one_clock=not distributed)
             rows.append(row)
             name = f"{wk}{' log' if log else ''} delay {d // 1000}us"
             variants[name] = (step_barrier, lambda fn=fn, d=d: fn(delay_rank, d))
     rows += run_traced(traced, prob, out, delay_rank, delay_ns, step_barrier, distributed, ctas)
+    for key in ("truth", "traced"):
+        delay_found(rows, key, delay_ns)
     for (wk, mode), (_, session, fn) in traced.items():  # timed with no delay beside the plain kernel
         def setup(session=session):
             step_barrier()
@@ -447,7 +482,7 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
     summary = dict(
         mode="torch.distributed" if distributed else f"{ranks} ranks simulated on one GPU", world=prob.world,
         problem=dict(m=m, k=k, n=n, chunks=chunks, ctas_per_rank=ctas, tasks_per_rank=int(prob.tasks_np.shape[1]),
-                     delay_rank=delay_rank),
+                     delay_rank=delay_rank, order=order),
         timing={name: {"median_ms": float(np.median(t)), "vs_ld_delay0": float(np.median(t)) / base,
                        **({"vs_plain": float(np.median(t)) / float(np.median(times[f"{name.split()[0]} delay 0us"]))}
                           if name.split()[1] in ("traced", "flags") else {})}
@@ -466,6 +501,15 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
     return summary
 
 
+def waits_line(g: dict) -> str:
+    """The waits on the delayed rank's rows against the others', and the delay they recover (a delayed run)."""
+    found = (f", delay found {g['delay_found_ns']} ns of {g['delay_injected_ns']} injected"
+             if "delay_injected_ns" in g else "")
+    return (f"wait on the delayed rank's rows median {g['wait_ns_median_on_delayed_rank']} ns / longest "
+            f"{g['wait_ns_max_on_delayed_rank']} ns vs others {g['wait_ns_median_other']} / {g['wait_ns_max_other']} "
+            f"ns{found}")
+
+
 def table(summary: dict) -> str:
     lines = [f"distributed ({summary['mode']}, world {summary['world']}) {summary['problem']}",
              f"{'variant':<30}{'median ms':>11}{'vs ld delay0':>14}{'vs plain':>10}"]
@@ -476,15 +520,13 @@ def table(summary: dict) -> str:
         if "truth" in r:
             g = r["truth"]
             lines.append(f"truth wait={r['wait']} delay={r['delay_ns']}ns: waits {g['waits']} (blocked "
-                         f"{g['waits_blocked']}), median wait on the delayed rank {g['wait_ns_median_on_delayed_rank']}"
-                         f" ns vs others {g['wait_ns_median_other']} ns, match {g['match']}, path {g['path_ns']} ns")
+                         f"{g['waits_blocked']}), {waits_line(g)}, match {g['match']}, path {g['path_ns']} ns")
         if "traced" in r:
             g = r["traced"]
             lines.append(f"traced wait={r['wait']} ({r['mode']}) delay={r['delay_ns']}ns: {g['events']} flag events "
                          f"(lost {g['lost']}, malformed {g['problems'] or 'none'}), waits {g['waits']} (blocked "
-                         f"{g['waits_blocked']}), median wait on the "
-                         f"delayed rank {g['wait_ns_median_on_delayed_rank']} ns vs others {g['wait_ns_median_other']}"
-                         f" ns, match {g['match']} (clock error {g['clock_error_ns']} ns), path {g['path_ns']} ns")
+                         f"{g['waits_blocked']}), {waits_line(g)}, match {g['match']} (clock error "
+                         f"{g['clock_error_ns']} ns), path {g['path_ns']} ns")
     lines.append(f"TFLOP/s, all ranks (ld, no delay): {summary['tflops_all_ranks']:.1f}")
     return "\n".join(lines)
 
@@ -506,13 +548,15 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="also run the kernel traced (flag records, no kernel edit)")
     ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
     ap.add_argument("--ctas-per-rank", type=int, default=None, help="CTAs per rank (default: the SMs, shared)")
+    ap.add_argument("--order", choices=GEMM_ORDERS, default="peers_first",
+                    help="GEMM tiles of the peers' rows first (their delay makes the waits block) or its own first")
     a = ap.parse_args(argv)
     import ikp_cute
 
     ikp_cute.require_gpu('examples/distributed/run.py')  # one line where there is no GPU
     summary = run(a.out, world_size=a.world_size, ranks=a.ranks, m=a.m, k=a.k, n=a.n, chunks=a.chunks,
                   delay_rank=a.delay_rank, delay_us=a.delay_us, launches=a.launches, seed=a.seed, trace=a.trace,
-                  records_per_lane=a.records_per_lane, ctas_per_rank=a.ctas_per_rank)
+                  records_per_lane=a.records_per_lane, ctas_per_rank=a.ctas_per_rank, order=a.order)
     if summary is not None:
         for r in summary["runs"]:
             if "traced" in r:

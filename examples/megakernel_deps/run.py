@@ -16,7 +16,8 @@ megakernel_deps.json under --out and prints a table last.
 cutlass.utils.distributed), at the default level and with flags only (`ops=`), checked like the plain one,
 timed beside it, each run saved as a capture (captures/*.npy + sidecar with `flags`, `flag_buffers`: the
 `ready` counters, and the clock's offset), read back with host_decode's loader and its records matched and walked
-(host_decode.analysis.flag_paths).
+(host_decode.analysis.flag_paths). --diagnose: a traced variant that fails its check is diagnosed instead of
+stopping the run (diagnosis(); the example's README).
 """
 
 from __future__ import annotations
@@ -172,6 +173,7 @@ class Problem:
         self.no_log = torch.zeros(1, len(LOG_FIELDS), device="cuda", dtype=torch.int64)
         self.row_tiles = n1 // TILE
         self.y_ref = (self.X.double() @ self.W1.double()).relu()
+        self.sums = {n: float(getattr(self, n).double().sum()) for n in ("X", "W1", "W2")}  # --diagnose: intact?
 
     def reset(self):
         """Queue and counters at 0 (in place: compiled launchers hold views of these tensors)."""
@@ -264,8 +266,10 @@ def traced_story(trace, skew_ns: int) -> dict:
     return story
 
 
-def run_traced(traced: dict, prob: Problem, out: Path, skew_task: int, skew_ns: int) -> list[dict]:
-    """Each traced variant with skew 0 and skew_ns: checked, saved, read back and analysed."""
+def run_traced(traced: dict, prob: Problem, out: Path, skew_task: int, skew_ns: int, diagnose=None) -> list[dict]:
+    """Each traced variant with skew 0 and skew_ns: checked, saved, read back and analysed. `diagnose` (the plain
+    kernel's launcher, --diagnose): a variant that fails its check is diagnosed (diagnosis()) instead of raising,
+    and the others still run."""
     import torch
 
     from host_decode.load.capture import load_capture
@@ -277,8 +281,15 @@ def run_traced(traced: dict, prob: Problem, out: Path, skew_task: int, skew_ns: 
             with session.zeroed_then_synced():
                 fn(skew_task, skew)
             torch.cuda.synchronize()
-            err = prob.check(f"traced wait {wk} ({mode}), skew {skew} ns")
             name = f"megakernel_deps_{wk}_{mode.replace(' ', '_')}_skew{skew // 1000}us.npy"
+            try:
+                err = prob.check(f"traced wait {wk} ({mode}), skew {skew} ns")
+            except AssertionError as e:
+                if diagnose is None:
+                    raise
+                rows.append(dict(example="megakernel_deps", wait=wk, mode=mode, skew_ns=skew, failed=str(e),
+                                 diagnosis=diagnosis(prob, trace, session, out / "captures" / name, diagnose)))
+                continue
             path = trace.save(session, out / "captures" / name, example={"wait": wk, "mode": mode, "skew_ns": skew,
                                                                          "skew_task": skew_task})
             story = traced_story(load_capture(path), skew)
@@ -287,8 +298,50 @@ def run_traced(traced: dict, prob: Problem, out: Path, skew_task: int, skew_ns: 
     return rows
 
 
+def diagnosis(prob: Problem, trace, session, path: Path, plain) -> dict:
+    """What a traced launch that failed its check left behind (--diagnose): which tiles of Y and Z are not finite
+    or wrong, the counters and the queue, whether the inputs and the task table are intact, what the records
+    say (loss, drops, slots used), and whether the plain kernel, launched right after, is still correct."""
+    import torch
+
+    def tiles(bad):
+        t = bad.reshape(bad.shape[0] // TILE, TILE, bad.shape[1] // TILE, TILE).any(3).any(1).nonzero().tolist()
+        return {"tiles": len(t), "first": t[:8], "elements": int(bad.sum())}
+
+    y_bad = ~prob.Y.isfinite() | ((prob.Y.double() - prob.y_ref).abs() > 1e-3)
+    z_ref = prob.Y.double() @ prob.W2.double()
+    out = {"Y": tiles(y_bad), "Z_not_finite": tiles(~prob.Z.isfinite()),
+           "Z_wrong": tiles(prob.Z.isfinite() & ((prob.Z.double() - z_ref).abs() > 1e-3)),
+           "ready": prob.ready.tolist(), "ready_expected": prob.row_tiles, "queue": int(prob.queue.item()),
+           "tasks": int(prob.tasks_np.shape[0]),
+           "task_table_intact": bool((prob.tasks.cpu().numpy() == prob.tasks_np).all()),
+           "inputs_intact": {n: float(getattr(prob, n).double().sum()) == prob.sums[n] for n in prob.sums}}
+    from host_decode.core.errors import DecodeError
+    from host_decode.load.capture import load_capture
+
+    saved = trace.save(session, path, example={"failed": True})
+    stride = session.spec.write_stride
+    used = session.buffer.cpu().numpy()[1:1 + stride * session.spec.records_per_lane].reshape(-1, stride) != 0
+    out["records"] = {"capture": str(saved), "rows": int(used.shape[0]), "stray_records": session.stray_records(),
+                      "rows_used": int(np.flatnonzero(used.any(1)).max()) + 1 if used.any() else 0}
+    try:
+        t = load_capture(saved)
+        out["records"].update(lost=t.loss.lost, dropped_on_device=t.loss.dropped_on_device,
+                              malformed=t.loss.malformed_reasons, totals=t.loss.totals)
+    except DecodeError as e:
+        out["records"]["decode_error"] = str(e)
+    prob.poison()
+    plain(-1, 0)
+    torch.cuda.synchronize()
+    try:
+        out["plain_after"] = f"correct (error {prob.check('plain after'):.2e})"
+    except AssertionError as e:
+        out["plain_after"] = str(e)
+    return out
+
+
 def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", skew_us=20.0, skew_task=None,
-        launches=100, seed=0, trace=False, records_per_lane=1024, ctas=None) -> list[dict]:
+        launches=100, seed=0, trace=False, records_per_lane=1024, ctas=None, diagnose=False) -> list[dict]:
     import megakernel_deps as mk
     import torch
     from measure import time_alternating
@@ -313,7 +366,13 @@ def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", ske
             variants[f"{wk}{' log' if log else ''} skew {skew // 1000}us"] = (
                 prob.reset, lambda fn=fn, skew=skew: fn(skew_task, skew))
     out.mkdir(parents=True, exist_ok=True)
-    rows += run_traced(traced, prob, out, skew_task, skew_ns)
+    rows += run_traced(traced, prob, out, skew_task, skew_ns, kernels[("ld", False)] if diagnose else None)
+    if any("failed" in r for r in rows):  # --diagnose: no timing of a kernel that computes wrong results
+        out.mkdir(parents=True, exist_ok=True)
+        summary = dict(problem=dict(m=m, k=k, n1=n1, n2=n2, order=order, ctas=num_ctas, skew_task=skew_task),
+                       timing={}, runs=rows, tflops_ld_skew0=0.0)
+        (out / "megakernel_deps.json").write_text(json.dumps(summary, indent=1, default=float))
+        return summary
     for (wk, mode), (_, session, fn) in traced.items():  # timed at skew 0 beside the plain kernel
         def setup(session=session):
             prob.reset()
@@ -361,6 +420,9 @@ def table(summary: dict) -> str:
                          f"{g.get('longest_wait_released_by_block')} (on the path: {g.get('releaser_on_path')}), "
                          "longest work on the path "
                          f"{g.get('longest_work_on_path_ns')} ns (block {g.get('longest_work_block')})")
+        if "failed" in r:
+            lines.append(f"FAILED traced wait={r['wait']} ({r['mode']}) skew={r['skew_ns']}ns: {r['failed']}")
+            lines += [f"    {key}: {value}" for key, value in r["diagnosis"].items()]
     lines.append(f"TFLOP/s (ld, skew 0): {summary['tflops_ld_skew0']:.1f}")
     return "\n".join(lines)
 
@@ -380,13 +442,16 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="also run the kernel traced (flag records, no kernel edit)")
     ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
     ap.add_argument("--ctas", type=int, default=None, help="CTAs of the persistent grid (default: one per SM)")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="--trace: a traced variant that fails its check is diagnosed (tiles, counters, records, "
+                         "the plain kernel after it) and the others still run; exit status 1 if any failed")
     a = ap.parse_args(argv)
     import ikp_cute
 
     ikp_cute.require_gpu('examples/megakernel_deps/run.py')  # one line where there is no GPU
     summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
                   launches=a.launches, seed=a.seed, trace=a.trace, records_per_lane=a.records_per_lane,
-                  ctas=a.ctas)
+                  ctas=a.ctas, diagnose=a.diagnose)
     for r in summary["runs"]:
         for key, what in (("truth", "log"), ("traced", "records")):
             if key in r:
@@ -394,7 +459,7 @@ def main(argv=None) -> int:
                       f"skew={r['skew_ns']} ns), last links:")
                 print("\n".join("   " + line for line in r[key]["path"]))
     print(table(summary))
-    return 0
+    return 1 if any("failed" in r for r in summary["runs"]) else 0
 
 
 if __name__ == "__main__":

@@ -174,11 +174,19 @@ def test_megakernel_deps_ground_truth_by_hand():
 
 def test_distributed_task_tables():
     P, G = dist_run.PUSH, dist_run.GEMM
-    t = dist_run.task_table(rank=1, world=2, row_blocks=2, tiles_n=1, chunks=2)
+    own = dist_run.task_table(rank=1, world=2, row_blocks=2, tiles_n=1, chunks=2, order="own_first")
     # pushes: row block 0 to rank 0 (chunks 0, 1), then to itself; row block 1 likewise; then its own rows
     # (tiles 2, 3), then rank 0's (tiles 0, 1)
-    assert t.tolist() == [[P, 0, 0, 0], [P, 0, 0, 1], [P, 0, 1, 0], [P, 0, 1, 1], [P, 1, 0, 0], [P, 1, 0, 1],
-                          [P, 1, 1, 0], [P, 1, 1, 1], [G, 2, 0, 0], [G, 3, 0, 0], [G, 0, 0, 0], [G, 1, 0, 0]]
+    pushes = [[P, 0, 0, 0], [P, 0, 0, 1], [P, 0, 1, 0], [P, 0, 1, 1], [P, 1, 0, 0], [P, 1, 0, 1], [P, 1, 1, 0],
+              [P, 1, 1, 1]]
+    assert own.tolist() == pushes + [[G, 2, 0, 0], [G, 3, 0, 0], [G, 0, 0, 0], [G, 1, 0, 0]]
+    # the default: the peers' rows first (their tiles wait on the pushes a late peer makes late), its own last
+    t = dist_run.task_table(rank=1, world=2, row_blocks=2, tiles_n=1, chunks=2)
+    assert t.tolist() == pushes + [[G, 0, 0, 0], [G, 1, 0, 0], [G, 2, 0, 0], [G, 3, 0, 0]]
+    three = dist_run.task_table(rank=0, world=3, row_blocks=1, tiles_n=1, chunks=1)
+    assert three[three[:, 0] == G, 1].tolist() == [1, 2, 0]  # in push order: rank 1's rows, rank 2's, its own
+    with pytest.raises(ValueError, match="order='random'"):
+        dist_run.task_table(0, 2, 1, 1, 1, order="random")
     dist_run.check_order(t)
     with pytest.raises(ValueError, match="every PUSH must come before every GEMM"):
         dist_run.check_order(t[::-1].copy())
@@ -187,7 +195,7 @@ def test_distributed_task_tables():
 def _dist_logs():
     """world 2, one row block per shard, one tile column, 2 chunks; rank 1 delayed by 1000; CTAs 0, 1 are rank
     0's, CTAs 2, 3 rank 1's (one GPU, one clock)."""
-    tasks = np.stack([dist_run.task_table(r, 2, 1, 1, 2) for r in range(2)])
+    tasks = np.stack([dist_run.task_table(r, 2, 1, 1, 2, order="own_first") for r in range(2)])
     logs = np.zeros((2, 6, 6), np.int64)
     #               cta start wait_b wait_e signal end
     logs[0, 0] = (0, 100, 0, 0, 150, 160)  # push to rank 1, chunk 0
@@ -212,6 +220,7 @@ def test_distributed_ground_truth_by_hand():
     g = dist_run.ground_truth(logs, tasks, 1, 2, epoch=1, delay_rank=1, one_clock=True)
     assert g["waits"] == 2 and g["match"]["matched"] == 2 and g["waits_blocked"] == 1
     assert g["wait_ns_median_on_delayed_rank"] == 1035 and g["wait_ns_median_other"] == 8
+    assert g["wait_ns_max_on_delayed_rank"] == 1035 and g["wait_ns_max_other"] == 8
     # from rank 0's CTA 1 (ends 1500): work 1260..1500, released at 1250 by rank 1's CTA 3, which worked from 1100
     assert g["path_ns"] == 400 and "released by rank 1 block 3" in g["path"][1]
     # the same flags in the next launch: the counts start at (epoch - 1) * chunks
@@ -223,6 +232,25 @@ def test_distributed_ground_truth_by_hand():
         dist_run.ground_truth(early, tasks, 1, 2, 1, 1, one_clock=True)
     # across GPUs the check is off and a signal up to 5 us after the wait's end still matches
     assert dist_run.ground_truth(early, tasks, 1, 2, 1, 1, one_clock=False)["match"]["late_within_error"] == 1
+
+
+def test_the_delay_found_is_the_growth_of_the_longest_wait_on_the_delayed_rank():
+    """Rank 1 delayed by 1000 ns: rank 0's wait on rank 1's rows grows from 35 to 1035 ns; the pair of runs
+    (same wait, same variant) gives 1000 ns, set on the delayed run's row; a variant without its undelayed run
+    gets nothing."""
+    tasks, logs = _dist_logs()
+    undelayed = logs.copy()
+    undelayed[1, :, [1, 4, 5]] -= 1000  # rank 1 on time: its starts, signals and ends 1000 ns earlier
+    undelayed[1, 5, [2, 3]] -= 1000
+    undelayed[0, 5, 3] -= 1000  # rank 0's wait ends when rank 1's second push lands (250 + 10)
+    rows = [dict(wait="ld", log=True, delay_ns=d, truth=dist_run.ground_truth(lg, tasks, 1, 2, 1, 1, True))
+            for d, lg in ((0, undelayed), (1000, logs))]
+    rows.append(dict(wait="cas", log=True, delay_ns=1000, truth=dict(rows[1]["truth"])))
+    assert rows[0]["truth"]["wait_ns_max_on_delayed_rank"] == 35
+    dist_run.delay_found(rows, "truth", 1000)
+    assert rows[1]["truth"]["delay_found_ns"] == 1000 and rows[1]["truth"]["delay_injected_ns"] == 1000
+    assert "delay_found_ns" not in rows[0]["truth"] and "delay_found_ns" not in rows[2]["truth"]
+    assert "delay found 1000.0 ns of 1000 injected" in dist_run.waits_line(rows[1]["truth"])
 
 
 def test_no_multicast_environment():

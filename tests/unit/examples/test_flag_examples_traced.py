@@ -6,6 +6,7 @@ matching and critical path are worked out by hand."""
 from __future__ import annotations
 
 import os
+import re
 import types
 
 import numpy as np
@@ -176,3 +177,75 @@ def test_the_runners_traced_compiles_on_cpu():
     names = [(b["name"], b["owner_rank"]) for b in ikp_cute.flags.registered()]
     assert names == [("ready", 0), ("a_full", 0), ("flags", 0), ("a_full", 1), ("flags", 1)]
     ikp_cute.flags.clear()
+
+
+# --- the traced kernels keep the plain kernels' flag semantics (PTX) ------------------------------------------
+
+PROBE = re.compile(r"^\s*((?:ld|atom)\.[\w.]*(?:relaxed|acquire)\.[\w.]+)\s+(%r\d+)(?:\|[^,]*)?,\s*\[(%rd\d+)\]",
+                   re.MULTILINE)
+FLAG_OPS = re.compile(r"^\s*((?:red|atom|ld|st|fence)\.[\w.]*(?:relaxed|acquire|release|acq_rel|sc)[\w.]*)",
+                      re.MULTILINE)
+
+
+def kernel_lines(ptx: str) -> list[str]:
+    """The kernel's own instructions: no debug lines, comments or inline blocks of ours (/* ikp */, `{ .reg`)."""
+    out = []
+    for line in ptx[ptx.index(".entry"):].splitlines():
+        s = line.strip()
+        if not s or s.startswith(("//", ".loc", ".file")) or "/* ikp" in s or s.startswith("{ .reg"):
+            continue
+        out.append(s)
+    return out
+
+
+def spin_loops(ptx: str) -> list[tuple[str, ...]]:
+    """Every loop of the kernel that re-probes a flag (a label, an ld/atom with a memory order, then the branch
+    back to the label), registers renamed: the probe, the compare and the branch, as the hardware spins."""
+    lines, loops = kernel_lines(ptx), []
+    for i, line in enumerate(lines):
+        if not re.match(r"^\$L__BB\d+_\d+:$", line):
+            continue
+        label = line[:-1]
+        for j in range(i + 1, min(i + 8, len(lines))):
+            if re.search(rf"bra(?:\.uni)?\s+{re.escape(label)};", lines[j]):
+                body = lines[i + 1:j + 1]
+                if any(PROBE.match(b) for b in body):
+                    loops.append(tuple(re.sub(r"%(r|rd|p)\d+", r"%\1", b).replace(label, "LOOP") for b in body))
+                break
+    return loops
+
+
+def flag_ops(ptx: str) -> list[str]:
+    """The kernel's ordered memory operations with a memory order (probes, reds, fences), in program order."""
+    return FLAG_OPS.findall("\n".join(kernel_lines(ptx)))
+
+
+@pytest.mark.parametrize("example", ["megakernel_deps", "distributed"])
+@pytest.mark.parametrize("wait_kind", ["ld", "cas"])
+def test_traced_kernels_keep_the_plain_flag_semantics(example, wait_kind):
+    """Traced (default level, and flags only), each example's kernel makes the plain kernel's flag operations
+    with the same kind, order and scope, in the same order (the wait's first probe peeled: one more probe, the same
+    instruction on the same address), and every spin loop of the plain kernel is there unchanged (probe, compare
+    against the expected value, branch back): a traced wait still spins until its condition holds, and the
+    signal is still the one `red` with release order."""
+    pytest.importorskip("cutlass")
+    from ikp_cute.pipelines import session_for, trace_pipelines
+    from tests.support.flag_examples import compile_deps, compile_dist
+
+    compile_example = {"megakernel_deps": compile_deps, "distributed": compile_dist}[example]
+    plain = compile_example(wait_kind, False)
+    assert len(spin_loops(plain)) == 1
+    for ops in (None, {"flag_signal", "flag_wait"}):
+        with trace_pipelines(session_for(132, 8, 64, kernel=example, device="cpu"), ops=ops) as trace:
+            traced = compile_example(wait_kind, False)
+        assert [f["kind"] for f in trace.metadata()["flags"]] == ["signal", "wait"]
+        assert spin_loops(traced) == spin_loops(plain)
+        plain_ops, traced_ops = flag_ops(plain), flag_ops(traced)
+        probe = FLAG_OPS.match(spin_loops(plain)[0][0]).group(1)
+        k = traced_ops.index(probe)
+        assert traced_ops[:k] + traced_ops[k + 1:] == plain_ops  # the peeled first probe is the one extra op
+        assert traced_ops[k + 1] == probe  # the loop's own probe follows it
+        peeled, looped = [m for m in PROBE.finditer("\n".join(kernel_lines(traced))) if m.group(1) == probe]
+        assert peeled.group(3) == looped.group(3)  # the same flag address
+        signal = [op for op in plain_ops if op.startswith("red.")]
+        assert signal == [op for op in traced_ops if op.startswith("red.")] and signal[0].startswith("red.release.")
