@@ -77,10 +77,14 @@ class DryRun:
         self.arch = ARCHES[arch]
         self.fake_mode = None
         self.notes: list[str] = []
+        self.saved: list[tuple] = []  # (owner, attribute, value before): restored by stop()
+        self.env_set: list[str] = []
 
     def start(self) -> None:
         for name, value in environment(self.arch.name).items():
-            os.environ.setdefault(name, value)
+            if name not in os.environ:
+                os.environ[name] = value
+                self.env_set.append(name)
         try:
             import torch
         except ImportError:
@@ -97,15 +101,22 @@ class DryRun:
         props = types.SimpleNamespace(multi_processor_count=a.sm_count, major=a.capability[0],
                                       minor=a.capability[1], name=a.gpu, total_memory=1 << 37,
                                       shared_memory_per_block_optin=232448, L2_cache_size=a.l2_bytes)
-        cuda = torch.cuda
-        cuda.get_device_properties = lambda device=None: props
-        cuda.get_device_capability = lambda device=None: a.capability
-        cuda.get_device_name = lambda device=None: a.gpu
-        cuda.current_device = lambda: 0
-        cuda.device_count = lambda: 1
-        cuda.is_available = lambda: True
-        cuda.synchronize = lambda device=None: None
-        cuda.set_device = lambda device: None
+        stand_ins = {
+            "get_device_properties": lambda device=None: props,
+            "get_device_capability": lambda device=None: a.capability,
+            "get_device_name": lambda device=None: a.gpu,
+            "current_device": lambda: 0,
+            "device_count": lambda: 1,
+            "is_available": lambda: True,
+            "synchronize": lambda device=None: None,
+            "set_device": lambda device: None,
+        }
+        for name, value in stand_ins.items():
+            self.replace(torch.cuda, name, value)
+
+    def replace(self, owner, name: str, value) -> None:
+        self.saved.append((owner, name, getattr(owner, name, None)))
+        setattr(owner, name, value)
 
     def on_cutlass(self) -> None:
         """cutlass was imported: its HardwareInfo answers as the architecture's GPU."""
@@ -119,15 +130,22 @@ class DryRun:
                     module = importlib.import_module(name)
                 except ImportError:
                     continue
-            module.HardwareInfo = FakeHardwareInfo
+            self.replace(module, "HardwareInfo", FakeHardwareInfo)
 
     def stop(self) -> None:
+        """Undo the stand-ins (a recording inside a longer process, and tests)."""
         if self.fake_mode is not None:
             try:
                 self.fake_mode.__exit__(None, None, None)
             except Exception:  # noqa: BLE001 - the program left modes of its own on top: nothing to undo
                 pass
             self.fake_mode = None
+        for owner, name, value in reversed(self.saved):
+            setattr(owner, name, value)
+        self.saved.clear()
+        for name in self.env_set:
+            os.environ.pop(name, None)
+        self.env_set.clear()
 
 
 BY_CHOICE = ("level ", "ops= ", "named_barriers=", "polls=")  # reasons the tracer gives for ops left out on purpose

@@ -106,7 +106,7 @@ class Pool:
         kernels = {by_id[kid]: {"kernel_id": kid, "selection": self.selections.get(kid, "none"),
                                 "launches_seen": contents.seen.get(kid, 0),
                                 "launches_recorded": sum(1 for k, _ in contents.recorded if k == kid),
-                                "launches_lost": contents.lost.get(kid, 0)} for kid in by_id.values()}
+                                "launches_lost": contents.lost.get(kid, 0)} for kid in by_id}
         return {"bytes": self.size_bytes, "used": used, "lost": lost,
                 "needed": used + lost * self.capture_bytes, "kernels": kernels}
 
