@@ -13,6 +13,7 @@ Under a dry run (IKP_RECORD_DRY_RUN set) the tensors are fake, FA4 compiles and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -35,9 +36,26 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the timed loops under torch.profiler and write its trace (into $IKP_RECORD_OUT "
+                             "when ikp record runs the program, where ikp record finds it; else here)")
     args = parser.parse_args()
+    profiler = contextlib.nullcontext()
+    if args.profile and not DRY_RUN:
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
     shape = (args.batch, args.seqlen, args.heads, args.dim)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with profiler:
+        loops(q, k, v, args, shape)
+    if args.profile and not DRY_RUN:
+        path = os.path.join(os.environ.get("IKP_RECORD_OUT", "."), "fa4_torch_trace.json")
+        profiler.export_chrome_trace(path)
+        print(f"torch.profiler trace: {path}")
+
+
+def loops(q, k, v, args, shape) -> None:
     for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
         attention(q, k, v, causal)  # compiles
         torch.cuda.synchronize()
