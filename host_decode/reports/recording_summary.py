@@ -50,9 +50,17 @@ def pool_accounting(pool: dict | None, ids: dict) -> dict:
 
 
 def segment_text(seg: dict) -> str:
+    """As `ikp waits` names a critical-path item: "wg1 works", "wg1 waits on k for wg0"."""
     if seg["what"] == "work":
         return f"{seg['role']} works"
     return f"{seg['role']} waits on {seg['channel']} for {seg['on']}"
+
+
+def segment_words(seg: dict) -> str:
+    """The same item in a sentence: "wg1's own work", "wg1 waiting on k for wg0"."""
+    if seg["what"] == "work":
+        return f"{seg['role']}'s own work"
+    return f"{seg['role']} waiting on {seg['channel']} for {seg['on']}"
 
 
 def bound_of(waits: list[dict]) -> dict | None:
@@ -77,10 +85,10 @@ def bound_of(waits: list[dict]) -> dict | None:
     work = sum(s["share"] for s in segments if s["what"] == "work")
     waits_only = [s for s in segments if s["what"] != "work"]
     top = segments[0]
-    words = (f"{top['text']} bounds it: {top['share']:.0%} of the critical path; working {work:.0%}, waiting "
-             f"{1 - work:.0%}")
+    words = (f"{segment_words(top)} is the largest part of the critical path ({top['share']:.0%}); work "
+             f"{work:.0%}, waiting {1 - work:.0%}")
     if waits_only:
-        words += f"; the largest wait: {waits_only[0]['text']} ({waits_only[0]['share']:.1%})"
+        words += f"; the largest wait: {segment_words(waits_only[0])} ({waits_only[0]['share']:.1%})"
     return {"segments": segments[:TOP_SEGMENTS], "work_share": work, "blocks": blocks, "launches": len(waits),
             "mean_path_ns": path_ns / blocks if blocks else None, "words": words}
 

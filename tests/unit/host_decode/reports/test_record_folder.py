@@ -44,7 +44,9 @@ def test_summary_says_what_bounds_each_kernel_and_what_to_run(finished):
     # the committed FA4 capture's critical path (ikp waits examples/pipelines/fa4_sm90_signals.npy): the
     # consumer warp groups' own work, ~44.7% each
     assert top["what"] == "work" and top["role"] in ("wg1", "wg2") and 0.40 < top["share"] < 0.50
-    assert f"bounded by: {top['text']} bounds it: {top['share']:.0%} of the critical path" in text
+    assert (f"bounded by: {top['role']}'s own work is the largest part of the critical path ({top['share']:.0%}); "
+            "work 92%, waiting 8%; the largest wait: wg1 waiting on q for wg0 (2.7%)") in text
+    assert f"{top['share']:6.1%}  {top['role']} works" in text
     assert f"ikp waits {out}/captures/flash_fwd/launch_000001.npy" in text
     assert f"ikp report {out}/captures/gemm/launch_000001.npy -o gemm.html" in text
     assert "launched but not traced:\n  kernel_old_0: 3 launch(es): compiled before recording started" in text
