@@ -95,6 +95,7 @@ class Recorder:
         self.hooks = DslHooks(self)
         self.untraced = Untraced()
         self.kernels: dict[str, dict] = {}
+        self.pending_selects: list[dict] = []  # kernels whose selection waits for the end of a graph capture
         self.shorts: dict[str, str] = {}
         self.pool = None
         self.trace = None
@@ -203,7 +204,25 @@ class Recorder:
                 entry.update(kernel_id=int(self.pool.kernel_id(name)), selection=selection.text,
                              selection_words=selection.describe(), rule=self.plan.rule_for(name))
                 if self.dry is None:
-                    self.pool.select(entry["kernel_id"], selection.text)
+                    self.pending_selects.append(entry)
+        self.select_pending()
+
+    def capturing(self) -> bool:
+        """A CUDA graph is being captured on the current stream (a selection issued now would be captured)."""
+        torch = sys.modules.get("torch")
+        try:
+            return bool(torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing())
+        except Exception:  # noqa: BLE001
+            return False
+
+    def select_pending(self) -> None:
+        """Issue the selections of kernels compiled since (Pool.select, a stream-ordered device operation),
+        unless a CUDA graph is being captured: then at the next launch outside a capture, or at the end."""
+        if not self.pending_selects or self.capturing():
+            return
+        pending, self.pending_selects = self.pending_selects, []
+        for entry in pending:
+            self.pool.select(entry["kernel_id"], entry["selection"])
 
     def keep_pool_for(self, compiled) -> None:
         key = id(compiled)
@@ -233,6 +252,8 @@ class Recorder:
         if Recorder.active is not self:
             return False
         try:
+            if self.pending_selects:
+                self.select_pending()
             build = BUILDS.find(obj)
             if build is None:
                 self.untraced.add(kernel_names(obj), BEFORE)
@@ -278,6 +299,8 @@ class Recorder:
         captures, pool_summary = [], {}
         if self.pool is not None and self.dry is None:
             try:
+                if self.pending_selects and not self.capturing():
+                    self.select_pending()
                 contents = self.pool.read()
                 for buffer, meta in self.pool.captures(contents):
                     meta = dict(meta)

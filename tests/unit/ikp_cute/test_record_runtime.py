@@ -191,3 +191,22 @@ def test_short_names():
     assert short_name("kernel_cutlass_row_sums_kernel_tensorptrf32gmem_1", taken) == "row_sums_kernel_2"
     assert short_name("kernel_cutlass_row_sums_kernel_tensorptrf32gmem_0", taken) == "row_sums_kernel"
     assert short_name("../../etc/passwd", {}) == "etc_passwd"
+
+
+def test_a_selection_is_not_issued_into_a_cuda_graph_capture(tmp_path, monkeypatch):
+    """Pool.select is a stream-ordered device operation: issued while a graph is being captured it would be
+    replayed with the graph. A kernel compiled during a capture gets its selection at the next launch outside
+    one."""
+    rec = recorder(tmp_path, launches="2")
+    capturing = [True]
+    monkeypatch.setattr(rec, "capturing", lambda: capturing[0])
+    try:
+        compiled, _ = compile_small()
+        (entry,) = rec.kernels.values()
+        rec.on_launch(compiled)  # a launch inside the capture
+        assert entry["kernel_id"] not in rec.pool.selections
+        capturing[0] = False
+        rec.on_launch(compiled)  # outside: issued now, before this launch runs
+        assert rec.pool.selections[entry["kernel_id"]] == "2"
+    finally:
+        rec.stop()

@@ -123,3 +123,32 @@ def test_torch_trace_alignment_is_tried_and_its_outcome_said(tmp_path):
     summary = finish_recording(staging, tmp_path / "rec", torch_trace=torch_trace, progress=False)
     assert summary["torch"]["path"] is None and summary["torch"]["not_aligned"]
     assert "not aligned" in (tmp_path / "rec" / "summary.txt").read_text()
+
+
+def test_a_torch_trace_written_into_the_recording_is_found_and_aligned(tmp_path):
+    """The program wrote its profiler trace into $IKP_RECORD_OUT (the staging folder): found, aligned on the
+    FA4 kernel's slices (which contain its regions, 2 us of launch latency before), every region of both
+    kernels placed in trace_torch.json.gz beside the profiler's events."""
+    import gzip
+
+    from host_decode.load.capture import load_capture
+
+    staging = tmp_path / "staging"
+    folder = process_folder(staging)
+    trace = load_capture(folder / "captures" / "flash_fwd" / "launch_000001.npy")
+    t0, t1 = int(trace.lanes["first_ns"][trace.lanes["first_ns"] >= 0].min()), int(trace.lanes["last_ns"].max())
+    skew = 123_456  # the profiler's clock ahead of %globaltimer
+    base = t0 - 5_000_000
+    slices = [(i, t0 + skew - 2_000 + (i - 1) * 50_000_000, t1 - t0 + 5_000) for i in range(10)]
+    events = [{"ph": "X", "cat": "kernel", "name": FA4_KERNEL, "pid": 0, "tid": 7,
+               "ts": round((start - base) / 1000.0, 3), "dur": round(dur / 1000.0, 3)} for _, start, dur in slices]
+    (staging / "fa4_torch_trace.json").write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": events}))
+    summary = finish_recording(staging, tmp_path / "rec", progress=False)
+    torch = summary["torch"]
+    assert torch["path"] == "trace_torch.json.gz" and torch["aligned_on"] == FA4_KERNEL and torch["consistent"]
+    assert abs(torch["offset_ns"] - skew) <= 5_000
+    with gzip.open(tmp_path / "rec" / "trace_torch.json.gz", "rt") as f:
+        doc = json.load(f)
+    ours = [e for e in doc["traceEvents"] if e.get("cat") == "ikp"]
+    assert len(ours) > 1000 and doc["ikp_alignment"]["aligned_on"] == FA4_KERNEL
+    assert sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 10
