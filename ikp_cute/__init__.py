@@ -36,6 +36,8 @@ Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the ca
 Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
 Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
 built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md).
+A whole program (every kernel it compiles, no sizes): ``with ikp_cute.record(out="rec"):`` or
+``ikp record -o rec -- python prog.py`` (docs/guides/recording.md).
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -57,6 +59,7 @@ __all__ = [
     "fake_buffer",
     "launch_records",
     "profile_region",
+    "record",
     "trace_pipelines",
     "window_branch",
 ]
@@ -70,6 +73,7 @@ __getattr__, __dir__ = lazy_exports(
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
+        "record": ".record:record",
         "window_branch": ".profiler:window_branch",
     },
 )

@@ -210,3 +210,25 @@ def test_a_selection_is_not_issued_into_a_cuda_graph_capture(tmp_path, monkeypat
         assert rec.pool.selections[entry["kernel_id"]] == "2"
     finally:
         rec.stop()
+
+
+def test_the_python_api_writes_the_same_folder(tmp_path):
+    import ikp_cute
+    from ikp_cute.record.runtime import Recorder
+
+    with ikp_cute.record(out=tmp_path / "rec", launches="0:3", pool_api=pool_standin, progress=False) as r:
+        compiled, _ = compile_small()
+        rec = Recorder.active
+        (entry,) = rec.kernels.values()
+        for _ in range(4):
+            rec.on_launch(compiled)
+            rec.pool.launch(entry["kernel_id"])
+    out = tmp_path / "rec"
+    assert {"summary.txt", "index.html", "trace.pftrace", "record.json"} <= {p.name for p in out.iterdir()}
+    assert r.summary["kernels"][0]["recorded"] == 3 and Recorder.active is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rec"]  # the staging folder became rec
+    with pytest.raises(FileExistsError, match="force=True"):
+        ikp_cute.record(out=out)
+    import ikp_cute.record as module
+
+    assert callable(module) and isinstance(module(out=tmp_path / "other"), module.record)
