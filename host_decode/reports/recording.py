@@ -246,9 +246,15 @@ def postprocess(root: Path, *, display: str, torch_trace: str | os.PathLike | No
     shorts = {}
     for p in processes:
         shorts.update(short_of(p.manifest))
-    merged = merged_trace(captures, shorts)
-    timeline = write_timeline(root, merged) if merged is not None else None
+    timeline, merged, failed = None, None, None
+    try:  # the captures stay whatever happens to the timeline
+        merged = merged_trace(captures, shorts)
+        timeline = write_timeline(root, merged) if merged is not None else None
+    except Exception as e:  # noqa: BLE001
+        failed = f"the timeline could not be written: {type(e).__name__}: {e}"
     summary = build_summary(processes, captures, incomplete, timeline, display)
+    if failed:
+        summary["processes"][0]["errors"].append(failed)
     torch_path = Path(torch_trace) if torch_trace else find_torch_trace(root)
     if torch_path is not None and merged is not None:
         try:
