@@ -40,6 +40,8 @@ built on cutlass.pipeline records its waits and signals per stage (docs/pipeline
 process-wide buffer, in the launches its selection picks, with nothing sized in advance (docs/pool.md).
 ``with profile_region("name"):`` (no Profiler) records a region into whatever trace is active, and nothing
 outside one.
+A whole program (every kernel it compiles, no sizes): ``with ikp_cute.record(out="rec"):`` or
+``ikp record -o rec -- python prog.py`` (docs/guides/recording.md).
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -62,6 +64,7 @@ __all__ = [
     "fake_buffer",
     "launch_records",
     "profile_region",
+    "record",
     "trace_pipelines",
     "window_branch",
 ]
@@ -76,6 +79,7 @@ __getattr__, __dir__ = lazy_exports(
         "Session": ".session:Session",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
+        "record": ".record:record",
         "window_branch": ".profiler:window_branch",
     },
 )

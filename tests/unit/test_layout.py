@@ -51,6 +51,7 @@ IKP_LAYERS = {
     "session": 5, "pool": 5,  # the host buffers (torch): a session's, decode and save; the recording pool
     "pipelines": 6,  # trace_pipelines (builds Sessions for pipeline lanes)
     "testing": 7, "__main__": 7,  # test helpers and kernels written as user code; the include-path entry point
+    "record": 7,  # a whole program recorded: the pool trace, compile/launch accounting, caches, the child process
 }
 
 # violation -> what removes it. Empty it as the owners' branches land.
