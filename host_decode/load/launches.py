@@ -5,7 +5,7 @@ Grammar (one string; items separated by commas, commas inside (), [] or {} belon
 
     SPEC      := ITEM ("," ITEM)*
     ITEM      := SELECTION | KEY "=" SELECTION          KEY := "default" | REGEX (re.search on the kernel name)
-    SELECTION := N | A:B | every=K | last | all | none   (N, A, B, K integers; launch indices count from 0)
+    SELECTION := N | A:B | A: | every=K | last | all | none   (N, A, B, K integers; launches count from 0)
 
 A bare SELECTION is the default (at most one default, bare or ``default=``). A kernel takes the selection of
 the first REGEX that matches its name, in the order given, else the default, else ``1``: one launch per
@@ -13,16 +13,19 @@ kernel, the one after its first (the first launch of a kernel pays for cold cach
 An item is read as a bare SELECTION when it is one as a whole (``every=100``); otherwise it splits at its
 first ``=`` (a REGEX holding ``=`` spells it ``\\x3d``).
 
-What a selection selects, out of the `seen` launches of a kernel (indices 0 .. seen-1, counted per kernel on
-the device, CUDA graph replays included): ``N`` launch N; ``A:B`` launches A .. B-1; ``every=K`` launches 0,
-K, 2K, ...; ``last`` the last launch; ``all`` every launch; ``none`` none. ``Selection.selected(seen)`` is
-that reference; the device side (ikp_cute.pool) implements it, and the recording's summary checks what was
-recorded against it (a selected launch that the pool could not hold is counted lost, never dropped silently).
+What a selection selects, out of the `seen` launches of one compiled kernel (indices 0 .. seen-1, counted
+per kernel id on the device, CUDA graph replays included): ``N`` launch N; ``A:B`` launches A .. B-1; ``A:``
+launches A on; ``every=K`` launches 0, K, 2K, ...; ``last`` the last launch; ``all`` every launch; ``none``
+none. The canonical text (``Selection.text``) is the recording pool's own selection (ikp_cute.pool.Pool.select,
+parsed by host_decode.core.wire.pool_selection), and ``selects`` decides a launch with the device's rule
+(wire.pool_decide) on those window words, so the grammar and the device cannot drift apart; the recording's
+summary checks what was recorded against ``selected`` (a selected launch the pool could not hold is counted
+in its lost records, never dropped silently).
 
 Invariants (tests/unit/host_decode/load/test_launches.py guards each): every form parses to the canonical
-text the pool takes (``Selection.text``), and the canonical text parses back to the same selection; every
-malformed spec is a ValueError naming the bad item and what was expected; ``selected`` agrees with a
-launch-by-launch predicate (``selects``) for every form.
+text the pool takes (``Selection.text``, accepted by wire.pool_selection), and the canonical text parses
+back to the same selection; every malformed spec is a ValueError naming the bad item and what was expected;
+``selected`` agrees with a launch-by-launch predicate (``selects``) for every form.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from host_decode.core import wire
+
 DEFAULT_SELECTION = "1"
-FORMS = "N, A:B, every=K, last, all or none"
+FORMS = "N, A:B, A:, every=K, last, all or none"
 _INT = r"(0|[1-9][0-9]*)"
 _RANGE = re.compile(rf"{_INT}:{_INT}")
+_FROM = re.compile(rf"{_INT}:")
 _EVERY = re.compile(rf"every={_INT}")
 _ONE = re.compile(_INT)
 MAX_INDEX = (1 << 31) - 1  # launch counters on the device are 32-bit
@@ -41,7 +47,8 @@ MAX_INDEX = (1 << 31) - 1  # launch counters on the device are 32-bit
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """One selection: kind "index" (start), "range" (start, stop), "every" (step), "last", "all", "none"."""
+    """One selection: kind "index" (start), "range" (start, stop), "from" (start), "every" (step), "last", "all",
+    "none"."""
 
     kind: str
     start: int = 0
@@ -55,23 +62,20 @@ class Selection:
             return str(self.start)
         if self.kind == "range":
             return f"{self.start}:{self.stop}"
+        if self.kind == "from":
+            return f"{self.start}:"
         if self.kind == "every":
             return f"every={self.step}"
         return self.kind
 
     def selects(self, index: int, seen: int) -> bool:
-        """Whether launch `index` (0-based) of a kernel launched `seen` times is selected."""
+        """Whether launch `index` (0-based) of a kernel launched `seen` times is recorded: the device's rule
+        (wire.pool_decide) on the pool's window words for this selection; `last` keeps the newest launch."""
         if not 0 <= index < seen:
             return False
-        if self.kind == "index":
-            return index == self.start
-        if self.kind == "range":
-            return self.start <= index < self.stop
-        if self.kind == "every":
-            return index % self.step == 0
         if self.kind == "last":
             return index == seen - 1
-        return self.kind == "all"
+        return wire.pool_decide(*wire.pool_selection(self.text), index)[0]
 
     def selected(self, seen: int) -> list[int]:
         """The launch indices selected out of `seen` launches, ascending (the reference semantics)."""
@@ -80,6 +84,8 @@ class Selection:
             return [self.start] if self.start < seen else []
         if self.kind == "range":
             return list(range(self.start, min(self.stop, seen)))
+        if self.kind == "from":
+            return list(range(self.start, seen))
         if self.kind == "every":
             return list(range(0, seen, self.step))
         if self.kind == "last":
@@ -92,6 +98,8 @@ class Selection:
             return f"launch {self.start} (the {_ordinal(self.start + 1)})"
         if self.kind == "range":
             return f"launches {self.start} to {self.stop - 1}"
+        if self.kind == "from":
+            return f"launches {self.start} on"
         if self.kind == "every":
             return f"every {_ordinal(self.step)} launch from launch 0" if self.step > 1 else "every launch"
         return {"last": "the last launch", "all": "every launch", "none": "no launch"}[self.kind]
@@ -115,6 +123,9 @@ def parse_selection(text: str) -> Selection:
         if stop <= start:
             raise ValueError(f"{text!r}: a range A:B needs A < B (launches A .. B-1), got {start}:{stop}")
         return Selection("range", start=start, stop=stop)
+    m = _FROM.fullmatch(t)
+    if m:
+        return Selection("from", start=_index(m.group(1), text))
     m = _EVERY.fullmatch(t)
     if m:
         step = _index(m.group(1), text)

@@ -148,11 +148,14 @@ MANIFEST: dict[str, Key] = {
     "device": Key("str", "the GPU's name (or the dry run's architecture)"),
     "started_ns": Key("int", "host clock when recording began (ns since the epoch)", minimum=0),
     "ended_ns": Key("int", "host clock when the recording was written", minimum=0),
-    "pool": Key("object", "the pool's accounting (bytes, used, lost, needed, per kernel launches)"),
-    "kernels": Key("list", "every kernel compiled while recording: traced or why not, selection, launches"),
+    "pool": Key("object", "the pool's summary (host_decode.load.pool.read_pool: bytes, used, needed, records, "
+                          "lost records, per kernel id the launches the device counted and recorded)"),
+    "kernels": Key("list", "one entry per kernel of each compile while recording: its pool kernel id (traced) or "
+                           "why not, its compile's index and arguments, selection, launches seen from Python"),
+    "retraced_ids": Key("list", "kernel ids of traces the DSL's in-memory cache answered (never launched)"),
     "untraced": Key("list", "launches of CuTe DSL kernels the recorder did not trace, with the reason"),
     "caches": Key("list", "compile caches set aside while recording, and how"),
-    "captures": Key("list", "the captures written: path (relative), kernel, launch_index"),
+    "captures": Key("list", "the captures written: path (relative), kernel, kernel_id, launch_index"),
     "dry_run": Key("object", "the dry run: architecture, per kernel what would be traced, launches skipped"),
     "errors": Key("list", "what went wrong while recording (each a string)"),
     "timings": Key("object", "timings the program measured while recording (gpu/record_suite.py)"),

@@ -46,6 +46,7 @@ class Process:
 class Capture:
     path: Path  # relative to the root
     kernel: str
+    kernel_id: int  # the pool's id of the compiled kernel (-1: unknown)
     launch_index: int
     process: str
     trace: object = None
@@ -77,16 +78,18 @@ def flatten(root: Path, processes: list[Process]) -> list[Process]:
     return [Process("", processes[0].manifest)]
 
 
-def short_of(manifest: dict) -> dict:
-    return {k["name"]: k.get("short") or k["name"] for k in manifest.get("kernels") or []}
+def labels_of(process: Process) -> dict:
+    """(process folder, kernel id) -> the compiled kernel's label (ikp_cute/record/builds.py name_compiles)."""
+    return {(process.folder, int(k["kernel_id"])): k.get("label") or k.get("short") or k["name"]
+            for k in process.manifest.get("kernels") or [] if k.get("kernel_id") is not None}
 
 
 def load_captures(root: Path, processes: list[Process], progress: bool | None = None) -> list[Capture]:
     """Every capture the manifests list, decoded (or its error kept)."""
     from host_decode.load.capture import load_capture
 
-    captures = [Capture(Path(p.folder) / c["path"], c["kernel"], int(c["launch_index"]), p.folder)
-                for p in processes for c in p.manifest.get("captures") or []]
+    captures = [Capture(Path(p.folder) / c["path"], c["kernel"], int(c.get("kernel_id", -1)), int(c["launch_index"]),
+                        p.folder) for p in processes for c in p.manifest.get("captures") or []]
     for c in _progress(captures, "decode", progress):
         try:
             c.trace = load_capture(root / c.path)
@@ -131,15 +134,16 @@ def write_waits(root: Path, captures: list[Capture], progress: bool | None = Non
             print_waits(c.waits, console=make_console(file=f))
 
 
-def merged_trace(captures: list[Capture], shorts: dict):
-    """Every decoded capture on one timeline (sessions.concat), or None when there is none."""
+def merged_trace(captures: list[Capture], labels: dict):
+    """Every decoded capture on one timeline (sessions.concat), or None when there is none; `labels`:
+    (process, kernel id) -> the compiled kernel's label."""
     from host_decode.analysis.sessions import concat, parts_from_traces
 
     good = [c for c in captures if c.trace is not None]
     if not good:
         return None
-    labels = [f"{shorts.get(c.kernel, c.kernel)} launch {c.launch_index}" + (f" ({c.process})" if c.process else "")
-              for c in good]
+    labels = [f"{labels.get((c.process, c.kernel_id), c.kernel)} launch {c.launch_index}"
+              + (f" ({c.process})" if c.process else "") for c in good]
     return concat(parts_from_traces([c.trace for c in good], labels), mode="timeline")
 
 
@@ -172,9 +176,11 @@ def find_torch_trace(root: Path) -> Path | None:
     return None
 
 
-def write_torch(root: Path, torch_path: Path, merged, captures: list[Capture], kernels: dict) -> dict:
-    """The recording's regions inside the profiler trace: the clocks' offset solved on the first kernel whose
-    launches align (host_decode.analysis.align), then every region placed with it."""
+def write_torch(root: Path, torch_path: Path, merged, captures: list[Capture], kernels: list[dict]) -> dict:
+    """The recording's regions inside the profiler trace: the clocks' offset solved on the first compiled kernel
+    whose launches align (host_decode.analysis.align), then every region placed with it. A kernel's launch
+    indices are its slices' occurrences when it is the only compile of its name and the profiler has one slice
+    per launch the device counted; otherwise align picks the occurrences."""
     from host_decode.analysis import align as al
     from host_decode.analysis.sessions import concat, parts_from_traces
     from host_decode.torch_traces.loader import read_chrome
@@ -182,17 +188,22 @@ def write_torch(root: Path, torch_path: Path, merged, captures: list[Capture], k
 
     doc = read_chrome(torch_path)
     tried = []
-    by_kernel: dict[str, list[Capture]] = {}
+    groups: dict[tuple, list[Capture]] = {}
     for c in captures:
         if c.trace is not None:
-            by_kernel.setdefault(c.kernel, []).append(c)
-    for kernel, group in sorted(by_kernel.items(), key=lambda kv: -len(kv[1])):
+            groups.setdefault((c.process, c.kernel_id), []).append(c)
+    compiles = {}
+    for k in kernels:
+        compiles[k["name"]] = compiles.get(k["name"], 0) + 1
+    seen = {(p, k.get("kernel_id")): k.get("device_seen") for k in kernels for p in k.get("processes") or []}
+    for key, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         group.sort(key=lambda c: c.launch_index)
+        kernel = group[0].kernel
         trace = concat(parts_from_traces([c.trace for c in group]), mode="timeline")
         try:
             _, matches, _ = al.find_kernel(doc, kernel, str(torch_path))
-            seen = (kernels.get(kernel) or {}).get("device_seen")
-            occurrence = [c.launch_index for c in group] if seen and len(matches) == seen else None
+            count = seen.get(key) if compiles.get(kernel) == 1 else None
+            occurrence = [c.launch_index for c in group] if count and len(matches) == count else None
             result, chosen = al.align(trace, doc, kernel, occurrence, source=str(torch_path))
         except Exception as e:  # noqa: BLE001 - try the next kernel; say why each failed
             tried.append(f"{kernel[:60]}: {e}")
@@ -243,12 +254,12 @@ def postprocess(root: Path, *, display: str, torch_trace: str | os.PathLike | No
     processes = flatten(root, processes)
     captures = load_captures(root, processes, progress)
     write_waits(root, captures, progress)
-    shorts = {}
+    labels = {}
     for p in processes:
-        shorts.update(short_of(p.manifest))
+        labels.update(labels_of(p))
     timeline, merged, failed = None, None, None
     try:  # the captures stay whatever happens to the timeline
-        merged = merged_trace(captures, shorts)
+        merged = merged_trace(captures, labels)
         timeline = write_timeline(root, merged) if merged is not None else None
     except Exception as e:  # noqa: BLE001
         failed = f"the timeline could not be written: {type(e).__name__}: {e}"
@@ -258,7 +269,7 @@ def postprocess(root: Path, *, display: str, torch_trace: str | os.PathLike | No
     torch_path = Path(torch_trace) if torch_trace else find_torch_trace(root)
     if torch_path is not None and merged is not None:
         try:
-            summary["torch"] = write_torch(root, torch_path, merged, captures, summary["kernels_by_name"])
+            summary["torch"] = write_torch(root, torch_path, merged, captures, summary["kernels"])
         except Exception as e:  # noqa: BLE001 - the rest of the folder stands without it
             summary["torch"] = {"path": None, "torch_trace": str(torch_path), "not_aligned": [f"{e}"]}
     write_summary(root, summary)

@@ -1,15 +1,24 @@
-"""What a recording folder says first (summary.txt, index.html, summary.json): per kernel, in plain words,
-what bounds it (the top items of the critical path of its recorded launches, with their shares:
+"""What a recording folder says first (summary.txt, index.html, summary.json): per compiled kernel, in plain
+words, what bounds it (the top items of the critical path of its recorded launches, with their shares:
 host_decode.analysis.waits), what was recorded out of what was launched, and the exact commands to run
 next; then what was launched but not traced and why, the pool's accounting, the caches set aside.
+
+A compiled kernel is one pool kernel id: two compiles of one kernel name (FA4's causal and non-causal
+forward) are two kernels, labelled apart ("#1 (is_causal=False)", ikp_cute/record/builds.py), each with its
+own launch count, selection and captures. Across processes (ranks), the k-th compile of a name is one
+kernel: its counts are summed.
 
 Critical path over several launches of a kernel: each launch's segments (`ikp waits`: "wg1 works",
 "wg1 waits on k for wg0") summed by kind over the launches, shares of the summed path time.
 
-Pool accounting, checked against the selection's reference (host_decode.load.launches): out of the `seen`
-launches of a traced kernel, its selection selects E; recorded + lost must be E, else the summary says so.
+Accounting, per kernel id, from the pool's summary (host_decode.load.pool.read_pool): out of the launches the
+device counted, the selection selects a set of launch indices (host_decode.load.launches, the device's
+rule); the launches recorded must be that set, less launches whose every record the pool could not hold
+(counted in its lost records). Anything else is a CHECK line. The launches the device counted are compared
+with the launches the recorder saw from Python: launches Python does not see (CUDA graph replays) count on
+the device only, and the summary says so.
 
-Guarded by tests/unit/host_decode/reports/test_recording.py.
+Guarded by tests/unit/host_decode/reports/test_record_folder.py.
 """
 
 from __future__ import annotations
@@ -25,28 +34,40 @@ from host_decode.load.recording import format_size
 TOP_SEGMENTS = 5
 
 
-def pool_accounting(pool: dict | None, ids: dict) -> dict:
-    """The pool's summary (ikp_cute.pool.Pool.summary) in the keys this report uses: bytes, used, lost,
-    needed, kernels {name: {seen, recorded, lost}}; `ids`: kernel id -> name (pool summaries keyed by id)."""
+def pool_accounting(pool: dict | None) -> dict:
+    """The pool's summary (host_decode.load.pool.read_pool's) in the keys this report uses; its per-kernel rows
+    by kernel id."""
     pool = pool or {}
+    return {"bytes": pool.get("pool_bytes"), "used": pool.get("bytes_used"), "needed": pool.get("bytes_needed"),
+            "exhausted": bool(pool.get("exhausted")), "records": pool.get("records"),
+            "lost_records": pool.get("lost_records") or 0, "captures": pool.get("captures"),
+            "loss": {k: v for k, v in (pool.get("loss") or {}).items() if v.get("units") or v.get("records")},
+            "kernels": {int(r["id"]): r for r in pool.get("kernels") or []}}
 
-    def pick(d, *names):
-        return next((d[n] for n in names if d.get(n) is not None), None)
 
-    out = {"bytes": pick(pool, "bytes", "size_bytes", "size"), "used": pick(pool, "used", "used_bytes"),
-           "lost": pick(pool, "lost", "lost_launches", "launches_lost"),
-           "needed": pick(pool, "needed", "needed_bytes", "size_needed", "would_hold_all")}
-    kernels = pool.get("kernels") or {}
-    if isinstance(kernels, list):
-        kernels = {k.get("name") or k.get("kernel") or k.get("kernel_id"): k for k in kernels}
-    per = {}
-    for key, k in kernels.items():
-        name = ids.get(int(key)) if str(key).isdigit() and int(key) in ids else key
-        per[str(name)] = {"seen": pick(k, "launches_seen", "seen", "launches"),
-                          "recorded": pick(k, "launches_recorded", "recorded"),
-                          "lost": pick(k, "launches_lost", "lost")}
-    out["kernels"] = per
+def device_accounting(entry: dict, row: dict | None) -> dict:
+    """One process's share of a kernel id's accounting: launches the device counted, recorded, what its
+    selection selects out of them, records lost; `problem` when the recorded launches are not the selected
+    ones less those the pool lost."""
+    if row is None:
+        return {}
+    seen = int(row.get("launches_seen") or 0)
+    recorded = sorted(int(i) for i in row.get("recorded_launches") or [])
+    lost = int(row.get("lost_records") or 0)
+    out = {"seen": seen, "recorded": recorded, "lost_records": lost, "expected": [], "problem": None}
+    if entry.get("selection"):
+        expected = parse_selection(entry["selection"]).selected(seen)
+        out["expected"] = expected
+        extra, missing = sorted(set(recorded) - set(expected)), sorted(set(expected) - set(recorded))
+        if extra or (missing and not lost):
+            out["problem"] = (f"selection {entry['selection']!r} selects launches {_indices(expected)} of the {seen} "
+                              f"the device counted; the pool recorded {_indices(recorded)}"
+                              + (f" and lost {lost} records" if lost else ""))
     return out
+
+
+def _indices(values: list[int]) -> str:
+    return "[" + ", ".join(map(str, values[:8])) + (", ...]" if len(values) > 8 else "]") if values else "none"
 
 
 def segment_text(seg: dict) -> str:
@@ -104,33 +125,47 @@ def commands(display: str, capture: str | None, short: str) -> list[str]:
 
 def build_summary(processes: list, captures: list, incomplete: list, timeline: dict | None, display: str) -> dict:
     """summary.json's data (see the module docstring) from the finished processes and decoded captures."""
-    kernels: dict[str, dict] = {}
+    kernels: dict[tuple, dict] = {}
+    by_id: dict[tuple, dict] = {}  # (process folder, kernel id) -> entry
     untraced, caches, procs = [], [], []
     for p in processes:
         m = p.manifest
-        ids = {k["kernel_id"]: k["name"] for k in m.get("kernels") or [] if k.get("kernel_id") is not None}
-        acc = pool_accounting(m.get("pool"), ids)
+        acc = pool_accounting(m.get("pool"))
         procs.append({"folder": p.folder, "pid": m.get("pid"), "rank": m.get("rank"), "status": m.get("status"),
                       "signal": m.get("signal"), "device": m.get("device"), "argv": m.get("argv") or [],
-                      "errors": m.get("errors") or [], "pool": acc, "dry_run": m.get("dry_run")})
+                      "errors": list(m.get("errors") or []), "pool": acc, "dry_run": m.get("dry_run"),
+                      "unclaimed": []})
+        mine = set()
         for k in m.get("kernels") or []:
-            entry = kernels.setdefault(k["name"], dict(k, processes=[], device_seen=0, recorded=0, lost=0,
-                                                       host_launches=0, compiles=0, captures=[], expected=0))
+            key = (k["name"], int(k.get("compile") or 1))
+            entry = kernels.setdefault(key, dict(k, processes=[], device_seen=0, device_counted=False, recorded=0,
+                                                 expected=0, lost_records=0, host_launches=0, captures=[],
+                                                 problems=[], retraced=0))
             entry["processes"].append(p.folder)
             entry["dry_run"] = bool(m.get("dry_run"))
             entry["host_launches"] += int(k.get("host_launches") or 0)
-            entry["compiles"] += int(k.get("compiles") or 0)
-            dev = acc["kernels"].get(k["name"]) or {}
-            seen = dev.get("seen")
-            entry["device_seen"] += int(seen or 0)
-            entry["recorded"] += int(dev.get("recorded") or 0)
-            entry["lost"] += int(dev.get("lost") or 0)
-            if seen is not None and k.get("selection"):
-                entry["expected"] += len(parse_selection(k["selection"]).selected(int(seen)))
+            entry["retraced"] += int(k.get("retraced") or 0)
+            if k.get("kernel_id") is None:
+                continue
+            mine.add(int(k["kernel_id"]))
+            by_id[(p.folder, int(k["kernel_id"]))] = entry
+            dev = device_accounting(k, acc["kernels"].get(int(k["kernel_id"])))
+            if dev:
+                entry["device_counted"] = True
+                entry["device_seen"] += dev["seen"]
+                entry["recorded"] += len(dev["recorded"])
+                entry["expected"] += len(dev["expected"])
+                entry["lost_records"] += dev["lost_records"]
+                if dev["problem"]:
+                    entry["problems"].append(dev["problem"] + (f" ({p.folder})" if p.folder else ""))
+        retraced = set(m.get("retraced_ids") or [])
+        for kid, row in acc["kernels"].items():
+            if kid not in mine and kid not in retraced and int(row.get("launches_seen") or 0):
+                procs[-1]["unclaimed"].append(row)
         untraced += [dict(u, process=p.folder) for u in m.get("untraced") or []]
         caches += [c for c in m.get("caches") or [] if c not in caches]
     for c in captures:
-        entry = kernels.get(c.kernel)
+        entry = by_id.get((c.process, c.kernel_id))
         if entry is None:
             continue
         item = {"path": str(c.path), "launch_index": c.launch_index, "error": c.error or None,
@@ -140,61 +175,75 @@ def build_summary(processes: list, captures: list, incomplete: list, timeline: d
             item["lost_records"] = int(c.trace.loss.lost)
             item["records"] = int(c.trace.loss.nonzero_slots)
         entry["captures"].append(item)
-    for name, entry in kernels.items():
+        entry.setdefault("waits", []).append(c.waits)
+    for entry in kernels.values():
         entry["captures"].sort(key=lambda x: x["launch_index"])
-        mine = [c.waits for c in captures if c.kernel == name and c.waits]
-        entry["bound"] = bound_of(mine)
+        entry["bound"] = bound_of([w for w in entry.pop("waits", []) if w])
         first = entry["captures"][0]["path"] if entry["captures"] else None
         entry["next"] = commands(display, first, entry.get("short") or "kernel")
-        entry["accounting_note"] = accounting_note(entry)
+        entry["launch_note"] = launch_note(entry)
     statuses = {p["status"] for p in procs}
     status = "complete" if statuses == {"complete"} else ", ".join(sorted(s or "?" for s in statuses)) or "nothing"
-    return {"folder": display, "status": status, "processes": procs, "incomplete": incomplete,
-            "kernels": sorted(kernels.values(), key=lambda e: (not e.get("traced"), -e["device_seen"], e["name"])),
-            "kernels_by_name": kernels, "untraced": untraced, "caches": caches, "timeline": timeline,
-            "torch": None, "next": [f"ikp view {shlex.quote(display)}"]}
+    ordered = sorted(kernels.values(), key=lambda e: (not e.get("traced"), -e["device_seen"], e["name"],
+                                                       int(e.get("compile") or 1)))
+    return {"folder": display, "status": status, "processes": procs, "incomplete": incomplete, "kernels": ordered,
+            "untraced": untraced, "caches": caches, "timeline": timeline, "torch": None,
+            "next": [f"ikp view {shlex.quote(display)}"]}
 
 
-def accounting_note(entry: dict) -> str | None:
-    """A traced kernel whose recorded + lost launches differ from what its selection selects."""
-    if not entry.get("traced") or not entry.get("selection") or not entry["device_seen"]:
+def launch_note(entry: dict) -> str | None:
+    """The launches the device counted against those Python saw, when they differ (a recording on a GPU)."""
+    if not entry.get("traced") or entry.get("dry_run") or not entry.get("device_counted"):
         return None
-    got = entry["recorded"] + entry["lost"]
-    if got == entry["expected"]:
+    device, host = entry["device_seen"], entry["host_launches"]
+    if device == host:
         return None
-    return (f"the pool recorded {entry['recorded']} and lost {entry['lost']} launches, but selection "
-            f"{entry['selection']!r} selects {entry['expected']} of the {entry['device_seen']} seen")
+    if device > host:
+        return (f"the device counted {device} launches, Python saw {host}: {device - host} ran where Python does "
+                "not see them (CUDA graph replays, a launch from C++), counted on the device only")
+    return (f"Python saw {host} launches, the device counted {device}: {host - device} never reached the kernel "
+            "(a launch that failed, or one the program made after the pool was read)")
 
 
 # --- text ------------------------------------------------------------------------------------------
 
 
 def kernel_lines(e: dict) -> list[str]:
-    lines = [f"{e.get('short') or e['name']}", f"  kernel: {e['name']}"]
+    lines = [f"{e.get('label') or e.get('short') or e['name']}", f"  kernel: {e['name']}"]
     trace = e.get("trace") or {}
     if not e.get("traced"):
         lines.append(f"  not traced: {e.get('reason') or '?'}")
     elif trace.get("coverage_line"):
         lines.append(f"  traced: {trace['coverage_line'].split(': ', 1)[-1]}")
-    if trace and (trace.get("pipelines") or trace.get("named_barriers") or trace.get("regions")):
+    if trace.get("pipelines") or trace.get("named_barriers"):
         lines.append(f"  pipelines: {', '.join(trace.get('pipelines') or []) or 'none'}; named barriers: "
-                     f"{', '.join(map(str, trace.get('named_barriers') or [])) or 'none'}; regions: "
-                     f"{', '.join(trace.get('regions') or []) or 'none'}")
+                     f"{', '.join(map(str, trace.get('named_barriers') or [])) or 'none'}")
     for u in (trace.get("untraced_sites") or [])[:5]:
         lines.append(f"  untraced site {u.get('site')} ({u.get('op')}): {u.get('reason')}")
-    if e.get("traced") and e.get("compiles", 0) > 1:
-        lines.append(f"  {e['compiles']} builds share this kernel name (compiled with different compile-time "
-                     "arguments, e.g. causal and not): one launch count and one selection for all of them")
+    if e.get("label", "").count(" #"):
+        lines.append(f"  compile {e.get('compile')} of this kernel name (its compile-time arguments differ): a "
+                     "kernel of its own, with its own launch count, selection and captures")
+    if e.get("retraced"):
+        lines.append(f"  traced again {e['retraced']} time(s) with the same module: the DSL's in-memory cache "
+                     "returned this build, whose launches are counted here")
     if trace.get("not_recorded"):
         lines.append(f"  not recorded at this level: {', '.join(trace['not_recorded'])}")
-    choice = f"selection {e.get('selection')!r} ({e.get('selection_words')}, from {e.get('rule')})"
+    choice = (f"selection {e.get('selection')!r} ({e.get('selection_words')}, from {e.get('rule')}), kernel id "
+              f"{e.get('kernel_id')}")
+    if e.get("selection_error"):
+        lines.append(f"  CHECK: the pool refused the selection: {e['selection_error']}")
     if e.get("traced") and e.get("dry_run"):
         lines.append(f"  launches: {e['host_launches']} from Python, intercepted (dry run); {choice}")
-    elif e.get("traced"):
+    elif e.get("traced") and e.get("device_counted"):
+        lost = f", {e['lost_records']} records lost" if e["lost_records"] else ""
         lines.append(f"  launches: {e['device_seen']} on the device ({e['host_launches']} from Python), {choice}: "
-                     f"{e['recorded']} recorded, {e['lost']} lost")
-    if e.get("accounting_note"):
-        lines.append(f"  CHECK: {e['accounting_note']}")
+                     f"{e['recorded']} recorded of {e['expected']} selected{lost}")
+    elif e.get("traced"):
+        lines.append(f"  launches: {e['host_launches']} from Python, none counted on the device (the pool was not "
+                     f"read); {choice}")
+    if e.get("launch_note"):
+        lines.append(f"  note: {e['launch_note']}")
+    lines += [f"  CHECK: {p}" for p in e.get("problems") or []]
     bound = e.get("bound")
     if bound:
         per = f", mean path {bound['mean_path_ns'] / 1000:.1f} us" if bound.get("mean_path_ns") else ""
@@ -238,14 +287,7 @@ def summary_text(s: dict) -> str:
             out.append(f"  {', '.join(u['kernels'])[:100]}: {u['launches']} launch(es): {u['reason']}")
         out.append("")
     for p in procs:
-        acc = p["pool"]
-        if acc.get("bytes") is not None:
-            need = acc.get("needed")
-            tail = f"; a pool of {format_size(need)} would have held everything" if need else ""
-            out.append(f"pool{' ' + p['folder'] if p['folder'] else ''}: {format_size(acc['bytes'])}, used "
-                       f"{format_size(acc.get('used'))}, {acc.get('lost') or 0} launch(es) lost{tail}")
-        for err in p["errors"]:
-            out.append(f"error{' ' + p['folder'] if p['folder'] else ''}: {err}")
+        out += pool_lines(p)
     if s["caches"]:
         out.append("compile caches set aside while recording:")
         out += [f"  {c['cache']}: {c['action']}" for c in s["caches"]]
@@ -259,6 +301,24 @@ def summary_text(s: dict) -> str:
         else:
             out.append(f"torch.profiler trace {torch['torch_trace']}: not aligned: {'; '.join(torch['not_aligned'])}")
     return "\n".join(out).rstrip() + "\n"
+
+
+def pool_lines(p: dict) -> list[str]:
+    acc, where = p["pool"], f" {p['folder']}" if p["folder"] else ""
+    out = []
+    if acc.get("bytes") is not None:
+        tail = (f"; EXHAUSTED: a pool of {format_size(acc['needed'])} would have held everything (--pool-size)"
+                if acc["exhausted"] else "")
+        out.append(f"pool{where}: {format_size(acc['bytes'])}, used {format_size(acc.get('used'))}, "
+                   f"{acc.get('records') or 0} records in {acc.get('captures') or 0} captures, "
+                   f"{acc['lost_records']} records lost{tail}")
+        for bucket, v in acc["loss"].items():
+            out.append(f"  pool loss bucket {bucket}: {v.get('units', 0)} units, {v.get('records', 0)} records")
+    for row in p.get("unclaimed") or []:
+        out.append(f"CHECK{where}: kernel id {row['id']} ({str(row.get('name'))[:60]}) counted "
+                   f"{row['launches_seen']} launches on the device, but no compile of this recording has that id")
+    out += [f"error{where}: {err}" for err in p["errors"]]
+    return out
 
 
 # --- HTML ------------------------------------------------------------------------------------------
@@ -277,7 +337,8 @@ def summary_html(s: dict) -> str:
              f"<p>{e_(s['status'])}; open the timeline: <code>{e_(s['next'][0])}</code>; the same in text: "
              "<a href='summary.txt'>summary.txt</a>, as data: <a href='summary.json'>summary.json</a></p>"]
     for e in s["kernels"]:
-        parts.append(f"<h2>{e_(e.get('short') or e['name'])}</h2><p class='muted'>{e_(e['name'])}</p>")
+        parts.append(f"<h2>{e_(e.get('label') or e.get('short') or e['name'])}</h2>"
+                     f"<p class='muted'>{e_(e['name'])}</p>")
         bound = e.get("bound")
         if bound:
             parts.append(f"<p><b>{e_(bound['words'])}</b></p><table>")
@@ -306,7 +367,6 @@ def summary_html(s: dict) -> str:
 
 
 def write_summary(root: Path, summary: dict) -> None:
-    data = {k: v for k, v in summary.items() if k != "kernels_by_name"}
-    (root / "summary.json").write_text(dumps(data), encoding="utf-8")
+    (root / "summary.json").write_text(dumps(summary), encoding="utf-8")
     (root / "summary.txt").write_text(summary_text(summary), encoding="utf-8")
     (root / "index.html").write_text(summary_html(summary), encoding="utf-8")

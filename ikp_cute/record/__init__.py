@@ -49,12 +49,11 @@ class record(contextlib.ContextDecorator):
     pool_size:  bytes (int) or a size ("256M", "2G"); None: the pool's default
     torch_trace: a torch.profiler Chrome trace of the same run, to align the recording with
     progress:   progress lines on stderr while the folder is finished (default: when stderr is a terminal)
-    pool_api:   the pool module (default ikp_cute.pool; tests pass a stand-in)
     """
 
     def __init__(self, out: str | os.PathLike = "ikp_record", kernels: str | None = None, launches: str = "1",
                  level: str = "waits", pool_size: int | str | None = None, *, torch_trace=None,
-                 force: bool = False, progress: bool | None = None, pool_api=None):
+                 force: bool = False, progress: bool | None = None):
         self.final = Path(out)
         if self.final.exists() and not force:
             raise FileExistsError(f"{out}: exists; pass force=True to replace it")
@@ -62,7 +61,7 @@ class record(contextlib.ContextDecorator):
         self.staging = self.final.parent / f".ikp-tmp-{os.urandom(4).hex()}-{self.final.name}"
         self.config = RecordConfig(out=str(self.staging), kernels=kernels, launches=launches, level=level,
                                    pool_bytes=size)
-        self.torch_trace, self.force, self.progress, self.pool_api = torch_trace, force, progress, pool_api
+        self.torch_trace, self.force, self.progress = torch_trace, force, progress
         self.recorder = None
         self.summary = None
 
@@ -72,7 +71,7 @@ class record(contextlib.ContextDecorator):
         if not self.final.parent.is_dir():
             raise FileNotFoundError(f"{self.final}: its directory {self.final.parent} does not exist")
         self.staging.mkdir()
-        self.recorder = Recorder(self.config, pool_api=self.pool_api).start()
+        self.recorder = Recorder(self.config).start()
         return self
 
     def __exit__(self, exc_type, exc, tb):

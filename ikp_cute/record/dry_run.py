@@ -146,33 +146,3 @@ class DryRun:
         for name in self.env_set:
             os.environ.pop(name, None)
         self.env_set.clear()
-
-
-BY_CHOICE = ("level ", "ops= ", "named_barriers=", "polls=")  # reasons the tracer gives for ops left out on purpose
-
-
-def by_choice(site: dict) -> bool:
-    """A barrier site left unrecorded by the level or options (not a site the tracer could not trace)."""
-    return str(site.get("reason") or "").startswith(BY_CHOICE)
-
-
-def kernel_report(metadata: dict, kernel: str) -> dict:
-    """What a dry run says of one compiled kernel: its pipelines, barrier sites, regions, coverage (from the
-    trace's metadata: PipelineTrace.metadata()'s barrier_sites / coverage, and `regions` when the trace
-    names them)."""
-    from ikp_cute.pipelines.audit import summary
-
-    sites = [s for s in metadata.get("barrier_sites") or [] if s.get("kernel") == kernel]
-    pipelines = sorted({s["pipeline"] for s in sites if s.get("pipeline")})
-    barriers = sorted({s.get("barrier") for s in sites if s.get("pipeline") is None and s.get("barrier") is not None})
-    coverage = (metadata.get("coverage") or {}).get(kernel)
-    regions = metadata.get("regions") or []
-    if isinstance(regions, dict):
-        regions = regions.get(kernel, [])
-    line = summary({"coverage": {kernel: coverage}})[0] if coverage else f"{kernel}: no barrier site"
-    return {"pipelines": pipelines, "named_barriers": barriers, "barrier_sites": len(sites),
-            "traced_sites": sum(1 for s in sites if s.get("traced")),
-            "not_recorded": sorted({s.get("op") for s in sites if not s.get("traced") and by_choice(s)}),
-            "untraced_sites": [{"site": s.get("site"), "op": s.get("op"), "reason": s.get("reason")}
-                               for s in sites if not s.get("traced") and not by_choice(s)],
-            "regions": list(regions), "coverage": coverage, "coverage_line": line}

@@ -1,7 +1,8 @@
 """Where the recorder meets the CuTe DSL: every compile, every launch and every binary load of the process.
 
-* compiles: the DSL's ``generate_original_ir`` (before a kernel's body is traced: the recorder starts its
-  pool trace on the first one) and ``compile_and_cache`` (the compiled function: registered as a build);
+* compiles: the DSL's ``generate_original_ir`` (a module traced: the recorder starts its pool trace on the first
+  one, and notes the pool kernel ids the tracer took while it ran) and ``compile_and_cache`` (that module
+  compiled: registered as a build with those ids; a trace the DSL's in-memory cache answered has no compile);
 * launches: ``__call__``, ``run_compiled_program`` and ``to`` of JitCompiledFunction, JitExecutor and all
   their subclasses (TVM-FFI's included), with a per-thread guard so one launch counts once however the
   DSL's launch paths nest (a direct ``@cute.jit`` call runs ``run_compiled_program``);
@@ -22,6 +23,8 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
+
+from .builds import compile_arguments
 
 LAUNCH_METHODS = ("__call__", "run_compiled_program")
 _state = threading.local()
@@ -127,8 +130,10 @@ class DslHooks:
         recorder = self.recorder
 
         def generate_original_ir(*args, **kwargs):
-            recorder.before_compile()
-            return original(*args, **kwargs)
+            mark = recorder.before_trace()
+            generated = original(*args, **kwargs)
+            recorder.after_trace(generated, mark)
+            return generated
 
         return generate_original_ir
 
@@ -137,12 +142,25 @@ class DslHooks:
         hooks = self
 
         def compile_and_cache(module, module_hash, function_name, *args, **kwargs):
-            compiled = original(module, module_hash, function_name, *args, **kwargs)
+            try:
+                compiled = original(module, module_hash, function_name, *args, **kwargs)
+            except BaseException:
+                recorder.compile_failed(module)
+                raise
             hooks.refresh()
-            recorder.after_compile(compiled, function_name, module_hash)
+            arguments = compile_arguments(kwargs.get("full_args"), kwargs.get("full_kwargs"))
+            recorder.after_compile(compiled, function_name, module_hash, module, arguments)
             return compiled
 
         return compile_and_cache
+
+    def cached(self, module_hash):
+        """The build the DSL's in-memory JIT cache holds for `module_hash`, or None."""
+        dsl = getattr(self, "dsl", None)
+        try:
+            return dsl.jit_cache.get(module_hash) if module_hash and dsl is not None else None
+        except Exception:  # noqa: BLE001
+            return None
 
     # --- launches --------------------------------------------------------------------------------------
 

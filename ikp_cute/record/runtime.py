@@ -4,13 +4,21 @@ accounted for, and the recording written once, at the end or when a signal ends 
 Life of a recording (``Recorder``):
 * ``start``: compile caches set aside (caches.py), the DSL hooked as soon as cutlass is imported (hooks.py);
   a dry run puts its stand-ins in place first (dry_run.py);
-* the first compile: the pool is made (``Pool.create``, or ``Pool.fake`` in a dry run) on the device current
-  then, and ``trace_pipelines(pool, level=..., kernels=<--kernels>)`` entered; it stays entered until the
-  end, so every CuTe DSL kernel compiled from then on is traced (the tracer's hooks act only while a kernel
-  is being traced) and kernels not matched compile untouched;
-* each compile: the build registered (builds.py); a traced kernel gets its pool kernel id and its launch
-  selection (``Pool.select``, the parsed --launches), once;
-* each launch: counted against its build, or reported untraced with the reason (a dry run skips it);
+* the first compile: the pool is made (``ikp_cute.pool.Pool.create``, or ``Pool.fake`` in a dry run, its
+  default selection the --launches default) on the device current then, and ``trace_pipelines(pool,
+  level=..., kernels=<--kernels>)`` entered; it stays entered until the end, so every CuTe DSL kernel compiled
+  from then on is traced (the tracer's hooks act only while a kernel is being traced) and kernels not matched
+  compile untouched;
+* each trace (the DSL's ``generate_original_ir``): the kernel ids the tracer took from the pool while it ran
+  (``Pool.kernel_id``: one per traced kernel of that compile) are noted with the traced module;
+* each compile (``compile_and_cache`` of that module): the build registered (builds.py), one entry per kernel
+  it compiled, with that compile's kernel id, and the selection --launches gives its kernel's name issued for
+  that id (``Pool.select``: a stream-ordered device op, held back while a CUDA graph is being captured). Two
+  compiles of one name are two kernels, each with its own id, launch count and selection. A trace no compile
+  followed hit the DSL's in-memory cache: its ids never run, and the build the cache returned says so;
+* each launch: counted on the host against its build (the launch hooks), or reported untraced with the reason
+  (a dry run skips it); the device counts the launches of each kernel id itself (the pool), and the summary
+  compares the two;
 * ``write``: the pool read once (``Pool.read``), each capture saved (BUFFER.npy + sidecar, save_capture),
   then the manifest (host_decode.load.recording), atomically and last: a process directory without a
   manifest is incomplete and is never used. Signals are held off while writing;
@@ -18,30 +26,43 @@ Life of a recording (``Recorder``):
   traced build the program still holds keeps the pool alive (KEEPALIVE) and records nothing.
 
 Invariants (tests/unit/ikp_cute/test_record_runtime.py guards each): every launch is counted once (traced
-or untraced with a reason); a recording is written once, complete (manifest last) or not at all; recordings
-do not nest; a build compiled before the recording started is reported "launched but not traced".
+or untraced with a reason); each compile's kernel id gets the selection of its name
+(test_each_compile_gets_its_own_id_and_selection); a recording is written once, complete (manifest last) or
+not at all; recordings do not nest; a build compiled before the recording started is reported "launched but
+not traced".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
 import signal
 import sys
 import time
 import weakref
 from pathlib import Path
 
-from host_decode.load.launches import parse_selection
 from host_decode.load.recording import MANIFEST_FORMAT, MANIFEST_NAME, RecordConfig, manifest_text
 from host_decode.load.sidecar import NAME_KEYS
 
-from .builds import BEFORE, EARLIER, LOADED, NOT_MATCHED, Build, Builds, Untraced, kernel_names
+from .builds import (
+    BEFORE,
+    EARLIER,
+    LOADED,
+    NOT_MATCHED,
+    NOTHING_TO_RECORD,
+    Build,
+    Builds,
+    Untraced,
+    compile_report,
+    kernel_names,
+    name_compiles,
+    short_name,
+)
 
 BUILDS = Builds()
 KEEPALIVE: dict[int, object] = {}  # id(traced build) -> its pool, while the build lives
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-MANGLED = ("_tensor", "_object_at", "_Float", "_Int", "_Pointer")  # where the DSL's argument mangling starts
 
 
 def process_tag() -> str:
@@ -50,37 +71,22 @@ def process_tag() -> str:
     return f"rank{int(rank)}" if rank and rank.isdigit() else f"pid{os.getpid()}"
 
 
-def short_name(kernel: str, taken: dict) -> str:
-    """A file-system name for a kernel (unique among `taken`: full name -> short)."""
-    if kernel in taken:
-        return taken[kernel]
-    base = re.sub(r"^kernel_(cutlass_)?(kernel_)?", "", kernel)
-    cut = min((i for i in (base.find(m) for m in MANGLED) if i >= 3), default=len(base))
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", base[:cut]).strip("._")[:48] or "kernel"
-    name, n = base, 2
-    while name in taken.values():
-        name, n = f"{base}_{n}", n + 1
-    taken[kernel] = name
-    return name
+@dataclasses.dataclass
+class Trace:
+    """One run of the DSL's trace (generate_original_ir): its module, and the pool kernel ids the tracer took
+    while it ran."""
 
-
-def resolve_pool_api():
-    """The recording pool's module (ikp_cute.pool): its Pool, and its trace_pipelines when it has one (else
-    ikp_cute.pipelines.trace_pipelines, which takes a Pool)."""
-    try:
-        import ikp_cute.pool as api
-    except ImportError as e:
-        raise RuntimeError(f"ikp record needs the recording pool (ikp_cute.pool), which cannot be imported: {e}")
-    return api
+    module: object
+    module_hash: str | None
+    ids: list
 
 
 class Recorder:
-    """One recording (see the module docstring). `pool_api`: a module with Pool (and trace_pipelines),
-    default ikp_cute.pool."""
+    """One recording (see the module docstring)."""
 
     active: Recorder | None = None
 
-    def __init__(self, config: RecordConfig, *, tag: str | None = None, pool_api=None):
+    def __init__(self, config: RecordConfig, *, tag: str | None = None):
         from .caches import CacheGuards
         from .hooks import DslHooks
 
@@ -88,15 +94,17 @@ class Recorder:
         self.plan = config.plan()
         self.regex = config.kernel_regex()
         self.tag = tag or process_tag()
-        self.pool_api = pool_api
         self.builds = BUILDS
         self.recording = BUILDS.new_recording()
         self.guards = CacheGuards()
         self.hooks = DslHooks(self)
         self.untraced = Untraced()
-        self.kernels: dict[str, dict] = {}
+        self.kernels: list[dict] = []  # one entry per compiled kernel (builds.py)
+        self.compiles: dict[str, int] = {}  # kernel name -> compiles seen
+        self.traces: list[Trace] = []  # traces whose compile has not come yet
+        self.claimed: set[int] = set()  # kernel ids noted by a trace
+        self.retraced_ids: list[int] = []  # ids of traces the DSL's cache answered (they never run)
         self.pending_selects: list[dict] = []  # kernels whose selection waits for the end of a graph capture
-        self.shorts: dict[str, str] = {}
         self.pool = None
         self.trace = None
         self.failed = ""
@@ -143,27 +151,20 @@ class Recorder:
             print(f"ikp record: {why}; the program continues unrecorded", file=sys.stderr)
         self.errors.append(why)
 
-    def before_compile(self) -> None:
-        if Recorder.active is not self:
-            return
-        self.guards.refresh()
-        if self.trace is None and not self.failed:
-            self.start_trace()
-
     def start_trace(self) -> None:
+        from ikp_cute.pipelines import trace_pipelines
+        from ikp_cute.pool import Pool
+
         from .dry_run import FAKE_POOL_ADDRESS
 
+        default = self.plan.default.text if self.plan.default.kind != "last" else "1"  # `last` needs its region
+        size = {"size_bytes": self.config.pool_bytes} if self.config.pool_bytes else {}
         try:
-            api = self.pool_api or resolve_pool_api()
-            size = self.config.pool_bytes
             if self.dry is not None:
-                self.pool = api.Pool.fake(FAKE_POOL_ADDRESS, size or 256 << 20)
+                self.pool = Pool.fake(FAKE_POOL_ADDRESS, default_selection=default, **size)
             else:
-                self.pool = api.Pool.create(size) if size else api.Pool.create()
-            trace = getattr(api, "trace_pipelines", None)
-            if trace is None:
-                from ikp_cute.pipelines import trace_pipelines as trace
-            self.trace = trace(self.pool, level=self.config.level, kernels=self.regex)
+                self.pool = Pool.create(default_selection=default, **size)
+            self.trace = trace_pipelines(self.pool, level=self.config.level, kernels=self.regex)
             self.trace.__enter__()
         except Exception as e:  # noqa: BLE001 - the program runs on; the summary says why nothing was recorded
             self.trace = None
@@ -172,40 +173,104 @@ class Recorder:
     def matches(self, kernel: str) -> bool:
         return self.regex is None or self.regex.search(kernel) is not None
 
-    def after_compile(self, compiled, function_name: str, module_hash) -> None:
+    # --- compiles --------------------------------------------------------------------------------------
+
+    def tracing(self) -> bool:
+        return self.trace is not None and Recorder.active is self
+
+    def before_trace(self) -> int | None:
+        """The DSL starts tracing a module: the pool trace starts on the first one. Returns the mark that
+        after_trace takes (the pool's kernel ids so far), or None when not tracing."""
+        if Recorder.active is not self:
+            return None
+        self.guards.refresh()
+        if self.trace is None and not self.failed:
+            self.start_trace()
+        if not self.tracing():
+            return None
+        self.settle_traces()
+        return len(self.pool.kernels)
+
+    def after_trace(self, generated, mark: int | None) -> None:
+        """The trace returned (module, module_hash, result): the kernel ids taken while it ran are its own."""
+        if mark is None or not self.tracing():
+            return
         try:
-            self.register(compiled, function_name, module_hash)
+            ids = [i for i in range(mark, len(self.pool.kernels)) if i not in self.claimed]
+            self.claimed.update(ids)
+            self.traces.append(Trace(generated[0], generated[1], ids))
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"noting a trace's kernel ids: {type(e).__name__}: {e}")
+
+    def take_trace(self, module) -> Trace | None:
+        for i, t in enumerate(self.traces):
+            if t.module is module:
+                return self.traces.pop(i)
+        return None
+
+    def settle_traces(self) -> None:
+        """Traces no compile followed: the DSL's in-memory cache held a build of the same module hash, which
+        runs instead (its kernel ids); the traces' ids never run."""
+        pending, self.traces = self.traces, []
+        for t in pending:
+            self.retraced_ids.extend(t.ids)
+            cached = self.hooks.cached(t.module_hash)
+            build = BUILDS.find(cached) if cached is not None else None
+            for entry in build.entries if build is not None else []:
+                entry["retraced"] = entry.get("retraced", 0) + 1
+
+    def after_compile(self, compiled, function_name: str, module_hash, module, arguments: dict) -> None:
+        try:
+            self.register(compiled, function_name, module_hash, module, arguments)
         except Exception as e:  # noqa: BLE001 - the compile succeeded: the program keeps its kernel
             self.errors.append(f"registering {function_name}: {type(e).__name__}: {e}")
 
-    def register(self, compiled, function_name: str, module_hash) -> None:
+    def compile_failed(self, module) -> None:
+        self.take_trace(module)
+
+    def register(self, compiled, function_name: str, module_hash, module, arguments: dict) -> None:
         names = kernel_names(compiled)
-        tracing = self.trace is not None and Recorder.active is self
-        traced = tracing and any(self.matches(n) for n in names)
-        reason = "" if traced else NOT_MATCHED if tracing else (self.failed or "recording had stopped")
-        BUILDS.add(compiled, Build(names, str(function_name), traced, reason, self.recording))
-        meta = self.trace.metadata() if traced else None
-        if traced:
+        tracing = self.tracing()
+        trace = self.take_trace(module) if tracing else None
+        ids = {self.pool.kernels[i]: i for i in trace.ids} if trace is not None else {}
+        full = tracing and len(self.pool.kernels) >= self.pool.max_kernels
+        sites = []  # a kernel compiled again reports its newest compile's sites (pipelines/sites.py drop_kernel)
+        if tracing and any(self.matches(n) for n in names):
+            sites = self.trace.metadata().get("barrier_sites") or []
+        build = Build(names, str(function_name), bool(ids), "", self.recording)
+        for name in names:
+            self.compiles[name] = self.compiles.get(name, 0) + 1
+            entry = {"name": name, "compile": self.compiles[name], "function": str(function_name),
+                     "arguments": arguments, "traced": False, "kernel_id": None, "host_launches": 0,
+                     "retraced": 0, "reason": self.why_not(name, tracing, full)}
+            if tracing and self.matches(name):
+                entry["trace"] = compile_report(sites, name)
+            if name in ids:
+                selection = self.plan.for_kernel(name)
+                entry.update(traced=True, reason="", kernel_id=ids[name], selection=selection.text,
+                             selection_words=selection.describe(), rule=self.plan.rule_for(name))
+                self.pending_selects.append(entry)
+            self.kernels.append(entry)
+            build.entries.append(entry)
+        build.reason = next((e["reason"] for e in build.entries if e["reason"]), "")
+        for kernel_id in set(ids.values()) - {e["kernel_id"] for e in build.entries}:
+            self.errors.append(f"kernel id {kernel_id} ({self.pool.kernels[kernel_id]}) was traced in the compile "
+                               f"of {function_name}, which has no kernel of that name")
+        BUILDS.add(compiled, build)
+        if build.traced:
             self.guards.traced_compile(module_hash)
             self.keep_pool_for(compiled)
-        from .dry_run import kernel_report
-
-        for name in names:
-            entry = self.kernels.setdefault(name, {"name": name, "short": short_name(name, self.shorts),
-                                                   "traced": False, "reason": reason, "compiles": 0,
-                                                   "host_launches": 0, "function": str(function_name)})
-            entry["compiles"] += 1
-            if not (traced and self.matches(name)):
-                continue
-            entry["traced"], entry["reason"] = True, ""
-            entry["trace"] = kernel_report(meta, name)
-            if entry.get("kernel_id") is None:
-                selection = self.plan.for_kernel(name)
-                entry.update(kernel_id=int(self.pool.kernel_id(name)), selection=selection.text,
-                             selection_words=selection.describe(), rule=self.plan.rule_for(name))
-                if self.dry is None:
-                    self.pending_selects.append(entry)
         self.select_pending()
+
+    def why_not(self, name: str, tracing: bool, full: bool) -> str:
+        if not tracing:
+            return self.failed or "recording had stopped"
+        if not self.matches(name):
+            return NOT_MATCHED
+        if full:
+            return (f"the pool holds its {self.pool.max_kernels} kernels: compiled untouched (a @cute.jit function "
+                    "called directly compiles again at each call while recording: compile it once)")
+        return NOTHING_TO_RECORD
 
     def capturing(self) -> bool:
         """A CUDA graph is being captured on the current stream (a selection issued now would be captured)."""
@@ -222,7 +287,11 @@ class Recorder:
             return
         pending, self.pending_selects = self.pending_selects, []
         for entry in pending:
-            self.pool.select(entry["kernel_id"], entry["selection"])
+            try:
+                self.pool.select(entry["kernel_id"], entry["selection"])
+            except (RuntimeError, ValueError) as e:  # e.g. no room left for another `last` region
+                entry["selection_error"] = str(e)
+                self.errors.append(f"selection {entry['selection']!r} of kernel id {entry['kernel_id']}: {e}")
 
     def keep_pool_for(self, compiled) -> None:
         key = id(compiled)
@@ -247,8 +316,10 @@ class Recorder:
             self.errors.append(f"registering the binary {where}: {type(e).__name__}: {e}")
         return function
 
+    # --- launches --------------------------------------------------------------------------------------
+
     def on_launch(self, obj) -> bool:
-        """Count one launch; True when it must be skipped (a dry run)."""
+        """Count one launch on the host; True when it must be skipped (a dry run)."""
         if Recorder.active is not self:
             return False
         try:
@@ -263,9 +334,10 @@ class Recorder:
                 self.untraced.add(build.kernels, build.reason)
             else:
                 build.launches += 1
-                for name in build.kernels:
-                    if name in self.kernels:
-                        self.kernels[name]["host_launches"] += 1
+                for entry in build.entries:
+                    entry["host_launches"] += 1
+                    if not entry["traced"]:
+                        self.untraced.add((entry["name"],), entry["reason"])
         except Exception as e:  # noqa: BLE001 - a launch must never fail for the recorder's sake
             self.errors.append(f"counting a launch: {type(e).__name__}: {e}")
         if self.dry is not None:
@@ -296,22 +368,28 @@ class Recorder:
 
         dest = Path(self.config.out) / self.tag
         dest.mkdir(parents=True, exist_ok=True)
+        self.settle_traces()
+        name_compiles(self.kernels)
+        shorts = {e["kernel_id"]: e["short"] for e in self.kernels if e["kernel_id"] is not None}
         captures, pool_summary = [], {}
         if self.pool is not None and self.dry is None:
             try:
                 if self.pending_selects and not self.capturing():
                     self.select_pending()
                 contents = self.pool.read()
+                taken = {f"#{k}": short for k, short in shorts.items()}
                 for buffer, meta in self.pool.captures(contents):
                     meta = dict(meta)
                     kernel = str(meta.get("kernel", "kernel"))
+                    kernel_id = int((meta.get("pool") or {}).get("kernel_id", -1))
                     index = int(meta.get("launch_index", len(captures)))
-                    rel = f"captures/{short_name(kernel, self.shorts)}/launch_{index:06d}.npy"
+                    short = shorts.get(kernel_id) or short_name(f"{kernel}#{kernel_id}", taken)
+                    rel = f"captures/{short}/launch_{index:06d}.npy"
                     names = {k: meta.pop(k) for k in NAME_KEYS if k in meta}
                     if "rank" not in meta and os.environ.get("RANK", "").isdigit():
                         meta["rank"] = int(os.environ["RANK"])
                     save_capture(dest / rel, buffer, names, **meta)
-                    captures.append({"path": rel, "kernel": kernel, "launch_index": index})
+                    captures.append({"path": rel, "kernel": kernel, "kernel_id": kernel_id, "launch_index": index})
                 pool_summary = dict(self.pool.summary(contents))
             except Exception as e:  # noqa: BLE001 - write what there is, say what failed
                 status = "failed"
@@ -331,9 +409,9 @@ class Recorder:
             "format": MANIFEST_FORMAT, "status": status, "config": self.config.to_json(), "pid": os.getpid(),
             "rank": int(rank) if rank.isdigit() else None, "argv": list(sys.argv), "signal": self.signal_name,
             "device": self.device_name(), "started_ns": self.started_ns, "ended_ns": time.time_ns(),
-            "pool": pool_summary, "kernels": list(self.kernels.values()), "untraced": self.untraced.as_json(),
-            "caches": self.guards.report(), "captures": captures, "errors": list(self.errors),
-            "timings": self.timings or None,
+            "pool": pool_summary, "kernels": list(self.kernels), "untraced": self.untraced.as_json(),
+            "retraced_ids": sorted(self.retraced_ids), "caches": self.guards.report(), "captures": captures,
+            "errors": list(self.errors), "timings": self.timings or None,
         }
         if self.dry is not None:
             out["dry_run"] = {"arch": self.dry.arch.name, "launches_skipped": self.skipped_launches,
@@ -358,10 +436,10 @@ class Recorder:
             return path
         self.stopped = True
         try:
-            if self.pool is not None and self.dry is None:
-                for entry in self.kernels.values():
+            if self.pool is not None:
+                for entry in self.kernels:
                     if entry.get("kernel_id") is not None:
-                        self.pool.select(entry["kernel_id"], parse_selection("none").text)
+                        self.pool.select(entry["kernel_id"], "none")
         except Exception as e:  # noqa: BLE001
             self.errors.append(f"closing the launch windows: {type(e).__name__}: {e}")
         if self.trace is not None:

@@ -101,11 +101,8 @@ def scratch(tmp_path):
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         shim.chmod(0o755)
-    pythonpath = [str(ROOT)]
-    if importlib.util.find_spec("ikp_cute.pool") is None:  # `ikp record` runs on the tests' stand-in pool
-        pythonpath.append(str(ROOT / "tests" / "support" / "standin_site"))
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               PYTHONPATH=os.pathsep.join(pythonpath), COLUMNS="100", MPLBACKEND="Agg")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(ROOT),
+               COLUMNS="100", MPLBACKEND="Agg")
     env.pop("DISPLAY", None)
     return tmp_path, env
 

@@ -1,6 +1,5 @@
-"""Running `ikp record` in a subprocess for tests: this tree's CLI, with ikp_cute.pool importable (the stand-in
-of tests/support/pool_standin.py when the real pool is absent, through standin_site/sitecustomize.py, which
-`ikp record` runs as the site's own sitecustomize in the program's process)."""
+"""Running `ikp record` in a subprocess for tests: this tree's CLI and packages (ikp_cute.pool, the real
+recording pool: a dry run records into ``Pool.fake``), CuTe DSL compiling for sm_90a."""
 
 from __future__ import annotations
 
@@ -10,13 +9,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDIN_SITE = ROOT / "tests" / "support" / "standin_site"
 TINY = ROOT / "tests" / "support" / "programs" / "tiny.py"
 
 
 def record_env(tmp_path: Path, *site_dirs: Path, own_tmp: bool = True) -> dict:
     """own_tmp: TMPDIR in tmp_path/tmp (to see what is left there; compile caches start cold in it)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, site_dirs), str(STANDIN_SITE)]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *map(str, site_dirs)]),
                CUTE_DSL_ARCH="sm_90a", COLUMNS="120")
     if own_tmp:
         env["TMPDIR"] = str(tmp_path / "tmp")

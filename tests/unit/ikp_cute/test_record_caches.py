@@ -17,21 +17,24 @@ os.environ.setdefault("FLASH_ATTENTION_NUM_SMS", "132")
 pytest.importorskip("cutlass")
 
 from host_decode.load.recording import RecordConfig  # noqa: E402
-from tests.support import pool_standin  # noqa: E402
+from tests.support import pool_device  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def recorder(tmp_path):
+def recorder(tmp_path, monkeypatch):
+    """A recording into a pool whose buffer is host memory (the real pool; the programs' launches do not run
+    here: FA4 launches nothing on fake tensors, quack's launch fails for want of a driver)."""
     from ikp_cute.record.runtime import Recorder
 
-    return Recorder(RecordConfig(out=str(tmp_path)), tag="p", pool_api=pool_standin).start()
+    pool_device.pools_on_the_cpu(monkeypatch)
+    return Recorder(RecordConfig(out=str(tmp_path)), tag="p").start()
 
 
 def test_traced_modules_hash_apart():
     """The DSL's in-memory and on-disk JIT caches are keyed on get_module_hash of the module after the
-    trace-finalize hooks (where the tracer's IR pass runs): a traced module hashes apart from the untraced one,
-    and the untraced one hashes the same before and after a recording."""
+    trace-finalize hooks (where the tracer's IR pass runs): a module traced into the pool hashes apart from the
+    untraced one, and the untraced one hashes the same before and after a recording."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
     from cutlass.cutlass_dsl import CuTeDSL
@@ -47,8 +50,11 @@ def test_traced_modules_hash_apart():
     out = make_fake_compact_tensor(Int32, (4,))
     with dsl.trace_finalize_hooks(last_hook):
         cute.compile(pk.launch, out, Int32(5), 4)
-    pool = pool_standin.Pool.fake(0x7F0012340000, 1 << 20)
-    with pool_standin.trace_pipelines(pool), dsl.trace_finalize_hooks(last_hook):
+    from ikp_cute.pipelines import trace_pipelines
+    from ikp_cute.pool import Pool
+
+    pool = Pool.fake(0x7F0012340000, 1 << 20)
+    with trace_pipelines(pool), dsl.trace_finalize_hooks(last_hook):
         cute.compile(pk.launch, out, Int32(5), 4)
     with dsl.trace_finalize_hooks(last_hook):
         cute.compile(pk.launch, out, Int32(5), 4)
@@ -81,7 +87,7 @@ def test_fa4_compile_cache(tmp_path, monkeypatch):
     call()
     before = dict(cache.cache)
     (untraced,) = before.values()
-    rec = recorder(tmp_path)
+    rec = recorder(tmp_path, monkeypatch)
     try:
         call()
         assert owner.compile_cache is not cache  # set aside: FA4 sees a fresh cache while recording
@@ -125,7 +131,7 @@ def test_quack_caches_and_its_disk_cache(tmp_path, monkeypatch):
     before = [dict(d) for d in dicts]
     disk_before = sorted(p.name for p in (tmp_path / "quack_cache").rglob("*.o"))
     assert disk_before  # quack exported the untraced build (the path a traced one must never take)
-    rec = recorder(tmp_path / "rec")
+    rec = recorder(tmp_path / "rec", monkeypatch)
     try:
         call()
         assert quack.cache.CACHE_ENABLED is False

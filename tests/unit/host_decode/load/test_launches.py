@@ -1,5 +1,6 @@
 """--launches (host_decode.load.launches): every form parses to the canonical text the pool takes and back,
-malformed specs name the bad item, and what a selection selects agrees with a launch-by-launch reference."""
+malformed specs name the bad item, and what a selection selects agrees with a launch-by-launch reference
+written here and with the pool's own window words (host_decode.core.wire: what the device decides on)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from host_decode.core import wire
 from host_decode.load.launches import (
     DEFAULT_SELECTION,
     LaunchPlan,
@@ -21,6 +23,8 @@ FORMS = {  # text -> (canonical text, selected out of 10 launches), worked out b
     " 0 ": ("0", [0]),
     "3:6": ("3:6", [3, 4, 5]),
     "8:20": ("8:20", [8, 9]),
+    "7:": ("7:", [7, 8, 9]),
+    "0:": ("0:", list(range(10))),
     "every=4": ("every=4", [0, 4, 8]),
     "every=1": ("every=1", list(range(10))),
     "last": ("last", [9]),
@@ -37,6 +41,7 @@ def test_every_form(text):
     assert s.text == canonical and parse_selection(s.text) == s
     assert s.selected(10) == selected
     assert s.describe()
+    wire.pool_selection(s.text)  # the pool takes the canonical text (raises otherwise)
 
 
 def reference(s: Selection, seen: int) -> list[int]:
@@ -47,6 +52,8 @@ def reference(s: Selection, seen: int) -> list[int]:
             hit = i == s.start
         elif s.kind == "range":
             hit = s.start <= i < s.stop
+        elif s.kind == "from":
+            hit = i >= s.start
         elif s.kind == "every":
             hit = i % s.step == 0
         elif s.kind == "last":
@@ -61,6 +68,7 @@ def reference(s: Selection, seen: int) -> list[int]:
 selections = st.one_of(
     st.integers(0, 50).map(str),
     st.tuples(st.integers(0, 40), st.integers(1, 20)).map(lambda t: f"{t[0]}:{t[0] + t[1]}"),
+    st.integers(0, 50).map(lambda a: f"{a}:"),
     st.integers(1, 30).map(lambda k: f"every={k}"),
     st.sampled_from(["last", "all", "none"]),
 )
@@ -75,13 +83,23 @@ def test_selected_agrees_with_the_launch_by_launch_reference(text, seen):
 
 @pytest.mark.parametrize("text, names", [
     ("5:5", "A < B"), ("6:3", "A < B"), ("every=0", "K >= 1"), ("-1", "not a launch selection"),
-    ("3:", "not a launch selection"), ("first", "not a launch selection"), ("1.5", "not a launch selection"),
+    (":3", "not a launch selection"), ("first", "not a launch selection"), ("1.5", "not a launch selection"),
     ("99999999999", "launch counter"),
 ])
 def test_malformed_selections_say_what_is_wrong(text, names):
     with pytest.raises(ValueError, match=names) as e:
         parse_selection(text)
     assert repr(text) in str(e.value) or repr(text.strip()) in str(e.value)
+
+
+@given(selections, st.integers(0, 120))
+def test_the_pools_window_words_decide_as_the_selection_says(text, seen):
+    """Launch by launch, the device's rule (wire.pool_decide) on the pool's window words for the canonical
+    text records exactly `selected` (`last`: every launch records; the reader keeps the newest)."""
+    s = parse_selection(text)
+    words = wire.pool_selection(s.text)
+    decided = [i for i in range(seen) if wire.pool_decide(*words, i)[0]]
+    assert decided == (list(range(seen)) if s.kind == "last" else s.selected(seen))
 
 
 def test_per_kernel_plan_first_match_wins_then_default():

@@ -1,7 +1,9 @@
 """The folder `ikp record` leaves (host_decode.reports.recording): built from process folders by hand
-(tests/support/recordings.py): summary.txt says per kernel what bounds it and what to run next, the pool's
-accounting is checked against the selection's reference, every launch is on one timeline in trace.pftrace
-(what `ikp view DIR` serves), `ikp waits` of each capture, an index page, and the folder appears whole."""
+(tests/support/recordings.py): summary.txt says per compiled kernel what bounds it and what to run next, the
+pool's accounting per kernel id is checked against the selection's reference and the launches the device
+counted against those Python saw, two compiles of one name are two kernels, every launch is on one timeline
+in trace.pftrace (what `ikp view DIR` serves), `ikp waits` of each capture, an index page, and the folder
+appears whole."""
 
 from __future__ import annotations
 
@@ -11,7 +13,20 @@ from pathlib import Path
 import pytest
 
 from host_decode.reports.recording import finish_recording
-from tests.support.recordings import FA4_KERNEL, QUACK_KERNEL, kernel_entry, process_folder
+from tests.support.recordings import (
+    FA4,
+    FA4_KERNEL,
+    QUACK_KERNEL,
+    kernel_entry,
+    pool_row,
+    pool_summary,
+    process_folder,
+)
+
+
+def kernel(summary: dict, name: str, compile: int = 1) -> dict:
+    (entry,) = [k for k in summary["kernels"] if k["name"] == name and k["compile"] == compile]
+    return entry
 
 
 @pytest.fixture()
@@ -39,7 +54,7 @@ def test_the_folder_holds_everything_and_appears_whole(finished):
 def test_summary_says_what_bounds_each_kernel_and_what_to_run(finished):
     out, summary = finished
     text = (out / "summary.txt").read_text()
-    fa4 = summary["kernels_by_name"][FA4_KERNEL]
+    fa4 = kernel(summary, FA4_KERNEL)
     top = fa4["bound"]["segments"][0]
     # the committed FA4 capture's critical path (ikp waits examples/pipelines/fa4_sm90_signals.npy): the
     # consumer warp groups' own work, ~44.7% each
@@ -50,31 +65,57 @@ def test_summary_says_what_bounds_each_kernel_and_what_to_run(finished):
     assert f"ikp waits {out}/captures/flash_fwd/launch_000001.npy" in text
     assert f"ikp report {out}/captures/gemm/launch_000001.npy -o gemm.html" in text
     assert "launched but not traced:\n  kernel_old_0: 3 launch(es): compiled before recording started" in text
-    assert "10 on the device (10 from Python)" in text and "1 recorded, 0 lost" in text
-    assert "CHECK" not in text
-    assert summary["kernels_by_name"][QUACK_KERNEL]["bound"]["segments"]
+    assert "10 on the device (10 from Python)" in text and "kernel id 0: 1 recorded of 1 selected" in text
+    assert "CHECK" not in text and "note:" not in text
+    assert kernel(summary, QUACK_KERNEL)["bound"]["segments"]
     html = (out / "index.html").read_text()
     assert "captures/flash_fwd/launch_000001.npy" in html and top["text"] in html and "<script" not in html
 
 
 def test_pool_accounting_is_checked_against_the_selection(tmp_path):
-    """every=4 out of 10 launches selects 0, 4, 8: a pool that says it recorded 2 and lost none is flagged;
-    one that recorded 2 and lost 1 is not, and the pool's size advice is printed."""
+    """every=4 out of 10 launches selects 0, 4, 8: a pool that recorded 0 and 4 and lost no record is flagged;
+    one that recorded 0 and 4 and lost records is not (launch 8 found no room), and the pool's size advice is
+    printed. A launch recorded that the selection does not select is flagged whatever was lost."""
     def run(name, recorded, lost):
         staging = tmp_path / f".ikp-tmp-{name}"
         kernels = [kernel_entry(FA4_KERNEL, "flash_fwd", 0, "every=4"), kernel_entry(QUACK_KERNEL, "gemm", 1)]
-        pool = {"bytes": 1 << 20, "used": recorded * 196744, "lost": lost, "needed": (recorded + lost) * 196744,
-                "kernels": {"0": {"launches_seen": 10, "launches_recorded": recorded, "launches_lost": lost},
-                            "1": {"launches_seen": 10, "launches_recorded": 1, "launches_lost": 0}}}
-        process_folder(staging, fa4_launches=(0, 4)[:recorded], kernels=kernels, pool=pool)
+        pool = pool_summary([pool_row(0, FA4_KERNEL, 10, recorded, lost), pool_row(1, QUACK_KERNEL, 10, [1])])
+        captures = {0: (FA4, FA4_KERNEL, "flash_fwd", recorded)}
+        process_folder(staging, captures=captures, kernels=kernels, pool=pool)
         finish_recording(staging, tmp_path / name, progress=False)
         return (tmp_path / name / "summary.txt").read_text()
 
-    bad = run("bad", 2, 0)
-    assert "CHECK: the pool recorded 2 and lost 0 launches, but selection 'every=4' selects 3 of the 10 seen" in bad
-    good = run("good", 2, 1)
-    assert "CHECK" not in good and "2 recorded, 1 lost" in good
-    assert "1 launch(es) lost; a pool of 576 KiB would have held everything" in good
+    bad = run("bad", [0, 4], 0)
+    assert ("CHECK: selection 'every=4' selects launches [0, 4, 8] of the 10 the device counted; the pool recorded "
+            "[0, 4]") in bad
+    good = run("good", [0, 4], 300)
+    assert "CHECK" not in good and "2 recorded of 3 selected, 300 records lost" in good
+    assert "300 records lost; EXHAUSTED: a pool of" in good and "would have held everything (--pool-size)" in good
+    extra = run("extra", [0, 3], 300)
+    assert "the pool recorded [0, 3] and lost 300 records" in extra
+
+
+def test_two_compiles_of_one_name_are_two_kernels(tmp_path):
+    """FA4's causal and non-causal forward share a kernel name: two compiles, two kernel ids, each with its own
+    launch count, selection, captures and critical path; the launches the device counted beyond those Python
+    saw (CUDA graph replays) are said."""
+    staging = tmp_path / "staging"
+    kernels = [kernel_entry(FA4_KERNEL, "flash_fwd-1", 0, compile=1, label="flash_fwd #1 (is_causal=False)"),
+               kernel_entry(FA4_KERNEL, "flash_fwd-2", 1, "2", compile=2, label="flash_fwd #2 (is_causal=True)",
+                            host_launches=1)]
+    pool = pool_summary([pool_row(0, FA4_KERNEL, 10, [1]), pool_row(1, FA4_KERNEL, 5, [2])])
+    captures = {0: (FA4, FA4_KERNEL, "flash_fwd-1", [1]), 1: (FA4, FA4_KERNEL, "flash_fwd-2", [2])}
+    process_folder(staging, captures=captures, kernels=kernels, pool=pool)
+    summary = finish_recording(staging, tmp_path / "rec", progress=False)
+    one, two = kernel(summary, FA4_KERNEL, 1), kernel(summary, FA4_KERNEL, 2)
+    assert [c["path"] for c in one["captures"]] == ["captures/flash_fwd-1/launch_000001.npy"]
+    assert [c["path"] for c in two["captures"]] == ["captures/flash_fwd-2/launch_000002.npy"]
+    assert one["bound"] and two["bound"] and (one["device_seen"], two["device_seen"]) == (10, 5)
+    text = (tmp_path / "rec" / "summary.txt").read_text()
+    assert "\nflash_fwd #1 (is_causal=False)\n" in text and "\nflash_fwd #2 (is_causal=True)\n" in text
+    assert "kernel id 1: 1 recorded of 1 selected" in text and "CHECK" not in text
+    assert ("note: the device counted 5 launches, Python saw 1: 4 ran where Python does not see them (CUDA graph "
+            "replays, a launch from C++), counted on the device only") in text
 
 
 def test_several_processes_and_an_incomplete_one(tmp_path):
@@ -86,7 +127,7 @@ def test_several_processes_and_an_incomplete_one(tmp_path):
     out = tmp_path / "rec"
     assert (out / "rank0" / "record.json").exists() and (out / "rank1" / "captures" / "flash_fwd").is_dir()
     assert summary["incomplete"] == ["rank2"]
-    assert summary["kernels_by_name"][FA4_KERNEL]["recorded"] == 3
+    assert kernel(summary, FA4_KERNEL)["recorded"] == 3
     assert "left out, no manifest (killed before writing?): rank2" in (out / "summary.txt").read_text()
     assert (out / "trace.pftrace").exists()
 
@@ -111,7 +152,7 @@ def test_a_capture_that_cannot_be_read_is_said_and_the_rest_finished(tmp_path):
     summary = finish_recording(staging, tmp_path / "rec", progress=False)
     text = (tmp_path / "rec" / "summary.txt").read_text()
     assert "captures/gemm/launch_000001.npy: DecodeError" in text
-    assert summary["kernels_by_name"][FA4_KERNEL]["bound"] is not None
+    assert kernel(summary, FA4_KERNEL)["bound"] is not None
 
 
 def test_torch_trace_alignment_is_tried_and_its_outcome_said(tmp_path):
