@@ -176,6 +176,12 @@ def build_summary(processes: list, captures: list, incomplete: list, timeline: d
             item["records"] = int(c.trace.loss.nonzero_slots)
         entry["captures"].append(item)
         entry.setdefault("waits", []).append(c.waits)
+    alike: dict[tuple, int] = {}  # (name, function, compile-time arguments) -> compiles
+    for entry in kernels.values():
+        key = (entry["name"], entry.get("function"), dumps(entry.get("arguments") or {}))
+        alike[key] = alike.get(key, 0) + 1
+    for entry in kernels.values():
+        entry["compiled_alike"] = alike[(entry["name"], entry.get("function"), dumps(entry.get("arguments") or {}))]
     for entry in kernels.values():
         entry["captures"].sort(key=lambda x: x["launch_index"])
         entry["bound"] = bound_of([w for w in entry.pop("waits", []) if w])
@@ -220,7 +226,12 @@ def kernel_lines(e: dict) -> list[str]:
                      f"{', '.join(map(str, trace.get('named_barriers') or [])) or 'none'}")
     for u in (trace.get("untraced_sites") or [])[:5]:
         lines.append(f"  untraced site {u.get('site')} ({u.get('op')}): {u.get('reason')}")
-    if e.get("label", "").count(" #"):
+    if e.get("traced") and (e.get("compiled_alike") or 1) > 1:
+        lines.append(f"  compiled {e['compiled_alike']} times with the same compile-time arguments, each compile a "
+                     "kernel with its own launch count and selection (a @cute.jit function called directly compiles "
+                     "again at each call while recording: compile it once with cute.compile and launch that, or "
+                     "record with --launches 0)")
+    elif " #" in e.get("label", ""):
         lines.append(f"  compile {e.get('compile')} of this kernel name (its compile-time arguments differ): a "
                      "kernel of its own, with its own launch count, selection and captures")
     if e.get("retraced"):

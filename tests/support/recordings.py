@@ -60,6 +60,7 @@ def process_folder(root: Path, tag: str = "pid100", *, status: str = "complete",
     """A process folder: captures (kernel id -> (template, kernel, short, launch indices); default: FA4 as
     id 0 and quack as id 1, each launch 1 recorded out of 10) and a manifest."""
     folder = root / tag
+    folder.mkdir(parents=True, exist_ok=True)
     if captures is None:
         captures = {0: (FA4, FA4_KERNEL, "flash_fwd", fa4_launches), 1: (QUACK, QUACK_KERNEL, "gemm", quack_launches)}
     listed = []

@@ -100,9 +100,10 @@ def test_two_compiles_of_one_name_are_two_kernels(tmp_path):
     launch count, selection, captures and critical path; the launches the device counted beyond those Python
     saw (CUDA graph replays) are said."""
     staging = tmp_path / "staging"
-    kernels = [kernel_entry(FA4_KERNEL, "flash_fwd-1", 0, compile=1, label="flash_fwd #1 (is_causal=False)"),
+    kernels = [kernel_entry(FA4_KERNEL, "flash_fwd-1", 0, compile=1, label="flash_fwd #1 (is_causal=False)",
+                            arguments={"is_causal": False}),
                kernel_entry(FA4_KERNEL, "flash_fwd-2", 1, "2", compile=2, label="flash_fwd #2 (is_causal=True)",
-                            host_launches=1)]
+                            host_launches=1, arguments={"is_causal": True})]
     pool = pool_summary([pool_row(0, FA4_KERNEL, 10, [1]), pool_row(1, FA4_KERNEL, 5, [2])])
     captures = {0: (FA4, FA4_KERNEL, "flash_fwd-1", [1]), 1: (FA4, FA4_KERNEL, "flash_fwd-2", [2])}
     process_folder(staging, captures=captures, kernels=kernels, pool=pool)
@@ -114,8 +115,26 @@ def test_two_compiles_of_one_name_are_two_kernels(tmp_path):
     text = (tmp_path / "rec" / "summary.txt").read_text()
     assert "\nflash_fwd #1 (is_causal=False)\n" in text and "\nflash_fwd #2 (is_causal=True)\n" in text
     assert "kernel id 1: 1 recorded of 1 selected" in text and "CHECK" not in text
+    assert "compile 2 of this kernel name (its compile-time arguments differ)" in text
     assert ("note: the device counted 5 launches, Python saw 1: 4 ran where Python does not see them (CUDA graph "
             "replays, a launch from C++), counted on the device only") in text
+
+
+def test_compiles_alike_are_said(tmp_path):
+    """A kernel compiled again with the same compile-time arguments (a @cute.jit function called directly, in a
+    loop): each compile a kernel launched once, which the default selection never records; the summary says why
+    and what to do."""
+    staging = tmp_path / "staging"
+    kernels = [kernel_entry(QUACK_KERNEL, f"gemm-{i}", i, compile=i + 1, label=f"gemm #{i + 1}", host_launches=1,
+                            function="gemm")
+               for i in range(3)]
+    pool = pool_summary([pool_row(i, QUACK_KERNEL, 1, []) for i in range(3)])
+    process_folder(staging, captures={}, kernels=kernels, pool=pool)
+    finish_recording(staging, tmp_path / "rec", progress=False)
+    text = (tmp_path / "rec" / "summary.txt").read_text()
+    assert text.count("compiled 3 times with the same compile-time arguments") == 3
+    assert "compile it once with cute.compile and launch that, or record with --launches 0" in text
+    assert "nothing recorded: its selection selected no launch it made" in text and "CHECK" not in text
 
 
 def test_several_processes_and_an_incomplete_one(tmp_path):
