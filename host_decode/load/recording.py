@@ -31,21 +31,21 @@ MANIFEST_NAME = "record.json"
 MANIFEST_FORMAT = "ikp-record"
 ARCHES = ("sm_90a", "sm_100a")  # dry-run targets: what FA4 and quack build without a GPU
 STATUSES = ("complete", "interrupted", "failed")
-MIN_POOL_BYTES = 1 << 16
+MIN_POOL_BYTES = 1 << 20  # the pool's control block for its 512 kernels takes ~140 KB of it
 MAX_POOL_BYTES = 1 << 40
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def parse_size(text: str) -> int:
-    """Bytes from '256M', '1.5G', '64MiB', '512k', '1048576' (binary units: k = 1024); ValueError naming
-    the text when malformed or outside [64 KiB, 1 TiB]."""
+    """Bytes from '256M', '1.5G', '64MiB', '4096k', '1048576' (binary units: k = 1024); ValueError naming
+    the text when malformed, not a multiple of 8 or outside [1 MiB, 1 TiB]."""
     m = _SIZE.fullmatch(str(text).strip())
     if not m:
         raise ValueError(f"{text!r} is not a size (expected e.g. 256M, 2G, 1.5GiB, 1048576)")
     value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if not MIN_POOL_BYTES <= value <= MAX_POOL_BYTES:
-        raise ValueError(f"{text!r}: {value} bytes; a pool takes 64K to 1T")
+    if not MIN_POOL_BYTES <= value <= MAX_POOL_BYTES or value % 8:
+        raise ValueError(f"{text!r}: {value} bytes; a pool takes 1M to 1T, a multiple of 8 bytes")
     return value
 
 
@@ -89,8 +89,10 @@ class RecordConfig:
         if self.level not in PIPELINE_LEVELS:
             raise ValueError(f"record config: level={self.level!r}; expected one of {PIPELINE_LEVELS}")
         if self.pool_bytes is not None and (isinstance(self.pool_bytes, bool) or not isinstance(self.pool_bytes, int)
-                                            or not MIN_POOL_BYTES <= self.pool_bytes <= MAX_POOL_BYTES):
-            raise ValueError(f"record config: pool_bytes={self.pool_bytes!r}; expected bytes in [64K, 1T]")
+                                            or not MIN_POOL_BYTES <= self.pool_bytes <= MAX_POOL_BYTES
+                                            or self.pool_bytes % 8):
+            raise ValueError(f"record config: pool_bytes={self.pool_bytes!r}; expected bytes in [1M, 1T], a multiple "
+                             "of 8")
         if self.dry_run is not None and self.dry_run not in ARCHES:
             raise ValueError(f"record config: dry_run={self.dry_run!r}; expected one of {ARCHES}")
 

@@ -7,8 +7,8 @@ What each cache is keyed on, and what is done with it for the time of a recordin
   it): keyed on the hash of the traced module's bytecode + the compile-affecting environment + the compile
   options. The tracer's hooks and its IR pass run before that hash is computed (the DSL's trace-finalize
   hooks), so a traced module hashes apart from the untraced one (and from any earlier trace: each bakes in the
-  pool kernel id it took): no lookup can cross. At the end, the entries of this recording's traced builds are deleted (by the hashes
-  their compiles reported), so nothing keeps its buffer alive.
+  pool kernel id it took): no lookup can cross. At the end, the entries of this recording's traced builds are
+  deleted (by the hashes their compiles reported), so nothing keeps its buffer alive.
 * CuTe DSL on-disk JIT cache ($CUTE_DSL_CACHE_DIR or $TMPDIR/$USER/cutlass_python_cache, same key): turned
   off (``envar.disable_file_caching`` and CUTE_DSL_DISABLE_FILE_CACHING=1): no traced build is written to
   disk, and every traced compile runs its passes (so the audit reads its final PTX).

@@ -29,6 +29,7 @@ def test_config_round_trip_through_the_environment():
 @pytest.mark.parametrize("change, names", [
     ({"level": "everything"}, "level"), ({"launches": "x=y"}, "'y' is not a launch selection"),
     ({"kernels": "(oops"}, "--kernels"), ({"pool_bytes": 12}, "pool_bytes"), ({"dry_run": "sm_80"}, "dry_run"),
+    ({"pool_bytes": (1 << 20) + 4}, "pool_bytes"),
     ({"out": ""}, "out"), ({"colour": "red"}, "unknown key"), ({"pool_bytes": True}, "pool_bytes"),
 ])
 def test_a_bad_config_names_the_key(change, names):
@@ -39,13 +40,13 @@ def test_a_bad_config_names_the_key(change, names):
         RecordConfig.from_env("{")
 
 
-@pytest.mark.parametrize("text, value", [("256M", 256 << 20), ("2G", 2 << 30), ("1.5GiB", 3 << 29), ("64KB", 1 << 16),
-                                         ("1048576", 1 << 20), ("1t", 1 << 40), (" 512 k ", 512 << 10)])
+@pytest.mark.parametrize("text, value", [("256M", 256 << 20), ("2G", 2 << 30), ("1.5GiB", 3 << 29), ("4096KB", 1 << 22),
+                                         ("1048576", 1 << 20), ("1t", 1 << 40), (" 2048 k ", 2048 << 10)])
 def test_sizes(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "lots", "-1M", "1X", "2T", "1k", "0"])
+@pytest.mark.parametrize("text", ["", "lots", "-1M", "1X", "2T", "1k", "0", "64K", "1048577"])
 def test_bad_sizes_name_the_text(text):
     with pytest.raises(ValueError, match=repr(text).replace("\\", "\\\\").replace(".", r"\.")):
         parse_size(text)
