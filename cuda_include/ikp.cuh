@@ -66,7 +66,9 @@ constexpr u32 kMaxLanes = 1u << kLaneBits;                    // 1048576
 constexpr u32 kAnchorHiEventId = kMaxEventId;                 // 1023
 constexpr u32 kAnchorLoEventId = kMaxEventId - 1;             // 1022
 constexpr u32 kDroppedEventId = kMaxEventId - 2;              // 1021
-constexpr u32 kMaxUserEventId = kMaxEventId - 3;              // 1020
+constexpr u32 kFlagAddrEventId = kMaxEventId - 3;             // 1020: payload instant (docs/flags.md)
+constexpr u32 kFlagValueEventId = kMaxEventId - 4;            // 1019: payload instant (docs/flags.md)
+constexpr u32 kMaxUserEventId = kMaxEventId - 5;              // 1018
 constexpr int kAnchorRecords = 2;
 constexpr int kTrailerRecords = 2;
 
@@ -235,8 +237,8 @@ class Profiler<true, Extensions> {
     }
   }
 
-  // Event ids are 0..kMaxUserEventId (1020): 1021..1023 are the DROPPED and anchor records, and a larger
-  // id would wrap onto another. A record with such an id is dropped and counted, never written (with a
+  // Event ids are 0..kMaxUserEventId (1018): 1019..1023 are the flag payloads, the DROPPED and the anchor
+  // records, and a larger id would wrap onto another. A record with such an id is dropped and counted, never written (with a
   // constant id, as usual, the check folds away).
 
   // --- register cursor mode ---

@@ -217,10 +217,10 @@ def misuse_checks(example) -> list[tuple[str, list[str], str]]:
     for k in (-1, -2, -(1 << 31)):
         problems = valid_only(run(STATIC_INDEX, k, 1), list(range(MISUSE_BLOCKS)), 1)
         out.append((f"misuse_static_index_{k}", problems, "anchors intact, the record dropped and counted"))
-    for ev in (1021, 1022, 1023, 1024, 5000):
+    for ev in (1019, 1020, 1021, 1022, 1023, 1024, 5000):
         problems = valid_only(run(EVENT_ID, ev, 1), list(range(MISUSE_BLOCKS)), 4)
         out.append((f"misuse_event_{ev}", problems, "no forged record, 4 dropped and counted"))
-    for ev in (1021, 1024):  # atomic mode, from a writer that is not the lane's leader: a region and an instant
+    for ev in (1019, 1021, 1024):  # atomic mode, from a writer that is not the lane's leader: a region and an instant
         problems = valid_only(run(ATOMIC_EVENT_ID, ev, 1), list(range(MISUSE_BLOCKS)), 3)
         out.append((f"misuse_atomic_event_{ev}", problems, "no forged record, 3 dropped and counted"))
     for stride in (-8, -1, 0, 1 << 29, (1 << 31) - 1):

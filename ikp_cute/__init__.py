@@ -35,7 +35,9 @@ pass None), which is how a third-party kernel is instrumented without changing i
 Misuse visible while tracing raises ``ikp_cute.ProfileUsageError`` naming the call site.
 Test helpers (PTX/SASS analyses, kernels with a known record structure): ``ikp_cute.testing``.
 Pipelines (no source change): ``with ikp_cute.trace_pipelines(session):`` around compiling any kernel
-built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md); with a ``Pool``
+built on cutlass.pipeline records its waits and signals per stage (docs/pipelines.md), and the flags of
+cutlass.utils.distributed's primitives and of ``ikp_cute.flags.signal / wait`` (``import ikp_cute.flags``;
+docs/flags.md); ``ikp_cute.clock.measure_offset`` puts a GPU's clock on the host's. With a ``Pool``
 (``ikp_cute.Pool.create()``) as the target instead, every kernel compiled inside records into one
 process-wide buffer, in the launches its selection picks, with nothing sized in advance (docs/pool.md).
 ``with profile_region("name"):`` (no Profiler) records a region into whatever trace is active, and nothing

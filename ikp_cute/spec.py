@@ -65,7 +65,7 @@ class EventRegistry:
         if event_id is None:
             raise ValueError(
                 f"event {name!r}: all {wire.MAX_USER_EVENT_ID + 1} user event ids are taken "
-                f"(the v1 tag has {wire.EVENT_ID_BITS} bits; 3 ids are reserved)"
+                f"(the v1 tag has {wire.EVENT_ID_BITS} bits; {len(wire.RESERVED_INSTANT_IDS)} ids are reserved)"
             )
         self._ids[name] = event_id
         return event_id

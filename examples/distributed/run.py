@@ -22,6 +22,14 @@ between launches keeps the ranks in step). The ground-truth build logs every tas
 logs, checks that no GEMM tile left its wait before the last push it needed (one GPU only: one clock),
 and matches waits to signals across ranks with host_decode.analysis.flags. Writes distributed.json under
 --out (rank 0) and prints a table last.
+
+--trace: the same kernel compiled inside ikp_cute.trace_pipelines (no kernel edit: the tracer hooks
+cutlass.utils.distributed), at the default level and with flags only, checked like the plain one, timed beside
+it; each rank saves its capture (captures/distributed_<wait>_<mode>_delay<D>us/rank<R>.npy, a folder per step:
+sidecar with `flags`, `flag_buffers`, every rank's copy of the symmetric `flags` and `a_full` in this process's
+address space, `rank`, `world_size` and the clock's offset to the host); rank 0 reads every rank's capture,
+puts them on the host clock and matches waits to signals across ranks (host_decode's loader, sessions.concat and
+analysis.flag_paths).
 """
 
 from __future__ import annotations
@@ -212,13 +220,27 @@ class Problem:
         a = symm_mem.empty(self.m, self.k, dtype=torch.float32, device="cuda")
         f = symm_mem.empty(self.world, self.row_blocks, dtype=torch.int32, device="cuda")
         f.zero_()
-        ptrs = []
+        ptrs, self.handles = [], []
         for t in (a, f):
             h = symm_mem.rendezvous(t, group.group_name)
             offset = t.data_ptr() - int(h.buffer_ptrs[rank])
             ptrs.append([int(p) + offset for p in h.buffer_ptrs])
+            self.handles.append(h)
         self.a_full, self.flags = [a], [f]
         self._ptrs(*ptrs)
+
+    def register_flag_buffers(self):
+        """Where a recorded flag address lies (ikp_cute.flags): every rank's copy of `flags` and `a_full` (their
+        symmetric-memory handles), or, ranks simulated on one GPU, each simulated rank's buffers."""
+        import ikp_cute.flags
+
+        if getattr(self, "handles", None):
+            ikp_cute.flags.register_symmetric("a_full", self.a_full[0], self.handles[0])
+            ikp_cute.flags.register_symmetric("flags", self.flags[0], self.handles[1])
+        else:
+            for r, (a, f) in enumerate(zip(self.a_full, self.flags)):
+                ikp_cute.flags.register_buffer("a_full", a, owner_rank=r)
+                ikp_cute.flags.register_buffer("flags", f, owner_rank=r)
 
     def _ptrs(self, a_ptrs, flag_ptrs):
         import torch
@@ -266,8 +288,100 @@ def compile_kernel(ag, prob: Problem, wait_kind: str, log_tasks: bool, ctas_per_
     return run
 
 
+TRACE_MODES = {"traced": None, "flags only": {"flag_signal", "flag_wait"}}  # trace_pipelines(ops=...)
+
+
+def compile_traced(ag, prob: Problem, ctas_per_rank: int, records_per_lane: int, device: str = "cuda") -> dict:
+    """{(wait kind, mode): (trace, session, run)}: the kernel compiled inside trace_pipelines (a Session sized
+    from this launch's grid, a lane per warp)."""
+    import tile_gemm as tg
+
+    from ikp_cute.pipelines import session_for, trace_pipelines
+
+    prob.register_flag_buffers()
+    out = {}
+    for wk in ag.WAIT_KINDS:
+        for mode, ops in TRACE_MODES.items():
+            session = session_for(prob.ranks_here * ctas_per_rank, tg.THREADS // 32, records_per_lane, kernel="ag_gemm",
+                                  device=device)
+            trace = trace_pipelines(session, ops=ops)
+            with trace:
+                out[(wk, mode)] = (trace, session, compile_kernel(ag, prob, wk, False, ctas_per_rank))
+    return out
+
+
+def traced_story(traces: list, ctas_per_rank: int, initial: int, delay_rank: int, simulated: bool) -> dict:
+    """What the host finds in the captures of one traced step (one per rank, merged on the host clock by
+    host_decode.analysis.sessions.concat, or one holding every simulated rank): the flag table and waits matched
+    to signals across ranks (host_decode.analysis.flag_paths), the critical path, waits on the delayed rank's
+    rows."""
+    import dataclasses
+
+    from host_decode.analysis.flag_paths import analyze_flags, block_spans
+    from host_decode.analysis.flags import critical_path, describe_path, match_waits
+    from host_decode.analysis.sessions import concat, parts_from_traces
+
+    trace = traces[0] if len(traces) == 1 else concat(parts_from_traces(traces, by="rank"))
+    fa = analyze_flags(trace, initial=initial)
+    table, m, spans, offsets = fa.events.table, fa.match, block_spans(fa), fa.events.pending_offsets()
+    if simulated:  # ranks as slices of one grid (one clock): rank = block // ctas_per_rank
+        table = dataclasses.replace(table, rank=table.block // ctas_per_rank, block=table.block % ctas_per_rank)
+        spans = dataclasses.replace(spans, rank=spans.block // ctas_per_rank, block=spans.block % ctas_per_rank)
+        m, offsets = match_waits(table, clock_error_ns=fa.error_bound_ns, initial=initial), None
+    path = critical_path(table, m, spans=spans, clock_offset_ns=offsets)
+    w = m.wait_rows
+    row_blocks = int(traces[0].meta["example"]["row_blocks"])  # flags[src, row block]: the offset's rank is src
+    on_delayed = table.offset[w] // row_blocks == delay_rank
+    dur = table.end_ns[w] - table.begin_ns[w]
+    return dict(events=len(table), waits=int(w.size), waits_blocked=int(m.blocked().sum()), match=m.counts(),
+                path_ns=int(path["duration_ns"].sum()), path=describe_path(table, path)[-12:],
+                problems={k: v for k, v in fa.events.problems.items() if v},
+                unknown_addresses=fa.events.unknown_addresses, lost=sum(t.loss.lost for t in traces),
+                clock_error_ns=fa.error_bound_ns,
+                wait_ns_median_on_delayed_rank=float(np.median(dur[on_delayed])) if on_delayed.any() else None,
+                wait_ns_median_other=float(np.median(dur[~on_delayed])) if (~on_delayed).any() else None)
+
+
+def run_traced(traced: dict, prob: Problem, out: Path, delay_rank: int, delay_ns: int, step_barrier,
+               distributed: bool, ctas: int) -> list[dict]:
+    """Each traced variant with no delay and with delay_ns: checked, saved per rank, read back (rank 0) and
+    analysed across ranks."""
+    import torch
+
+    from host_decode.load.capture import load_capture
+
+    rows = []
+    for (wk, mode), (trace, session, fn) in traced.items():
+        for d in (0, delay_ns):
+            prob.poison()
+            step_barrier()
+            session.reset()
+            fn(delay_rank, d)
+            torch.cuda.synchronize()
+            err = prob.check(f"traced {wk} ({mode}) d={d}")
+            step = f"distributed_{wk}_{mode.replace(' ', '_')}_delay{d // 1000}us"  # a folder: the step's ranks
+            name = f"{step}/rank{prob.rank_base}.npy"
+            example = {"wait": wk, "mode": mode, "delay_ns": d, "delay_rank": delay_rank, "epoch": prob.epoch,
+                       "chunks": prob.chunks, "row_blocks": prob.row_blocks, "ctas_per_rank": ctas,
+                       "simulated_ranks": 0 if distributed else prob.ranks_here}
+            path = str(trace.save(session, out / "captures" / name, example=example))
+            paths = [path]
+            if distributed:
+                import torch.distributed as dist
+
+                paths = [None] * dist.get_world_size()
+                dist.all_gather_object(paths, path)
+            row = dict(example="distributed", wait=wk, mode=mode, delay_ns=d, rel_err=err, captures=paths)
+            if not distributed or prob.rank_base == 0:
+                traces = [load_capture(p) for p in paths]
+                row["traced"] = traced_story(traces, ctas, (prob.epoch - 1) * prob.chunks, delay_rank if d else -1,
+                                             simulated=not distributed)
+            rows.append(row)
+    return rows
+
+
 def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunks=4, delay_rank=1, delay_us=20.0,
-        launches=100, seed=0):
+        launches=100, seed=0, trace=False, records_per_lane=1024, ctas_per_rank=None):
     import ag_gemm as ag
     import torch
     from measure import time_alternating
@@ -283,7 +397,7 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
             raise ValueError(f"--world-size {world_size} but torch.distributed has {dist.get_world_size()} ranks")
         prob = Problem(world_size, rank, 1, m, k, n, chunks, seed)
         prob.symmetric_distributed(dist.group.WORLD)
-        ctas = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        ctas = ctas_per_rank or torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
         tick = torch.zeros(1, device="cuda")
 
         def step_barrier():  # on the kernel's stream: the next launch starts after every rank's previous one
@@ -292,10 +406,11 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
     else:
         prob = Problem(ranks, 0, ranks, m, k, n, chunks, seed)
         prob.symmetric_single_gpu()
-        ctas = torch.cuda.get_device_properties(0).multi_processor_count // ranks
+        ctas = ctas_per_rank or torch.cuda.get_device_properties(0).multi_processor_count // ranks
         step_barrier = prob.queue.zero_
     delay_ns = int(delay_us * 1e3)
     kernels = {(wk, log): compile_kernel(ag, prob, wk, log, ctas) for wk in ag.WAIT_KINDS for log in (False, True)}
+    traced = compile_traced(ag, prob, ctas, records_per_lane) if trace else {}
     rows, variants = [], {}
     for (wk, log), fn in kernels.items():
         for d in (0, delay_ns):
@@ -315,6 +430,13 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
             rows.append(row)
             name = f"{wk}{' log' if log else ''} delay {d // 1000}us"
             variants[name] = (step_barrier, lambda fn=fn, d=d: fn(delay_rank, d))
+    rows += run_traced(traced, prob, out, delay_rank, delay_ns, step_barrier, distributed, ctas)
+    for (wk, mode), (_, session, fn) in traced.items():  # timed with no delay beside the plain kernel
+        def setup(session=session):
+            step_barrier()
+            session.reset()
+
+        variants[f"{wk} {mode} delay 0us"] = (setup, lambda fn=fn: fn(delay_rank, 0))
     times = time_alternating(variants, launches)
     if distributed:  # a step takes as long as its slowest rank
         local = {name: torch.tensor(t, device="cuda") for name, t in times.items()}
@@ -326,7 +448,9 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
         mode="torch.distributed" if distributed else f"{ranks} ranks simulated on one GPU", world=prob.world,
         problem=dict(m=m, k=k, n=n, chunks=chunks, ctas_per_rank=ctas, tasks_per_rank=int(prob.tasks_np.shape[1]),
                      delay_rank=delay_rank),
-        timing={name: {"median_ms": float(np.median(t)), "vs_ld_delay0": float(np.median(t)) / base}
+        timing={name: {"median_ms": float(np.median(t)), "vs_ld_delay0": float(np.median(t)) / base,
+                       **({"vs_plain": float(np.median(t)) / float(np.median(times[f"{name.split()[0]} delay 0us"]))}
+                          if name.split()[1] in ("traced", "flags") else {})}
                 for name, t in times.items()},
         tflops_all_ranks=2.0 * m * k * n * prob.world / (base * 1e-3) / 1e12,
         runs=rows,
@@ -344,15 +468,23 @@ def run(out: Path, *, world_size: int, ranks: int, m=4096, k=1024, n=1024, chunk
 
 def table(summary: dict) -> str:
     lines = [f"distributed ({summary['mode']}, world {summary['world']}) {summary['problem']}",
-             f"{'variant':<26}{'median ms':>11}{'vs ld delay0':>14}"]
+             f"{'variant':<30}{'median ms':>11}{'vs ld delay0':>14}{'vs plain':>10}"]
     for name, t in summary["timing"].items():
-        lines.append(f"{name:<26}{t['median_ms']:>11.4f}{t['vs_ld_delay0']:>14.3f}")
+        vs_plain = f"{t['vs_plain']:>10.4f}" if "vs_plain" in t else ""
+        lines.append(f"{name:<30}{t['median_ms']:>11.4f}{t['vs_ld_delay0']:>14.3f}{vs_plain}")
     for r in summary["runs"]:
         if "truth" in r:
             g = r["truth"]
             lines.append(f"truth wait={r['wait']} delay={r['delay_ns']}ns: waits {g['waits']} (blocked "
                          f"{g['waits_blocked']}), median wait on the delayed rank {g['wait_ns_median_on_delayed_rank']}"
                          f" ns vs others {g['wait_ns_median_other']} ns, match {g['match']}, path {g['path_ns']} ns")
+        if "traced" in r:
+            g = r["traced"]
+            lines.append(f"traced wait={r['wait']} ({r['mode']}) delay={r['delay_ns']}ns: {g['events']} flag events "
+                         f"(lost {g['lost']}, malformed {g['problems'] or 'none'}), waits {g['waits']} (blocked "
+                         f"{g['waits_blocked']}), median wait on the "
+                         f"delayed rank {g['wait_ns_median_on_delayed_rank']} ns vs others {g['wait_ns_median_other']}"
+                         f" ns, match {g['match']} (clock error {g['clock_error_ns']} ns), path {g['path_ns']} ns")
     lines.append(f"TFLOP/s, all ranks (ld, no delay): {summary['tflops_all_ranks']:.1f}")
     return "\n".join(lines)
 
@@ -371,10 +503,19 @@ def main(argv=None) -> int:
     ap.add_argument("--delay-us", type=float, default=20.0)
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
+    ap.add_argument("--trace", action="store_true", help="also run the kernel traced (flag records, no kernel edit)")
+    ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
+    ap.add_argument("--ctas-per-rank", type=int, default=None, help="CTAs per rank (default: the SMs, shared)")
     a = ap.parse_args(argv)
     summary = run(a.out, world_size=a.world_size, ranks=a.ranks, m=a.m, k=a.k, n=a.n, chunks=a.chunks,
-                  delay_rank=a.delay_rank, delay_us=a.delay_us, launches=a.launches, seed=a.seed)
+                  delay_rank=a.delay_rank, delay_us=a.delay_us, launches=a.launches, seed=a.seed, trace=a.trace,
+                  records_per_lane=a.records_per_lane, ctas_per_rank=a.ctas_per_rank)
     if summary is not None:
+        for r in summary["runs"]:
+            if "traced" in r:
+                print(f"critical path from the records (wait={r['wait']}, {r['mode']}, delay={r['delay_ns']} ns), "
+                      "last links:")
+                print("\n".join("   " + line for line in r["traced"]["path"]))
         print(table(summary))
     return 0
 

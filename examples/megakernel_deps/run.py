@@ -11,6 +11,12 @@ dependents are the layer-2 tasks of that row block), timed alternately in one ru
 last layer-1 signal of its row block, then matches the log's waits to its signals and walks the critical
 path with host_decode.analysis.flags, the matching a tracer's records will get. Writes
 megakernel_deps.json under --out and prints a table last.
+
+--trace: the same kernel compiled inside ikp_cute.trace_pipelines (no kernel edit: the tracer hooks
+cutlass.utils.distributed), at the default level and with flags only (`ops=`), checked like the plain one,
+timed beside it, each run saved as a capture (captures/*.npy + sidecar with `flags`, `flag_buffers`: the
+`ready` counters, and the clock's offset), read back with host_decode's loader and its records matched and walked
+(host_decode.analysis.flag_paths).
 """
 
 from __future__ import annotations
@@ -207,17 +213,92 @@ def compile_kernel(mk, prob: Problem, wait_kind: str, log_tasks: bool, num_ctas:
     return run
 
 
+TRACE_MODES = {"traced": None, "flags only": {"flag_signal", "flag_wait"}}  # trace_pipelines(ops=...)
+
+
+def compile_traced(mk, prob: Problem, num_ctas: int, records_per_lane: int, device: str = "cuda") -> dict:
+    """{(wait kind, mode): (trace, session, run)}: the kernel compiled inside trace_pipelines, one Session (sized
+    from the grid: a lane per warp) per variant; the `ready` counters registered as the flags' buffer."""
+    import tile_gemm as tg
+
+    import ikp_cute.flags
+    from ikp_cute.pipelines import session_for, trace_pipelines
+
+    ikp_cute.flags.register_buffer("ready", prob.ready)
+    out = {}
+    for wk in mk.WAIT_KINDS:
+        for mode, ops in TRACE_MODES.items():
+            session = session_for(num_ctas, tg.THREADS // 32, records_per_lane, kernel="megakernel_deps", device=device)
+            trace = trace_pipelines(session, ops=ops)
+            with trace:
+                out[(wk, mode)] = (trace, session, compile_kernel(mk, prob, wk, False, num_ctas))
+    return out
+
+
+def traced_story(trace, skew_ns: int) -> dict:
+    """What the host finds in a traced run's capture (host_decode.analysis.flag_paths: the flag table, waits matched
+    to signals, the critical path): the longest blocked wait and whether the block that released it is on the path
+    (the skewed task's block when the skew is on)."""
+    from host_decode.analysis.flag_paths import analyze_flags, block_spans
+    from host_decode.analysis.flags import critical_path, describe_path
+
+    fa = analyze_flags(trace)
+    table, m = fa.events.table, fa.match
+    path = critical_path(table, m, spans=block_spans(fa), clock_offset_ns=fa.events.pending_offsets())
+    story = dict(events=len(table), waits=int(m.wait_rows.size), waits_blocked=int(m.blocked().sum()),
+                 match=m.counts(), path_ns=int(path["duration_ns"].sum()), path=describe_path(table, path)[-12:],
+                 problems={k: v for k, v in fa.events.problems.items() if v},
+                 unknown_addresses=fa.events.unknown_addresses, loss=trace.loss.lost,
+                 dropped=trace.loss.dropped_on_device, skew_ns=skew_ns)
+    waits = m.wait_rows[m.signal >= 0]
+    if waits.size:
+        length = table.end_ns[waits] - table.begin_ns[waits]
+        longest = int(np.argmax(length))
+        releaser = int(table.block[m.signal[m.signal >= 0][longest]])
+        story.update(longest_wait_ns=int(length[longest]), longest_wait_released_by_block=releaser,
+                     releaser_on_path=bool(np.isin(releaser, path["block"]) | np.isin(releaser, path["from_block"])))
+    work = path[path["kind"] == 0]
+    if work.size:
+        w = work[np.argmax(work["duration_ns"])]
+        story.update(longest_work_on_path_ns=int(w["duration_ns"]), longest_work_block=int(w["block"]))
+    return story
+
+
+def run_traced(traced: dict, prob: Problem, out: Path, skew_task: int, skew_ns: int) -> list[dict]:
+    """Each traced variant with skew 0 and skew_ns: checked, saved, read back and analysed."""
+    import torch
+
+    from host_decode.load.capture import load_capture
+
+    rows = []
+    for (wk, mode), (trace, session, fn) in traced.items():
+        for skew in (0, skew_ns):
+            prob.poison()
+            with session.zeroed_then_synced():
+                fn(skew_task, skew)
+            torch.cuda.synchronize()
+            err = prob.check(f"traced wait {wk} ({mode}), skew {skew} ns")
+            name = f"megakernel_deps_{wk}_{mode.replace(' ', '_')}_skew{skew // 1000}us.npy"
+            path = trace.save(session, out / "captures" / name, example={"wait": wk, "mode": mode, "skew_ns": skew,
+                                                                         "skew_task": skew_task})
+            story = traced_story(load_capture(path), skew)
+            rows.append(dict(example="megakernel_deps", wait=wk, mode=mode, skew_ns=skew, rel_err=err,
+                             capture=str(path), traced=story))
+    return rows
+
+
 def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", skew_us=20.0, skew_task=None,
-        launches=100, seed=0) -> list[dict]:
+        launches=100, seed=0, trace=False, records_per_lane=1024, ctas=None) -> list[dict]:
     import megakernel_deps as mk
     import torch
     from measure import time_alternating
 
-    num_ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    num_ctas = ctas or torch.cuda.get_device_properties(0).multi_processor_count
     prob = Problem(m, k, n1, n2, order, seed)
     skew_task = middle_task(prob.tasks_np) if skew_task is None else skew_task
     skew_ns = int(skew_us * 1e3)
     kernels = {(wk, log): compile_kernel(mk, prob, wk, log, num_ctas) for wk in mk.WAIT_KINDS for log in (False, True)}
+    traced = compile_traced(mk, prob, num_ctas, records_per_lane) if trace else {}
     rows, variants = [], {}
     for (wk, log), fn in kernels.items():
         for skew in (0, skew_ns):
@@ -231,11 +312,22 @@ def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", ske
             rows.append(row)
             variants[f"{wk}{' log' if log else ''} skew {skew // 1000}us"] = (
                 prob.reset, lambda fn=fn, skew=skew: fn(skew_task, skew))
+    out.mkdir(parents=True, exist_ok=True)
+    rows += run_traced(traced, prob, out, skew_task, skew_ns)
+    for (wk, mode), (_, session, fn) in traced.items():  # timed at skew 0 beside the plain kernel
+        def setup(session=session):
+            prob.reset()
+            session.reset()
+
+        variants[f"{wk} {mode} skew 0us"] = (setup, lambda fn=fn: fn(skew_task, 0))
     times = time_alternating(variants, launches)
     base = float(np.median(times["ld skew 0us"]))
     timing = {name: {"median_ms": float(np.median(t)), "p10_ms": float(np.percentile(t, 10)),
                      "p90_ms": float(np.percentile(t, 90)), "vs_ld_skew0": float(np.median(t)) / base}
               for name, t in times.items()}
+    for (wk, mode) in traced:  # the tracer's cost: traced / plain median, same wait, same run
+        timing[f"{wk} {mode} skew 0us"]["vs_plain"] = (timing[f"{wk} {mode} skew 0us"]["median_ms"]
+                                                       / timing[f"{wk} skew 0us"]["median_ms"])
     flops = 2.0 * m * k * n1 + 2.0 * m * n1 * n2
     summary = dict(problem=dict(m=m, k=k, n1=n1, n2=n2, order=order, tasks=int(prob.tasks_np.shape[0]),
                                 ctas=num_ctas, skew_task=skew_task, skew_layer_tile=prob.tasks_np[skew_task].tolist(),
@@ -247,9 +339,11 @@ def run(out: Path, *, m=4096, k=1024, n1=1024, n2=1024, order="interleaved", ske
 
 
 def table(summary: dict) -> str:
-    lines = [f"megakernel_deps {summary['problem']}", f"{'variant':<24}{'median ms':>11}{'vs ld skew0':>13}"]
+    lines = [f"megakernel_deps {summary['problem']}",
+             f"{'variant':<30}{'median ms':>11}{'vs ld skew0':>13}{'vs plain':>10}"]
     for name, t in summary["timing"].items():
-        lines.append(f"{name:<24}{t['median_ms']:>11.4f}{t['vs_ld_skew0']:>13.3f}")
+        vs_plain = f"{t['vs_plain']:>10.4f}" if "vs_plain" in t else ""
+        lines.append(f"{name:<30}{t['median_ms']:>11.4f}{t['vs_ld_skew0']:>13.3f}{vs_plain}")
     for r in summary["runs"]:
         if "truth" in r:
             g = r["truth"]
@@ -257,6 +351,16 @@ def table(summary: dict) -> str:
                          f"{g['dependents_released_by_skewed_task']}/{g['dependents']} dependents released by it, "
                          f"waits blocked {g['waits_blocked']}, match {g['match']}, path {g['path_ns']} ns "
                          f"(skewed task on it: {g['path_has_skewed_task']})")
+        if "traced" in r:
+            g = r["traced"]
+            lines.append(f"traced wait={r['wait']} ({r['mode']}) skew={r['skew_ns']}ns: {g['events']} flag events "
+                         f"(lost {g['loss']}, dropped {g['dropped']}, unknown addresses {g['unknown_addresses']}, "
+                         f"malformed {g['problems'] or 'none'}), "
+                         f"waits blocked {g['waits_blocked']}, match {g['match']}, path {g['path_ns']} ns, longest "
+                         f"wait {g.get('longest_wait_ns')} ns released by block "
+                         f"{g.get('longest_wait_released_by_block')} (on the path: {g.get('releaser_on_path')}), "
+                         "longest work on the path "
+                         f"{g.get('longest_work_on_path_ns')} ns (block {g.get('longest_work_block')})")
     lines.append(f"TFLOP/s (ld, skew 0): {summary['tflops_ld_skew0']:.1f}")
     return "\n".join(lines)
 
@@ -273,13 +377,19 @@ def main(argv=None) -> int:
     ap.add_argument("--skew-task", type=int, default=None, help="queue index of a layer-1 task (default: middle)")
     ap.add_argument("--launches", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="inputs: torch.randn with this seed")
+    ap.add_argument("--trace", action="store_true", help="also run the kernel traced (flag records, no kernel edit)")
+    ap.add_argument("--records-per-lane", type=int, default=1024, help="--trace: slots per warp lane")
+    ap.add_argument("--ctas", type=int, default=None, help="CTAs of the persistent grid (default: one per SM)")
     a = ap.parse_args(argv)
     summary = run(a.out, m=a.m, k=a.k, n1=a.n1, n2=a.n2, order=a.order, skew_us=a.skew_us, skew_task=a.skew_task,
-                  launches=a.launches, seed=a.seed)
+                  launches=a.launches, seed=a.seed, trace=a.trace, records_per_lane=a.records_per_lane,
+                  ctas=a.ctas)
     for r in summary["runs"]:
-        if "truth" in r:
-            print(f"critical path (wait={r['wait']}, skew={r['skew_ns']} ns), last links:")
-            print("\n".join("   " + line for line in r["truth"]["path"]))
+        for key, what in (("truth", "log"), ("traced", "records")):
+            if key in r:
+                print(f"critical path from the {what} (wait={r['wait']}{', ' + r['mode'] if 'mode' in r else ''}, "
+                      f"skew={r['skew_ns']} ns), last links:")
+                print("\n".join("   " + line for line in r[key]["path"]))
     print(table(summary))
     return 0
 

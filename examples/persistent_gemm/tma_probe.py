@@ -25,8 +25,10 @@ issue and ready bounds per load) against the truth: every truth inside its inter
 
 `compare(trace, truth, stages)` matches the traced pipeline (level "signals", `passing_waits=True`, so
 every commit and every wait is recorded) to the ground truth: the k-th commit and the k-th consumer wait
-of stage s are iteration k * stages + s. traced issue = the commit instant (arrive.expect_tx, a few
-instructions before ISSUE); traced ready = the end of the consumer's wait. At the default level ("waits")
+of stage s are iteration k * stages + s. traced issue = the commit instant (its timer read comes before the
+record block and the arrive.expect_tx: 32-64 ns before ISSUE on an H200, 2026-11-29); traced ready = the end of
+the consumer's wait (the phase flip only where the wait blocked: with four stages in flight the consumer finds
+most loads landed, its wait passes, and its end is later than the flip). At the default level ("waits")
 there is no commit: the producer's acquire region ends just before the issue, when it blocked.
 
     python examples/persistent_gemm/tma_probe.py [--out DIR]      # GPU: every config, traced + truth

@@ -20,13 +20,16 @@ and a waiting region that blocked began before ready(k).
 
 Intervals (INTERVAL_DTYPE): issue in [issue_lo, issue_hi], ready in [ready_lo, ready_hi], ns, -1 = no bound.
 * Signal traced (level signals): one interval per complete signal phase k (the latest of the unit's
-  signalling lanes' k-th signals) and block of its unit. issue = that signal, exact. Evidence of the block is
+  signalling lanes' k-th signals) and block of its unit. issue = that signal, measured: from its time to at most
+  SIGNAL_RECORD_LEAD_NS later (the record block and the arrive come between the timer read and the unit's
+  start), before its lane's next record, not after ready_hi. Evidence of the block is
   given its phase by time: k = (complete phases of its unit and stage whose signal is earlier) - 1. ready_hi =
   the earliest wait end or follow-up of phase >= k (the "next observed" one: later phases complete later), or
   for a block-local pipeline the next phase's signal (it follows every release of phase k). ready is exact when
   a waiting region of phase k blocked: ready in [max(end - step, begin), end] with end its earliest end (the
   waiter wakes within one timer step of the phase completing, the same reading that makes a blocked wait's
-  end its release time); else bounded, ready_lo = issue.
+  end its release time); else bounded, ready_lo = issue. A region blocked only when it lasted longer than a
+  recorded pass can (PASSING_WAIT_NS, or the capture's pass-through cost if longer).
 * Signal not traced (level waits): ready is exact only where a waiting region blocked. Blocked regions of one
   block and stage that began before the first of them ended waited for one phase (the same wake-up reading):
   one interval each group, ready exact, issue in [the latest anchor end of the block before it, ready_hi]
@@ -41,9 +44,12 @@ measured), unbounded (neither); an interval without an upper ready bound or a lo
 Invariants, and the tests that guard them (tests/unit/host_decode/analysis/test_async_units.py): intervals and
 bounds of hand-built captures whose issue and ready times are known, exact / issue-bounded / ready-bounded /
 unbounded, several stages, phases past the parity wrap and a timer wrap (::test_signals_level_by_hand,
-::test_waits_level_by_hand, ::test_timer_wrap_gives_the_same_intervals); the true times lie inside every
-interval's bounds on randomized pipelines (::test_bounds_contain_the_truth_on_random_pipelines); on a real
-probe capture, within one timer step of the observer's ground truth
+::test_waits_level_by_hand, ::test_timer_wrap_gives_the_same_intervals); the issue within the record's lead or
+before the lane's next record (::test_the_issue_lies_within_the_record_path_or_before_the_lanes_next_record); a
+wait as short as a pass measures nothing (::test_a_wait_as_short_as_a_pass_does_not_measure_ready); the true
+times lie inside every interval's bounds on randomized pipelines
+(::test_bounds_contain_the_truth_on_random_pipelines); on the real probe captures, within one timer step of the
+observer's ground truth
 (tests/unit/host_decode/analysis/test_persistent_gemm_captures.py::test_tma_probe_intervals_contain_the_ground_truth).
 """
 
@@ -71,6 +77,20 @@ COMPLETES = {("full", "TMA"): "data landed", ("full", "UMMA"): "accumulator read
              ("empty", "UMMA"): "stage's operands read"}
 NONE = -1
 _INF = np.iinfo(np.int64).max
+# How long after a signal instant's time the signal's own unit starts, at most: the instant reads %globaltimer
+# first, then writes its record (state load, store, state update: ~22 SASS) and only then arrives; a TMA
+# producer's copy follows its arrive.expect_tx. Measured on an H200 (2026-11-29, the TMA probe,
+# examples/persistent_gemm/captures/tma_probe_*.npy, 256 loads at level signals): from the commit instant to the
+# probe's own %globaltimer read just before its copy, 32 ns (88 loads) or 64 ns (168), never more; two reads of
+# a 32 ns timer 64 ns apart lie less than 96 ns apart. The committing lane's next record bounds it too.
+SIGNAL_RECORD_LEAD_NS = 96
+# How long a recorded wait that passed can last (its phase had completed before it began; level all or
+# passing_waits=True record it): the record's own reads and stores around a try_wait that succeeds at once.
+# Measured on an H200: 64 or 96 ns for the 116 consumer waits of the TMA probe (2026-11-29) that the probe's
+# observer saw complete before the wait began, 32 to 96 ns for quack's 128 scheduler waits (2026-11-27,
+# examples/pipelines/quack_gemm_sm90_signals.npy) that began after another warp's wait of the same phase ended.
+# A wait no longer than this proves nothing about when its phase completed.
+PASSING_WAIT_NS = 96
 
 INTERVAL_DTYPE = np.dtype(
     [
@@ -137,7 +157,8 @@ def analyze_async_units(trace: Trace, analysis: PipelineAnalysis | None = None) 
     span_at, inst_at = OpSlices(s_ch, s_op, len(pa.channels)), OpSlices(i_ch, i_op, len(pa.channels))
     ctx = MatchContext.of(trace)
     blocks = np.unique(trace.lanes["block"][trace.lanes["first_ns"] >= 0]).astype(np.int64)
-    step, blocked_above = pa.timer_step_ns, pa.blocked_above_ns
+    step, blocked_above = pa.timer_step_ns, max(pa.blocked_above_ns, PASSING_WAIT_NS)
+    next_record = _NextRecord(trace)
     parts, sources = [], []
     for c, ch in enumerate(pa.channels):
         for side, unit in async_sides(ch):
@@ -161,8 +182,8 @@ def analyze_async_units(trace: Trace, analysis: PipelineAnalysis | None = None) 
             if sig is not None and sig.lane.size:
                 records = Records.of_instants(inst[inst_at(c, ops["signal"])], sig.stage, unit_of_block, ch.num_stages)
                 iv = _by_phase(ctx, ch, side, records, unit_of_block, blocks, waiting, follow, step, blocked_above,
-                               not_used)
-                issue = f"{ops['signal']} (exact)"
+                               not_used, next_record)
+                issue = f"{ops['signal']} (measured: within {SIGNAL_RECORD_LEAD_NS} ns after it)"
             else:
                 iv = _by_waits(ch, side, anchor, waiting, step, blocked_above, not_used)
                 why = (untraced_reason(meta, ch.name, ops["signal"]) if sig is None
@@ -193,8 +214,32 @@ def _count(not_used: dict, reason: str, n) -> None:
     not_used[reason] = not_used.get(reason, 0) + int(np.sum(n))
 
 
+class _NextRecord:
+    """The time of a lane's first record after a given time (any record: a later one comes later in program
+    order), from one sort of the capture's record times by lane."""
+
+    def __init__(self, trace: Trace):
+        sp, inst = trace.spans, trace.instants
+        lane = np.concatenate([sp["lane"], sp["lane"], inst["lane"]]).astype(np.int64)
+        t = np.concatenate([sp["start_ns"], sp["end_ns"], inst["ts_ns"]]).astype(np.int64)
+        self.times, rank = np.unique(t, return_inverse=True)
+        self.n = self.times.size + 1
+        self.key = np.sort(lane * self.n + rank)  # (lane, time rank): whole numbers far below 2**63
+
+    def after(self, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Per (lane, t): the lane's first record time later than t, int64 max when there is none."""
+        if not self.key.size:
+            return np.full(np.shape(t), _INF)
+        want = lane * self.n + np.searchsorted(self.times, t, side="right")
+        pos = np.searchsorted(self.key, want)
+        hit = np.minimum(pos, self.key.size - 1)
+        same = (pos < self.key.size) & (self.key[hit] // self.n == lane)
+        return np.where(same, self.times[np.minimum(self.key[hit] % self.n, self.times.size - 1)], _INF)
+
+
 def _by_phase(ctx: MatchContext, ch: Channel, side: str, sig: Records, unit_of_block: np.ndarray, blocks: np.ndarray,
-              waiting: _Rows | None, follow: _Rows | None, step: int, blocked_above: int, not_used: dict) -> np.ndarray:
+              waiting: _Rows | None, follow: _Rows | None, step: int, blocked_above: int, not_used: dict,
+              next_record: _NextRecord) -> np.ndarray:
     """Signal traced: one interval per complete signal phase and block of its unit (module docstring)."""
     S = ch.num_stages
     present, missing, cut = ctx.unit_health(np.unique(sig.lane % ctx.trace.num_groups), unit_of_block)
@@ -203,7 +248,7 @@ def _by_phase(ctx: MatchContext, ch: Channel, side: str, sig: Records, unit_of_b
     order = np.lexsort((sig.t, code))
     cs = code[order]
     last = np.r_[cs[1:] != cs[:-1], True]
-    p_code, p_t = cs[last], sig.t[order][last]
+    p_code, p_t, p_lane = cs[last], sig.t[order][last], sig.lane[order][last]
     p_lanes = np.diff(np.r_[np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]), cs.size])
     p_key, p_k = p_code // kmax, p_code % kmax
     p_unit = p_key // S
@@ -284,7 +329,11 @@ def _by_phase(ctx: MatchContext, ch: Channel, side: str, sig: Records, unit_of_b
     keep = ~contradiction
     iv = np.zeros(int(keep.sum()), INTERVAL_DTYPE)
     iv["block"], iv["stage"], iv["phase"] = occ_block[keep], occ_stage[keep], occ_k[keep]
-    iv["issue_lo"] = iv["issue_hi"] = issue[keep]
+    iv["issue_lo"] = issue[keep]
+    # the unit starts after the signal's record block: within SIGNAL_RECORD_LEAD_NS, before the signalling lane's
+    # next record, and not after ready
+    iv["issue_hi"] = np.minimum(np.minimum(issue[keep] + SIGNAL_RECORD_LEAD_NS, ready_hi[keep]),
+                                next_record.after(p_lane[ph][keep], issue[keep]))
     iv["ready_lo"] = ready_lo[keep]
     iv["ready_hi"] = np.where(ready_hi[keep] < _INF, ready_hi[keep], NONE)
     _classify(iv, np.ones(iv.size, bool), exact[keep])
@@ -429,8 +478,9 @@ def async_unit_stats(trace: Trace, units: AsyncUnits) -> list[dict]:
             "uses": int(iv.size), "classes": {name: int(n) for name, n in zip(CLASSES, cls)},
             "open": int((~closed).sum()),
             "latency_ns": {
-                # exact: the commit to the earliest end of a blocked wait (ready known to one timer step)
-                "exact": _percentiles(exact["ready_hi"] - exact["issue_hi"]),
+                # exact: the commit to the earliest end of a blocked wait (ready known to one timer step; the issue
+                # within SIGNAL_RECORD_LEAD_NS after the commit)
+                "exact": _percentiles(exact["ready_hi"] - exact["issue_lo"]),
                 "bounded": {"count": int(bounded.size),
                             "at_least_p50": float(np.median(np.maximum(bounded["ready_lo"] - bounded["issue_hi"], 0)))
                             if bounded.size else None,

@@ -1,27 +1,29 @@
-"""Flag events of decoded captures: the records of the flags tracer (docs/flags.md) as a
+"""Flag events of decoded captures: the records of the flags tracer (docs/flags.md, "Records") as a
 host_decode.analysis.flags.FlagTable, ready for match_waits and critical_path.
 
 What a trace holds (one capture, or a merged session whose meta["parts"] keep each capture's flag keys,
 host_decode.analysis.sessions.concat): per call site of the sidecar's ``flags`` a *signal* is an instant of
-the site's id, a *wait* a region (BEGIN at its first probe, END when it saw its value); the payloads that
-follow each record (trace.payloads, host_decode.load.payloads) carry the flag's address (FLAG_ADDR: address
->> 2, low 32 bits) and a value (FLAG_VALUE). A payload belongs to the record it follows: same lane, same
-time, that record's id and type; several records of one id at one time take their payloads in order.
+the site's id, a *wait* a region (BEGIN before its first probe, END when it saw its value). The decoder puts
+the payload instants that follow each record into ``trace.payloads`` (core.model.PAYLOAD_DTYPE) with that
+record's lane, event id, type and times: ``index`` 0 is its FLAG_ADDR (the flag's address >> 2, low 32
+bits), then its FLAG_VALUEs (signed 32-bit values) in the order the site records them.
 
-* A signal's value: on a site with ``values: true`` (an ``atom.add`` that returned old + 1, or a store)
-  the value it made; otherwise the number of increments of a warp-wide call: the signal becomes that many
-  adds at its time (none: one add). A store site (``op`` without "add") needs its value.
-* A wait's value: its site's ``expected`` when an integer, else its FLAG_VALUE. ``cmp`` "ge" or "eq".
-  A site with an integer ``reset`` (an ``atom.cas`` wait whose reset value differs) also stores it at the
-  wait's end.
+* A signal whose site's ``update`` is "add" adds its amount: its FLAG_VALUE when it has one (a runtime
+  amount, or several lanes of a warp adding to the flag in one call), else the site's ``value``; an amount of
+  n is n adds at the signal's time (0: ``zero_increments``; below 0: ``negative_add``, both left out). A store
+  stores its FLAG_VALUE when the site's ``value`` is "recorded", else the site's value.
+* A wait waits for its site's ``expected``, or its first FLAG_VALUE when that is "recorded"; ``cmp`` "ge",
+  "eq" or "lt". A site with ``reset`` (an ``atom.cas`` wait whose reset value differs from the expected one)
+  also stores the reset value (the site's, or its next FLAG_VALUE when "recorded") at the wait's end.
 * An address maps through the recording rank's ``flag_buffers``: a buffer's range is [base, base + bytes)
   seen through the 16 GiB window of the field, offset in elements of ``elem_bytes``. In no range: its own
   buffer ``gmem@0x...`` owned by the recording rank (counted: ``unknown_address``); in more than one
   (ranges that alias modulo 16 GiB): ``ambiguous_address``, left out and counted.
 * Everything malformed is left out and counted by reason (`PROBLEMS`), never raised: a record without its
-  address, a wait of a recorded value without it, a payload that follows no flag record, a second address or
-  value for one record, a store without a value. A sidecar entry of the wrong shape is a DecodeError naming
-  the capture and the key (``flags[3].kind``).
+  address, a recorded value missing, payloads that belong to no flag record, more payloads than the site
+  records. Payloads whose record the decoder did not keep are its ``payload_orphan`` loss bucket. A sidecar
+  entry of the wrong shape is a DecodeError naming the capture and the key (``flags[3].kind``: the one
+  validator, host_decode.load.sidecar.flag_entries).
 
 Invariants a change could break, with the test guarding each
 (tests/unit/host_decode/analysis/test_flag_events.py):
@@ -29,7 +31,8 @@ Invariants a change could break, with the test guarding each
   (::test_malformed_sequences_are_counted_by_name);
 * a peer's signal and the owner's wait of one flag get the same (buffer, owner, offset) although each rank
   maps the buffer elsewhere (::test_symmetric_buffers_map_to_one_identity);
-* aliasing ranges make `ambiguous_address`, never a guess (::test_aliasing_ranges_are_ambiguous).
+* aliasing ranges make `ambiguous_address`, never a guess
+  (::test_aliasing_ranges_are_ambiguous_and_unknown_addresses_keep_theirs).
 """
 
 from __future__ import annotations
@@ -38,17 +41,17 @@ import dataclasses
 
 import numpy as np
 
-from host_decode.analysis.flags import ADD, EQ, GE, SIGNAL, STORE, UNKNOWN, WAIT, FlagTable
+from host_decode.analysis.flags import ADD, EQ, GE, LT, SIGNAL, STORE, UNKNOWN, WAIT, FlagTable
 from host_decode.core import wire
-from host_decode.core.errors import DecodeError
 from host_decode.core.model import Trace
-from host_decode.load.payloads import FLAG_ADDR_EVENT_ID, FLAG_VALUE_EVENT_ID
+from host_decode.load.sidecar import RECORDED, flag_entries
 
-PROBLEMS = ("record_without_address", "wait_without_value", "store_without_value", "payload_without_record",
-            "extra_payload", "ambiguous_address", "zero_increments", "payload_set_aside_by_decoder")
+PROBLEMS = ("record_without_address", "wait_without_value", "signal_without_value", "payload_without_record",
+            "extra_payload", "ambiguous_address", "zero_increments", "negative_add")
 WINDOW = 1 << 32  # the address field: address >> 2, low 32 bits (a 16 GiB window of 4-byte words)
 _END, _INSTANT = int(wire.EventType.END), int(wire.EventType.INSTANT)
-_CMP = {"ge": GE, "eq": EQ}
+_CMP = {"ge": GE, "eq": EQ, "lt": LT}
+_MISSING = np.iinfo(np.int64).min  # a FLAG_VALUE a record does not have
 
 
 @dataclasses.dataclass
@@ -116,42 +119,12 @@ def _is_int(v) -> bool:
 
 
 def _sites(entries, where: str) -> list[dict]:
-    if not isinstance(entries, list):
-        raise DecodeError(f"'flags' must be a list of call sites, got {type(entries).__name__}", source=where)
-    out = []
-    for i, e in enumerate(entries):
-        key = f"flags[{i}]"
-        if not isinstance(e, dict):
-            raise DecodeError(f"'{key}' must be an object, got {type(e).__name__}", source=where)
-        if not _is_int(e.get("id")) or not 0 <= e["id"] <= wire.MAX_EVENT_ID:
-            raise DecodeError(f"'{key}.id' must be an event id 0..{wire.MAX_EVENT_ID}, got {e.get('id')!r}",
-                              source=where)
-        if e.get("kind") not in ("signal", "wait"):
-            raise DecodeError(f"'{key}.kind' must be 'signal' or 'wait', got {e.get('kind')!r}", source=where)
-        if e["kind"] == "wait":
-            if e.get("cmp") not in _CMP:
-                raise DecodeError(f"'{key}.cmp' must be one of {sorted(_CMP)}, got {e.get('cmp')!r}", source=where)
-            if not (_is_int(e.get("expected")) or e.get("expected") == "recorded"):
-                raise DecodeError(f"'{key}.expected' must be an integer or 'recorded', got {e.get('expected')!r}",
-                                  source=where)
-            if e.get("reset") is not None and not _is_int(e["reset"]):
-                raise DecodeError(f"'{key}.reset' must be an integer, got {e['reset']!r}", source=where)
-        out.append(e)
-    return out
+    flag_entries("flags", "flag_sites", entries, where)
+    return entries
 
 
 def _buffers(entries, where: str) -> list[dict]:
-    if not isinstance(entries, list):
-        raise DecodeError(f"'flag_buffers' must be a list, got {type(entries).__name__}", source=where)
-    rules = {"name": lambda v: isinstance(v, str) and v, "owner_rank": lambda v: _is_int(v) and v >= 0,
-             "base": lambda v: _is_int(v) and v >= 0, "bytes": lambda v: _is_int(v) and v >= 1,
-             "elem_bytes": lambda v: _is_int(v) and v >= 1}
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict):
-            raise DecodeError(f"'flag_buffers[{i}]' must be an object, got {type(e).__name__}", source=where)
-        for name, ok in rules.items():
-            if not ok(e.get(name)):
-                raise DecodeError(f"'flag_buffers[{i}].{name}' is missing or invalid: {e.get(name)!r}", source=where)
+    flag_entries("flag_buffers", "flag_buffers", entries, where)
     return entries
 
 
@@ -176,28 +149,71 @@ def _keys(*cols) -> np.ndarray:
     return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
+def _site_facts(sites: list[dict]) -> dict:
+    """Per site (in `sites` order): what its records carry (module docstring), as arrays."""
+    def ints(key, kinds):
+        return np.array([s[key] if s["kind"] in kinds and _is_int(s.get(key)) else _MISSING for s in sites], np.int64)
+
+    def recorded(key):
+        return np.array([s.get(key) == RECORDED for s in sites], bool)
+
+    wait = np.array([s["kind"] == "wait" for s in sites], bool)
+    store = np.array([s["kind"] == "signal" and s.get("update") == "store" for s in sites], bool)
+    resets = np.array([s["kind"] == "wait" and s.get("reset") is not None for s in sites], bool)
+    f = {"wait": wait, "store": store, "value": ints("value", ("signal",)), "value_recorded": recorded("value"),
+         "expected": ints("expected", ("wait",)), "expected_recorded": recorded("expected") & wait,
+         "resets": resets, "reset": ints("reset", ("wait",)), "reset_recorded": recorded("reset") & resets,
+         "cmp": np.array([_CMP.get(s.get("cmp"), GE) for s in sites], np.uint8)}
+    # FLAG_VALUEs a record of the site may carry: a signal one (an add's amount, or a recorded store value), a
+    # wait its recorded expected and reset values
+    f["values_allowed"] = np.where(wait, f["expected_recorded"].astype(np.int64) + f["reset_recorded"],
+                                   np.where(store, f["value_recorded"].astype(np.int64), 1))
+    return f
+
+
+def _payload_groups(pl: np.ndarray) -> dict:
+    """The payloads of each record (a run starting at index 0): its lane, record, first FLAG_ADDR, its first two
+    FLAG_VALUEs (signed) and how many of each kind it has."""
+    starts = np.flatnonzero(pl["index"] == 0)
+    group = np.cumsum(pl["index"] == 0) - 1
+    n = starts.size
+    is_addr = pl["payload"] == wire.FLAG_ADDR_EVENT_ID
+    is_val = pl["payload"] == wire.FLAG_VALUE_EVENT_ID
+    signed = pl["value"].astype(np.uint32).view(np.int32).astype(np.int64)
+    vrows = np.flatnonzero(is_val)
+    vg = group[vrows]
+    rank = np.arange(vrows.size) - np.searchsorted(vg, vg)  # position among its record's FLAG_VALUEs
+    values = np.full((n, 2), _MISSING, np.int64)
+    for k in (0, 1):
+        values[vg[rank == k], k] = signed[vrows[rank == k]]
+    out = {name: pl[name][starts].astype(np.int64) for name in ("lane", "event", "kind", "ts_ns", "begin_ns")}
+    out.update(size=np.bincount(group, minlength=n))
+    # per record, then one row for records with no payloads (index n): no address, no value
+    out.update(addr=np.r_[np.where(is_addr[starts], pl["value"][starts].astype(np.int64), -1), -1],
+               values=np.r_[values, [[_MISSING, _MISSING]]], n_addr=np.r_[np.bincount(group[is_addr], minlength=n), 0],
+               n_values=np.r_[np.bincount(vg, minlength=n), 0])
+    return out
+
+
 def flag_events(trace: Trace) -> FlagEvents:
     """The FlagTable of `trace` (module docstring)."""
     parts = parts_of(trace)
     offsets = np.array([p.block_offset for p in parts], np.int64)
     problems = {name: 0 for name in PROBLEMS}
-    problems["payload_set_aside_by_decoder"] = int(((trace.meta or {}).get("payload_losses") or {}).get(
-        "set_aside_by_decoder", 0))
 
     def part_of(block):
         return np.maximum(np.searchsorted(offsets, np.asarray(block, np.int64), side="right") - 1, 0)
 
     # the call sites: (part, event id) -> site row
-    site_key, site_part, site_entry = [], [], []
+    site_key, site_entry = [], []
     for i, p in enumerate(parts):
         for s in p.sites:
             site_key.append(i * (wire.MAX_EVENT_ID + 1) + s["id"])
-            site_part.append(i)
             site_entry.append(s)
     site_key = np.array(site_key, np.int64)
     o = np.argsort(site_key, kind="stable")
     site_key, site_entry = site_key[o], [site_entry[k] for k in o.tolist()]
-    kind_of = np.array([s["kind"] == "wait" for s in site_entry], bool)
+    facts = _site_facts(site_entry)
 
     def site_of(part, event):
         key = part * (wire.MAX_EVENT_ID + 1) + np.asarray(event, np.int64)
@@ -209,10 +225,10 @@ def flag_events(trace: Trace) -> FlagEvents:
     inst, sp = trace.instants, trace.spans
     i_site = site_of(part_of(inst["block"]), inst["event"])
     i_sel = np.flatnonzero(i_site >= 0)
-    i_sel = i_sel[~kind_of[i_site[i_sel]]] if site_key.size else i_sel[:0]
+    i_sel = i_sel[~facts["wait"][i_site[i_sel]]] if site_key.size else i_sel[:0]
     s_site = site_of(part_of(sp["block"]), sp["event"])
     s_sel = np.flatnonzero(s_site >= 0)
-    s_sel = s_sel[kind_of[s_site[s_sel]]] if site_key.size else s_sel[:0]
+    s_sel = s_sel[facts["wait"][s_site[s_sel]]] if site_key.size else s_sel[:0]
     n_sig, n_wait = i_sel.size, s_sel.size
     h_lane = np.r_[inst["lane"][i_sel], sp["lane"][s_sel]].astype(np.int64)
     h_block = np.r_[inst["block"][i_sel], sp["block"][s_sel]].astype(np.int64)
@@ -221,55 +237,39 @@ def flag_events(trace: Trace) -> FlagEvents:
     h_type = np.r_[np.full(n_sig, _INSTANT), np.full(n_wait, _END)]
     h_t = np.r_[inst["ts_ns"][i_sel], sp["end_ns"][s_sel]].astype(np.int64)
     h_begin = np.r_[inst["ts_ns"][i_sel], sp["start_ns"][s_sel]].astype(np.int64)
-    h_site = np.r_[i_site[i_sel], s_site[s_sel]].astype(np.int64)
+    hs = np.r_[i_site[i_sel], s_site[s_sel]].astype(np.int64)
     h_is_wait = np.r_[np.zeros(n_sig, bool), np.ones(n_wait, bool)]
 
-    # payloads onto their hosts: same lane, record id and type, time, and rank among equal ones
-    pl = trace.payloads
-    p_lane, p_ev, p_ty, p_t = (pl[f].astype(np.int64) for f in ("lane", "of_event", "of_type", "ts_ns"))
-    is_addr = pl["event"] == FLAG_ADDR_EVENT_ID
-    is_val = pl["event"] == FLAG_VALUE_EVENT_ID
-    both = _keys(np.r_[h_lane, p_lane], np.r_[h_event, p_ev], np.r_[h_type, p_ty], np.r_[h_t, p_t])
-    hk, pk = both[: h_lane.size], both[h_lane.size:]
-    h_nth = _nth(hk)
-    host_id = np.full(pl.size, -1, np.int64)
-    for sel in (is_addr, is_val):
-        rows = np.flatnonzero(sel)
-        nth = _nth(pk[rows])
-        # the host with the same key and the same rank among its equals
-        hkey = hk * (h_lane.size + 1) + h_nth
-        o = np.argsort(hkey)
-        want = pk[rows] * (h_lane.size + 1) + nth
-        at = np.minimum(np.searchsorted(hkey[o], want), max(o.size - 1, 0))
-        found = (hkey[o][at] == want) if o.size else np.zeros(rows.size, bool)
-        host_id[rows[found]] = o[at[found]]
-        extra = ~found & np.isin(pk[rows], hk)  # a second payload of one kind for one host
-        problems["extra_payload"] += int(extra.sum())
-        problems["payload_without_record"] += int((~found & ~extra).sum())
-    problems["payload_without_record"] += int((~(is_addr | is_val)).sum())
-    addr = np.full(h_lane.size, -1, np.int64)
-    value = np.full(h_lane.size, -1, np.int64)
-    a, v = np.flatnonzero(is_addr & (host_id >= 0)), np.flatnonzero(is_val & (host_id >= 0))
-    addr[host_id[a]] = pl["value"][a]
-    value[host_id[v]] = pl["value"][v]
+    # each record's payloads onto it: same lane, record id, type and times, and rank among equal ones
+    g = _payload_groups(trace.payloads)
+    both = _keys(np.r_[h_lane, g["lane"]], np.r_[h_event, g["event"]], np.r_[h_type, g["kind"]],
+                 np.r_[h_t, g["ts_ns"]], np.r_[h_begin, g["begin_ns"]])
+    hk, gk = both[: h_lane.size], both[h_lane.size:]
+    width = h_lane.size + g["lane"].size + 1
+    hkey, gkey = hk * width + _nth(hk), gk * width + _nth(gk)
+    o = np.argsort(hkey)
+    at = np.minimum(np.searchsorted(hkey[o], gkey), max(o.size - 1, 0))
+    found = (hkey[o][at] == gkey) if o.size else np.zeros(gkey.size, bool)
+    problems["payload_without_record"] = int(g["size"][~found].sum())
+    hg = np.full(h_lane.size, g["lane"].size, np.int64)  # each host's payload group (none: the empty row)
+    hg[o[at[found]]] = np.flatnonzero(found)
+    addr, v0, v1 = g["addr"][hg], g["values"][hg, 0], g["values"][hg, 1]
+    extra = g["n_addr"][hg] - (addr >= 0) + np.maximum(g["n_values"][hg] - facts["values_allowed"][hs], 0)
+    problems["extra_payload"] = int(extra.sum())
 
-    # the sites' facts per host
-    expected = np.array([s["expected"] if _is_int(s.get("expected")) else -1 for s in site_entry], np.int64)
-    recorded = np.array([s.get("expected") == "recorded" for s in site_entry], bool)
-    values_mode = np.array([bool(s.get("values")) for s in site_entry], bool)
-    is_store = np.array([s["kind"] == "signal" and "add" not in str(s.get("op", "add")) for s in site_entry], bool)
-    cmp = np.array([_CMP.get(s.get("cmp"), GE) for s in site_entry], np.uint8)
-    reset = np.array([s["reset"] if _is_int(s.get("reset")) else -1 for s in site_entry], np.int64)
-    hs = h_site
+    # the sites' facts per host, and the values their records carry
     ok = addr >= 0
     problems["record_without_address"] = int((~ok).sum())
-    need_val = h_is_wait & recorded[hs] if hs.size else h_is_wait
-    bad = ok & need_val & (value < 0)
-    problems["wait_without_value"] = int(bad.sum())
+    f = {k: v[hs] if hs.size else v[:0] for k, v in facts.items()}
+    is_store = ~h_is_wait & f["store"]
+    sig_value = np.where(f["value_recorded"] | (~is_store & (v0 != _MISSING)), v0, f["value"])
+    bad = ok & ~h_is_wait & (sig_value == _MISSING)
+    problems["signal_without_value"] = int(bad.sum())
     ok &= ~bad
-    store = ~h_is_wait & is_store[hs] if hs.size else h_is_wait
-    bad = ok & store & (value < 0)
-    problems["store_without_value"] = int(bad.sum())
+    expected = np.where(f["expected_recorded"], v0, f["expected"])
+    reset = np.where(f["reset_recorded"], np.where(f["expected_recorded"], v1, v0), f["reset"])
+    bad = ok & h_is_wait & ((expected == _MISSING) | (f["resets"] & (reset == _MISSING)))
+    problems["wait_without_value"] = int(bad.sum())
     ok &= ~bad
 
     # addresses -> (buffer, owner, offset) through the recording rank's table
@@ -282,7 +282,7 @@ def flag_events(trace: Trace) -> FlagEvents:
     for i, p in enumerate(parts):
         mine = np.flatnonzero((h_part == i) & ok)
         for b in p.buffers:
-            lo = (b["base"] >> 2) % WINDOW
+            lo = (b["base"] >> wire.FLAG_ADDR_SHIFT) % WINDOW
             rel = (addr[mine] - lo) % WINDOW
             inside = rel < -(-b["bytes"] // 4)
             rows = mine[inside]
@@ -297,31 +297,30 @@ def flag_events(trace: Trace) -> FlagEvents:
     ranks = np.array([p.rank for p in parts], np.int64)
     if unknown.size:
         raw = np.unique(addr[unknown])
-        names += [f"gmem@0x{int(r) << 2:x}" for r in raw.tolist()]
+        names += [f"gmem@0x{int(r) << wire.FLAG_ADDR_SHIFT:x}" for r in raw.tolist()]
         buf[unknown] = len(names) - raw.size + np.searchsorted(raw, addr[unknown])
         owner[unknown] = ranks[h_part[unknown]]
         offset[unknown] = 0
 
-    # signal rows: k increments (count mode), a value made (values mode / store), or one add
+    # signal rows: an add of n is n increments at its time; a store its value; waits; resets as stores
     sig = np.flatnonzero(ok & ~h_is_wait)
-    counted = ~values_mode[hs[sig]] & ~is_store[hs[sig]] if sig.size else np.zeros(0, bool)
-    reps = np.where(counted & (value[sig] >= 0), value[sig], 1)
-    problems["zero_increments"] = int((reps == 0).sum())
+    adds = ~is_store[sig]
+    problems["zero_increments"] = int((adds & (sig_value[sig] == 0)).sum())
+    problems["negative_add"] = int((adds & (sig_value[sig] < 0)).sum())
+    reps = np.where(adds, np.maximum(sig_value[sig], 0), 1)
     sig_rows = np.repeat(sig, reps)
-    sig_value = np.repeat(np.where(counted, UNKNOWN, value[sig]), reps)
-    sig_op = np.repeat(np.where(is_store[hs[sig]], STORE, ADD), reps) if sig.size else np.zeros(0, np.uint8)
+    sig_made = np.repeat(np.where(adds, UNKNOWN, sig_value[sig]), reps)
+    sig_op = np.repeat(np.where(adds, ADD, STORE), reps)
     wait = np.flatnonzero(ok & h_is_wait)
-    w_value = np.where(recorded[hs[wait]], value[wait], expected[hs[wait]]) if wait.size else wait
-    rs = wait[reset[hs[wait]] >= 0] if wait.size else wait  # an atom.cas wait that resets: a store at its end
+    rs = wait[f["resets"][wait]]  # an atom.cas wait that resets: a store at its end
     rows = np.r_[sig_rows, wait, rs]
     kind = np.r_[np.full(sig_rows.size, SIGNAL), np.full(wait.size, WAIT), np.full(rs.size, SIGNAL)]
     begin = np.r_[h_t[sig_rows], h_begin[wait], h_t[rs]]
     table = FlagTable(
         rank=ranks[h_part[rows]], launch=np.array([p.launch for p in parts], np.int64)[h_part[rows]],
         block=h_block[rows] - offsets[h_part[rows]], warp=h_group[rows], kind=kind, buffer=buf[rows],
-        offset=offset[rows], owner=owner[rows],
-        value=np.r_[sig_value, w_value, reset[hs[rs]] if rs.size else rs],
-        op=np.r_[sig_op, cmp[hs[wait]] if wait.size else wait, np.full(rs.size, STORE)].astype(np.uint8),
+        offset=offset[rows], owner=owner[rows], value=np.r_[sig_made, expected[wait], reset[rs]],
+        op=np.r_[sig_op, f["cmp"][wait], np.full(rs.size, STORE)].astype(np.uint8),
         begin_ns=begin, end_ns=h_t[rows], buffers=tuple(names),
     )
     return FlagEvents(table, h_lane[rows], h_part[rows], parts, problems, int(unknown.size))

@@ -81,13 +81,15 @@ class FlagAnalysis:
         return out
 
 
-def analyze_flags(trace: Trace, events: FlagEvents | None = None) -> FlagAnalysis:
+def analyze_flags(trace: Trace, events: FlagEvents | None = None, initial: int = 0) -> FlagAnalysis:
+    """The flag events of `trace` matched on one clock (module docstring). `initial`: every flag's value at the
+    start of the launches (match_waits: flags a kernel never resets count on from launch to launch)."""
     ev = events or flag_events(trace)
     errors = [p.clock_error_ns for p in ev.parts]
     stated = sorted((e for e in errors if e is not None), reverse=True)
     cross = len({p.rank for p in ev.parts}) > 1
     bound = wire.TIMER_STEP_NS + (sum(stated[:2]) if cross else 0)
-    m = match_waits(ev.table, clock_offset_ns=ev.pending_offsets() or None, clock_error_ns=bound)
+    m = match_waits(ev.table, clock_offset_ns=ev.pending_offsets() or None, clock_error_ns=bound, initial=initial)
     return FlagAnalysis(trace, ev, m, bound, all(e is not None for e in errors) or not cross)
 
 

@@ -5,13 +5,17 @@ signal phase that released it.
 * Records: one op's records of one channel, with each record's k (its lane's k-th on that stage);
 * MatchContext.match: waits <- the phase table of their signals (the latest of the signalling lanes'
   k-th signals per unit and stage), by count, by time or by the larger of the two;
+* match_inferred: waits whose signal op is not traced <- the latest record of the other side that provably
+  precedes the signal (time and the ring's stage rotation; a first fill: the producer lane's anchor);
 * match_barrier: named-barrier syncs <- the latest arrival by time;
 * stage_counters: the "stages full" counter series per block.
 
 Invariants, and the tests that guard them (tests/unit/host_decode/analysis/test_waits.py): every wait that ended gets
 exactly one status (::test_consumer_overflow_and_missing_lane); count and time disagreements are counted
 (::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted); barriers match by time
-(::test_warp_scheduler_barrier_matched_by_time); hand-computed matches (::test_waits_numbers_by_hand).
+(::test_warp_scheduler_barrier_matched_by_time); hand-computed matches (::test_waits_numbers_by_hand); an
+inferred bound precedes the signal it stands for (test_waits_inferred.py: by hand, and against the protocol's
+true times on random rings; ::test_an_inferred_bound_never_ends_after_the_wait_it_released).
 """
 
 from __future__ import annotations
@@ -211,12 +215,13 @@ class MatchContext:
         dropped_reason: str,
         by: str = "count+time",
     ) -> np.ndarray:
-        """Rows for `waits`: each pairs with a phase of `sig` (phase k = the latest of the signalling lanes'
-        k-th signals of that unit and stage). Which phase (shift 1, per wait or for all: a lane's first wait per
-        stage passes):
+        """Rows for `waits`: each pairs with a phase of the signal records `sig` (phase k = the latest of the
+        signalling lanes' k-th signals of that unit and stage). Which phase (shift 1, per wait or for all: a
+        lane's first wait per stage passes):
         by "count": the lane's k - shift; "time": the latest phase completed by the wait's end (`waits.t`);
         "count+time": the larger of the two (see the module docstring: each is a lower bound of the truth,
-        under skipped wait records and late signal records respectively)."""
+        under skipped wait records and late signal records respectively). Bounds of untraced signals:
+        match_inferred."""
         out = wait_rows(waits, channel, op)
         by_count = waits.k - shift
         if sig is None or sig.lane.size == 0:
@@ -241,9 +246,7 @@ class MatchContext:
         by_time = phases_before(phase_code // kmax, phase_t, w_us, waits.t) - 1
         target = {"count": by_count, "time": by_time, "count+time": np.maximum(by_count, by_time)}[by]
         todo = target >= 0
-        # no phase to point at: in inferred matching the bound (a producer acquire, a consumer wait) may
-        # itself have left no record (a successful try_acquire / try_wait), so say that, not "beyond"
-        beyond = STATUS["bound_not_recorded"] if status == "inferred" else STATUS["occurrence_beyond_signal"]
+        beyond = STATUS["occurrence_beyond_signal"]
         out["status"][~todo] = np.where(by_count[~todo] < 0, STATUS["first_use"], beyond)
         if by == "count+time":
             out["check"] = np.where(
@@ -263,13 +266,6 @@ class MatchContext:
         # a phase with every present signalling lane is matched unless a lane of the unit is missing; a
         # phase with fewer lanes only when no lane of the unit is missing or overflowed before the wait ended
         ok = np.where(full, ~missing[u], found & (reason < 0))
-        if status == "inferred":
-            # An inferred bound is a wait's end, and waits are recorded only when they blocked: the phase
-            # table may then join different iterations of different lanes. A bound that ends after the
-            # wait it would have released cannot be its bound: say the bound left no record instead.
-            impossible = ok & (phase_t[pos] > waits.t)
-            ok &= ~impossible
-            reason = np.where(impossible, STATUS["bound_not_recorded"], reason)
         out["status"][todo] = np.where(
             ok[todo], STATUS[status], np.where(reason[todo] >= 0, reason[todo], beyond)
         )
@@ -295,6 +291,102 @@ def phases_before(phase_key: np.ndarray, phase_t: np.ndarray, key: np.ndarray, t
     out = np.empty(key.size, np.int64)
     out[order[~is_phase] - n] = (seen - before_group)[~is_phase]
     return out
+
+
+def match_inferred(ctx: MatchContext, waits: Records, channel: int, op: int, bounds: Records | None, shift,
+                   unit_of_block: np.ndarray, kind: str, dropped_reason: str) -> np.ndarray:
+    """Rows for `waits` when their signal op is not traced (level "waits", where only blocked calls leave a
+    record): each gets the latest record of the signalling side that provably precedes its signal in program
+    order, a lower bound of the signal (status inferred). `bounds`: the other side's regions (producer acquires
+    for consumer waits, consumer waits for producer acquires); the ring's protocol orders them:
+    * consumer wait of stage s ending at e (use n) <- the latest producer acquire of stage s in the unit that
+      ended before e: its use is at most n (the acquire of use n + S needs this consumer's release of use n,
+      which follows e), so it precedes the commit of use n. A stage's first fill has none (its acquire cannot
+      block, so it is never recorded): its bound is then the latest anchor of the unit's producer lanes (the
+      lane's start, written at the kernel's entry before any call; anchored captures only);
+    * producer acquire of stage s ending at a (use n) <- the latest consumer wait of the unit that ended before
+      the producer's own latest acquire of its stage s' ended, among those at or before a: that acquire has use
+      at most n and, ending after the wait, a use at least a rotation past the wait's, so the wait's use is at
+      most n - S and precedes its lane's release of use n - S, which this acquire waited for (s' = s: the
+      acquire itself). A stage's first use has no such wait (status first_use).
+    Ties in time order nothing (strictly before). No bound: first_use (a lane's first acquire of a stage,
+    `shift`, unless the sidecar says only blocked calls were recorded), else the reason (a signalling lane
+    dropped records before the wait ended, none in the unit, missing, or bound_not_recorded)."""
+    out = wait_rows(waits, channel, op)
+    by_count = waits.k - shift
+    if bounds is None or bounds.lane.size == 0:
+        out["status"] = np.where(by_count < 0, STATUS["first_use"], STATUS["no_signal_recorded"])
+        return out
+    S, n = waits.num_stages, waits.lane.size
+    times, rank = np.unique(np.r_[bounds.t, waits.t], return_inverse=True)
+    nr = times.size + 1
+    b_rank, w_rank = rank[: bounds.t.size], rank[bounds.t.size :]
+    # bounds by (unit, stage, time): the latest strictly before a time is one searchsorted away
+    b_key = (bounds.unit * S + bounds.stage) * nr + b_rank
+    b_order = np.argsort(b_key, kind="stable")
+    b_key = b_key[b_order]
+
+    def latest_before(unit, stage, r):
+        """Index into `bounds` of the latest of (unit, stage) with time rank < r, -1 when none."""
+        want = (unit * S + stage) * nr + r
+        pos = np.searchsorted(b_key, want) - 1
+        ok = (pos >= 0) & (b_key[np.maximum(pos, 0)] // nr == unit * S + stage) & (r >= 0)
+        return np.where(ok, b_order[np.maximum(pos, 0)], -1)
+
+    if op == WAIT:
+        best = latest_before(waits.unit, waits.stage, w_rank)
+    else:
+        # per stage s': the rank of the acquiring lane's latest acquire of s' ending at or before this one's end
+        a_key = (waits.lane * S + waits.stage) * nr + w_rank
+        a_sorted = np.sort(a_key)
+        best = np.full(n, -1)
+        for s2 in range(S):
+            lane_stage = waits.lane * S + s2
+            pos = np.searchsorted(a_sorted, lane_stage * nr + w_rank, side="right") - 1
+            hit = (pos >= 0) & (a_sorted[np.maximum(pos, 0)] // nr == lane_stage)
+            lim = np.where(hit, a_sorted[np.maximum(pos, 0)] % nr, -1)
+            cand = latest_before(waits.unit, np.full(n, s2), lim)
+            later = (cand >= 0) & ((best < 0) | (bounds.t[np.maximum(cand, 0)] > bounds.t[np.maximum(best, 0)]))
+            best = np.where(later, cand, best)
+    found = best >= 0
+    src_lane = np.where(found, bounds.lane[np.maximum(best, 0)], -1)
+    src_ns = np.where(found, bounds.t[np.maximum(best, 0)], -1)
+    # a lane's first call of a stage that cannot block (a stage's first acquire): only where the sidecar does not
+    # say that calls that did not block were left out (pipeline_options.passing_waits false: every record blocked)
+    options = (ctx.trace.meta or {}).get("pipeline_options") or {}
+    first = ~found & (by_count < 0) & (options.get("passing_waits", True) is not False)
+    signal_groups = np.unique(bounds.lane % ctx.trace.num_groups)
+    if op == WAIT:  # a first fill: the latest anchor of the unit's producer lanes
+        a_lane, a_ns = anchors_of(ctx, signal_groups, unit_of_block)
+        anchor = ~found & ~first & (a_ns[waits.unit] >= 0)
+        src_lane = np.where(anchor, a_lane[waits.unit], src_lane)
+        src_ns = np.where(anchor, a_ns[waits.unit], src_ns)
+        found |= anchor
+    _, missing, cut = ctx.unit_health(signal_groups, unit_of_block)
+    u = waits.unit
+    silent = np.bincount(bounds.unit, minlength=int(unit_of_block.max()) + 1)[u] == 0
+    reason = np.where(waits.t > cut[u], STATUS[dropped_reason],
+                      np.where(silent, STATUS["signal_in_other_cta"],
+                               np.where(missing[u], STATUS["lane_missing"], STATUS["bound_not_recorded"])))
+    out["status"] = np.where(found, STATUS["inferred"], np.where(first, STATUS["first_use"], reason))
+    out["src_lane"], out["src_ns"] = src_lane, src_ns
+    out["kind"] = np.where(found, KIND[kind], -1)
+    return out
+
+
+def anchors_of(ctx: MatchContext, groups: np.ndarray, unit_of_block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per unit, over the anchored lanes of `groups` in its blocks: (the lane whose anchor is latest, its time);
+    (-1, -1) for a unit without one. An anchor is written at the kernel's entry, before any call of its lane."""
+    ln = ctx.trace.lanes
+    keep = ln["anchored"] & np.isin(ln["group"], groups) & (ln["first_ns"] >= 0)
+    lane, t = ln["lane"][keep].astype(np.int64), ln["first_ns"][keep].astype(np.int64)
+    unit = unit_of_block[ln["block"][keep]]
+    nu = int(unit_of_block.max()) + 1
+    order = np.lexsort((t, unit))
+    last = np.r_[unit[order][1:] != unit[order][:-1], True] if order.size else np.zeros(0, bool)
+    a_lane, a_ns = np.full(nu, -1, np.int64), np.full(nu, -1, np.int64)
+    a_lane[unit[order][last]], a_ns[unit[order][last]] = lane[order][last], t[order][last]
+    return a_lane, a_ns
 
 
 def wait_rows(waits: Records, channel: int, op: int) -> np.ndarray:

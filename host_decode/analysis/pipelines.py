@@ -26,14 +26,16 @@ the channel's barriers):
   k+1 cannot complete before the wait of phase k ended: its producer first needed every consumer's
   release of phase k), so the larger one is used, and disagreements are counted (WAIT_DTYPE.check:
   test_waits.py::test_skipped_wait_records_matched_by_time, ::test_late_signal_is_counted).
-  Inferred matches (next item) use the time alone; named barriers the count alone.
+  Inferred matches (next item) use time and the stage rotation; named barriers the count alone.
 * Roles (statistics): a role is a group of the capture, or, when the lanes are warps (sidecar
   ``pipeline_lanes: "warp"``), a warp group of 4 warps ``wg<i>`` (::test_warp_lanes_grouped_into_warp_groups).
 * Level "waits" (no commit / release instants traced: the op's id is absent from ``ids``): the match is
-  *inferred* from program order, status "inferred": the producer's k-th acquire of the stage ended
-  before its k-th commit, so it bounds the release of the consumer's k-th wait from below
-  ("acquire->wait (inferred)"); each consumer's (k-1)-th wait ended before its (k-1)-th release
-  ("wait->acquire (inferred)"). The flow starts at that bound, the waited-on role is exact.
+  *inferred* from program order, status "inferred": the bound is a record of the other side that provably
+  precedes the signal (only blocked calls leave records, so counts per lane say nothing): for a consumer wait,
+  the latest producer acquire of its stage that ended before it ("acquire->wait (inferred)"; a stage's first
+  fill: the producer lane's anchor); for a producer acquire, the latest consumer wait that the stage rotation
+  proves a whole rotation older ("wait->acquire (inferred)"). pipeline_match.match_inferred states the rules;
+  test_waits_inferred.py guards them. The flow starts at that bound, the waited-on role is exact.
 * Units, multi-CTA clusters: a pipeline whose metadata says ``"cluster": n`` or ``[x, y, z]`` with more
   than one CTA (and no ``"scope": "cta"``) is cluster-scoped: its signalling lanes are those of every
   block of the cluster (TMA multicast fills, and consumer releases free, the stage in every CTA).
@@ -53,9 +55,9 @@ signalling lane of the unit wrote nothing at all), occurrence_beyond_signal (all
 complete and present, yet fewer signals than waits), signal_in_other_cta (no lane of the unit signals the
 channel at all, other units' lanes do: a cluster-scoped pipeline whose metadata lacks "cluster"; `ikp
 waits --cluster N` / analyze_pipelines(cluster=N) supplies it), bound_not_recorded (inferred matching
-found no producer acquire / consumer wait to bound the wait with: a successful try_acquire or try_wait
-skipped it, so it left no record), no_signal_recorded (nothing signals this channel anywhere: e.g. level
-"waits" with neither acquire nor wait traced on the other side). Guarded by
+found no record that provably precedes the signal: the calls that would bound it did not block or a
+successful try_acquire / try_wait skipped them, so they left no record), no_signal_recorded (nothing
+signals this channel anywhere: e.g. level "waits" with neither acquire nor wait traced on the other side). Guarded by
 test_waits.py::test_consumer_overflow_and_missing_lane.
 
 Counters ("<P> stages full", per block): +1 when a stage's k-th commit phase completed, -1 when its k-th
@@ -87,6 +89,7 @@ from host_decode.analysis.pipeline_match import (
     Records,
     event_lookup,
     match_barrier,
+    match_inferred,
     stage_counters,
 )
 from host_decode.analysis.pipeline_meta import Channel, channels_of, units_of
@@ -185,13 +188,14 @@ def analyze_pipelines(trace: Trace, cluster: Any = None) -> PipelineAnalysis:
             (wai, WAIT, "commit", com, "acquire", ("commit->wait", "acquire->wait (inferred)"), "producer_dropped"),
             (acq, ACQ, "release", rel, "wait", ("release->acquire", "wait->acquire (inferred)"), "consumer_dropped"),
         ):
-            recorded = signal_op in ch.ids
-            sig = signals if recorded else ({"acquire": acq, "wait": wai}[bound] if bound in ch.ids else None)
-            status, kind, by = ("matched", kinds[0], "count+time") if recorded else ("inferred", kinds[1], "time")
             # a lane's first acquire per stage passes (empty barriers start a phase ahead), and so does its
             # first wait on a stage whose wait phase starts ahead
             shift = 1 if op == ACQ else np.isin(waits.stage, ch.first_wait_passes).astype(np.int64)
-            part = ctx.match(waits, c, op, sig, shift, unit, kind, status, dropped, by=by)
+            if signal_op in ch.ids:
+                part = ctx.match(waits, c, op, signals, shift, unit, kinds[0], "matched", dropped)
+            else:
+                bounds = {"acquire": acq, "wait": wai}[bound] if bound in ch.ids else None
+                part = match_inferred(ctx, waits, c, op, bounds, shift, unit, kinds[1], dropped)
             if op == ACQ and ch.released_by == "tma_store":  # no lane released it: the TMA unit did
                 part["status"] = STATUS["tma_store"]
                 for field in ("src_lane", "src_ns", "kind", "phase"):

@@ -143,11 +143,12 @@ class Part:
 
 def parts_from_traces(traces: Sequence[Trace], labels: Sequence[str] | None = None, by: str = "launch") -> list[Part]:
     """Parts with launch index / rank / host_ns taken from each trace's sidecar meta when present.
-    `by`: "launch" (label 'launch N') or "rank" (label 'rank N')."""
+    `by`: "launch" (label 'launch N'; a trace without launch_index is launch i, its position) or "rank" (label
+    'rank N'; without launch_index, launch 0: each rank's capture of one step)."""
     parts = []
     for i, t in enumerate(traces):
         meta, where = t.meta or {}, sidecar_name(t.meta or {}, f"trace {i}")
-        launch = meta_int(meta, "launch_index", i, where)
+        launch = meta_int(meta, "launch_index", i if by == "launch" else 0, where)
         rank = meta_int(meta, "rank", i if by == "rank" else 0, where)
         label = labels[i] if labels else (f"rank {rank}" if by == "rank" else f"launch {launch}")
         parts.append(Part(t, label, launch, rank, meta_int(meta, "host_ns", None, where)))
@@ -316,14 +317,14 @@ def concat(parts: Sequence[Part], mode: str = "timeline", clock_offsets_ns: dict
         it["block"] += boff
         it["ts_ns"] += dt
         instants.append(it)
-        pl = t.payloads.copy()
-        pl["lane"] = relane(pl["lane"])
+        pay = t.payloads.copy()  # flag payloads move with the record they belong to
+        pay["lane"] = relane(pay["lane"])
         if ids is not None:
-            mapped = pl["of_event"] >= 0
-            pl["of_event"][mapped] = ids[pl["of_event"][mapped]]
-        pl["block"] += boff
-        pl["ts_ns"] += dt
-        payloads.append(pl)
+            pay["event"] = ids[pay["event"]]
+        pay["block"] += boff
+        pay["ts_ns"] += dt
+        pay["begin_ns"] += dt
+        payloads.append(pay)
         pl = t.loss.per_lane.copy()
         if pl.size:
             pl["lane"] = relane(pl["lane"])

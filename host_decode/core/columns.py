@@ -16,8 +16,10 @@ Invariants a change could break, with the test guarding each:
   region's own BEGIN -> END) in the out-of-order modes (wire.OUT_OF_ORDER_MODES):
   tests/unit/host_decode/core/test_decode.py:: test_long_region_with_nothing_inside_decodes_forward,
   ::test_out_of_order_modes_keep_signed_steps.
-* Untimed records (ANCHOR_HI, DROPPED) take their nearest timed neighbour's time in their own lane
-  (tests/unit/host_decode/core/test_decode.py::test_untimed_first_record_takes_the_first_timed_time).
+* Untimed records (ANCHOR_HI, DROPPED, payloads) take their nearest timed neighbour's time in their own lane
+  (tests/unit/host_decode/core/test_decode.py::test_untimed_first_record_takes_the_first_timed_time); a payload
+  belongs to the record before it (a user instant or a paired END) or is a payload_orphan
+  (tests/unit/host_decode/core/test_payloads.py).
 * Dense chunks (every slot written) and sparse ones decode alike (tests/unit/host_decode/core/test_decode_timeline.py::
   test_dense_and_sparse_chunks_decode_alike).
 """
@@ -112,23 +114,27 @@ def decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: i
     del is_fin
     out["finalize"] = per_lane(fin)
 
-    # instants: anchors and drop counts are ours; the rest are the user's
+    # instants: anchors, drop counts and payloads are ours; the rest are the user's
     inst = np.flatnonzero(etype == _INSTANT)
     inst_ev = event[inst]
     hi = inst[inst_ev == wire.ANCHOR_HI_EVENT_ID]
     lo = inst[inst_ev == wire.ANCHOR_LO_EVENT_ID]
     dropped = inst[inst_ev == wire.DROPPED_EVENT_ID]
-    user = inst[(inst_ev < wire.DROPPED_EVENT_ID)]
+    payload = inst[(inst_ev >= _FIRST_PAYLOAD) & (inst_ev <= _LAST_PAYLOAD)]
+    user = inst[(inst_ev < min(wire.RESERVED_INSTANT_IDS))]
     out["instant"] = per_lane(inst)
 
-    # ANCHOR_HI and DROPPED carry no time: they take the time of the nearest timed record of their lane
-    # (the one before, else the one after); a lane with no timed record at all has no time (`timed`)
+    # ANCHOR_HI, DROPPED and payloads carry no time: they take the time of the nearest timed record of their
+    # lane (the one before, else the one after); a lane with no timed record at all has no time (`timed`)
     t = timer
-    untimed = np.sort(np.concatenate((hi, dropped))) if dropped.size else hi  # disjoint: different ids
+    untimed = np.sort(np.concatenate((hi, dropped, payload))) if dropped.size or payload.size else hi  # disjoint
     timed = np.ones(nloc, bool)
     if untimed.size:
         t = timer.copy()
-        source, lane_untimed = _timed_neighbour(untimed, loc, bounds, lane_loc, nloc)
+        # a payload takes the time after it when there is one: its record then stays the only record at
+        # that record's time, so a flipped bit in the record's timer is still seen (timer_outliers)
+        after_first = np.isin(untimed, payload) if payload.size else None
+        source, lane_untimed = _timed_neighbour(untimed, loc, bounds, lane_loc, nloc, after_first)
         t[untimed] = t[source]
         timed[lane_untimed] = False
     # a record whose timer jumps >= 2**31 ns away from both neighbours of its lane and back (a flipped
@@ -225,7 +231,42 @@ def decode_columns(body: np.ndarray, c0: int, c1: int, stride: int, num_lanes: i
     out["unmatched_end"] = per_lane(unmatched_end)
     out["spans"] = {"event": begin_event, "depth": depth, "start_ns": rel[begins], "end_ns": rel[ends]}
     out["instants"] = {"loc": loc[user], "event": event[user], "ts_ns": rel[user]}
+    out["payloads"], orphans = _payloads(payload, loc, event, etype, timer, rel, user, begins, ends)
+    out["payload_orphan"] = per_lane(orphans)
+    if orphans.size:  # out of the instants' bucket, into their own
+        out["instant"] = per_lane(np.setdiff1d(inst, orphans, assume_unique=True))
     return out
+
+
+_FIRST_PAYLOAD, _LAST_PAYLOAD = min(wire.PAYLOAD_IDS), max(wire.PAYLOAD_IDS)
+assert _LAST_PAYLOAD - _FIRST_PAYLOAD + 1 == len(wire.PAYLOAD_IDS)  # contiguous: one range test
+
+
+def _payloads(payload, loc, event, etype, timer, rel, user, begins, ends) -> tuple[dict, np.ndarray]:
+    """The payload instants (sorted record indices `payload`) with the record each belongs to: the nearest
+    record before it in its lane that is not a payload, which must be a user instant (`user`) or the END of a
+    paired region (`ends`, paired with `begins`). Returns (their columns, the indices of the orphans: no such
+    record, or one that was set aside)."""
+    cols = {"loc": loc[:0], "event": event[:0], "kind": etype[:0], "payload": event[:0],
+            "index": np.zeros(0, np.int64), "value": timer[:0], "ts_ns": rel[:0], "begin_ns": rel[:0]}
+    if not payload.size:
+        return cols, payload
+    n = loc.size
+    is_payload = np.zeros(n, bool)
+    is_payload[payload] = True
+    owner = np.maximum.accumulate(np.where(is_payload, -1, np.arange(n)))[payload]
+    held = owner >= 0
+    held[held] &= loc[owner[held]] == loc[payload[held]]
+    order = np.argsort(ends, kind="stable")
+    at = np.minimum(np.searchsorted(ends[order], owner), max(ends.size - 1, 0))
+    is_end = held & (ends.size > 0) & (ends[order][at] == owner) if ends.size else np.zeros(payload.size, bool)
+    is_user = held & np.isin(owner, user)
+    ok = is_end | is_user
+    kept, own = payload[ok], owner[ok]
+    begin = np.where(is_end[ok], rel[begins[order][at[ok]]] if ends.size else 0, rel[own])
+    cols = {"loc": loc[kept], "event": event[own], "kind": etype[own], "payload": event[kept],
+            "index": kept - own - 1, "value": timer[kept], "ts_ns": rel[own], "begin_ns": begin}
+    return cols, payload[~ok]
 
 
 def _gather(body: np.ndarray, c0: int, c1: int, stride: int, dense: bool):
@@ -286,11 +327,13 @@ def _first_of_lane(loc: np.ndarray, idx: np.ndarray, nloc: int) -> np.ndarray:
     return first
 
 
-def _timed_neighbour(untimed: np.ndarray, loc: np.ndarray, bounds: np.ndarray, lane_loc: np.ndarray, nloc: int):
+def _timed_neighbour(untimed: np.ndarray, loc: np.ndarray, bounds: np.ndarray, lane_loc: np.ndarray, nloc: int,
+                     after_first: np.ndarray | None = None):
     """For sorted indices of untimed records: the index of the nearest timed record of the same lane,
     the one before if any, else the one after (so a lane that opens with ANCHOR_HI or DROPPED takes its
-    first timed record's time, never its drop count or another lane's time); and the local lanes that
-    hold no timed record at all (their untimed records point at themselves).
+    first timed record's time, never its drop count or another lane's time); where `after_first` is set,
+    the one after if any, else the one before; and the local lanes that hold no timed record at all
+    (their untimed records point at themselves).
     Guarded by tests/unit/host_decode/core/test_decode.py::test_untimed_first_record_takes_the_first_timed_time."""
     n = loc.size
     is_timed = np.ones(n, bool)
@@ -306,5 +349,7 @@ def _timed_neighbour(untimed: np.ndarray, loc: np.ndarray, bounds: np.ndarray, l
     has_before = (k > 0) & (before >= lane_start[lanes])
     has_after = (k < timed_idx.size) & (after < lane_stop[lanes])
     source = np.where(has_before, before, np.where(has_after, after, untimed))
+    if after_first is not None:
+        source = np.where(after_first & has_after, after, source)
     none = ~(has_before | has_after)
     return source, np.unique(lanes[none]).astype(np.int64)

@@ -1,4 +1,4 @@
-"""Vectorized v1 decoder: raw buffer -> Trace (spans, instants, lanes, loss report).
+"""Vectorized v1 decoder: raw buffer -> Trace (spans, instants, payloads, lanes, loss report).
 
 How it works (no Python loop per record; per chunk of lanes only), module by module:
 1. The buffer after the header is viewed as ``(rows, write_stride)``: column ``c`` holds the records
@@ -17,6 +17,9 @@ How it works (no Python loop per record; per chunk of lanes only), module by mod
 3. Pairing per (lane, event id) is a stack (core/pairing.py). Left-over BEGINs are *unmatched_begin*,
    an END at depth 0 is an *unmatched_end*; a pair whose END is earlier than its BEGIN (corrupted timer
    bits) is an *impossible_span* (both records), set aside so that everything else is still written.
+   Payload instants (wire.PAYLOAD_IDS: a flag's address and value) carry data, not time: each goes to
+   ``trace.payloads`` with the record it belongs to (the one before it in its lane: a user instant or a
+   paired END), or to *payload_orphan* (core/columns.py; docs/flags.md).
 4. Lanes are put on one 64-bit timeline: from their ANCHOR_LO/ANCHOR_HI pair when present (absolute
    ``%globaltimer`` ns), otherwise by the signed 32-bit distance of each lane's first record to a
    reference lane (lanes of one launch start far less than 2**31 ns apart). Each lane's origin is
@@ -59,6 +62,7 @@ from host_decode.core.model import (
     INSTANT_DTYPE,
     LANE_DTYPE,
     LOSS_BUCKETS,
+    PAYLOAD_DTYPE,
     SPAN_DTYPE,
     LossReport,
     Names,
@@ -194,7 +198,8 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
     missing = np.where(has, base - cat("applied"), 0)  # final origin minus the one the chunk applied
 
     instants = np.empty(sum(p["instants"]["loc"].size for p in parts), INSTANT_DTYPE)
-    at = 0
+    payloads = np.empty(sum(p["payloads"]["loc"].size for p in parts), PAYLOAD_DTYPE)
+    at = at_payload = 0
     for p in parts:  # rarely needed (see Timeline): add what a chunk's origins missed, in place
         fix = missing[p["c0"] : p["c0"] + p["nloc"]].any()
         if fix:
@@ -203,9 +208,15 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
             view["start_ns"] += origin
             view["end_ns"] += origin
         m = _fill(instants[at:], p["instants"], p, num_groups)
+        k = _fill(payloads[at_payload:], p["payloads"], p, num_groups)
         if fix:
             instants["ts_ns"][at : at + m] += missing[instants["lane"][at : at + m]]
+            rows = payloads[at_payload : at_payload + k]
+            origin = missing[rows["lane"]]
+            rows["ts_ns"] += origin
+            rows["begin_ns"] += origin
         at += m
+        at_payload += k
 
     lane_ids = np.flatnonzero(has)
     lanes = np.zeros(lane_ids.size, LANE_DTYPE)
@@ -243,7 +254,8 @@ def _assemble(parts, spans, num_blocks, num_groups, write_stride, names, meta, s
     if source:
         meta.setdefault("source", str(source))
     return Trace(num_blocks=num_blocks, num_groups=num_groups, write_stride=write_stride, spans=spans,
-                 instants=instants, lanes=lanes, loss=loss, names=names, absolute=absolute, meta=meta)
+                 instants=instants, lanes=lanes, loss=loss, names=names, absolute=absolute, meta=meta,
+                 payloads=payloads)
 
 
 # the span rows as words (lane|block int64, group int32, event|depth int32, start, end) on little-endian

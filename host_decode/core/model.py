@@ -35,6 +35,24 @@ INSTANT_DTYPE = np.dtype(
     ]
 )
 
+# Payload instants (wire.PAYLOAD_IDS: FLAG_ADDR, FLAG_VALUE), one row each, with the record they belong to
+# (the record of their lane just before them in slot order: a user instant or the END of a paired region).
+# Rows are sorted by lane, then slot order: the payloads of one record are consecutive, `index` 0, 1, ...
+PAYLOAD_DTYPE = np.dtype(
+    [
+        ("lane", np.int32),
+        ("block", np.int32),
+        ("group", np.int32),
+        ("event", np.int16),  # the owning record's event id
+        ("kind", np.uint8),  # the owning record's type: wire.EventType.END (a region) or INSTANT
+        ("payload", np.int16),  # wire.FLAG_ADDR_EVENT_ID or wire.FLAG_VALUE_EVENT_ID
+        ("index", np.uint8),  # position among its record's payloads (0 = the first after the record)
+        ("value", np.uint32),  # the payload's 32 bits (the record's timer field)
+        ("ts_ns", np.int64),  # the owning record's time: the instant's, or the region's END
+        ("begin_ns", np.int64),  # a region's BEGIN time; = ts_ns for an instant
+    ]
+)
+
 LANE_DTYPE = np.dtype(
     [
         ("lane", np.int64),
@@ -50,23 +68,6 @@ LANE_DTYPE = np.dtype(
     ]
 )
 
-
-# Payload records: instants of reserved ids whose 32-bit timer field carries data (a flag's address >> 2, a
-# value) instead of a time. Each takes the time of the record it follows in its lane (``of_event`` /
-# ``of_type``: that record's event id and EventType, -1 when the lane has none before it); rows in lane order,
-# then program order. docs/flags.md: the flags tracer writes them after a signal's INSTANT and a wait's END.
-PAYLOAD_DTYPE = np.dtype(
-    [
-        ("lane", np.int32),
-        ("block", np.int32),
-        ("group", np.int32),
-        ("event", np.int16),
-        ("of_event", np.int16),
-        ("of_type", np.int8),
-        ("value", np.uint32),
-        ("ts_ns", np.int64),
-    ]
-)
 
 # Dependencies between records on different lanes (e.g. a pipeline commit that released a wait), written
 # by the Perfetto writer as flow arrows; `kind` indexes a list of kind names given alongside.
@@ -146,7 +147,9 @@ class Trace:
     names: Names
     absolute: bool  # times are absolute %globaltimer ns
     meta: dict = dataclasses.field(default_factory=dict)  # sidecar facts (kernel, device, capacity, ...)
-    payloads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, PAYLOAD_DTYPE))  # PAYLOAD_DTYPE
+    # PAYLOAD_DTYPE: the payload instants (flag addresses and values) with the record each belongs to; they
+    # are neither instants nor spans (statistics and trace files do not see them): docs/flags.md
+    payloads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, PAYLOAD_DTYPE))
 
     @property
     def num_lanes(self) -> int:
@@ -193,6 +196,7 @@ LOSS_BUCKETS = (
     "malformed",
     "impossible_span",  # both records of a pair whose END is before its BEGIN (corrupted timer bits)
     "impossible_time",  # a record whose timer jumps >= 2**31 ns from both neighbours and back (a flipped bit)
+    "payload_orphan",  # a payload instant without its record (none before it, or one that was lost: docs/flags.md)
 )
 
 
@@ -218,7 +222,7 @@ class LossReport:
         t = self.totals
         return (
             t["unmatched_begin"] + t["unmatched_end"] + t["after_finalize"] + t["malformed"] + t["impossible_span"]
-            + t["impossible_time"] + self.dropped_on_device
+            + t["impossible_time"] + t["payload_orphan"] + self.dropped_on_device
         )
 
     def to_json(self) -> dict:

@@ -18,8 +18,12 @@ Extensions of ours (all of them valid v1 records, so peers' v1 decoders still re
 * A lane whose capacity ran out writes, just before its finalize, one ``DROPPED`` instant whose timer
   field is the number of records the device dropped for that lane. The last two slots of every lane
   are kept for that record and the finalize, so neither is ever dropped.
+* *Payload* instants carry 32 bits of data in their timer field and belong to the record of their lane
+  just before them (in slot order): ``FLAG_ADDR`` (a flag's address >> 2, low 32 bits) and
+  ``FLAG_VALUE`` (a value), written after a flag signal's INSTANT or a flag wait's END
+  (docs/flags.md, "Records"). They carry no time.
 
-These three event ids are reserved for INSTANT records only; BEGIN/END records may use any id 0..1023
+These five event ids are reserved for INSTANT records only; BEGIN/END records may use any id 0..1023
 (buffers of peers decode unchanged), but ids handed out by ikp_cute stop at ``MAX_USER_EVENT_ID``.
 
 The recording pool (the second half of this module) is a container of v1 records, not a new record
@@ -51,8 +55,13 @@ MAX_LANES = 1 << LANE_BITS  # lanes 0 .. 1_048_575
 ANCHOR_HI_EVENT_ID = MAX_EVENT_ID  # 1023: instant whose timer field is %globaltimer >> 32
 ANCHOR_LO_EVENT_ID = MAX_EVENT_ID - 1  # 1022: instant at the same read, low half
 DROPPED_EVENT_ID = MAX_EVENT_ID - 2  # 1021: instant whose timer field counts dropped records
-MAX_USER_EVENT_ID = MAX_EVENT_ID - 3  # 1020
-RESERVED_INSTANT_IDS = (DROPPED_EVENT_ID, ANCHOR_LO_EVENT_ID, ANCHOR_HI_EVENT_ID)
+FLAG_ADDR_EVENT_ID = MAX_EVENT_ID - 3  # 1020: payload, a flag's address >> 2 (low 32 bits)
+FLAG_VALUE_EVENT_ID = MAX_EVENT_ID - 4  # 1019: payload, a value of the flag event before it
+MAX_USER_EVENT_ID = MAX_EVENT_ID - 5  # 1018
+PAYLOAD_IDS = (FLAG_VALUE_EVENT_ID, FLAG_ADDR_EVENT_ID)  # instants of data that belong to the record before them
+RESERVED_INSTANT_IDS = (FLAG_VALUE_EVENT_ID, FLAG_ADDR_EVENT_ID, DROPPED_EVENT_ID, ANCHOR_LO_EVENT_ID,
+                        ANCHOR_HI_EVENT_ID)
+FLAG_ADDR_SHIFT = 2  # FLAG_ADDR holds (address >> 2) & 0xFFFFFFFF: 4-byte flags in a 16 GiB window
 
 ANCHOR_RECORDS = 2  # slots 0 and 1 of every lane written by ikp_cute / ikp.cuh
 TRAILER_RECORDS = 2  # DROPPED (only if needed) + FINALIZE, always room for both

@@ -28,8 +28,6 @@ from host_decode.core.decoder import as_uint64, decode
 from host_decode.core.errors import DecodeError
 from host_decode.core.model import Names, Trace
 from host_decode.core.pages import read_owned
-from host_decode.core.stride import infer_write_stride
-from host_decode.load import payloads
 from host_decode.load.sidecar import FORMAT, NAME_KEYS, SIDECAR, read_sidecar, sidecar_text
 
 
@@ -89,14 +87,4 @@ def load_capture(path: str | Path, names: Names | dict | None = None, write_stri
     buf = read_owned(path)  # the decode below is the only reader: it frees pages as it goes
     if buf is None:
         buf = load_buffer(path)
-    if not payloads.wants_split(side):
-        return decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))
-    buf = np.array(as_uint64(buf, source=str(path)))  # ours to rewrite (load.payloads)
-    lanes = int(np.prod(wire.unpack_header(int(buf[0]))))
-    stride = write_stride or side.get("write_stride")
-    if not 1 <= lanes <= min(wire.MAX_LANES, buf.size - 1):  # the decoder names what is wrong
-        return decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))
-    stride = int(stride or infer_write_stride(buf[1:], lanes))
-    found = payloads.split_payloads(buf, stride, lanes) if lanes <= stride < buf.size else None
-    trace = decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))
-    return trace if found is None else payloads.attach_payloads(trace, found)
+    return decode(buf, names=names, write_stride=write_stride, meta=meta, source=str(path))

@@ -23,6 +23,8 @@ Invariants a change could break (tests/unit/host_decode/load/test_sidecar.py gua
 * Every committed sidecar validates, and the writer gives their exact bytes back (sorted keys, indent 1,
   through the one JSON converter core.jsonable): ::test_every_committed_sidecar_validates_and_rewrites.
 * Every key the device side writes is in the schema (::test_every_key_the_device_writes_is_in_the_schema).
+* `flags` and `flag_buffers` are checked entry by entry (FLAG_SITE, FLAG_BUFFER: the keys each entry needs, one
+  entry per event id), naming the entry and the key (tests/unit/host_decode/load/test_sidecar_flags.py).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ PIPELINE_LANES = ("warp",)  # the device side's pipeline lanes: one warp each
 class Key:
     """One key of a schema: the JSON type of its value (`kind`), the values allowed, what it says."""
 
-    kind: str  # "int", "str", "object", "list", "names" ({id: name}), "ints" (list of int), "ring" (RING_BLOCK)
+    # "int", "str", "object", "list", "names" ({id: name}), "ints" (list of int), "ring" (RING_BLOCK),
+    # "value" (an int or "recorded"), "flag_sites" (list of FLAG_SITE), "flag_buffers" (list of FLAG_BUFFER)
+    kind: str
     doc: str
     allowed: tuple = ()  # str: the only values allowed (empty: any string)
     minimum: int | None = None  # int: the least value allowed
@@ -60,7 +64,9 @@ class Key:
         if self.kind == "int":
             return "an integer" + (f" >= {self.minimum}" if self.minimum is not None else "")
         return {"str": "a string", "object": "an object", "list": "a list", "ints": "a list of integers",
-                "names": "an object {id: name} or a list of names", "ring": "an object (the ring block)"}[self.kind]
+                "names": "an object {id: name} or a list of names", "ring": "an object (the ring block)",
+                "value": "an integer or 'recorded'", "flag_sites": "a list of flag sites (FLAG_SITE)",
+                "flag_buffers": "a list of flag buffers (FLAG_BUFFER)"}[self.kind]
 
 
 SIDECAR: dict[str, Key] = {
@@ -92,13 +98,16 @@ SIDECAR: dict[str, Key] = {
     "coverage": Key("object", "per kernel: barrier sites in the final PTX, traced, untraced, removed"),
     "hooks_replaced": Key("list", "hooked attributes a kernel replaced while it was traced"),
     "warps_per_group": Key("int", "warps per group of the pipeline records", minimum=1),
+    "flags": Key("flag_sites", "traced flag call sites, one event id each (FLAG_SITE; docs/flags.md)"),
+    "flag_buffers": Key("flag_buffers", "the buffers a flag address can lie in, in this process (FLAG_BUFFER)"),
+    "world_size": Key("int", "processes (ranks) of the distributed program", minimum=1),
+    "clock_offset_ns": Key("int", "ns added to this capture's %globaltimer times to reach clock_reference's clock"),
+    "clock_error_ns": Key("int", "bound on the error of clock_offset_ns (ikp_cute.clock: half its bracket)",
+                          minimum=0),
+    "clock_reference": Key("str", "the clock clock_offset_ns leads to (ikp_cute.clock: host CLOCK_REALTIME of "
+                                  "<hostname>)"),
     "example": Key("object", "the problem an example ran"),
     "trimmed_from_blocks": Key("int", "the block count of the capture this one was cut from", minimum=1),
-    "flags": Key("list", "flag call sites {id, kind, op, order, scope, cmp, site, expected} (docs/flags.md)"),
-    "flag_buffers": Key("list", "flag buffers mapped by this rank {name, owner_rank, base, bytes, elem_bytes}"),
-    "clock_offset_ns": Key("int", "ns added to this capture's times to reach the reference clock"),
-    "clock_error_ns": Key("int", "bound on the error of clock_offset_ns", minimum=0),
-    "clock_reference": Key("str", "the clock clock_offset_ns leads to (e.g. rank 0's %globaltimer)"),
 }
 # the keys that make a JSON object an ikp sidecar (one of them at least), and the names' keys
 IDENTIFYING = ("format", "events", "groups", "write_stride", "records_per_lane", "num_blocks", "num_groups")
@@ -116,6 +125,37 @@ RING_BLOCK: dict[str, Key] = {
     "rings": Key("int", "rings whose counts were added (a session of several)", minimum=1),
 }
 WINDOW_KEYS = ("start", "stop", "every")
+
+FLAG_KINDS = ("signal", "wait")
+FLAG_UPDATES = ("add", "store")  # a signal's update of the flag
+FLAG_CMPS = ("ge", "eq", "lt")  # the condition that ends a wait
+FLAG_ORDERS = ("relaxed", "release", "acquire", "acq_rel")
+FLAG_SCOPES = ("cta", "cluster", "gpu", "sys")
+RECORDED = "recorded"  # a value the device records (FLAG_VALUE) because it is not a compile-time constant
+# One traced flag call site (an entry of `flags`); `required` says which keys each kind must have.
+FLAG_SITE: dict[str, Key] = {
+    "id": Key("int", "its event id (the records' id)", minimum=0),
+    "kind": Key("str", "a signal (an instant) or a wait (a region, stored when it blocked)", FLAG_KINDS),
+    "op": Key("str", "what was called: the library function, ikp_cute.flags.signal / wait, or the IR op"),
+    "site": Key("str", "file.py:line of the call"),
+    "order": Key("str", "the memory order of the signal's update or of the wait's probe", FLAG_ORDERS),
+    "scope": Key("str", "the memory scope", FLAG_SCOPES),
+    "update": Key("str", "signals: how the flag changes", FLAG_UPDATES),
+    "value": Key("value", "signals: the amount added or the value stored per lane"),
+    "cmp": Key("str", "waits: the condition on the flag that ends the wait", FLAG_CMPS),
+    "expected": Key("value", "waits: the value compared with"),
+    "reset": Key("value", "waits by atom.cas: the value the flag is set to when the wait ends"),
+}
+FLAG_REQUIRED = {"signal": ("id", "kind", "op", "site", "order", "scope", "update", "value"),
+                 "wait": ("id", "kind", "op", "site", "order", "scope", "cmp", "expected")}
+# One buffer a flag address can lie in (an entry of `flag_buffers`): every key required.
+FLAG_BUFFER: dict[str, Key] = {
+    "name": Key("str", "the buffer's name (the same on every rank for one symmetric buffer)"),
+    "owner_rank": Key("int", "the rank whose memory holds this copy", minimum=0),
+    "base": Key("int", "its first byte's address in this process", minimum=0),
+    "bytes": Key("int", "its size in bytes", minimum=1),
+    "elem_bytes": Key("int", "bytes of one flag (offsets are in elements)", minimum=1),
+}
 
 RING_SUMMARY: dict[str, Key] = {
     "format": Key("str", "the summary's format", (RING_FORMAT,)),
@@ -151,12 +191,16 @@ def check_value(name: str, key: Key, value: Any, source: str | None) -> None:
     if key.kind == "ring":
         ring_block({"ring": value}, source)
         return
+    if key.kind in ("flag_sites", "flag_buffers"):
+        flag_entries(name, key.kind, value, source)
+        return
     ok = {
         "int": lambda v: _integral(v) and (key.minimum is None or v >= key.minimum),
         "str": lambda v: isinstance(v, str) and (not key.allowed or v in key.allowed),
         "object": lambda v: isinstance(v, dict),
         "list": lambda v: isinstance(v, list),
         "ints": lambda v: isinstance(v, list) and all(_integral(x) for x in v),
+        "value": lambda v: _integral(v) or v == RECORDED,
     }[key.kind](value)
     if not ok:
         raise DecodeError(f"{name!r} must be {key.rule()}, got {_shown(value)}", source=source)
@@ -177,6 +221,35 @@ def validate(obj: Any, schema: dict[str, Key], source: str | None) -> dict:
         if value is not None:
             check_value(name, key, value, source)
     return obj
+
+
+def flag_entries(name: str, kind: str, value: Any, source: str | None) -> None:
+    """`flags` (kind "flag_sites": FLAG_SITE entries, the keys their kind requires, event ids of user events,
+    one entry per id) or `flag_buffers` (FLAG_BUFFER entries, every key): a DecodeError naming the entry and key."""
+    if not isinstance(value, list):
+        raise DecodeError(f"{name!r} must be a list, got {_shown(value)}", source=source)
+    schema = FLAG_SITE if kind == "flag_sites" else FLAG_BUFFER
+    ids: dict[int, int] = {}
+    for i, entry in enumerate(value):
+        where = f"{name}[{i}]"
+        if not isinstance(entry, dict):
+            raise DecodeError(f"{where!r} must be an object, got {_shown(entry)}", source=source)
+        required = FLAG_REQUIRED.get(entry.get("kind"), ("kind",)) if kind == "flag_sites" else tuple(schema)
+        missing = [k for k in required if entry.get(k) is None]
+        if missing:
+            raise DecodeError(f"{where!r} has no {missing[0]!r} (a {kind[:-1].replace('_', ' ')} needs "
+                              f"{', '.join(required)})", source=source)
+        for k, v in entry.items():
+            if k in schema and v is not None:
+                check_value(f"{where}.{k}", schema[k], v, source)
+        if kind == "flag_sites":
+            if entry["id"] > wire.MAX_USER_EVENT_ID:
+                raise DecodeError(f"'{where}.id' must be a user event id (<= {wire.MAX_USER_EVENT_ID}), got "
+                                  f"{entry['id']}", source=source)
+            if entry["id"] in ids:
+                raise DecodeError(f"'{where}.id' {entry['id']} is also the id of {name}[{ids[entry['id']]}]",
+                                  source=source)
+            ids[entry["id"]] = i
 
 
 def _loose(name: str) -> str:

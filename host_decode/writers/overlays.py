@@ -10,12 +10,13 @@ A new overlay (cross-rank flows, ...) is one more function and one more entry.
   docs/pipeline_waits.md), for traces whose sidecar declares ``pipelines`` or ``barriers``.
 * ``async_units``: per block and pipeline, a row "TMA in flight: <P>" / "UMMA in flight: <P>" of the
   async-unit intervals (host_decode.analysis.async_units): a slice "<P>[s]" from issue to data ready where
-  both are measured; where only bounded, the doubt is a slice of its own, named for it: "<P>[s] (ready
-  bounded)" from the last time the load was surely in flight to the latest it can have landed, "(issue
-  bounded)" from the earliest it can have been issued, "(bounded)" for neither end measured. Slices carry
-  the latency's bounds as arguments. A row is a merged set of sibling tracks, one per stage (more where a
-  stage's bounds overlap), so loads in flight at once stack in depth and the row's depth reads as the loads
-  in flight. Intervals with an open bound are not drawn.
+  both are measured (a measured issue drawn at its signal's time, its doubt of the record's own path in the
+  argument issue_doubt_ns; a measured ready at the waiter's wake-up); where only bounded, the doubt is a
+  slice of its own, named for it: "<P>[s] (ready bounded)" from the last time the load was surely in flight
+  to the latest it can have landed, "(issue bounded)" from the earliest it can have been issued, "(bounded)"
+  for neither end measured. Slices carry the latency's bounds as arguments. A row is a merged set of sibling
+  tracks, one per stage (more where a stage's bounds overlap), so loads in flight at once stack in depth and
+  the row's depth reads as the loads in flight. Intervals with an open bound are not drawn.
 * ``flags``: every wait of a flag or counter matched to the signal that released it, as a flow from the
   signal to the end of the wait, across blocks and ranks (host_decode.analysis.flag_paths; docs/flags.md),
   for traces whose sidecar (or a merged session's part) declares ``flags``.
@@ -173,13 +174,16 @@ def async_unit_overlay(trace: Trace) -> Overlay | None:
                                                                               else ""))
                    for b, u, c, s in zip(iv["block"][first].tolist(), iv["unit"][first].tolist(),
                                          iv["channel"][first].tolist(), iv["side"][first].tolist()))
-    # each interval's parts: the doubt about its issue, the time it surely was in flight, the doubt about ready
+    # each interval's parts: the doubt about its issue, the time it surely was in flight, the doubt about ready;
+    # a measured end (its doubt within the record's own path or a timer step) is drawn at its measured time
     ready_exact = np.isin(iv["cls"], [CLASSES.index("exact"), CLASSES.index("issue_bounded")])
-    apart = iv["issue_hi"] <= iv["ready_lo"]
+    issue_exact = np.isin(iv["cls"], [CLASSES.index("exact"), CLASSES.index("ready_bounded")])
+    issue_end = np.where(issue_exact, iv["issue_lo"], iv["issue_hi"])
+    apart = issue_end <= iv["ready_lo"]
     core_end = np.where(ready_exact, iv["ready_hi"], iv["ready_lo"])
     parts = [  # (start, end, suffix, drawn)
-        (iv["issue_lo"], iv["issue_hi"], 1, apart),
-        (iv["issue_hi"], core_end, 0, apart),
+        (iv["issue_lo"], issue_end, 1, apart),
+        (issue_end, core_end, 0, apart),
         (iv["ready_lo"], iv["ready_hi"], 2, apart & ~ready_exact),
         (iv["issue_lo"], iv["ready_hi"], np.where(ready_exact, 1, 3), ~apart),
     ]

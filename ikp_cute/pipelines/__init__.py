@@ -23,6 +23,12 @@ poll; a wait that a successful ``try_wait`` poll skipped is not a wait and recor
 ``sync_threads`` and the waits that passed without blocking. Lanes are (block, warp) (see record.py for who
 records and why).
 
+Flags in global memory (docs/flags.md) are traced under the same switch, at every level: the primitives of
+cutlass.utils.distributed (red_add1 and the spin_lock_* waits, hooked), ikp_cute.flags.signal / wait, and
+release reds / atoms / stores no hook built (the IR pass): a signal's INSTANT, a blocked wait's region, each
+followed by its payloads (FLAG_ADDR, FLAG_VALUE); the sidecar's ``flags`` names every call site
+(flag_ops.py, flag_trace.py).
+
 Every traced compile is audited: each mbarrier / named-barrier operation of the traced kernel is a
 numbered site, traced by the Python hooks (hooks.py, the rich path: pipeline objects, roles, names) or by
 the IR pass (ir_pass.py: the ops no hook built, e.g. a kernel's own wait or inline PTX), or listed untraced
@@ -33,7 +39,8 @@ Modules, by job: patches.py (the table of what is hooked), hooks.py (the Tracer 
 (which pipeline and role a call belongs to), names.py (call sites and pipeline names), emit.py (records
 around a call), placement.py (where blocked-only checks go), record.py (the records' PTX), sites.py
 (barrier sites and their identity), ir_pass.py (the IR pass), audit.py (the PTX audit), catalog.py (ids,
-names, the sidecar's pipeline keys).
+names, the sidecar's pipeline keys), flag_ops.py (flag signals and waits as device code), flag_trace.py
+(flag call sites, recorded or why not).
 
 Outside the context nothing is patched: a kernel compiled without it is the untouched kernel
 (tests/unit/ikp_cute/test_pipelines_compile.py::test_off_is_untouched). Compile caches: a host API that caches
@@ -48,10 +55,12 @@ Invariants guarded by tests/unit/ikp_cute/test_pipelines_catalog.py (ids, names)
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from .catalog import LEVEL_OPS, LEVELS, Catalog, check_level
 
-__all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "group_names", "session_for", "trace_pipelines"]
+__all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "active_tracer", "group_names", "session_for",
+           "trace_pipelines"]
 
 POLL_MODES = ("begin", "timed", "off")
 DEFAULT_BLOCKED_NS = 256  # FA4 at 64 ns: +2.6% / +3.0%; at 256 ns: +1.2% / +2.2% (docs/pipelines.md)
@@ -160,9 +169,13 @@ class PipelineTrace(contextlib.ContextDecorator):
             raise RuntimeError("trace_pipelines: already tracing (contexts do not nest)")
         if self._tracer is None:  # one tracer for every entry: its sites and audit accumulate
             self._tracer = Tracer(self.catalog, self.geometry, audit=self.audit, kernels=self.kernels, pool=self.pool,
-                                  kernel_meta=self.metadata if self.pool is not None else None, **self.options)
+                                  kernel_meta=self.capture_metadata if self.pool is not None else None, **self.options)
         self._tracer.install()
         PipelineTrace._active = self
+        if "torch.distributed" in sys.modules:  # symmetric buffers rendezvoused from now on name their flags
+            from ikp_cute.flags import watch_symmetric_memory
+
+            watch_symmetric_memory()
         return self
 
     def __exit__(self, *exc):
@@ -193,15 +206,56 @@ class PipelineTrace(contextlib.ContextDecorator):
                 meta["hooks_replaced"] = list(self._tracer.replaced)
         return meta
 
-    def save(self, session, path):
-        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata). A pool's
-        captures: ``pool.captures()`` (each with this trace's metadata)."""
+    def capture_metadata(self) -> dict:
+        """The sidecar keys of a pool's captures (read at Pool.read time): metadata(), and with flag call sites
+        traced the flag keys save() adds (flag_buffers, rank / world_size, the clock measured now when the pool
+        is on a GPU)."""
+        meta = self.metadata()
+        if meta.get("flags"):
+            meta.update(flag_facts(self.pool, None))
+        return meta
+
+    def save(self, session, path, *, clock: bool | None = None, **extra):
+        """Write the session's buffer + sidecar (session's names/geometry + this trace's metadata). With flag
+        call sites traced, also `flag_buffers` (ikp_cute.flags.registered()), `rank` / `world_size` under
+        torch.distributed, and, `clock` (default: when flags were traced and the buffer is on a GPU), the GPU
+        clock's offset to the host's measured now (ikp_cute.clock). `extra`: more sidecar keys. A pool's
+        captures: ``pool.captures()`` (each with this trace's metadata and the same flag keys:
+        `capture_metadata`)."""
         from host_decode.load.capture import save_capture
 
         meta = session.meta()
         meta.pop("format", None)
         meta.update(self.metadata())
+        if meta.get("flags"):
+            meta.update(flag_facts(session, clock))
+        meta.update(extra)
         return save_capture(path, session.records(), session.names(), **meta)
+
+
+def active_tracer():
+    """The Tracer of the trace_pipelines context being entered now (None outside one): what ikp_cute.flags uses."""
+    trace = PipelineTrace._active
+    return None if trace is None else trace._tracer
+
+
+def flag_facts(session, clock: bool | None) -> dict:
+    """Sidecar keys of a flag capture: flag_buffers, rank / world_size, and the clock's offset (docs/flags.md)."""
+    from ikp_cute import flags
+
+    out: dict = {}
+    buffers = flags.registered()
+    if buffers:
+        out["flag_buffers"] = buffers
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        out["rank"], out["world_size"] = int(dist.get_rank()), int(dist.get_world_size())
+    buffer = getattr(session, "buffer", None)
+    if clock or (clock is None and buffer is not None and getattr(buffer, "is_cuda", False)):
+        from ikp_cute.clock import sidecar_keys
+
+        out.update(sidecar_keys(buffer.device))
+    return out
 
 
 def trace_pipelines(target, level: str = "waits", address: int | None = None, **options) -> PipelineTrace:

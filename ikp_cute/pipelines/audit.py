@@ -18,7 +18,9 @@ Sidecar keys (``metadata``; docs/pipelines.md, "Sidecar keys"):
   pipeline, op, traced, via ("hooks" | "ir"), reason, ptx (its instructions in the final PTX; 0 =
   removed by the compiler; null = PTX not read), barrier (a static named-barrier id);
 * ``coverage``: per kernel {sites, traced, not_recorded, untraced, removed, ptx_instructions,
-  unattributed, ptx_checked}.
+  unattributed, ptx_checked} of its barrier sites, and, when it has flag sites, ``flags``: {sites, traced,
+  not_recorded, untraced, removed, unattributed (release instructions naming no site), reasons (why the
+  untraced ones are not traced)}.
 
 Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py, test_pipelines_ir.py guard them):
 * every barrier instruction of FA4's / quack's final PTX names a site, traced or with a reason
@@ -38,10 +40,11 @@ import re
 import shutil
 import tempfile
 
-from .sites import SITE_COLUMN, Ledger, ptx_kind, walk
+from .sites import FLAG_KINDS, SITE_COLUMN, Ledger, ptx_kind, walk
 
 _ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+|\.extern\s+)*\.(?:entry|func)\s+(?:\([^)]*\)\s*)?([\w$.]+)")
-_LOC = re.compile(r"^\s*\.loc\s+\d+\s+\d+\s+(\d+)")
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)")
+_FILE = re.compile(r"^\s*\.file\s+(\d+)\s+\"([^\"]+)\"", re.MULTILINE)
 _COMMENTS = re.compile(r"/\*.*?\*/|//.*$")
 
 
@@ -117,68 +120,101 @@ class Audit:
         """Count the barrier instructions naming each site of `kernels`; mark the removed call sites."""
         counts: collections.Counter = collections.Counter()
         unattributed = {name: collections.Counter() for name in kernels}
-        for function, number, kind in barrier_instructions(ptx):
-            if number is not None:
-                counts[number] += 1
-            else:
-                unattributed.setdefault(function, collections.Counter())[kind] += 1
         sites = [s for s in self.ledger.sites if s.kernel in kernels]
+        by_line = flag_sites_by_line(sites)
+        loose_probes: collections.Counter = collections.Counter()  # probe instructions naming no site, per kernel
+        for function, number, kind, where in barrier_instructions(ptx):
+            numbers = [number] if number is not None else []
+            if number is None and kind in FLAG_KINDS:  # a scoped load's lowering may keep its line, not its column
+                numbers = by_line.get((function, kind, where), [])
+            for n in numbers:
+                counts[n] += 1
+            if not numbers and kind == "flag_wait":  # a load outside a spin loop, or one whose location LLVM merged
+                loose_probes[function] += 1
+            elif not numbers:
+                unattributed.setdefault(function, collections.Counter())[kind] += 1
         for site in sites:
             site.ptx = counts.get(site.number, 0)
+            if not site.ptx and site.kind == "flag_wait" and loose_probes[site.kernel]:
+                site.ptx = None  # not found by its location, yet probes remain: not known to be removed
         self.unattributed.update(unattributed)
         self.checked.update(kernels)
         self.catalog.mark_removed(removed_call_sites(sites))
 
 
-def barrier_instructions(ptx: str) -> list[tuple[str, int | None, str]]:
-    """(function, site number or None, PTX kind) of each audited barrier instruction of `ptx`, in order; the
-    site is the one the last `.loc` column before it names."""
+def barrier_instructions(ptx: str) -> list[tuple[str, int | None, str, str]]:
+    """(function, site number or None, PTX kind, "file.py:line" of the last `.loc`) of each audited instruction
+    of `ptx`, in order; the site is the one the last `.loc` column before it names."""
     out = []
-    function, column = "?", None
+    function, column, where = "?", None, "?"
+    files = {number: os.path.basename(path) for number, path in _FILE.findall(ptx)}
     for raw in ptx.splitlines():
         line = _COMMENTS.sub("", raw)
         entry = _ENTRY.match(line)
         if entry is not None:
-            function, column = entry.group(1), None
+            function, column, where = entry.group(1), None, "?"
             continue
         loc = _LOC.match(line)
         if loc is not None:
-            column = int(loc.group(1))
+            column = int(loc.group(3))
+            where = f"{files.get(loc.group(1), '?')}:{loc.group(2)}"
             continue
         kind = ptx_kind(line)
         if kind is not None:
-            out.append((function, column - SITE_COLUMN if column is not None and column >= SITE_COLUMN else None, kind))
+            number = column - SITE_COLUMN if column is not None and column >= SITE_COLUMN else None
+            out.append((function, number, kind, where))
     return out
+
+
+def flag_sites_by_line(sites) -> dict:
+    """{(kernel, kind, "file.py:line"): [site numbers]} of the flag sites: the lowering of a scoped load
+    (nvvm.load.ext) keeps its line in the final PTX but not the site's column, so a flag instruction naming no
+    site counts for the flag sites of its kind on its line (one call site, called from several places)."""
+    found: dict = collections.defaultdict(list)
+    for site in sites:
+        if site.kind in FLAG_KINDS:
+            found[(site.kernel, site.kind, site.site)].append(site.number)
+    return found
 
 
 def removed_call_sites(sites) -> list[tuple]:
     """(pipeline or None, op, site) of the traced call sites whose every op is absent from the final PTX."""
     by_call = collections.defaultdict(list)
     for site in sites:
-        if site.traced and site.op is not None:
+        if site.traced and site.op is not None and site.kind not in FLAG_KINDS:
             op = site.op if site.pipeline is not None else ("bar_arrive" if site.op == "bar_arrive" else "bar_sync")
             by_call[(site.pipeline, op, site.site)].append(site)
     return [key for key, group in by_call.items() if all(s.ptx == 0 for s in group)]
 
 
+def counts(sites: list) -> dict:
+    """sites, traced, not_recorded, untraced, removed of a kernel's sites (one kind of them)."""
+    present = [s for s in sites if s.ptx != 0]
+    return {"sites": len(present), "traced": sum(s.traced for s in present),
+            "not_recorded": sum(not s.traced and s.by_choice for s in present),
+            "untraced": sum(not s.traced and not s.by_choice for s in present),
+            "removed": sum(s.ptx == 0 for s in sites)}
+
+
 def metadata(ledger: Ledger, audit: Audit | None) -> dict:
-    """`barrier_sites` and `coverage` (see the module docstring)."""
+    """`barrier_sites` and `coverage` (see the module docstring); flag sites count apart, in `flags`."""
     sites = [s for s in ledger.sites if s.kernel]
     coverage = {}
     for kernel in dict.fromkeys(s.kernel for s in sites):
         mine = [s for s in sites if s.kernel == kernel]
-        present = [s for s in mine if s.ptx != 0]
+        barriers = [s for s in mine if s.kind not in FLAG_KINDS]
         unattributed = dict(audit.unattributed.get(kernel, {})) if audit is not None else {}
-        coverage[kernel] = {
-            "sites": len(present),
-            "traced": sum(s.traced for s in present),
-            "not_recorded": sum(not s.traced and s.by_choice for s in present),
-            "untraced": sum(not s.traced and not s.by_choice for s in present),
-            "removed": sum(s.ptx == 0 for s in mine),
-            "ptx_instructions": sum(s.ptx or 0 for s in mine) + sum(unattributed.values()),
+        flag_unattributed = {k: v for k, v in unattributed.items() if k in FLAG_KINDS}
+        unattributed = {k: v for k, v in unattributed.items() if k not in FLAG_KINDS}
+        coverage[kernel] = dict(counts(barriers), **{
+            "ptx_instructions": sum(s.ptx or 0 for s in barriers) + sum(unattributed.values()),
             "unattributed": unattributed,
             "ptx_checked": audit is not None and kernel in audit.checked,
-        }
+        })
+        flags = [s for s in mine if s.kind in FLAG_KINDS]
+        if flags or flag_unattributed:
+            coverage[kernel]["flags"] = dict(counts(flags), unattributed=flag_unattributed,
+                                             reasons=sorted({s.reason for s in flags if s.reason and s.ptx != 0}))
     return {"barrier_sites": [s.as_json() for s in sites], "coverage": coverage}
 
 
@@ -193,5 +229,15 @@ def summary(meta: dict) -> list[str]:
         extra += [f"{sum(c['unattributed'].values())} PTX instructions with no site"] if c["unattributed"] else []
         extra += [] if c["ptx_checked"] else ["final PTX not read"]
         tail = f" ({'; '.join(extra)})" if extra else ""
-        lines.append(f"{kernel}: {c['traced']} of {recordable} barrier sites traced{tail}")
+        line = f"{kernel}: {c['traced']} of {recordable} barrier sites traced{tail}"
+        f = c.get("flags")
+        if f:
+            more = [f"{f['not_recorded']} not recorded by the level/options"] if f["not_recorded"] else []
+            more += [f"{f['untraced']} untraced: {', '.join(f['reasons'])}"] if f["untraced"] else []
+            more += [f"{f['removed']} removed by the compiler"] if f["removed"] else []
+            loose = sum(f["unattributed"].values())
+            more += [f"{loose} release PTX instructions with no site"] if loose else []
+            line += (f"; {f['traced']} of {f['traced'] + f['untraced']} flag sites traced"
+                     + (f" ({'; '.join(more)})" if more else ""))
+        lines.append(line)
     return lines

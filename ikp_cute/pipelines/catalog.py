@@ -13,7 +13,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pipelines_catalog.py g
   reader requires); a pipeline seen with no traced op goes to ``pipelines_untraced`` with the reason of
   each op it was seen doing (test_a_pipeline_with_no_traced_op_is_listed_apart);
 * ``call_sites`` lists the sites present in the final PTX once the audit has run; the ones the compiler
-  removed move to ``removed_sites`` (test_removed_call_sites_move_apart).
+  removed move to ``removed_sites`` (test_removed_call_sites_move_apart);
+* every flag call site has its own event id and one ``flags`` entry; a call described alike at the same site
+  shares it (tests/unit/ikp_cute/test_flags_compile.py).
 """
 
 from __future__ import annotations
@@ -27,10 +29,14 @@ OPS = ("acquire", "wait", "commit", "release", "poll")
 LEVELS = sidecar.PIPELINE_LEVELS  # the sidecar's `pipeline_level`: one list for both sides
 # Which ops each level records (cumulative). "all" adds `poll` instants (every try_wait, whatever its
 # outcome) and region `bar_sync[0]` for __syncthreads.
+# Flag signals and waits (docs/flags.md) are recorded at every level: they are rare, and a wait is matched to
+# the signal that released it only when both are there.
+FLAG_OPS = frozenset({"flag_signal", "flag_wait"})
 LEVEL_OPS = {
-    "waits": frozenset({"acquire", "wait", "bar_sync"}),
-    "signals": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive"}),
-    "all": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive", "poll", "sync_threads"}),
+    "waits": frozenset({"acquire", "wait", "bar_sync"}) | FLAG_OPS,
+    "signals": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive"}) | FLAG_OPS,
+    "all": frozenset({"acquire", "wait", "bar_sync", "commit", "release", "bar_arrive", "poll", "sync_threads"})
+    | FLAG_OPS,
 }
 NUM_NAMED_BARRIERS = 16
 
@@ -99,6 +105,56 @@ class Pipeline:
         return out
 
 
+@dataclasses.dataclass
+class FlagSite:
+    """One traced flag call site (the sidecar's `flags` entry, host_decode.load.sidecar.FLAG_SITE)."""
+
+    id: int
+    kind: str  # signal | wait
+    op: str  # the library function, ikp_cute.flags.signal / wait, or the IR op
+    site: str  # file.py:line
+    order: str
+    scope: str
+    update: str | None = None  # signals: add | store
+    value: int | str | None = None  # signals: the constant per lane, or "recorded"
+    cmp: str | None = None  # waits: ge | eq | lt
+    expected: int | str | None = None  # waits: the constant, or "recorded"
+    reset: int | str | None = None  # atom.cas waits that change the flag: the constant, or "recorded"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@{self.site}"
+
+    def as_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+class FlagSites:
+    """The flag call sites of a trace, one event id each (`<kind>@<file>:<line>` in the session's registry;
+    a second, different call on the same line is `<kind>@<file>:<line>#2`)."""
+
+    def __init__(self, events):
+        self.events = events
+        self.sites: dict[str, FlagSite] = {}
+
+    def register(self, kind: str, site: str, **fields) -> FlagSite:
+        """The entry of this call (made on first sight); a call described alike at the same site shares it."""
+        n = 1
+        while True:
+            name = f"{kind}@{site}" + (f"#{n}" if n > 1 else "")
+            known = self.sites.get(name)
+            if known is None:
+                entry = FlagSite(self.events.id(name), kind, site=site, **fields)
+                self.sites[name] = entry
+                return entry
+            if known == FlagSite(known.id, kind, site=site, **fields):
+                return known
+            n += 1
+
+    def metadata(self) -> list[dict]:
+        return [entry.as_json() for entry in self.sites.values()]
+
+
 def _description(pipe: Pipeline) -> tuple:
     """What a freshly made pipeline is (before ids, call sites and a unique name are added)."""
     return (pipe.name, pipe.cls, pipe.site, pipe.num_stages, pipe.producer_arrivals, pipe.consumer_arrivals,
@@ -123,6 +179,7 @@ class Catalog:
         self.barrier_names: dict[int, str] = {}
         self.barrier_sites: dict[str, list[str]] = {}
         self.barrier_removed: dict[str, list[str]] = {}
+        self.flags = FlagSites(events)
 
     def records(self, op: str) -> bool:
         return op in LEVEL_OPS[self.level] and (self.ops is None or op in self.ops)
@@ -232,4 +289,6 @@ class Catalog:
             }
             if any(self.barrier_removed.values()):
                 out["barriers"]["removed_sites"] = {op: list(s) for op, s in self.barrier_removed.items() if s}
+        if self.flags.sites:
+            out["flags"] = self.flags.metadata()
         return out

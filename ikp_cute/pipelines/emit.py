@@ -265,6 +265,18 @@ class Recorder:
             else:
                 state.finish_region(token, label=f"{label} end")
 
+    def around(self, kernel, op, before, after) -> None:
+        """Code just before `op` (`before(state)` -> a value) and just after it (`after(state, that value)`),
+        with the kernel's record state (an IR pass's flag signal: flag_trace.py)."""
+        state = self._state_of(kernel)
+        if state is None:
+            return
+        self.placement.settle_before(kernel, op)
+        with self.at(op, "before"):
+            value = before(state)
+        with self.at(op, "after"):
+            after(state, value)
+
     def _state_of(self, kernel) -> KernelState | PoolKernelState | None:
         """The state of `kernel` (an op of a module being finalized), its prologue made at its entry."""
         from cutlass._mlir import ir

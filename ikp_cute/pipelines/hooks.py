@@ -29,6 +29,8 @@ from ikp_cute import inline_ptx
 from . import names
 from .catalog import Catalog, Pipeline
 from .emit import Recorder
+from .flag_ops import FlagCall
+from .flag_trace import FlagTracer
 from .patches import Patches
 from .placement import block_size_here
 from .record import BEGIN, INSTANT, Geometry, event_bits
@@ -55,6 +57,7 @@ class Tracer:
         self.ledger = Ledger()
         self.patches = Patches()
         self.ir_pass = IRPass(self)
+        self.flags = FlagTracer(self)
         self.audit = Audit(self.ledger, catalog) if audit else None
         self.depth = 0  # nesting of hooked calls (only the outermost records)
         self.replaced: list[str] = []  # hooked attributes a kernel replaced while traced
@@ -332,6 +335,43 @@ class Tracer:
                     return run() if marker is None else tracer.recorder.wait_region(marker, run)
 
         return barrier
+
+    def hook_flag_signal(self, orig):
+        """cutlass.utils.distributed.red_add1: the same `red.add` of 1, its time read just before it, its records
+        after it (flag_trace.py)."""
+        tracer = self
+
+        def red_add1(lock_ptr, *args, **kwargs):
+            def run():
+                return orig(lock_ptr, *args, **kwargs)
+
+            if tracer.depth or args or not tracer.in_kernel():
+                return run()
+            with tracer.nested():
+                call = FlagCall("signal", kwargs["order"], kwargs["scope"], update="add")
+                return tracer.flags.signal(lock_ptr, 1, call, "red_add1", run)
+
+        return red_add1
+
+    def hook_flag_wait(self, orig, probe: str, order: str):
+        """cutlass.utils.distributed.spin_lock_{ld_lt_relaxed, atom_cas_relaxed, atom_cas_acquire}_wait: the same
+        loop of probes (a relaxed load while below the expected value; an atom.cas until it finds the expected
+        value), started like the library's from 0, with the records of a wait that blocked."""
+        tracer = self
+        name = orig.__name__
+
+        def wait(lock_ptr, *args, **kwargs):
+            if tracer.depth or args or not tracer.in_kernel():
+                return orig(lock_ptr, *args, **kwargs)
+            with tracer.nested():
+                call = FlagCall("wait", order, kwargs["scope"], probe=probe, cmp="ge" if probe == "ld" else "eq",
+                                initial=0)
+                expected = kwargs["expected_val"]
+                tracer.flags.wait(lock_ptr, expected, kwargs.get("reset_val", expected), call, name,
+                                  lambda: orig(lock_ptr, **kwargs))
+            return None
+
+        return wait
 
     def hook_compile(self, orig):
         """Compiler.compile: after the passes of a traced compile, the audit reads its final PTX."""

@@ -21,6 +21,8 @@ then recorded as the level and options say, like a hooked call: a wait is a regi
 check right after it; the checks hooks placed past it are taken back first: placement.settle_before), an
 arrive an instant before it. Inline PTX that does other work besides its barrier instruction (FA4's
 Blackwell GEMM waits inside its ``tcgen05.mma`` block) is not separable: reported untraced, with why.
+Flag operations (sites.FLAG_KINDS) go to flag_trace.FlagTracer.instrument: a release red / atom / store is
+traced where it is; a hand-written spin loop is listed untraced ("use ikp_cute.flags.wait").
 
 Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py, test_pipelines_ir.py):
 * a kernel that swaps ``cute.arch.mbarrier_wait`` for its own, or emits its own inline-PTX wait, is still
@@ -39,7 +41,7 @@ from . import names
 from .catalog import Pipeline
 from .record import BEGIN, INSTANT, event_bits
 from .roles import def_chain, op_of
-from .sites import SITE_COLUMN, Site, asm_text, classify, file_location, mixed_with, walk
+from .sites import FLAG_KINDS, SITE_COLUMN, Site, asm_text, classify, file_location, mixed_with, walk
 
 _ASM_ADDRESS = re.compile(r"\bmbarrier\.[\w.:]+\s+(?:[^,;]*,\s*)?\[\$(\d+)")
 _ASM_BARRIER_ID = re.compile(r"\b(?:bar|barrier)(?:\.cta)?\.(?:sync|arrive|red)(?:\.aligned)?\s+(\$\d+|\d+)")
@@ -65,8 +67,9 @@ class IRPass:
                 name = ir.StringAttr(kernel.attributes["sym_name"]).value
                 tracer.ledger.drop_kernel(name)
                 kernels.append(name)
-                for op in [op for op in walk(kernel) if classify(op) is not None]:
-                    self.site_of(kernel, name, op)
+                calls: dict = {}  # flag calls of the hooks: every probe of one call is one site
+                for op in [op for op in walk(kernel) if classify(op) is not None or flag_probe(op, tracer.ledger)]:
+                    self.site_of(kernel, name, op, calls)
             tracer.recorder.split_kernels()  # pool traces: the closed and the traced copy (copies.py)
             if tracer.audit is not None and kernels:
                 tracer.audit.prepare(dsl, module, kernels)
@@ -74,16 +77,24 @@ class IRPass:
         tracer.recorder.forget_kernels()
         self.lone = []
 
-    def site_of(self, kernel, name: str, op) -> Site | None:
-        """Number `op` as a site of kernel `name`; instrument it when no hook built it."""
+    def site_of(self, kernel, name: str, op, calls: dict | None = None) -> Site | None:
+        """Number `op` as a site of kernel `name`; instrument it when no hook built it. `calls`: the sites of the
+        flag calls seen so far ({HookCall id: Site}): a traced wait's first probe (peeled out of its loop) and
+        its loop's probe are one site, so that an instruction LLVM merges from both keeps the site's number."""
         ledger = self.tracer.ledger
-        kind = classify(op)
+        kind = classify(op) or "flag_wait"
         call = ledger.call_of(op)
-        if call is not None:
+        known = calls.get(id(call)) if calls is not None and call is not None and call.op in FLAG_KINDS else None
+        if known is not None:
+            site = known
+            path, line = call.path, call.line
+        elif call is not None:
             site = ledger.new(kind, call.site, op.name, pipeline=call.pipeline, op=call.op, barrier=call.barrier,
                               traced=call.traced, via="hooks", reason=call.reason, by_choice=call.by_choice,
                               label=call.label, kernel=name)
             path, line = call.path, call.line
+            if calls is not None and call.op in FLAG_KINDS:
+                calls[id(call)] = site
         else:
             path, line = source_of(op)
             where = f"{os.path.basename(path)}:{line}" if line else "?"
@@ -100,6 +111,8 @@ class IRPass:
     def instrument(self, kernel, op, site: Site) -> None:
         tracer = self.tracer
         catalog = tracer.catalog
+        if site.kind in FLAG_KINDS:
+            return tracer.flags.instrument(kernel, op, site)
         if site.kind == "expect_tx":
             return self._untraced(site, "expect_tx alone (the arrive that completes it is the signal)", True)
         mixed = mixed_with(op) if op.name == "llvm.inline_asm" else None
@@ -180,6 +193,14 @@ class IRPass:
     @staticmethod
     def _untraced(site: Site, reason: str, by_choice: bool) -> None:
         site.reason, site.by_choice = reason, by_choice
+
+
+def flag_probe(op, ledger) -> bool:
+    """A probe (a scoped load or an atom.cas) that a hooked flag wait built outside its loop: its first probe."""
+    if op.name not in ("nvvm.load.ext", "nvvm.atomicrmw"):
+        return False
+    call = ledger.call_of(op)
+    return call is not None and call.op == "flag_wait"
 
 
 def source_of(op) -> tuple[str, int]:

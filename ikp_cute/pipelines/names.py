@@ -46,14 +46,15 @@ _ASSIGNED = re.compile(r"^\s*(?:self\.)?([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
 
 @functools.lru_cache(maxsize=1)
 def library_dirs() -> tuple[str, ...]:
-    """Files that are never a call site: cutlass, this package, contextlib, functools."""
+    """Files that are never a call site: cutlass, this package, ikp_cute.flags, contextlib, functools."""
     import contextlib
 
     import cutlass
 
     here = os.path.dirname(os.path.abspath(__file__))
+    flags = os.path.join(os.path.dirname(here), "flags.py")  # ikp_cute.flags: its calls are the kernel's
     return (os.path.dirname(os.path.abspath(cutlass.__file__)) + os.sep, here + os.sep, contextlib.__file__,
-            os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py")
+            os.path.dirname(os.path.abspath(functools.__file__)) + os.sep + "functools.py", flags)
 
 
 def is_sync_object(obj) -> bool:

@@ -23,6 +23,7 @@ import importlib
 
 MBARRIER_ARRAY = "cutlass.pipeline.helpers:MbarrierArray"
 ARCH = "cutlass.cute.arch"
+DISTRIBUTED = "cutlass.utils.distributed"
 ARRIVES = ("arrive", "arrive_mbarrier", "arrive_and_expect_tx", "arrive_and_expect_tx_with_dst",
            "arrive_cp_async_mbarrier", "arrive_tcgen05mma")
 
@@ -58,6 +59,11 @@ TABLE = (
     Hook(ARCH, "barrier", "barrier", ("bar_sync",)),
     Hook(ARCH, "barrier_arrive", "barrier", ("bar_arrive",)),
     Hook(ARCH, "sync_threads", "barrier", ("sync_threads",)),
+    # flags in global memory (docs/flags.md): the message-passing primitives of cutlass.utils.distributed
+    Hook(DISTRIBUTED, "red_add1", "flag_signal"),
+    Hook(DISTRIBUTED, "spin_lock_ld_lt_relaxed_wait", "flag_wait", ("ld", "relaxed")),
+    Hook(DISTRIBUTED, "spin_lock_atom_cas_relaxed_wait", "flag_wait", ("cas", "relaxed")),
+    Hook(DISTRIBUTED, "spin_lock_atom_cas_acquire_wait", "flag_wait", ("cas", "acquire")),
     # the end of a compile's passes: the audit reads the final PTX there
     Hook("cutlass.base_dsl.compiler:Compiler", "compile", "compile"),
 )

@@ -32,7 +32,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py g
 * the buffer address is an immediate of the prologue only (the kernel's signature is unchanged;
   test_buffer_address_is_baked_and_state_is_in_shared_memory);
 * after a blocking call only the end time and the two stores remain
-  (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain).
+  (test_after_a_blocking_call_only_the_end_time_and_the_stores_remain);
+* record_with_payload stores a record and its payloads all or none, counting what did not fit
+  (tests/unit/ikp_cute/test_flags_compile.py).
 """
 
 from __future__ import annotations
@@ -193,6 +195,78 @@ class KernelState:
         )
         operands = [self.state_base, Int32(begin), Int32(bits), _thread_x()]
         return inline_ptx.asm_results((Int64, Int64, Int32), operands, asm, "=l,=l,=r,r,r,r,r")
+
+    def record_with_payload(self, bits, time, address, values=(), optional=None, region: bool = False,
+                            label: str = ""):
+        """A record and its payload instants, slots reserved at once (docs/flags.md, "Records"): an INSTANT of
+        `bits` at `time` (or, with `region`, a region whose BEGIN is `bits` at `time` and whose END
+        finish_region stores later), then FLAG_ADDR (`address` >> 2, low 32 bits; `address` an Int64), then
+        FLAG_VALUE for each Int32 of `values`, then, when `optional` = (present, value) has present != 0, one
+        more FLAG_VALUE. All slots fit or none is stored: a reservation that does not fit stores nothing and
+        counts all its records in the lane's DROPPED slot (the slots it would have used stay empty, so the
+        count says exactly what was lost). Payloads are stored here; for a region the BEGIN and END are not:
+        returns finish_region's token (BEGIN and END both stored, or neither), else None."""
+        g = self.geometry
+        head = 2 if region else 1
+        need = head + 1 + len(values)
+        n_in = 5 + len(values) + (2 if optional is not None else 0)
+        first_in = 3 if region else 0  # operands: the region's three results come first
+        ops = [f"${first_in + i}" for i in range(n_in)]
+        base, tid, bits_op, time_op, address_op = ops[:5]
+        value_ops = ops[5:5 + len(values)]
+        flag_addr = (wire.FLAG_ADDR_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
+        flag_value = (wire.FLAG_VALUE_EVENT_ID << wire.EVENT_ID_SHIFT) | INSTANT
+        stride = g.stride_bytes
+        text = (
+            "{ .reg .pred lead, ok, fit, full, opt; .reg .u32 m, w, a, room, lane, k, tag, need, left, lo;"
+            " .reg .u64 s, b, addr, rec, x;"
+            + _LEADER
+            + _STATE_ADDRESS.format(base=base, tid=tid)
+            + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
+            f" setp.lt.and.u32 ok, lane, {g.write_stride}, lead;"
+        )
+        if optional is not None:
+            text += f" setp.ne.u32 opt, {ops[-2]}, 0; selp.u32 need, {need + 1}, {need}, opt;"
+        else:
+            text += f" mov.u32 need, {need};"
+        text += (
+            " setp.ge.and.s32 fit, room, need, ok;"
+            f" sub.s32 k, {g.trailer_slot}, room; mad.wide.u32 addr, k, {stride}, b;"
+            f" shl.b32 tag, lane, {wire.LANE_SHIFT};"
+        )
+        if not region:
+            text += f" or.b32 m, tag, {bits_op}; mov.b64 rec, {{m, {time_op}}}; @fit st.global.b64 [addr], rec;"
+        slot = head
+        text += (f" shr.u64 x, {address_op}, {wire.FLAG_ADDR_SHIFT}; cvt.u32.u64 lo, x; or.b32 m, tag, {flag_addr};"
+                 f" mov.b64 rec, {{m, lo}}; @fit st.global.b64 [addr+{slot * stride}], rec;")
+        text += f" or.b32 m, tag, {flag_value};"
+        for value in value_ops:
+            slot += 1
+            text += f" mov.b64 rec, {{m, {value}}}; @fit st.global.b64 [addr+{slot * stride}], rec;"
+        if optional is not None:
+            text += (f" and.pred opt, opt, fit; mov.b64 rec, {{m, {ops[-1]}}};"
+                     f" @opt st.global.b64 [addr+{(slot + 1) * stride}], rec;")
+        text += (
+            # past capacity: nothing stored, every record counted (-room in the lane's DROPPED slot)
+            " min.s32 left, room, 0; selp.s32 left, room, left, fit; sub.s32 room, left, need;"
+            " setp.lt.and.s32 full, room, 0, ok; neg.s32 k, room;"
+            f" or.b32 m, tag, {DROPPED_BITS}; mov.b64 rec, {{m, k}};"
+            f" add.u64 x, b, {g.trailer_slot * stride}; @full st.global.b64 [x], rec;"
+            " @ok st.volatile.shared.u32 [a], room;"
+        )
+        if region:
+            text += (f" mov.u64 $0, addr; or.b32 m, tag, {bits_op}; mov.b64 $1, {{m, {time_op}}};"
+                     " selp.u32 $2, 2, 0, fit;")
+        text += f" }} /* ikp {label} */"
+        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]
+        operands += [Int32(v) for v in values]
+        if optional is not None:
+            operands += [Int32(optional[0]), Int32(optional[1])]
+        constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))
+        if not region:
+            inline_ptx.asm(None, operands, text, constraints)
+            return None
+        return inline_ptx.asm_results((Int64, Int64, Int32), operands, text, "=l,=l,=r," + constraints)
 
     def finish_region(self, token, end=None, label: str = "") -> None:
         """After the blocking call: the END time (or `end`) and the reserved BEGIN / END stores."""

@@ -50,8 +50,10 @@ The state (64 bytes per warp at state_base + 64 * warp; the block's {counter set
   +48 u64 the address of the area's NEXT; +56 u64 the address of the area's first unit
 (the refill reads only the warp's own state: no register holds the state base across it).
 
-A flag record (a payload instant, added by another module) is a `record` whose tag and timer words come from
-the caller: the store, the room update and the refill after it are the same three steps.
+A FLAG RECORD (`record_with_payload`: a flag signal's INSTANT or a blocked wait's region, then its payload
+instants FLAG_ADDR and FLAG_VALUE, docs/flags.md) needs up to five slots at once; all of them lie in one unit:
+when the unit has fewer left, the lane takes its next unit before the stores (the slots it leaves stay 0, which
+the reader skips). A record and its payloads are stored together or, in a virtual unit, counted together.
 
 Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards them):
 * a closed launch runs the kernel's own code: the closed copy holds no record block and no timer read of
@@ -61,7 +63,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards
 * a record block has one branch, to its refill, and the refill one atomic
   (test_every_record_block_has_one_atomic_behind_one_branch); no register spills in FA4's or quack's traced
   copy (test_fa4_and_quack_traced_into_a_pool);
-* the protocol equals the host's reference (ikp_cute/testing/pool_model.py) on the GPU: gpu/pool_suite.py.
+* the protocol equals the host's reference (ikp_cute/testing/pool_model.py) on the GPU: gpu/pool_suite.py;
+* a flag record and its payloads lie in one unit, stored or counted together, the record blocks run one lane's
+  PTX as written (tests/unit/ikp_cute/test_pool_flags.py, a PTX interpreter of one warp's elected lane).
 """
 
 from __future__ import annotations
@@ -370,6 +374,72 @@ class PoolKernelState:
         )
         operands = [Int64(address), Int64(begin_record), Int32(flags), Int32(end), self.state_base, _thread_x()]
         inline_ptx.asm(None, operands, asm, "l,l,r,r,r,r")
+
+    def record_with_payload(self, bits, time, address, values=(), optional=None, region: bool = False,
+                            label: str = ""):
+        """A record and its payload instants (pipelines/record.py's KernelState.record_with_payload: the same
+        arguments, records and token), in one unit: when the lane's unit has fewer slots left than they need, the
+        lane takes its next unit first (the REFILL, then the stores; the slots it leaves stay 0, which the reader
+        skips), so a record and its payloads never straddle two units. A lane the pool cannot serve counts them
+        all (virtual units: none stored). An instant refills after its stores like `record`; a region's
+        reservation leaves that to finish_region (REFILL_FLAG in the token)."""
+        head = 2 if region else 1
+        need = head + 1 + len(values)
+        if need + (optional is not None) > R:
+            raise ValueError(f"record_with_payload: {need + (optional is not None)} records do not fit a unit of {R}")
+        n_in = 5 + len(values) + (2 if optional is not None else 0)
+        first_in = 3 if region else 0  # operands: the region's three results come first
+        ops = [f"${first_in + i}" for i in range(n_in)]
+        base, tid, bits_op, time_op, address_op = ops[:5]
+        flag_addr = (wire.FLAG_ADDR_EVENT_ID << wire.EVENT_ID_SHIFT) | int(wire.EventType.INSTANT)
+        flag_value = (wire.FLAG_VALUE_EVENT_ID << wire.EVENT_ID_SHIFT) | int(wire.EventType.INSTANT)
+        text = (
+            "{ .reg .pred lead, ok, opt, put, pre, again; .reg .u32 m, a, w, tag, need, lo, phase, f;"
+            " .reg .u64 addr, rec, s, x;" + _REFILL_REGS
+            + _LEADER
+            + _STATE.format(tid=tid, base=base)
+        )
+        if optional is not None:
+            text += f" setp.ne.u32 opt, {ops[-2]}, 0; selp.u32 need, {need + 1}, {need}, opt;"
+        else:
+            text += f" mov.u32 need, {need};"
+        text += (
+            # too few slots left in the unit: the next unit first (an invalid lane's room never runs short)
+            " mov.u32 phase, 0; ld.volatile.shared.u32 room, [a]; setp.lt.s32 pre, room, need; @pre bra.uni REFILL;"
+            " STORE: mov.u32 phase, 1;"
+            " ld.volatile.shared.v2.u64 {s, end}, [a]; mov.b64 {room, lane}, s;"
+            f" setp.lt.u32 ok, lane, {LANE_LIMIT}; and.pred ok, ok, lead;"
+            " mad.wide.s32 addr, room, -8, end; shl.b32 tag, lane, 12;"
+        )
+        if not region:
+            text += f" or.b32 w, tag, {bits_op}; mov.b64 rec, {{w, {time_op}}}; @ok st.global.b64 [addr], rec;"
+        slot = head
+        text += (f" shr.u64 x, {address_op}, {wire.FLAG_ADDR_SHIFT}; cvt.u32.u64 lo, x; or.b32 w, tag, {flag_addr};"
+                 f" mov.b64 rec, {{w, lo}}; @ok st.global.b64 [addr+{8 * slot}], rec; or.b32 w, tag, {flag_value};")
+        for value in ops[5:5 + len(values)]:
+            slot += 1
+            text += f" mov.b64 rec, {{w, {value}}}; @ok st.global.b64 [addr+{8 * slot}], rec;"
+        if optional is not None:
+            text += (f" and.pred put, opt, ok; mov.b64 rec, {{w, {ops[-1]}}};"
+                     f" @put st.global.b64 [addr+{8 * (slot + 1)}], rec;")
+        text += " sub.s32 room, room, need; @lead st.volatile.shared.u32 [a], room; setp.lt.s32 refill, room, 2;"
+        if region:  # finish_region stores BEGIN / END and takes the next unit when REFILL_FLAG says so
+            text += (f" mov.u64 $0, addr; or.b32 w, tag, {bits_op}; mov.b64 $1, {{w, {time_op}}};"
+                     f" selp.u32 f, 2, 0, ok; @refill or.b32 f, f, {REFILL_FLAG:#x}; mov.b32 $2, f; bra.uni DONE;")
+        else:
+            text += " @!refill bra.uni DONE;"
+        text += (_refill(self.kernel_id, self.warps)
+                 + " setp.eq.u32 again, phase, 0; @again bra.uni STORE;"
+                 + f" }} /* ikp {label} */")
+        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]
+        operands += [Int32(v) for v in values]
+        if optional is not None:
+            operands += [Int32(optional[0]), Int32(optional[1])]
+        constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))
+        if not region:
+            inline_ptx.asm(None, operands, text, constraints)
+            return None
+        return inline_ptx.asm_results((Int64, Int64, Int32), operands, text, "=l,=l,=r," + constraints)
 
     def epilogue(self) -> None:
         """At the end of the traced copy: each lane's losses and strays into the pool (module docstring)."""

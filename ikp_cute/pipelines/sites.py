@@ -12,8 +12,11 @@ What is audited (``classify``, one table for MLIR ops and one set of patterns fo
 mbarrier waits, try_waits / test_waits (polls: they return the phase's state), arrives (with
 expect_tx, drop, ``cp.async.mbarrier.arrive``, ``tcgen05.commit``'s arrive), a lone expect_tx, and the
 named barriers ``bar.sync`` / ``barrier.sync`` / ``bar.red`` (``bar_sync``; ``sync_threads`` when it has no
-id) and ``bar.arrive`` / ``barrier.arrive`` (``bar_arrive``). Not audited: mbarrier init / inval / fences,
-the TMA unit's ``complete_tx``, cluster barriers (``barrier.cluster.*``), ``bar.warp.sync``.
+id) and ``bar.arrive`` / ``barrier.arrive`` (``bar_arrive``); flags in global memory (docs/flags.md): a red /
+atom / store with release order (``flag_signal``), and an atom.cas or a relaxed / acquire / volatile load whose
+value decides whether its loop goes on (``flag_wait``: a spin loop's probe; ``in_spin_loop``). Not audited:
+mbarrier init / inval / fences, the TMA unit's ``complete_tx``, cluster barriers (``barrier.cluster.*``),
+``bar.warp.sync``.
 
 Invariants a change could break (tests/unit/ikp_cute/test_pipelines_ir.py, test_pipelines_compile.py):
 * the MLIR table and the PTX patterns agree on each kind (test_classify_ops_and_ptx);
@@ -32,7 +35,8 @@ from . import names
 SITE_COLUMN = 32768  # .loc column of a site = SITE_COLUMN + its number (LLVM keeps 16-bit columns)
 MAX_SITES = 65535 - SITE_COLUMN
 
-KINDS = ("wait", "poll", "arrive", "expect_tx", "bar_sync", "sync_threads", "bar_arrive")
+KINDS = ("wait", "poll", "arrive", "expect_tx", "bar_sync", "sync_threads", "bar_arrive", "flag_signal", "flag_wait")
+FLAG_KINDS = ("flag_signal", "flag_wait")  # flags in global memory (flag_kind below; docs/flags.md)
 _WAITS = ("nvvm.mbarrier.try_wait.parity", "nvvm.mbarrier.try_wait", "nvvm.mbarrier.try_wait.parity.timelimit",
           "nvvm.mbarrier.try_wait.timelimit", "nvvm.mbarrier.wait", "nvvm.mbarrier.wait.parity",
           "nvvm.mbarrier.test.wait")
@@ -57,7 +61,16 @@ PTX_KINDS = (
     ("expect_tx", re.compile(r"\bmbarrier\.expect_tx\b")),
     ("bar_sync", re.compile(r"\b(?:bar|barrier)(?:\.cta)?\.(?:sync|red)\b")),
     ("bar_arrive", re.compile(r"\b(?:bar|barrier)(?:\.cta)?\.arrive\b")),
+    # flags: a CAS or a load that orders or bypasses (a spin's probe, a wait when in a spin loop), then any
+    # red / atom / st with release semantics (a signal); records' own `ld.volatile.shared` are not probes
+    ("flag_wait", re.compile(r"\batom(?:\.[\w:]+)*\.cas\b|\bld(?:\.[\w:]+)*\.(?:acquire|relaxed)\b"
+                             r"|\bld\.volatile\.global\b")),
+    ("flag_signal", re.compile(r"\b(?:red|atom)(?:\.[\w:]+)*\.(?:release|acq_rel)\b|\bst(?:\.[\w:]+)*\.release\b")),
 )
+_ORDER = re.compile(r"<(\w+)>")
+_ATOMIC_OP = re.compile(r"atomic_op (\w+)")
+RELEASING = ("release", "acq_rel")
+PROBING = ("relaxed", "acquire")
 # Instructions a pure wait / barrier block of inline PTX may hold besides its barrier instruction.
 _PLAIN = re.compile(r"^(?:@!?\S+\s+)?(?:mbarrier\.|bar\.|barrier\.|bra|setp\.|mov\.|selp\.|elect\.|not\.|and\.|"
                     r"or\.|cvt\.|add\.|ret|\.reg|\{|\})")
@@ -208,9 +221,73 @@ def asm_text(op) -> str | None:
     return ir.StringAttr(op.attributes["asm_string"]).value
 
 
+def attribute(op, name: str) -> str | None:
+    """The word inside an enum attribute (`#nvvm.mem_order<release>` -> "release"), None when absent."""
+    if name not in op.attributes:
+        return None
+    text = str(op.attributes[name])
+    found = _ATOMIC_OP.search(text) or _ORDER.search(text)
+    return found.group(1) if found else text
+
+
+def flag_kind(op) -> str | None:
+    """flag_signal: an nvvm red / atomicrmw (not a CAS) / store with release or acq_rel order; flag_wait: an
+    nvvm atom.cas, or a load with relaxed or acquire order, whose value decides whether its loop goes on (a
+    spin: in_spin_loop); None otherwise."""
+    name = op.name
+    if name == "nvvm.atomicrmw" and attribute(op, "op") == "cas":
+        return "flag_wait" if in_spin_loop(op) else None
+    if name in ("nvvm.red", "nvvm.atomicrmw"):
+        return "flag_signal" if attribute(op, "memOrder") in RELEASING else None
+    if name == "nvvm.store.ext":
+        return "flag_signal" if attribute(op, "order") in RELEASING else None
+    if name == "nvvm.load.ext" and (attribute(op, "order") in PROBING or attribute(op, "cacheModifier") == "cv"):
+        return "flag_wait" if in_spin_loop(op) else None
+    return None
+
+
+def in_spin_loop(op, limit: int = 64) -> bool:
+    """`op`'s result decides whether the nearest scf.while around it goes on: it reaches that loop's
+    scf.condition, through the values it is computed into, the ifs that yield it and the loop's own carried
+    values (a probe in the loop's body is yielded, becomes an argument of its condition block, is compared)."""
+    loop = _parent(op)
+    while loop is not None and loop.name not in ("scf.while", "cuda.kernel", "func.func"):
+        loop = _parent(loop)
+    if loop is None or loop.name != "scf.while" or not len(op.results):
+        return False
+    seen: set = set()  # hashes: MLIR values hash by identity (the DSL overloads their ==)
+    todo = [op.results[0]]
+    while todo and len(seen) < limit:
+        value = todo.pop()
+        if hash(value) in seen:
+            continue
+        seen.add(hash(value))
+        for use in value.uses:
+            user = getattr(use.owner, "operation", use.owner)
+            owner = _parent(user)
+            if user.name == "scf.condition" and owner == loop:
+                return True
+            if user.name == "scf.yield":
+                if owner == loop:  # carried into the condition block's arguments
+                    todo.append(loop.regions[0].blocks[0].arguments[use.operand_number])
+                elif owner is not None and owner.name == "scf.if":
+                    todo.append(owner.results[use.operand_number])
+                continue
+            todo.extend(user.results)
+    return False
+
+
+def _parent(op):
+    parent = op.parent
+    return getattr(parent, "operation", parent) if parent is not None else None
+
+
 def classify(op) -> str | None:
     """The audited kind of an MLIR op (KINDS), None for any other op (ours included)."""
     name = op.name
+    flag = flag_kind(op) if name.startswith("nvvm.") else None
+    if flag is not None:
+        return flag
     kind = OP_KINDS.get(name)
     if kind == "wait" and len(op.results):
         return "poll"
@@ -224,6 +301,8 @@ def classify(op) -> str | None:
     kind = ptx_kind(text)
     if kind == "wait" and len(op.results):
         return "poll"
+    if kind == "flag_wait" and not in_spin_loop(op):
+        return None
     return kind
 
 

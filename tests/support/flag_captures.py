@@ -5,16 +5,17 @@ Per lane (block, warp) in program order: two anchors (ANCHOR_LO, ANCHOR_HI) at t
 
 * a region: BEGIN, END of its event id;
 * a signal: INSTANT of its call site's id at its time, then FLAG_ADDR (timer field: the flag's address >> 2,
-  low 32 bits), then FLAG_VALUE when the signal has one (the value it made, or its number of increments);
-* a wait that blocked: BEGIN, END of its site's id, FLAG_ADDR, FLAG_VALUE when its expected value is not a
-  compile-time constant.
+  low 32 bits), then FLAG_VALUE when the signal has one (an add's amount when it is not the site's `value`, a
+  store's value when the site's `value` is "recorded");
+* a wait that blocked: BEGIN, END of its site's id, FLAG_ADDR, then FLAG_VALUE for its expected value when the
+  site's `expected` is "recorded" and for its reset value when the site's `reset` is.
 
 The sidecar carries ``flags`` (one entry per call site), ``flag_buffers`` (this rank's mappings), ``rank``,
 ``clock_offset_ns``, ``clock_error_ns`` and ``clock_reference``. Times given to the builder are on the
 rank's own clock.
 
-The reserved ids come from host_decode.core.wire when it names them; until it does they are defined here,
-and only here among the tests, as docs/flags.md gives them (FLAG_ADDR 1020, FLAG_VALUE 1019).
+Call sites are entries of the sidecar schema's FLAG_SITE (host_decode/load/sidecar.py); the reserved ids are
+host_decode.core.wire's.
 """
 
 from __future__ import annotations
@@ -27,24 +28,27 @@ import numpy as np
 from host_decode.core import wire
 from host_decode.load.capture import save_capture
 
-FLAG_ADDR = int(getattr(wire, "FLAG_ADDR_EVENT_ID", 1020))
-FLAG_VALUE = int(getattr(wire, "FLAG_VALUE_EVENT_ID", 1019))
+FLAG_ADDR = wire.FLAG_ADDR_EVENT_ID
+FLAG_VALUE = wire.FLAG_VALUE_EVENT_ID
 BEGIN, END, INSTANT = (int(wire.EventType.BEGIN), int(wire.EventType.END), int(wire.EventType.INSTANT))
 M32 = 0xFFFF_FFFF
 
 
-def signal_site(event_id: int, site: str, op: str = "red_add1", scope: str = "gpu", values: bool = False) -> dict:
-    entry = {"id": event_id, "kind": "signal", "op": op, "order": "release", "scope": scope, "cmp": None,
-             "site": site, "expected": None}
-    if values:
-        entry["values"] = True
-    return entry
+def signal_site(event_id: int, site: str, op: str = "red_add1", scope: str = "gpu", update: str = "add",
+                value=1) -> dict:
+    """A signal site: `update` "add" (of `value` per lane) or "store" (of `value`); "recorded": in FLAG_VALUE."""
+    return {"id": event_id, "kind": "signal", "op": op, "order": "release", "scope": scope, "site": site,
+            "update": update, "value": value}
 
 
 def wait_site(event_id: int, site: str, expected="recorded", cmp: str = "ge", scope: str = "gpu",
-              op: str = "spin_lock_ld_lt_relaxed_wait") -> dict:
-    return {"id": event_id, "kind": "wait", "op": op, "order": "relaxed", "scope": scope, "cmp": cmp, "site": site,
-            "expected": expected}
+              op: str = "spin_lock_ld_lt_relaxed_wait", reset=None) -> dict:
+    """A wait site: until the flag `cmp` `expected` ("recorded": in FLAG_VALUE); `reset`: an atom.cas wait's."""
+    entry = {"id": event_id, "kind": "wait", "op": op, "order": "relaxed", "scope": scope, "cmp": cmp, "site": site,
+             "expected": expected}
+    if reset is not None:
+        entry["reset"] = reset
+    return entry
 
 
 @dataclasses.dataclass
@@ -85,10 +89,10 @@ class RankCapture:
             recs.append((value & M32, FLAG_VALUE, INSTANT))
         self._add(block, warp, t, recs)
 
-    def wait(self, block: int, warp: int, site: int, t0: int, t1: int, addr: int, value: int | None = None) -> None:
+    def wait(self, block: int, warp: int, site: int, t0: int, t1: int, addr: int, value: int | None = None,
+             reset: int | None = None) -> None:
         recs = [(t0, site, BEGIN), (t1, site, END), ((addr >> 2) & M32, FLAG_ADDR, INSTANT)]
-        if value is not None:
-            recs.append((value & M32, FLAG_VALUE, INSTANT))
+        recs += [(v & M32, FLAG_VALUE, INSTANT) for v in (value, reset) if v is not None]
         self._add(block, warp, t0, recs)
 
     def raw(self, lane: int, records: list, t: int) -> None:

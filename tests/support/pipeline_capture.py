@@ -25,10 +25,14 @@ def pipeline_entry(name: str, ids: dict, stages: int, cls: str = "PipelineTmaAsy
 class PipelineCapture:
     """Records per lane as (tick, event, type), kept in program order; `trace()` decodes them."""
 
-    def __init__(self, num_blocks: int, num_groups: int, base_ns: int = 1_000_000 * TICK, anchored: bool = False):
+    def __init__(self, num_blocks: int, num_groups: int, base_ns: int = 1_000_000 * TICK, anchored: bool = False,
+                 anchor_tick: int | None = None):
         """anchored: each lane starts with the device's two anchor records (the 64-bit %globaltimer at its
-        start), so the decoded times are absolute, as in a real capture (base_ns then e.g. ~1.7e18)."""
+        start), so the decoded times are absolute, as in a real capture (base_ns then e.g. ~1.7e18). The anchors
+        are at the lane's first record's tick, or at `anchor_tick` (the kernel's entry, where the device writes
+        them, before any call of the lane)."""
         self.num_blocks, self.num_groups, self.base, self.anchored = num_blocks, num_groups, base_ns, anchored
+        self.anchor_tick = anchor_tick
         self.lanes: dict[int, list] = {}
         self.dropped: dict[int, int] = {}
 
@@ -64,7 +68,7 @@ class PipelineCapture:
             assert ticks == sorted(ticks), f"lane {lane}: a device timer never runs backwards in program order"
             out = [(self.ns(t), e, kind) for t, e, kind in recs]
             if self.anchored:
-                start = self.ns(ticks[0] if ticks else 0)
+                start = self.ns(self.anchor_tick if self.anchor_tick is not None else ticks[0] if ticks else 0)
                 out = [(start, wire.ANCHOR_LO_EVENT_ID, INSTANT), (start >> 32, wire.ANCHOR_HI_EVENT_ID, INSTANT)] + out
             if lane in self.dropped:
                 out.append((self.dropped[lane], wire.DROPPED_EVENT_ID, INSTANT))
@@ -79,14 +83,19 @@ class PipelineCapture:
         return decode(self.buffer(), names=names, meta=meta)
 
 
-def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_only: bool, skip: float = 0.5):
+def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_only: bool, skip: float = 0.5,
+                      anchor_tick: int | None = None, details: bool = False):
     """One block of a TMA pipeline run by the protocol, in ticks: a producer (group 0) acquires each stage use,
     commits (the issue) and its data lands 5..30 ticks later; each consumer (groups 1..) waits (a region; a
     waiter wakes 0..1 tick after the data lands), works, releases. A wait that found the data ready is skipped
     (a try_wait) with probability `skip`; `blocked_only` keeps only regions of >= 8 ticks (the device's
-    default). Returns (PipelineCapture, truth {(stage, k): (issue, ready)}, ids)."""
+    default). Returns (PipelineCapture, truth {(stage, k): (issue, ready)}, ids), and with `details` a fourth
+    item: {"use": {(group, stage, begin tick): (stage, k)} of every recorded region, "release": {(stage, k): the latest
+    consumer release of that use}}. `anchor_tick`: every lane's anchor records at that tick (the kernel's entry;
+    the capture's times are then absolute)."""
     ids = {"acquire": 10, "wait": 20, "commit": 30, "release": 40}
-    cap = PipelineCapture(1, 1 + consumers)
+    cap = PipelineCapture(1, 1 + consumers, anchored=anchor_tick is not None, anchor_tick=anchor_tick)
+    region_use = {}
     free = {}  # (stage, k) -> the tick its empty barrier completes (the latest release of the use before)
     truth = {}
     consumer_t = [int(rng.integers(0, 5)) for _ in range(consumers)]
@@ -104,6 +113,7 @@ def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_on
         truth[(s, k)] = (commit, ready)
         if not blocked_only or end - begin >= 8:
             recorded[0].append((begin, "r", ids["acquire"] + s, end))
+            region_use[(0, s, begin)] = (s, k)
         recorded[0].append((commit, "i", ids["commit"] + s, None))
         producer_t = commit + int(rng.integers(0, 4))
         rel = []
@@ -115,6 +125,7 @@ def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_on
                 e = max(b, ready + int(rng.integers(0, 2))) if b < ready else b + int(rng.integers(0, 2))
                 if not blocked_only or e - b >= 8:
                     recorded[1 + c].append((b, "r", ids["wait"] + s, e))
+                    region_use[(1 + c, s, b)] = (s, k)
             r = e + int(rng.integers(1, 12))
             recorded[1 + c].append((r, "i", ids["release"] + s, None))
             rel.append(r)
@@ -124,6 +135,8 @@ def simulate_pipeline(rng, stages: int, uses: int, consumers: int, *, blocked_on
     for g, recs in enumerate(recorded):
         for t, kind, event, end in recs:
             cap.region(0, g, event, t, end) if kind == "r" else cap.instant(0, g, event, t)
+    if details:
+        return cap, truth, ids, {"use": region_use, "release": releases}
     return cap, truth, ids
 
 

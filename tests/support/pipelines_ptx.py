@@ -66,10 +66,10 @@ def assert_sites_match_ptx(ptx: str, sites: list) -> None:
     from ikp_cute.pipelines.audit import barrier_instructions
 
     found = barrier_instructions(ptx)
-    assert found and all(number is not None for _, number, _ in found)
-    counts = collections.Counter(number for _, number, _ in found)
+    assert found and all(number is not None for _, number, _, _ in found)
+    counts = collections.Counter(number for _, number, _, _ in found)
     kinds = collections.defaultdict(set)
-    for _, number, kind in found:
+    for _, number, kind, _ in found:
         kinds[number].add(kind)
     expected = {"wait": "wait", "poll": "wait", "sync_threads": "bar_sync"}
     for site in sites:

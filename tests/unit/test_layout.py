@@ -49,7 +49,9 @@ IKP_LAYERS = {
     "recorders": 3,  # one recorder per mode, the Recorder protocol, records and lanes
     "profiler": 4,  # Profiler, profile_region, launch_records, window_branch
     "session": 5, "pool": 5,  # the host buffers (torch): a session's, decode and save; the recording pool
+    "clock": 5,  # a GPU's %globaltimer against the host clock (a probe kernel launched through torch)
     "pipelines": 6,  # trace_pipelines (builds Sessions for pipeline lanes)
+    "flags": 6,  # flag signal / wait helpers (emitted by the pipelines tracer) and the buffers flags lie in
     "testing": 7, "__main__": 7,  # test helpers and kernels written as user code; the include-path entry point
     "record": 7,  # a whole program recorded: the pool trace, compile/launch accounting, caches, the child process
 }

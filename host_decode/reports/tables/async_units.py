@@ -40,7 +40,8 @@ def print_async_units(data: dict, console) -> None:
                         secondary=SECONDARY, text=("pipeline", "bounded")))
     step = stats[0]["timer_step_ns"]
     console.print(
-        f"exact: issue and ready measured (ready to the timer's {step} ns step), p50 / p99 over these only; "
+        f"exact: issue and ready measured (ready to the timer's {step} ns step, the issue as the lines below say), "
+        "p50 / p99 from the issue's record, over these only; "
         "bounded: only the issue / the ready / both ends bounded, bounded ns: p50 of the least and the most latency "
         "their bounds allow; open: a bound missing. GB/s: stage bytes landed over the "
         f"{per.upper()}'s recorded span, p50 over {per.upper()}s (every commit recorded: level signals)")

@@ -18,13 +18,13 @@ REASONS = {
     "signal_after_wait": "crossing signals exist, all after the wait ended beyond the clocks' error",
     "value_never_reached": "signals of the flag exist but none crossed the wait's condition",
     "record_without_address": "a signal or wait without its FLAG_ADDR record",
-    "wait_without_value": "a wait for a recorded value without its FLAG_VALUE record",
-    "store_without_value": "a store without its FLAG_VALUE record",
-    "payload_without_record": "a FLAG_ADDR / FLAG_VALUE record that follows no flag record",
-    "extra_payload": "a second FLAG_ADDR / FLAG_VALUE for one record",
+    "wait_without_value": "a wait without a FLAG_VALUE its site records (the expected or the reset value)",
+    "signal_without_value": "a signal without the FLAG_VALUE its site records (a store's value, a runtime amount)",
+    "payload_without_record": "a FLAG_ADDR / FLAG_VALUE record that belongs to no flag record",
+    "extra_payload": "more FLAG_ADDR / FLAG_VALUE records than the record's site writes",
     "ambiguous_address": "an address inside two flag buffers' ranges (aliasing modulo 16 GiB): left out",
-    "zero_increments": "a signal whose increment count was 0",
-    "payload_set_aside_by_decoder": "payload records the decoder set aside with their lane",
+    "zero_increments": "an add whose amount was 0",
+    "negative_add": "an add of a negative amount (the matching counts increments): left out",
 }
 
 

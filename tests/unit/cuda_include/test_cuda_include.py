@@ -206,6 +206,8 @@ def constants_source(wrong: bool = False) -> str:
         "kAnchorHiEventId": wire.ANCHOR_HI_EVENT_ID,
         "kAnchorLoEventId": wire.ANCHOR_LO_EVENT_ID,
         "kDroppedEventId": wire.DROPPED_EVENT_ID,
+        "kFlagAddrEventId": wire.FLAG_ADDR_EVENT_ID,
+        "kFlagValueEventId": wire.FLAG_VALUE_EVENT_ID,
         "kMaxUserEventId": wire.MAX_USER_EVENT_ID,
         "kAnchorRecords": wire.ANCHOR_RECORDS,
         "kTrailerRecords": wire.TRAILER_RECORDS,

@@ -17,36 +17,15 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.support.scripts import load_script
-
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-REPO = Path(__file__).resolve().parents[3]
-DEPS = REPO / "examples" / "megakernel_deps"
-DIST = REPO / "examples" / "distributed"
-for _p in (DEPS, DIST):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-
-def _load(path: Path, name: str):
-    saved = dict(os.environ)
-    try:
-        module = load_script(path, name)
-    finally:  # distributed/run.py sets its no-multicast variables at import: leave this process as it was
-        os.environ.clear()
-        os.environ.update(saved)
-    return module
-
-
-deps_run = _load(DEPS / "run.py", "ikp_example_megakernel_deps_run")
-dist_run = _load(DIST / "run.py", "ikp_example_distributed_run")
+from tests.support.flag_examples import DEPS, DIST, deps_run, dist_run  # noqa: E402
+from tests.support.flag_examples import compile_deps as _compile_deps  # noqa: E402
+from tests.support.flag_examples import compile_dist as _compile_dist  # noqa: E402
 
 
 def count(pattern: str, ptx: str) -> int:
@@ -54,34 +33,6 @@ def count(pattern: str, ptx: str) -> int:
 
 
 # --- compile (sm_90a, no GPU) ------------------------------------------------------------------------------------
-
-
-def _compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128) -> str:
-    import megakernel_deps as mk
-    from cutlass import Float32, Int32, Int64, cute
-    from cutlass.cute.runtime import make_fake_compact_tensor as fake
-
-    tasks = deps_run.task_table(m // 64, n1 // 64, n2 // 64)
-    row = dict(stride_order=(1, 0))
-    args = [fake(Int32, tasks.shape, **row), fake(Int32, (1,)), fake(Int32, (m // 64,)), fake(Float32, (m, k), **row),
-            fake(Float32, (k, n1), **row), fake(Float32, (m, n1), **row), fake(Float32, (n1, n2), **row),
-            fake(Float32, (m, n2), **row), Int32(-1), Int64(0), fake(Int64, (tasks.shape[0], 6), **row)]
-    return cute.compile(mk.launch, *args, wait_kind, log_tasks, 132, options="--keep-ptx").__ptx__
-
-
-def _compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128, k=128, n=128, chunks=2) -> str:
-    import ag_gemm as ag
-    from cutlass import Float32, Int32, Int64, cute
-    from cutlass.cute.runtime import make_fake_compact_tensor as fake
-
-    t = dist_run.task_table(0, world, ms // 64, n // 64, chunks).shape[0]
-    row = dict(stride_order=(1, 0))
-    args = [fake(Int32, (ranks_here, t, 4), stride_order=(2, 1, 0)), fake(Int32, (ranks_here,)),
-            fake(Float32, (ranks_here * ms, k), **row), fake(Float32, (k, ranks_here * n), **row),
-            fake(Float32, (world * ms, ranks_here * n), **row), fake(Int64, (world,)), fake(Int64, (world,)),
-            Int32(0), Int32(1), Int32(-1), Int64(0), fake(Int64, (ranks_here, t, 6), stride_order=(2, 1, 0))]
-    return cute.compile(ag.launch, *args, world, ranks_here, 66, chunks, wait_kind, log_tasks,
-                        options="--keep-ptx").__ptx__
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_duplicate_pipeline_names_get_suffixes():
 def test_levels_are_cumulative():
     assert LEVELS == ("waits", "signals", "all")
     assert LEVEL_OPS["waits"] < LEVEL_OPS["signals"] < LEVEL_OPS["all"]
-    assert {"acquire", "wait", "bar_sync"} == LEVEL_OPS["waits"]
+    assert {"acquire", "wait", "bar_sync", "flag_signal", "flag_wait"} == LEVEL_OPS["waits"]  # flags at every level
     with pytest.raises(ValueError, match="level"):
         Catalog(EventRegistry(), "everything")
 

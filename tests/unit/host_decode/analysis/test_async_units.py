@@ -36,23 +36,25 @@ def intervals(trace, side="full"):
 
 
 def test_signals_level_by_hand():
-    """Level signals: the issue is the commit; ready is exact where a consumer wait blocked (its earliest end,
-    one tick of doubt, not before the latest blocked begin), else bounded by the earliest release or wait end
-    of that use or a later one, and by the next commit of the stage."""
+    """Level signals: the issue is the commit, or up to three ticks (SIGNAL_RECORD_LEAD_NS) later but before the
+    producer's next record (the acquire that follows it) and not after ready; ready is exact where a consumer
+    wait blocked (its earliest end, one tick of doubt, not before the latest blocked begin), else bounded by the
+    earliest release or wait end of that use or a later one, and by the next commit of the stage."""
     cap = capture()
     trace = cap.trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")])
     units, got = intervals(trace)
     assert got == [
         # stage, k, issue_lo, issue_hi, ready_lo, ready_hi, class
-        (0, 0, 2, 2, 19, 20, "exact"),  # c1 blocked 3..20: ready in (19, 20]
-        (0, 1, 27, 27, 39, 40, "exact"),  # c2 32..40 and c1 35..41 blocked: earliest end 40
-        (0, 2, 46, 46, 59, 60, "exact"),  # c1 56..60, c2 54..61
-        (1, 0, 5, 5, 5, 31, "ready_bounded"),  # no wait: c2's release at 31 came after the data
-        (1, 1, 35, 35, 35, 52, "ready_bounded"),  # c1's wait 51..52 passed: ready by its end
-        (1, 2, 56, 56, 56, 71, "ready_bounded"),  # releases 72, 71; no later commit
+        (0, 0, 2, 3, 19, 20, "exact"),  # c1 blocked 3..20: ready in (19, 20]; the next acquire began at 3
+        (0, 1, 27, 28, 39, 40, "exact"),  # c2 32..40 and c1 35..41 blocked: earliest end 40
+        (0, 2, 46, 47, 59, 60, "exact"),  # c1 56..60, c2 54..61
+        (1, 0, 5, 6, 5, 31, "ready_bounded"),  # no wait: c2's release at 31 came after the data
+        (1, 1, 35, 36, 35, 52, "ready_bounded"),  # c1's wait 51..52 passed: ready by its end
+        (1, 2, 56, 59, 56, 71, "ready_bounded"),  # releases 72, 71; no later commit, no later producer record
     ]
     (src,) = units.sources
-    assert src["issue"] == "commit (exact)" and src["by"] == "phase" and src["not_used"] == {}
+    assert src["issue"] == "commit (measured: within 96 ns after it)" and src["by"] == "phase"
+    assert src["not_used"] == {}
     # the truth lies inside every interval
     for stage, k, ilo, ihi, rlo, rhi, _ in got:
         row = SCHEDULE[k * 2 + stage]
@@ -61,17 +63,18 @@ def test_signals_level_by_hand():
 
 def test_umma_releases_are_the_empty_side():
     """A PipelineTmaUmma's consumer release is the MMA warp's tcgen05.commit: the empty side's interval runs
-    from the latest release of a use to the producer's next acquire of the stage ending (exact: it blocked)."""
+    from the latest release of a use (the issue: up to three ticks later, before that lane's next record and not
+    after ready) to the producer's next acquire of the stage ending (exact: it blocked)."""
     trace = capture().trace([pipeline_entry("K", IDS, 2, cls="PipelineTmaUmma", op_type="TmaLoad")])
     units, got = intervals(trace, "empty")
     assert [s["unit"] for s in units.sources] == ["TMA", "UMMA"]
     assert got == [
-        (0, 0, 26, 26, 26, 27, "exact"),  # releases 25, 26; acquire 6..27 blocked
-        (0, 1, 45, 45, 45, 46, "exact"),
-        (0, 2, 63, 63, 63, None, "ready_bounded"),  # nothing acquires stage 0 again: no upper bound
-        (1, 0, 33, 33, 33, 34, "exact"),
-        (1, 1, 55, 55, 55, 56, "exact"),
-        (1, 2, 72, 72, 72, None, "ready_bounded"),
+        (0, 0, 26, 27, 26, 27, "exact"),  # releases 25, 26; acquire 6..27 blocked
+        (0, 1, 45, 46, 45, 46, "exact"),
+        (0, 2, 63, 66, 63, None, "ready_bounded"),  # nothing acquires stage 0 again: no upper bound
+        (1, 0, 33, 34, 33, 34, "exact"),
+        (1, 1, 55, 56, 55, 56, "exact"),
+        (1, 2, 72, 75, 72, None, "ready_bounded"),
     ]
 
 
@@ -158,7 +161,7 @@ def test_a_waiter_that_woke_late_leaves_ready_bounded():
     rows[2][7] = 46
     trace = capture_of(rows).trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")])
     got = dict(((s, k), rest) for s, k, *rest in intervals(trace)[1])
-    assert got[(0, 1)] == [27, 27, 35, 41, "ready_bounded"]
+    assert got[(0, 1)] == [27, 28, 35, 41, "ready_bounded"]
 
 
 def test_a_release_at_the_tick_of_the_next_commit_bounds_its_own_use():
@@ -168,7 +171,7 @@ def test_a_release_at_the_tick_of_the_next_commit_bounds_its_own_use():
     rows[3][3], rows[3][4] = (28, 33), 33
     trace = capture_of(rows).trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")])
     got = dict(((s, k), rest) for s, k, *rest in intervals(trace)[1])
-    assert got[(1, 0)] == [5, 5, 5, 31, "ready_bounded"] and got[(1, 1)] == [33, 33, 33, 52, "ready_bounded"]
+    assert got[(1, 0)] == [5, 6, 5, 31, "ready_bounded"] and got[(1, 1)] == [33, 36, 33, 52, "ready_bounded"]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -227,8 +230,46 @@ def test_after_a_producer_overflow_later_regions_only_bound():
     trace = cap.trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")])
     units, got = intervals(trace)
     assert got == [
-        (0, 0, 2, 2, 19, 20, "exact"),
-        (0, 1, 27, 27, 27, 40, "ready_bounded"),
-        (1, 0, 5, 5, 5, 31, "ready_bounded"),
+        (0, 0, 2, 3, 19, 20, "exact"),
+        (0, 1, 27, 30, 27, 40, "ready_bounded"),  # the producer's records after 27 were lost: the lead alone
+        (1, 0, 5, 6, 5, 31, "ready_bounded"),
     ]
     assert units.sources[0]["not_used"] == {}
+
+
+def test_the_issue_lies_within_the_record_path_or_before_the_lanes_next_record():
+    """The commit instant reads the timer before its record block and the arrive.expect_tx, and the copy follows:
+    the issue lies up to SIGNAL_RECORD_LEAD_NS (3 ticks) after the commit, and never after the committing lane's
+    next record. One stage; the TMA issues two ticks after each commit, as on the H200 probe:
+        use  producer acquire  commit  true issue  next producer record  ready  consumer wait  release
+        0    (0, 1)            2       4           5 (acquire)           12     (3, 12)       13
+        1    (5, 14)           15      16          16 (acquire)          30     (14, 30)      31
+        2    (16, 32)          33      35          none                  50     (32, 50)      51"""
+    cap = PipelineCapture(1, 2)
+    for acq, commit in (((0, 1), 2), ((5, 14), 15), ((16, 32), 33)):
+        cap.region(0, PRODUCER, ACQ, *acq).instant(0, PRODUCER, COMMIT, commit)
+    for wait, rel in (((3, 12), 13), ((14, 30), 31), ((32, 50), 51)):
+        cap.region(0, C1, WAIT, *wait).instant(0, C1, RELEASE, rel)
+    units = au.analyze_async_units(cap.trace([pipeline_entry("K", IDS, 1, op_type="TmaLoad")]))
+    iv = units.intervals
+    ticks = [((int(r["issue_lo"]) - cap.ns(0)) // TICK, (int(r["issue_hi"]) - cap.ns(0)) // TICK) for r in iv]
+    assert ticks == [(2, 5), (15, 16), (33, 36)]
+    assert au.SIGNAL_RECORD_LEAD_NS == 3 * TICK
+    assert all(lo <= issue <= hi for (lo, hi), issue in zip(ticks, (4, 16, 35)))
+    assert [au.CLASSES[c] for c in iv["cls"]] == ["exact"] * 3
+
+
+def test_a_wait_as_short_as_a_pass_does_not_measure_ready():
+    """Every wait recorded (passing_waits): a consumer wait of two ticks may be a pass (on the H200 a passing
+    wait lasts up to 96 ns when recorded), so its end bounds ready from above and measures nothing. Use 0's data
+    landed at tick 10, the consumer looked at 20..22; use 1's wait blocked 26..41 (ready at 40): exact."""
+    cap = PipelineCapture(1, 2)
+    cap.region(0, PRODUCER, ACQ, 0, 1).instant(0, PRODUCER, COMMIT, 2)
+    cap.region(0, PRODUCER, ACQ, 3, 24).instant(0, PRODUCER, COMMIT, 25)
+    cap.region(0, C1, WAIT, 20, 22).instant(0, C1, RELEASE, 23)
+    cap.region(0, C1, WAIT, 26, 41).instant(0, C1, RELEASE, 42)
+    units = au.analyze_async_units(cap.trace([pipeline_entry("K", IDS, 1, op_type="TmaLoad")]))
+    iv = units.intervals
+    assert [au.CLASSES[c] for c in iv["cls"]] == ["ready_bounded", "exact"]
+    ready = [((int(r["ready_lo"]) - cap.ns(0)) // TICK, (int(r["ready_hi"]) - cap.ns(0)) // TICK) for r in iv]
+    assert ready == [(2, 22), (40, 41)]

@@ -48,6 +48,15 @@ def test_stacked_mode_rebases_each_launch_and_clock_offsets_apply_per_rank():
         multi.shifts(parts, "sideways")
 
 
+def test_rank_captures_without_launch_index_are_one_step():
+    """Ranks' captures of one step carry no launch_index (a PipelineTrace.save of each rank): grouped by rank
+    each is launch 0 (the step its flags are matched in); grouped by launch they are launches 0, 1 in order."""
+    by_rank = multi.parts_from_traces([_launch(5_000, rank=1), _launch(5_500, rank=0)], by="rank")
+    assert [(p.rank, p.launch_index) for p in by_rank] == [(0, 0), (1, 0)]
+    by_launch = multi.parts_from_traces([_launch(5_000), _launch(5_500)])
+    assert [p.launch_index for p in by_launch] == [0, 1]
+
+
 def test_no_common_clock_places_launches_one_after_another():
     parts = multi.parts_from_traces([_launch(50, absolute=False), _launch(7, absolute=False)])
     assert multi.shifts(parts).tolist() == [-50, 110 + 1000 - 7]

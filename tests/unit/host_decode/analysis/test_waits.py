@@ -736,10 +736,16 @@ def test_pipeline_order_group_zero_first_waits_pass():
 
 
 def test_an_inferred_bound_never_ends_after_the_wait_it_released():
-    """Level waits (acquire and wait only, releases inferred from the consumers' wait ends), waits recorded
-    only when they blocked: the phase table then joins different iterations of different lanes, and an
-    acquire was given a consumer wait that ended after the acquire itself as its bound. Such a bound is
-    reported as not recorded instead."""
+    """Level waits (acquire and wait only), waits recorded only when they blocked (lanes' counts of their
+    records then differ from the uses): every bound is the latest record of the other side that ended before the
+    wait did (pipeline_match.match_inferred), never one that ended after it. By hand (one stage; use n of the
+    producer and the consumers; unrecorded calls in brackets):
+        producer  [0-1] n0, 3-10 n1, 12-20 n2, 22-30 n3
+        mma0      [1-3] n0, 6-12 n1, 15-22 n2, 26-31 n3
+        mma1      [0-2] n0, [11-13] n1, [21-23] n2, 25-32 n3
+    mma0's 6-12 <- the acquire ending 10; 15-22 <- 20; 26-31 and mma1's 25-32 <- 30. The acquire 12-20 (n2, freed
+    by the releases of n1) <- mma0's 6-12; 22-30 <- mma0's 15-22; 3-10 (n1) has no consumer wait before it: the
+    waits of n0 passed."""
     schedule = {PRODUCER: [(0, 1), (3, 10), (12, 20), (22, 30)],
                 MMA0: [(1, 3), (6, 12), (15, 22), (26, 31)],
                 MMA1: [(0, 2), (11, 13), (21, 23), (25, 32)]}
@@ -751,11 +757,18 @@ def test_an_inferred_bound_never_ends_after_the_wait_it_released():
                 c.region(0, group, event, a, z)
             else:
                 c.instant(0, group, 99, a)
-    trace = c.trace([k_pipeline(("acquire", "wait"), stages=1)], pipeline_level="waits")
-    w = pl.analyze_pipelines(trace).waits
-    sourced = w[w["src_ns"] >= 0]
-    assert sourced.size and (sourced["src_ns"] <= sourced["end_ns"]).all()
-    assert int((w["status"] == pm.STATUSES.index("bound_not_recorded")).sum()) == 2
+    trace = c.trace([k_pipeline(("acquire", "wait"), stages=1)], pipeline_level="waits",
+                    pipeline_options={"passing_waits": False})
+    rows = {(r[0], r[4]): r[6:9] for r in table(trace, pl.analyze_pipelines(trace))}
+    assert rows == {
+        (PRODUCER, 3): ("bound_not_recorded", None, None),
+        (PRODUCER, 12): ("inferred", MMA0, 12),
+        (PRODUCER, 22): ("inferred", MMA0, 22),
+        (MMA0, 6): ("inferred", PRODUCER, 10),
+        (MMA0, 15): ("inferred", PRODUCER, 20),
+        (MMA0, 26): ("inferred", PRODUCER, 30),
+        (MMA1, 25): ("inferred", PRODUCER, 30),
+    }
 
 
 @pytest.mark.parametrize("change, match", [

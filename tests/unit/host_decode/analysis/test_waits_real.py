@@ -41,13 +41,7 @@ def pipeline_captures() -> list[Path]:
     return found
 
 
-# Persistent-GEMM captures at level "waits": a producer acquire that did not block leaves no record, and in
-# ~2,000 k-tiles per CTA those gaps shift the count-based occurrence of the inferred bounds (180 of 421 waits
-# "bound_not_recorded"). Kept as a known failure until the inference matches bounds by time.
-KNOWN_UNMATCHED = {"persistent_gemm_1x1_waits.npy", "persistent_gemm_2x1_waits.npy"}
 CAPTURES = pipeline_captures()
-ACCOUNTED = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="inferred bounds matched by count"))
-             if p.name in KNOWN_UNMATCHED else p for p in CAPTURES]
 
 
 def story_rows(summary: dict, channel: str, op: str) -> list[dict]:
@@ -56,7 +50,7 @@ def story_rows(summary: dict, channel: str, op: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     "path",
-    ACCOUNTED or [pytest.param(None, marks=pytest.mark.skip(reason="no real pipeline capture in this tree"))],
+    CAPTURES or [pytest.param(None, marks=pytest.mark.skip(reason="no real pipeline capture in this tree"))],
     ids=lambda p: p.name if p else "none",
 )
 def test_every_wait_accounted_for(path):

@@ -31,7 +31,7 @@ def test_nested_overlap_and_every_bucket():
     assert spans_of(t) == [(0, 1, 50, 70, 0), (0, 2, 60, 80, 1), (1, 1, 50, 70, 0), (1, 1, 55, 60, 1)]
     assert t.loss.totals == dict(paired_begin=4, paired_end=4, instant=1, finalize=2, unmatched_begin=2,
                                  unmatched_end=1, after_finalize=1, malformed=0, impossible_span=0,
-                                 impossible_time=0)
+                                 impossible_time=0, payload_orphan=0)
     assert t.loss.nonzero_slots == 15
     assert t.instants["event"].tolist() == [4] and t.instants["lane"].tolist() == [2]
     sm = dict(zip(t.lanes["lane"].tolist(), t.lanes["sm"].tolist()))

@@ -32,6 +32,8 @@ def test_layout_and_reserved_ids():
     assert wire.slot_index(3, 2, 10) == 1 + 3 + 20
     assert wire.buffer_slots(10, 4) == 41
     assert wire.user_capacity(16) == 12
-    assert len(set(wire.RESERVED_INSTANT_IDS)) == 3 and max(wire.RESERVED_INSTANT_IDS) == wire.MAX_EVENT_ID
+    assert len(set(wire.RESERVED_INSTANT_IDS)) == 5 and max(wire.RESERVED_INSTANT_IDS) == wire.MAX_EVENT_ID
+    assert set(wire.PAYLOAD_IDS) < set(wire.RESERVED_INSTANT_IDS)
+    assert (wire.FLAG_ADDR_EVENT_ID, wire.FLAG_VALUE_EVENT_ID, wire.MAX_USER_EVENT_ID) == (1020, 1019, 1018)
     assert wire.MAX_USER_EVENT_ID < min(wire.RESERVED_INSTANT_IDS)
     assert wire.block_linear(1, 2, 3, 4, 5) == 1 + 2 * 4 + 3 * 20

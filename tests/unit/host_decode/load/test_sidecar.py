@@ -52,7 +52,8 @@ def bad_value(key: sidecar.Key):
         return -1 if key.minimum is not None and key.minimum <= 0 else 0 if key.minimum else "x"
     if key.kind == "str":
         return "bogus" if key.allowed else 5
-    return {"object": [1], "list": {"a": 1}, "names": 5, "ints": ["a"], "ring": {"filled": -1}}[key.kind]
+    return {"object": [1], "list": {"a": 1}, "names": 5, "ints": ["a"], "ring": {"filled": -1}, "value": "x",
+            "flag_sites": [{"kind": "wait"}], "flag_buffers": [{"name": 1}]}[key.kind]
 
 
 @pytest.mark.parametrize("name", sorted(sidecar.SIDECAR))
@@ -68,7 +69,8 @@ def test_every_key_refuses_a_value_outside_its_set(tmp_path, name):
     with pytest.raises(DecodeError) as e:
         hd.load_capture(path)
     text = str(e.value)
-    shown = {"names": f"names.{name}", "ring": "'ring.filled'"}.get(key.kind, repr(name))
+    shown = {"names": f"names.{name}", "ring": "'ring.filled'", "flag_sites": f"'{name}[0]'",
+             "flag_buffers": f"'{name}[0]'"}.get(key.kind, repr(name))
     assert text.startswith(str(path.with_suffix(".json"))) and shown in text, text
     if name == "format":  # another format: not a sidecar of ours at all
         assert "not an ikp capture sidecar ('format' is 'bogus'; expected format 'ikp-v1'" in text, text
@@ -150,7 +152,8 @@ def test_ring_summary_goes_through_the_one_writer_and_validator(tmp_path):
 
 def schema_table(schema: dict) -> list[str]:
     kinds = {"int": "integer", "str": "string", "object": "object", "list": "list", "ints": "list of integers",
-             "names": "{id: name} or [names]", "ring": "object (ring block)"}
+             "names": "{id: name} or [names]", "ring": "object (ring block)", "value": "integer or `recorded`",
+             "flag_sites": "list (flag sites)", "flag_buffers": "list (flag buffers)"}
     rows = []
     for name, key in schema.items():
         allowed = (", ".join(f"`{a}`" for a in key.allowed) if key.allowed else
@@ -162,7 +165,7 @@ def schema_table(schema: dict) -> list[str]:
 def test_the_documented_tables_are_the_schema():
     """docs/sidecar.md lists the schema's keys, types, allowed values and meanings as they are in code."""
     doc = (ROOT / "docs" / "sidecar.md").read_text().splitlines()
-    for schema in (sidecar.SIDECAR, sidecar.RING_BLOCK, sidecar.RING_SUMMARY):
+    for schema in (sidecar.SIDECAR, sidecar.RING_BLOCK, sidecar.RING_SUMMARY, sidecar.FLAG_SITE, sidecar.FLAG_BUFFER):
         rows = schema_table(schema)
         start = doc.index(rows[0])
         assert doc[start : start + len(rows)] == rows

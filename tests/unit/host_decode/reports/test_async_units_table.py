@@ -32,7 +32,7 @@ def test_table_shows_the_json_numbers(capsys, tmp_path):
     # no bound as a p50: k's exact columns are empty, its bounds in their own column
     assert row["k TMA"][:6] == ["128", "0", "–", "–", "128 ready", f"{b['at_least_p50']:.0f}..{b['at_most_p50']:.0f}"]
     assert row["k TMA"][-1] == f"{k['bytes_per_s']['p50'] / 1e9:.3g}" and "GB/s per CTA" in out.read_text()
-    assert any(ln.startswith("  k: issue = commit (exact); ready = wait end") for ln in lines)
+    assert any(ln.startswith("  k: issue = commit (measured: within 96 ns after it); ready = wait end") for ln in lines)
 
 
 def test_no_async_unit_prints_nothing(tmp_path):

@@ -33,19 +33,19 @@ def rows(trace, **options):
 
 
 def test_rows_draw_the_intervals():
-    """Level signals: exact uses are one slice issue -> ready; a ready-bounded use is the doubt alone when
-    nothing shows it was in flight past its issue. Args (ticks): stage, least and most latency, doubt of issue
-    and of ready."""
+    """Level signals: exact uses are one slice issue -> ready, from the commit; a ready-bounded use is the doubt
+    alone when nothing shows it was in flight past its issue. Args (ticks): stage, least and most latency, doubt
+    of issue (up to the producer's next record, at most three ticks) and of ready."""
     trace = k_capture().trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")])
     got, res = rows(trace)
     row = "TMA in flight: K"
     assert got == sorted([
-        (row, "K[0]", 2, 20, (0, 17, 18, 0, 1)),
-        (row, "K[0]", 27, 40, (0, 12, 13, 0, 1)),
-        (row, "K[0]", 46, 60, (0, 13, 14, 0, 1)),
-        (row, "K[1] (ready bounded)", 5, 31, (1, 0, 26, 0, 26)),
-        (row, "K[1] (ready bounded)", 35, 52, (1, 0, 17, 0, 17)),
-        (row, "K[1] (ready bounded)", 56, 71, (1, 0, 15, 0, 15)),
+        (row, "K[0]", 2, 20, (0, 16, 18, 1, 1)),
+        (row, "K[0]", 27, 40, (0, 11, 13, 1, 1)),
+        (row, "K[0]", 46, 60, (0, 12, 14, 1, 1)),
+        (row, "K[1] (ready bounded)", 5, 31, (1, 0, 26, 1, 26)),
+        (row, "K[1] (ready bounded)", 35, 52, (1, 0, 17, 1, 17)),
+        (row, "K[1] (ready bounded)", 56, 71, (1, 0, 15, 3, 15)),
     ])
     tracks = [d for d in res["tracks"].values() if d.name == row]
     assert len(tracks) == 2  # one per stage, one row
@@ -58,8 +58,8 @@ def test_the_surely_in_flight_part_is_apart_from_the_doubt():
     sched[2][6], sched[2][8], sched[2][7] = (35, 44), (40, 41), 46
     got, _ = rows(k_capture(sched).trace([pipeline_entry("K", IDS, 2, op_type="TmaLoad")]))
     use = [g for g in got if g[2] >= 27 and g[3] <= 41 and g[1].startswith("K[0]")]
-    assert use == [("TMA in flight: K", "K[0]", 27, 35, (0, 8, 14, 0, 6)),
-                   ("TMA in flight: K", "K[0] (ready bounded)", 35, 41, (0, 8, 14, 0, 6))]
+    assert use == [("TMA in flight: K", "K[0]", 27, 35, (0, 7, 14, 1, 6)),
+                   ("TMA in flight: K", "K[0] (ready bounded)", 35, 41, (0, 7, 14, 1, 6))]
 
 
 def test_waits_level_rows():
