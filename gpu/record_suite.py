@@ -9,8 +9,10 @@ Phases (expected wall time on an H200; 16 CPU cores compile the first phase's pr
                        compiles of one kernel name, two kernels; with --profile its torch.profiler trace is
                        aligned) and torch_compile_module.py; `ikp record --launches all -- ncu --section
                        SpeedOfLight -c 3 python standalone.py --iters 3` (kernel replay runs each launch several
-                       times: the device must count 3 launches, like Python); the cost worker compiling its
-                       untouched and traced builds, then waiting for phase 2.
+                       times: the device must count 3 launches, like Python); `ikp record -- nsys profile python
+                       standalone.py --iters 3` where nsys is installed (both record: nsys's report and the
+                       recording); the cost worker compiling its untouched and traced builds, then waiting for
+                       phase 2.
   2 (alone, ~15 s)     cost, same process, per kernel (row sums, FA4 non-causal b=2 s=4096 h=16 d=128, quack's
                        GEMM bf16 8192^3): the untouched build compiled before the recording, the traced build
                        compiled under ikp_cute.record's recorder; 30 launches of each variant taken in turns behind
@@ -107,6 +109,11 @@ def check(name: str, run: dict, dry: bool, kernels: int, launches: int | None = 
                 problems.append(f"{c['path']}: {c.get('error') or str(c['lost_records']) + ' records lost'}")
         if not (k.get("bound") or {}).get("words"):
             problems.append(f"{what}: the summary names nothing that bounds it")
+    torch = s.get("torch")
+    if name == "fa4" and not dry and not (torch or {}).get("path"):
+        problems.append(f"the program's torch.profiler trace not aligned: {torch}")
+    if name == "nsys" and not list(OUT.glob("nsys_row_sums*.nsys-rep")):
+        problems.append("nsys wrote no report")
     pools = [p["pool"] for p in s["processes"]]
     if not dry and (not (folder / "trace.pftrace").exists() or any(p.get("lost_records") for p in pools)):
         problems.append(f"no trace.pftrace, or records lost in the pool: {pools}")
@@ -321,8 +328,14 @@ def main() -> int:
                "regex:row_sums", "-c", 3, "-f", "-o", OUT / "ncu_row_sums"]
         jobs["ncu"] = record("ncu", [*ncu, py, EXAMPLES / "standalone.py", "--iters", 3], "--launches", "all",
                              dry=False)
+        nsys = shutil.which("nsys") or next((str(p) for p in Path("/usr/local/cuda/bin").glob("nsys")), None)
+        if nsys:  # both record: nsys's report and the recording
+            jobs["nsys"] = record("nsys", [nsys, "profile", "--force-overwrite", "true", "-o", OUT / "nsys_row_sums",
+                                           py, EXAMPLES / "standalone.py", "--iters", 3], dry=False)
+        else:
+            results["steps"]["nsys"] = {"ok": True, "seconds": 0, "problems": ["no nsys on this machine: not run"]}
     cost = Job("cost", [py, __file__, "--worker", "--launches", args.launches, *(["--dry-run"] if dry else [])], 240)
-    expected = {"standalone": (1, None), "fa4": (2, None), "torch_compile": (1, None), "ncu": (1, 3)}
+    expected = {"standalone": (1, None), "fa4": (2, None), "torch_compile": (1, None), "ncu": (1, 3), "nsys": (1, 3)}
     for name, job in jobs.items():
         results["steps"][name] = check(name, job.wait(), dry, *expected[name])
     # phase 2: the cost timings, alone
