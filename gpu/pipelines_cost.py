@@ -60,7 +60,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 os.environ.setdefault("FLASH_ATTENTION_ARCH", "sm_90")
 os.environ.setdefault("QUACK_CACHE_ENABLED", "0")
 
-from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT  # noqa: E402
+from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT, THRESHOLDS  # noqa: E402
 
 RECORDS_PER_LANE = 8192  # a GEMM consumer warp at "signals": ~3 records per k-tile, ~2,000 k-tiles per CTA
 SIZE = 8192
@@ -88,7 +88,10 @@ class Harness:
         self.save()
 
     def variants(self, ablation: bool):
-        return DEFAULT + (ABLATION if ablation and not self.quick else [])
+        """The default levels; unless --quick, the thresholds' neighbours, and with `ablation` the ablation."""
+        if self.quick:
+            return DEFAULT
+        return DEFAULT + THRESHOLDS + (ABLATION if ablation else [])
 
     def time_and_record(self, kernel: str, fns: dict, outputs: dict, sessions: dict, traces: dict):
         """Alternating launches of every variant, costs vs `base`, then the decoded waits/signals captures."""
@@ -156,7 +159,7 @@ class Harness:
         ref = c.clone()
         fns = {"base": lambda: plain(*views), "noise": lambda: plain(*views)}
         outputs, sessions, traces = {}, {}, {}
-        for name, level, options in self.variants(ablation=not poll):
+        for name, level, options in (self.variants(ablation=True) if not poll else DEFAULT):
             session = session_for(ctas, 12, records_per_lane=RECORDS_PER_LANE, kernel=kernel)
             trace = trace_pipelines(session, level=level, **options)
             t0 = time.time()

@@ -6,7 +6,9 @@ Stages (each in its own try; a failure is listed in results["errors"] and the ru
             traced into a pool: the default selection records exactly launch 1; every=3, none, last, all pick
             the launches they say; every lane's records are exactly the ones its code made; a pool too small
             loses records and counts them, and its NEXT equals the host model's (ikp_cute/testing/pool_model.py)
-            for the same lanes; a pool of the size the summary names holds everything.
+            for the same lanes; a pool of the size the summary names holds everything; the jit function called
+            in a loop under a trace (each call traced, the DSL's JIT cache serving all but the first): one
+            kernel id, every launch counted.
   fa4       FA4's sm90 forward (flash_attn.cute.interface.flash_attn_func), bf16 b=2 s=4096 h=16 d=128, causal
             and not; quack  quack's GEMM (quack.gemm_interface.gemm(A, B, tuned=False)), bf16 8192^3. For each:
             compiled under `trace_pipelines(pool)` at the default level with a private compile cache; 20
@@ -183,6 +185,17 @@ class Suite:
                    enough.summary()["lost_records"] == 0 and got and got[0]["per_lane"] == expect,
                    s["bytes_needed"])
         self.results["protocol_tiny_summary"] = s
+        # the jit function called directly under a trace (no cute.compile): traced at every call, the calls after
+        # the first served by the DSL's JIT cache (the same module), every launch counted under one kernel id
+        looped, xl = Pool.create(4 << 20, max_kernels=8), x0.clone()
+        with trace_pipelines(looped):
+            for _ in range(4):
+                ak.launch(from_dlpack(xl), Int32(iters), blocks, True)
+        torch.cuda.synchronize()
+        got, seen = self.decoded(looped), looped.summary()["kernels"]
+        self.check("protocol", "a jit called in a loop: one kernel id, 4 launches, launch 1 recorded",
+                   len(looped.kernels) == 1 and seen[0]["launches_seen"] == 4 and [g["launch"] for g in got] == [1]
+                   and got[0]["per_lane"] == expect, (looped.kernels, [k["launches_seen"] for k in seen]))
 
     # --- FA4 and quack ------------------------------------------------------------------------------------------
 
@@ -401,11 +414,23 @@ def dry_run() -> None:
     x = make_fake_compact_tensor(Float32, (64 * ak.THREADS,))
     with trace_pipelines(pool):
         cute.compile(ak.launch, x, Int32(7), 64, True)
-    fa4_compile(trace_pipelines(pool), batch=2, seqlen=4096, heads=16, causal=False)
-    fa4_compile(trace_pipelines(pool), batch=2, seqlen=4096, heads=16, causal=True)
-    fa4_compile(trace_pipelines(pool, level="signals", passing_waits=True), batch=2, seqlen=4096, heads=16)
-    quack_compile(trace_pipelines(pool), m=8192, n=8192, k=8192)
+    compiled = {
+        "fa4": fa4_compile(trace_pipelines(pool), batch=2, seqlen=4096, heads=16, causal=False),
+        "fa4 causal": fa4_compile(trace_pipelines(pool), batch=2, seqlen=4096, heads=16, causal=True),
+        "fa4 signals": fa4_compile(trace_pipelines(pool, level="signals", passing_waits=True), batch=2, seqlen=4096,
+                                   heads=16),
+        "quack": quack_compile(trace_pipelines(pool), m=8192, n=8192, k=8192)}
     print("compiled into a fake pool:", {k: v[:60] for k, v in pool.kernels.items()})
+    if len(pool.kernels) != 1 + len(compiled):  # other code (FA4 causal or not: one name), another kernel id
+        raise SystemExit(f"expected {1 + len(compiled)} kernel ids, the pool holds {sorted(pool.kernels)}")
+    from ikp_cute.testing import smem
+
+    for name, c in compiled.items():  # what the launch will ask for (a traced kernel over the limit cannot launch)
+        used = smem.block_bytes(c)
+        print(f"shared memory, {name} traced: {used} bytes of {smem.SMEM_LIMIT_SM90} (dynamic "
+              f"{smem.launch_dynamic(c)[0]})")
+        if used > smem.SMEM_LIMIT_SM90:
+            raise SystemExit(f"{name}: the traced kernel asks for {used} bytes of shared memory per block")
     model = PoolModel(1 << 20, default="all")
     model.launch(0, {lane: 30 for lane in range(64 * 8)}, wpb=8, rng=np.random.default_rng(0))
     from host_decode.load.pool import read_pool

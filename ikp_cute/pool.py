@@ -18,6 +18,8 @@ The interface (the `ikp record` runtime builds on it)::
         @classmethod fake(address, size_bytes=DEFAULT_POOL_BYTES, *, max_kernels=512) -> Pool  # CPU compiles
         address: int; size_bytes: int; units: int; max_kernels: int
         kernel_id(name, meta=None) -> int      # at trace time, one per traced kernel (names may repeat)
+        same_kernel(kernel_id, key) -> int     # at its end: the id of an earlier kernel of the same code, if any
+                                               # (kernel_id is then given back); distinct code, distinct ids
         kernels -> {id: name}
         select(kernel_id, selection) -> None   # "1" | "3:6" | "5:" | "every=100" | "last" | "none" | "all";
                                                # stream-ordered device ops (capturable in a CUDA graph)
@@ -45,6 +47,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool.py guards them):
 * every change of the control block is a stream-ordered device op: no host read, no sync, no copy from
   host memory (test_host_changes_are_device_ops);
 * the control block a pool starts with is the one host_decode's reader expects (test_a_fresh_pool_reads_empty);
+* one kernel id per distinct traced code: a re-trace of a kernel takes its id, the id it was handed is free
+  again (test_a_kernel_of_known_code_takes_its_id; compiled: test_pool_compile.py::test_a_retrace_is_the_same_module,
+  test_fa4_causal_and_not_are_two_kernels);
 * a `last` region never overlaps units the shared area has handed out: a carve that would is recorded on the
   device as a region of 0 units (its launches count their records as lost), never written over
   (test_last_takes_its_region_from_the_top).
@@ -85,8 +90,9 @@ class Pool:
         wire.pool_selection(default_selection)  # refuse a bad default now
         half = (last_bytes if last_bytes is not None else size_bytes // 4) // (2 * wire.POOL_UNIT_BYTES)
         self.last_half_units = max(int(half), 1)
-        self._names: list[str] = []
+        self._names: list[str | None] = []  # by kernel id; None: an id given back (same_kernel), free again
         self._meta: list = []
+        self._keys: dict[str, int] = {}  # fingerprint of a traced kernel's code -> its id (same_kernel)
         self._selections: dict[int, str] = {}
         self._regions: dict[int, tuple[int, int]] = {}  # kernel id -> (first unit, units per half)
         self._top = self.units  # units the shared area may hand out (host-side copy of TOP: only the host moves it)
@@ -125,18 +131,39 @@ class Pool:
     # --- kernels and selections ------------------------------------------------------------------------
 
     def kernel_id(self, name: str, meta=None) -> int:
-        """A new id for a kernel being traced (one per compiled kernel: two compiles of one kernel get two
-        ids). `meta`: sidecar keys for its captures (a dict, or a callable giving one at read time)."""
-        if len(self._names) >= self.max_kernels:
+        """An id for a kernel being traced: the lowest free one (its code decides at the end of its trace whether
+        it keeps it: same_kernel). `meta`: sidecar keys for its captures (a dict, or a callable giving one at
+        read time)."""
+        free = self._names.index(None) if None in self._names else len(self._names)
+        if free >= self.max_kernels:
             raise RuntimeError(f"the pool holds {self.max_kernels} kernels (Pool.create(max_kernels=...)); "
                                f"kernel {name!r} cannot be traced into it")
-        self._names.append(str(name))
-        self._meta.append(meta)
-        return len(self._names) - 1
+        if free == len(self._names):
+            self._names.append(None)
+            self._meta.append(None)
+        self._names[free], self._meta[free] = str(name), meta
+        return free
+
+    def same_kernel(self, kernel_id: int, key: str) -> int:
+        """At the end of kernel `kernel_id`'s trace, `key` the fingerprint of its final code: the id of the kernel
+        traced before with the same code, `kernel_id` then given back (free for the next kernel_id); else
+        `kernel_id`, remembered under `key`. A program that calls a jit function in a loop traces its kernel at
+        every call: the DSL's JIT cache serves the first compile, which counts all their launches under one id;
+        the same kernel compiled with other compile-time arguments (FA4 causal or not) is other code, another
+        id."""
+        if not 0 <= kernel_id < len(self._names) or self._names[kernel_id] is None:
+            raise ValueError(f"pool.same_kernel: kernel id {kernel_id!r} was not handed out by kernel_id")
+        known = self._keys.setdefault(key, kernel_id)
+        if known != kernel_id:
+            self._names[kernel_id] = self._meta[kernel_id] = None
+            while self._names and self._names[-1] is None:
+                self._names.pop()
+                self._meta.pop()
+        return known
 
     @property
     def kernels(self) -> dict[int, str]:
-        return dict(enumerate(self._names))
+        return {k: name for k, name in enumerate(self._names) if name is not None}
 
     def select(self, kernel_id: int, selection: str) -> None:
         """Which launches of kernel `kernel_id` record, from its next launch on (module docstring)."""
@@ -231,6 +258,8 @@ class Pool:
         """{kernel id: sidecar keys for its captures}: its name as "kernel" key's source, and its trace's meta."""
         out = {}
         for k, (name, meta) in enumerate(zip(self._names, self._meta)):
+            if name is None:
+                continue
             extra = meta() if callable(meta) else dict(meta or {})
             out[k] = dict(extra, name=name)
         return out
@@ -251,4 +280,4 @@ class Pool:
 
     def __repr__(self) -> str:
         return (f"Pool({self.size_bytes} bytes at {self.address:#x}, {self.units} units, "
-                f"{len(self._names)} kernels{', fake' if self.buffer is None else ''})")
+                f"{len(self.kernels)} kernels{', fake' if self.buffer is None else ''})")

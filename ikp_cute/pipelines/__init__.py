@@ -15,8 +15,8 @@
 Under the context, every kernel *traced* (compiled) records, for each pipeline built on cutlass.pipeline's
 MbarrierArray (cutlass.pipeline sm90/sm100 classes and kernels' own subclasses): regions ``acquire_<P>[s]``
 (producer waiting for a free stage), ``wait_<P>[s]`` (consumer waiting for data) and ``bar_sync[i]`` (named-
-barrier waits), each when it blocked (lasted >= ``blocked_ns``, 256 ns by default, or followed a failed
-poll; a wait that a successful ``try_wait`` poll skipped is not a wait and records nothing); at level
+barrier waits), each when it blocked (lasted >= ``blocked_ns``: 256 ns, producer acquires 1024 ns; or followed
+a failed poll; a wait that a successful ``try_wait`` poll skipped is not a wait and records nothing); at level
 "signals" also instants
 ``commit_<P>[s]`` (producer arrive / arrive-expect-tx = TMA issue), ``release_<P>[s]`` (consumer arrive) and
 ``bar_arrive[i]``; at level "all" also ``poll_<P>[s]`` (every try_wait), ``bar_sync[0]`` for
@@ -63,7 +63,23 @@ __all__ = ["LEVELS", "LEVEL_OPS", "POLL_MODES", "PipelineTrace", "active_tracer"
            "trace_pipelines"]
 
 POLL_MODES = ("begin", "timed", "off")
-DEFAULT_BLOCKED_NS = 256  # FA4 at 64 ns: +2.6% / +3.0%; at 256 ns: +1.2% / +2.2% (docs/pipelines.md)
+# A producer waiting for a free stage is the steady state of a pipeline kept full (a persistent TMA GEMM's
+# producer blocks ~2,000 times per CTA for 300-600 ns): stored from 1 us, the GEMM's cost falls from +1.5%
+# to +0.15%; consumer waits, the ones that starve math, stay at 256 ns (docs/pipelines.md).
+DEFAULT_BLOCKED_NS = {"acquire": 1024, "wait": 256, "bar_sync": 256}
+
+
+def blocked_thresholds(blocked_ns) -> dict[str, int]:
+    """`blocked_ns` as {op: ns} for every blocking op: an int for all of them, or a dict of some
+    (the rest at DEFAULT_BLOCKED_NS)."""
+    given = blocked_ns if isinstance(blocked_ns, dict) else dict.fromkeys(DEFAULT_BLOCKED_NS, blocked_ns)
+    unknown = sorted(set(given) - set(DEFAULT_BLOCKED_NS))
+    if unknown:
+        raise ValueError(f"trace_pipelines: blocked_ns keys {unknown}; expected some of {sorted(DEFAULT_BLOCKED_NS)}")
+    for op, ns in given.items():
+        if isinstance(ns, bool) or not isinstance(ns, int) or not 1 <= ns < 2**31:
+            raise ValueError(f"trace_pipelines: blocked_ns[{op!r}]={ns!r}; expected an int of ns in [1, 2**31)")
+    return {**DEFAULT_BLOCKED_NS, **given}
 
 
 def group_names(warps_per_block: int, warps_per_group: int = 4) -> list[str]:
@@ -102,9 +118,12 @@ class PipelineTrace(contextlib.ContextDecorator):
              succeeding; costs FA4 more (docs/pipelines.md). "off": polls untouched (a wait after a failed
              poll begins at the wait).
     blocked_ns: a wait, acquire or named-barrier wait (and a timed poll) is stored when `%globaltimer`
-             advanced at least this much across it (default 256 ns = 8 of its 32 ns steps on H100/H200;
-             64 also catches the short turn-taking waits of a ping-pong schedule, at a cost:
-             docs/pipelines.md). Not used for calls that `passing_waits` records anyway.
+             advanced at least this much across it: an int for every op, or {op: ns} for some of
+             "acquire", "wait", "bar_sync". Default: consumer waits and named-barrier waits 256 ns (8 of
+             the timer's 32 ns steps on H100/H200), producer acquires 1024 ns (a full pipeline's producer
+             blocks all the time; storing those short blocks is most of a persistent GEMM's cost). 64
+             also catches the short turn-taking waits of a ping-pong schedule, at a cost
+             (docs/pipelines.md). Not used for calls that `passing_waits` records anyway.
     passing_waits: record waits, acquires and named-barrier waits that did not block too (default: only
              at level "all"; each one recorded lengthens the code around the call, docs/pipelines.md).
     named_barriers: record named-barrier waits (bar_sync) and arrives. Default on.
@@ -115,7 +134,7 @@ class PipelineTrace(contextlib.ContextDecorator):
 
     def __init__(self, target, level: str = "waits", address: int | None = None, *, polls: str | None = None,
                  named_barriers: bool = True, passing_waits: bool | None = None, ops=None,
-                 blocked_ns: int = DEFAULT_BLOCKED_NS, audit: bool = True, kernels=None):
+                 blocked_ns: int | dict[str, int] | None = None, audit: bool = True, kernels=None):
         import re
 
         from ikp_cute.pool import Pool
@@ -154,8 +173,7 @@ class PipelineTrace(contextlib.ContextDecorator):
             polls = "timed" if self.level == "all" else "begin"
         if polls not in POLL_MODES:
             raise ValueError(f"trace_pipelines: polls={polls!r}; expected one of {POLL_MODES}")
-        if isinstance(blocked_ns, bool) or not isinstance(blocked_ns, int) or not 1 <= blocked_ns < 2**31:
-            raise ValueError(f"trace_pipelines: blocked_ns={blocked_ns!r}; expected an int of ns in [1, 2**31)")
+        blocked_ns = blocked_thresholds({} if blocked_ns is None else blocked_ns)
         self.options = {"polls": polls, "named_barriers": bool(named_barriers),
                         "passing_waits": bool(passing_waits), "blocked_ns": blocked_ns}
         self.ops = None if ops is None else sorted(ops)

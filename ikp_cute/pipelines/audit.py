@@ -3,7 +3,8 @@ untraced with a reason; call sites the compiler removed are marked removed.
 
 How. The IR pass numbers every barrier op of the traced MLIR (sites.py: the number is the ``.loc``
 column of the op's location). For the compile that follows, ``prepare`` turns on line info (and keeps
-the PTX, in a private temporary directory when the caller did not ask for it) and gives every op left
+the PTX, in the process's private temporary directory when the caller did not ask for it: a fixed path, so
+that the compile options, which the DSL hashes with the module, repeat) and gives every op left
 without a location a neutral one (line 0), so that no instruction inherits a site's ``.loc``. After the
 passes (``Compiler.compile`` returns: patches.TABLE wraps it; the DSL's own single post-compile hook slot
 is taken by its TVM-FFI path), ``read_ptx`` counts the barrier instructions (sites.PTX_KINDS)
@@ -32,6 +33,7 @@ Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py, 
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import glob
@@ -78,7 +80,9 @@ class Audit:
         saved = (line_info.value, keep.value, keep.dump_path, keep.full_ptx_path)
         private = None
         if not keep.value:
-            private = tempfile.mkdtemp(prefix="ikp_audit_")
+            private = _private_directory()  # one per process: the compile options (hashed by the DSL) repeat
+            for stale in glob.glob(os.path.join(private, "*")):
+                os.remove(stale)
             keep.value = True
             keep.dump_path = os.path.join(private, "kernel")
             keep.full_ptx_path = os.path.join(private, "kernel.ptx")
@@ -99,7 +103,8 @@ class Audit:
         line_info, keep = pending.options.options[GenerateLineInfo], pending.options.options[KeepPTX]
         line_info.value, keep.value, keep.dump_path, keep.full_ptx_path = pending.saved
         if pending.private is not None:
-            shutil.rmtree(pending.private, ignore_errors=True)
+            for path in glob.glob(os.path.join(pending.private, "*")):
+                os.remove(path)
 
     def after_compile(self) -> None:
         """After a compile's passes: read the final PTX of the compile prepared (a compile of a clone for an
@@ -140,6 +145,17 @@ class Audit:
         self.unattributed.update(unattributed)
         self.checked.update(kernels)
         self.catalog.mark_removed(removed_call_sites(sites))
+
+
+_PRIVATE: list[str] = []
+
+
+def _private_directory() -> str:
+    """The process's directory for the PTX of traced compiles whose caller did not keep it (removed at exit)."""
+    if not _PRIVATE or not os.path.isdir(_PRIVATE[0]):
+        _PRIVATE[:] = [tempfile.mkdtemp(prefix="ikp_audit_")]
+        atexit.register(shutil.rmtree, _PRIVATE[0], True)
+    return _PRIVATE[0]
 
 
 def barrier_instructions(ptx: str) -> list[tuple[str, int | None, str, str]]:

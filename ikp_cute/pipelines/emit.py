@@ -42,8 +42,8 @@ class Recorder:
     or a pool's (record_pool.py, with `pool` the ikp_cute Pool that hands out kernel ids and `kernel_meta` the
     sidecar keys of its captures); `kernels`: a compiled regex on the kernel's name (None: every kernel)."""
 
-    def __init__(self, geometry: Geometry | PoolGeometry, blocked_ns: int, passing_waits: bool, polls: str, *,
-                 events=None, kernels=None, pool=None, kernel_meta=None):
+    def __init__(self, geometry: Geometry | PoolGeometry, blocked_ns: dict[str, int], passing_waits: bool,
+                 polls: str, *, events=None, kernels=None, pool=None, kernel_meta=None):
         self.geometry = geometry
         self.blocked_ns = blocked_ns
         self.passing_waits = passing_waits
@@ -94,10 +94,12 @@ class Recorder:
         return state
 
     def split_kernels(self) -> None:
-        """After the IR pass: every kernel traced into a pool becomes its two copies (copies.py)."""
+        """After the IR pass: every kernel traced into a pool becomes its two copies (copies.py), then keeps its
+        id or takes the one of an earlier kernel of the same code (copies.settle_kernel_id)."""
         for kernel, state in self.kernels:
             if isinstance(state, PoolKernelState):
                 copies.split(kernel, state.split_after, state.closed, state.epilogue)
+                copies.settle_kernel_id(kernel, self.pool, self.geometry, state.kernel_id)
 
     def forget_kernels(self) -> None:
         """After a module is built: its kernels' ops die with its context."""
@@ -124,6 +126,21 @@ class Recorder:
             self.placement.move(before_record=True)
             state.record(bits, label)
 
+    def signal(self, marker, call):
+        """A signal (arrive, release, named-barrier arrive) `call()`, with its instant `marker` (bits, label)
+        or None: the time is read just before the call and the record stored just after it, so the signal
+        leaves without waiting for the record's shared-memory round trip (a consumer's release delayed by it
+        holds back the producer's next load: in a 2-stage ring, the consumer's next wait). Pending
+        blocked-only checks move past the signal, then ahead of the record (time order per lane)."""
+        state = self.state() if marker is not None else None
+        time = state.timer(f"{marker[1]} signal-time") if state is not None else None
+        result = call()
+        self.signal_done()
+        if state is not None:
+            self.placement.move(before_record=True)
+            state.record(marker[0], marker[1], time=time)
+        return result
+
     def signal_done(self) -> None:
         """After a signal (arrive, release, named-barrier arrive): pending checks may move past it."""
         self.placement.move(before_record=False)
@@ -141,16 +158,16 @@ class Recorder:
         state.finish_region(token, label=f"{label} end")
         return result
 
-    def wait_region(self, marker, call, begin=None, entry=None):
-        """A blocking call (wait, acquire, named barrier): a region when it blocked, i.e. a failed poll
-        led to it (`begin`: that poll's begin time) or it took >= blocked_ns; every call when
+    def wait_region(self, marker, call, op: str, begin=None, entry=None):
+        """A blocking call `op` (wait, acquire, bar_sync): a region when it blocked, i.e. a failed poll
+        led to it (`begin`: that poll's begin time) or it took >= blocked_ns[op]; every call when
         `passing_waits`. `entry`: see when_blocked."""
         if begin is not None or self.passing_waits or self.state() is None:
             return self.region(marker, call, begin)
-        return self.when_blocked(marker, call, entry=entry)[0]
+        return self.when_blocked(marker, call, op, entry=entry)[0]
 
-    def when_blocked(self, marker, call, succeeded=None, kind: str = "call", entry=None):
-        """`call()` stored as a region only when it took >= blocked_ns (and, for a poll,
+    def when_blocked(self, marker, call, op: str, succeeded=None, kind: str = "call", entry=None):
+        """`call()` stored as a region only when it took >= blocked_ns[op] (and, for a poll,
         `succeeded(result)`); see the module docstring. `entry` (block, op count) is where the hooked call
         began, before its marker's ops: the lift out of an always-taken `if` needs that block to have been
         empty. Returns (result, begin)."""
@@ -164,29 +181,29 @@ class Recorder:
         if entry is not None and entry[0] == point.block and entry[1] == 0 and placement.pipeline_if_generate_body():
             lifted = placement.unconditional_if(point)
         if lifted is not None:  # the if holds only this call's marker so far, which runs before it anyway
-            for op in list(point.block.operations):
-                op.move_before(lifted)
+            for marker_op in list(point.block.operations):
+                marker_op.move_before(lifted)
         with ir.InsertionPoint(lifted) if lifted is not None else contextlib.nullcontext():
             begin = state.timer(f"{label} {kind}-begin")
         result = call()
         with ir.InsertionPoint(lifted.block) if lifted is not None else contextlib.nullcontext():
             end = state.timer(f"{label} {kind}-end-time")
-            self.placement.emit(lambda: self._check(state, bits, label, kind, begin, end, result, succeeded))
+            self.placement.emit(lambda: self._check(state, bits, label, kind, op, begin, end, result, succeeded))
         return result, begin
 
-    def _check(self, state, bits, label, kind, begin, end, result=None, succeeded=None) -> None:
+    def _check(self, state, bits, label, kind, op, begin, end, result=None, succeeded=None) -> None:
         from cutlass import Uint32
         from cutlass.cutlass_dsl import if_generate
 
-        blocked = Uint32(end - begin) >= self.blocked_ns  # unsigned: the 32-bit timer wraps
+        blocked = Uint32(end - begin) >= self.blocked_ns[op]  # unsigned: the 32-bit timer wraps
         if succeeded is not None:
             blocked = succeeded(result) & blocked
         if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end, f"{label} {kind}-end"))
 
-    def poll(self, mbar, index, marker, call):
+    def poll(self, mbar, index, marker, call, op: str):
         """A try_wait. polls="begin": only its begin time is read, left for the wait it gates when it fails
         (a wait inside a poll that succeeds is not seen). polls="timed": also a region of the wait/acquire
-        op when it succeeded after blocking (when_blocked)."""
+        op (`op`: wait or acquire) when it succeeded after blocking (when_blocked)."""
         from cutlass import Int32
 
         state = self.state()
@@ -196,7 +213,7 @@ class Recorder:
             begin = state.timer(f"{marker[1]} gate")
             result = call()
         else:
-            result, begin = self.when_blocked(marker, call, lambda r: Int32(r) != 0, "poll")
+            result, begin = self.when_blocked(marker, call, op, lambda r: Int32(r) != 0, "poll")
         with contextlib.suppress(AttributeError, TypeError):  # a result that takes no attribute gates nothing
             object.__setattr__(result, POLL, (begin, mbar, index))
         return result
@@ -236,18 +253,21 @@ class Recorder:
         stack.enter_context(ir.Location.unknown())
         return stack
 
-    def instant_before(self, kernel, op, bits_of, label: str) -> None:
-        """An instant record just before `op`; `bits_of()` builds its event bits there."""
+    def instant_around(self, kernel, op, bits_of, label: str) -> None:
+        """The instant of a signal `op`: its time read just before it, the record stored just after it (as
+        `signal` does for a hooked call); `bits_of()` builds its event bits."""
         state = self._state_of(kernel)
         if state is None:
             return
         self.placement.settle_before(kernel, op)
         with self.at(op, "before"):
-            state.record(bits_of(), label)
+            bits, time = bits_of(), state.timer(f"{label} signal-time")
+        with self.at(op, "after"):
+            state.record(bits, label, time=time)
 
-    def region_around(self, kernel, op, bits_of, label: str, blocked_only: bool) -> None:
+    def region_around(self, kernel, op, bits_of, label: str, blocked_only: bool, blocking: str = "wait") -> None:
         """A region around `op` (its BEGIN and END; with `blocked_only`, stored only when it took >=
-        blocked_ns, the check right after it)."""
+        blocked_ns[blocking], the check right after it; `blocking`: wait, acquire or bar_sync)."""
         state = self._state_of(kernel)
         if state is None:
             return
@@ -261,7 +281,7 @@ class Recorder:
         with self.at(op, "after"):
             if blocked_only:
                 end = state.timer(f"{label} call-end-time")
-                self._check(state, bits, label, "call", begin, end)
+                self._check(state, bits, label, "call", blocking, begin, end)
             else:
                 state.finish_region(token, label=f"{label} end")
 

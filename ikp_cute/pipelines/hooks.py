@@ -42,7 +42,7 @@ class Tracer:
     """The state of one ``trace_pipelines`` context (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, geometry: Geometry, *, polls: str, named_barriers: bool,
-                 passing_waits: bool, blocked_ns: int, audit: bool = True, kernels=None, pool=None,
+                 passing_waits: bool, blocked_ns: dict[str, int], audit: bool = True, kernels=None, pool=None,
                  kernel_meta=None):
         """The options are PipelineTrace's (validated there, defaults there)."""
         from .audit import Audit
@@ -181,7 +181,7 @@ class Tracer:
                     if marker is None:
                         return run()
                     begin = tracer.recorder.pending_begin(mbar, index)
-                    return tracer.recorder.wait_region(marker, run, begin, entry)
+                    return tracer.recorder.wait_region(marker, run, op, begin, entry)
 
         return wait
 
@@ -219,7 +219,7 @@ class Tracer:
         with self.ledger.marking(call):
             if gate is None:
                 return run()
-            return self.recorder.poll(mbar, index, gate, run)
+            return self.recorder.poll(mbar, index, gate, run, wait_op)
 
     def hook_arrive(self, orig):
         tracer = self
@@ -239,14 +239,10 @@ class Tracer:
         return arrive
 
     def signal(self, marker, call, run):
-        """An arrive / release / named-barrier arrive: its instant (when recorded) before it; pending
-        blocked-only checks move past it."""
+        """An arrive / release / named-barrier arrive: its instant (when recorded) timed just before it and
+        stored just after it (Recorder.signal); pending blocked-only checks move past it."""
         with self.ledger.marking(call):
-            if marker is not None:
-                self.recorder.record(*marker)
-            result = run()
-        self.recorder.signal_done()
-        return result
+            return self.recorder.signal(marker, run)
 
     def hook_get_barrier(self, orig):
         """Pointers a pipeline hands out (`producer_get_barrier(state)`): remembered, so a kernel that arrives
@@ -285,7 +281,7 @@ class Tracer:
                 with tracer.ledger.marking(call):
                     if marker is None:
                         return run()
-                    return tracer.recorder.wait_region(marker, run, tracer.recorder.pending_begin(mbar, index))
+                    return tracer.recorder.wait_region(marker, run, op, tracer.recorder.pending_begin(mbar, index))
 
         return raw
 
@@ -313,7 +309,7 @@ class Tracer:
                 if op == "commit":
                     return tracer.signal(marker, call, run)
                 with tracer.ledger.marking(call):
-                    return run() if marker is None else tracer.recorder.wait_region(marker, run)
+                    return run() if marker is None else tracer.recorder.wait_region(marker, run, "acquire")
 
         return bulk_group
 
@@ -332,7 +328,7 @@ class Tracer:
                 if op == "bar_arrive":
                     return tracer.signal(marker, call, run)
                 with tracer.ledger.marking(call):
-                    return run() if marker is None else tracer.recorder.wait_region(marker, run)
+                    return run() if marker is None else tracer.recorder.wait_region(marker, run, "bar_sync")
 
         return barrier
 

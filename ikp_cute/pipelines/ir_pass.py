@@ -59,23 +59,29 @@ class IRPass:
 
         tracer = self.tracer
         tracer.note_replaced()
+        if tracer.audit is not None:
+            tracer.audit.restore()  # an earlier module the DSL's JIT cache served: it never compiled
         kernels = []
-        with module.context, ir.Location.unknown():
-            for kernel in kernel_ops(module):
-                if not tracer.recorder.traces(kernel):  # the `kernels` filter: left untouched
-                    continue
-                name = ir.StringAttr(kernel.attributes["sym_name"]).value
-                tracer.ledger.drop_kernel(name)
-                kernels.append(name)
-                calls: dict = {}  # flag calls of the hooks: every probe of one call is one site
-                for op in [op for op in walk(kernel) if classify(op) is not None or flag_probe(op, tracer.ledger)]:
-                    self.site_of(kernel, name, op, calls)
-            tracer.recorder.split_kernels()  # pool traces: the closed and the traced copy (copies.py)
-            if tracer.audit is not None and kernels:
-                tracer.audit.prepare(dsl, module, kernels)
-        tracer.roles.handed_out = []
-        tracer.recorder.forget_kernels()
-        self.lone = []
+        try:
+            with module.context, ir.Location.unknown():
+                for kernel in kernel_ops(module):
+                    if not tracer.recorder.traces(kernel):  # the `kernels` filter: left untouched
+                        continue
+                    name = ir.StringAttr(kernel.attributes["sym_name"]).value
+                    tracer.ledger.drop_kernel(name)
+                    kernels.append(name)
+                    calls: dict = {}  # flag calls of the hooks: every probe of one call is one site
+                    for op in [op for op in walk(kernel)
+                               if classify(op) is not None or flag_probe(op, tracer.ledger)]:
+                        self.site_of(kernel, name, op, calls)
+                tracer.recorder.split_kernels()  # pool traces: the closed and the traced copy (copies.py)
+                if tracer.audit is not None and kernels:
+                    tracer.audit.prepare(dsl, module, kernels)
+        finally:
+            tracer.ledger.end_module()  # numbers restart per module: a re-trace gives the same module
+            tracer.roles.handed_out = []
+            tracer.recorder.forget_kernels()
+            self.lone = []
 
     def site_of(self, kernel, name: str, op, calls: dict | None = None) -> Site | None:
         """Number `op` as a site of kernel `name`; instrument it when no hook built it. `calls`: the sites of the
@@ -139,9 +145,9 @@ class IRPass:
         label = f"{name}_{pipe.name}@{site.site}"
         if site.kind == "wait":
             tracer.recorder.region_around(kernel, op, lambda: event_bits(base, index, BEGIN), label,
-                                          blocked_only=not tracer.recorder.passing_waits)
+                                          blocked_only=not tracer.recorder.passing_waits, blocking=name)
         else:
-            tracer.recorder.instant_before(kernel, op, lambda: event_bits(base, index, INSTANT), label)
+            tracer.recorder.instant_around(kernel, op, lambda: event_bits(base, index, INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label
         return None
 
@@ -169,9 +175,9 @@ class IRPass:
 
         if kind == "bar_sync":
             tracer.recorder.region_around(kernel, op, bits(BEGIN), label,
-                                          blocked_only=not tracer.recorder.passing_waits)
+                                          blocked_only=not tracer.recorder.passing_waits, blocking="bar_sync")
         else:
-            tracer.recorder.instant_before(kernel, op, bits(INSTANT), label)
+            tracer.recorder.instant_around(kernel, op, bits(INSTANT), label)
         site.traced, site.via, site.label = True, "ir", label
 
     def _lone_pipeline(self, kernel, op, address, site: Site) -> Pipeline:

@@ -135,15 +135,15 @@ class KernelState:
         inline_ptx.asm(None, [base, _thread_x()], asm, "r,r")
         return KernelState(base, geometry)
 
-    def record(self, bits, label: str = "") -> None:
+    def record(self, bits, label: str = "", time=None) -> None:
         """One instant record (bits = (event_id << 2) | type, an Int32 or int) by each executing warp's
-        elected lane. `label` goes into a PTX comment (``/* ikp <label> */``): how tests count the
-        records of each call site in the PTX."""
+        elected lane, at `time` (a timer() value read earlier) or now. `label` goes into a PTX comment
+        (``/* ikp <label> */``): how tests count the records of each call site in the PTX."""
         g = self.geometry
         asm = (
             "{ .reg .pred lead, ok, live, full; .reg .u32 m, w, a, room, lane, k, tag, tlo, thi;"
             " .reg .u64 t, s, b, addr, rec;"
-            " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
+            + (" mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;" if time is None else " mov.u32 tlo, $3;")
             + _LEADER
             + _STATE_ADDRESS.format(base="$0", tid="$2")
             + " ld.volatile.shared.v2.u64 {s, b}, [a]; mov.b64 {room, lane}, s;"
@@ -157,7 +157,8 @@ class KernelState:
             " sub.s32 room, room, 1;"
             f" @lead st.volatile.shared.u32 [a], room; }} /* ikp {label} */"
         )
-        inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
+        operands = [self.state_base, Int32(bits), _thread_x()] + ([] if time is None else [Int32(time)])
+        inline_ptx.asm(None, operands, asm, ",".join("r" * len(operands)))
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value, read as 64 bits and truncated outside the PTX block

@@ -71,6 +71,7 @@ Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from cutlass import Int32, Int64, cute
 
@@ -126,6 +127,20 @@ class PoolGeometry:
 
     def counter_set(self, kernel: int, which: int) -> int:
         return self.at(wire.pool_set(self.max_kernels, kernel, which))
+
+
+def kernel_constants(g: PoolGeometry, kernel: int) -> tuple[int, ...]:
+    """Every number in the PTX blocks of kernel `kernel` that depends on its id (the decision's window and
+    TICKS, the setup's `last` words and counter sets, the unit header's magic | kernel): what `renumber` maps."""
+    return (g.at(wire.pool_window(kernel)), g.counter(kernel), g.counter(kernel, wire.POOL_LAST_FIRST),
+            g.counter_set(kernel, wire.POOL_SHARED_SET), g.counter_set(kernel, wire.POOL_LAST_SETS[0]),
+            (wire.POOL_UNIT_MAGIC << 16) | kernel)
+
+
+def renumber(text: str, g: PoolGeometry, old: int, new: int) -> str:
+    """A PTX block of kernel `old` as kernel `new`'s (each of kernel_constants replaced as a whole number)."""
+    table = dict(zip(map(str, kernel_constants(g, old)), map(str, kernel_constants(g, new))))
+    return re.sub(r"\b\d+\b", lambda m: table.get(m.group(0), m.group(0)), text)
 
 
 def _thread_x():
@@ -306,14 +321,15 @@ class PoolKernelState:
         inline_ptx.asm(None, [base, _thread_x(), launch, last], text, "r,r,r,r")
         return state
 
-    def record(self, bits, label: str = "") -> None:
-        """One instant (bits = (event_id << 2) | type) by each executing warp's elected lane; `label` goes
+    def record(self, bits, label: str = "", time=None) -> None:
+        """One instant (bits = (event_id << 2) | type) by each executing warp's elected lane, at `time` (a
+        timer() value read earlier) or now; `label` goes
         into a PTX comment (``/* ikp <label> */``), how tests count the records of each call site. The slot is
         the lane's next one (room >= 2 always holds on entry); the refill after it runs when fewer than two are
         left (the last slot of a unit an instant leaves stays 0: a region's two records never straddle units)."""
         asm = (
             "{ .reg .pred lead, ok; .reg .u32 m, a, tag, tlo, thi; .reg .u64 addr, rec, s;" + _REFILL_REGS
-            + " mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;"
+            + (" mov.u64 t, %globaltimer; mov.b64 {tlo, thi}, t;" if time is None else " mov.u32 tlo, $3;")
             + _LEADER
             + _STATE.format(tid="$2", base="$0")
             + " ld.volatile.shared.v2.u64 {s, end}, [a]; mov.b64 {room, lane}, s;"
@@ -325,7 +341,8 @@ class PoolKernelState:
             + _refill(self.kernel_id, self.warps)
             + f" }} /* ikp {label} */"
         )
-        inline_ptx.asm(None, [self.state_base, Int32(bits), _thread_x()], asm, "r,r,r")
+        operands = [self.state_base, Int32(bits), _thread_x()] + ([] if time is None else [Int32(time)])
+        inline_ptx.asm(None, operands, asm, ",".join("r" * len(operands)))
 
     def timer(self, label: str = ""):
         """%globaltimer (low 32 bits) as an SSA value (pipelines/record.py: how ptxas reads it)."""

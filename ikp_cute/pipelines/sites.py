@@ -1,12 +1,15 @@
 """Barrier sites: every mbarrier / named-barrier operation of a traced kernel, what it is, and its identity.
 
 A *site* is one barrier operation of the kernel's MLIR (an nvvm op, or an ``llvm.inline_asm`` whose PTX
-holds a barrier instruction), numbered per trace. Its number travels to the final PTX in the operation's
-source location: ``file:line:col`` with the kernel's own file and line and ``col = SITE_COLUMN + number``.
-With line info in the compile (audit.py turns it on for traced compiles: it changes no SASS, see
-docs/pipelines.md), ptxas-ready PTX carries ``.loc <file> <line> <col>`` before each instruction, so each
-barrier instruction of the final PTX names its site: how the audit tells a traced instruction from an
-untraced one, counts the copies an unrolled loop made, and finds the sites the compiler removed.
+holds a barrier instruction), numbered per module in program order (from the module's content alone: two
+traced compiles of one kernel give identical IR, so the DSL's JIT cache, keyed on the module, serves the
+second; the hooked calls' location names are numbered per module too). Its number travels to the final PTX
+in the operation's source location: ``file:line:col`` with the kernel's own file and line and
+``col = SITE_COLUMN + number``. With line info in the compile (audit.py turns it on for traced compiles: it
+changes no SASS, see docs/pipelines.md), ptxas-ready PTX carries ``.loc <file> <line> <col>`` before each
+instruction, so each barrier instruction of the final PTX names its site: how the audit tells a traced
+instruction from an untraced one, counts the copies an unrolled loop made, and finds the sites the compiler
+removed.
 
 What is audited (``classify``, one table for MLIR ops and one set of patterns for PTX text):
 mbarrier waits, try_waits / test_waits (polls: they return the phase's state), arrives (with
@@ -21,6 +24,7 @@ mbarrier init / inval / fences, the TMA unit's ``complete_tx``, cluster barriers
 Invariants a change could break (tests/unit/ikp_cute/test_pipelines_ir.py, test_pipelines_compile.py):
 * the MLIR table and the PTX patterns agree on each kind (test_classify_ops_and_ptx);
 * a site number survives to the PTX as the ``.loc`` column (test_every_barrier_instruction_names_its_site);
+* two traced compiles of one kernel give the same module (test_pool_compile.py::test_a_retrace_is_the_same_module);
 * a hooked call's barrier ops are tagged with the hook's site, pipeline and op (test_fa4_sm90_coverage).
 """
 
@@ -133,7 +137,8 @@ _CALL = "ikp.call."  # the location name of the ops a hooked call builds: ikp.ca
 
 
 class Ledger:
-    """The sites of a trace, numbered in order of discovery, and the hooked calls that made some of them.
+    """The sites of a trace, numbered per module in order of discovery, and the hooked calls of the module being
+    traced.
 
     While a hooked call builds its ops they get the location ``ikp.call.<k>("file":line:0)`` (`marking`),
     whatever the DSL would have given them, so the IR pass can tell them apart wherever they end up (an
@@ -143,21 +148,37 @@ class Ledger:
         self.sites: list[Site] = []
         self.calls: list[HookCall] = []
         self.marker = None  # the location of the hooked call being built, None between calls
+        self.module: list[Site] = []  # the sites of the module being numbered, by number
+        self.audited: dict[tuple, list] = {}  # (kernel, its sites' identities) -> their PTX counts, per earlier compile
 
     def new(self, kind: str, where: str, instruction: str, **fields) -> Site | None:
-        if len(self.sites) >= MAX_SITES:
+        if len(self.module) >= MAX_SITES:
             return None
-        site = Site(len(self.sites), kind, where, instruction, **fields)
+        site = Site(len(self.module), kind, where, instruction, **fields)
         self.sites.append(site)
+        self.module.append(site)
         return site
 
+    def end_module(self) -> None:
+        """A module's sites are numbered: the next module numbers its own from 0, and its hooked calls too. A
+        kernel whose sites are those of an earlier compile of it (the same code) takes their PTX counts: if the
+        DSL's JIT cache serves the module (the same module: nothing is compiled, no PTX read), they are this
+        compile's; if it compiles, the audit counts again."""
+        for kernel in dict.fromkeys(site.kernel for site in self.module):
+            now = [site for site in self.module if site.kernel == kernel]
+            counts = self.audited.get((kernel, tuple(map(_identity, now))))
+            for site, ptx in zip(now, counts or ()):
+                site.ptx = ptx
+        self.module = []
+        self.calls = []
+
     def of(self, op) -> Site | None:
-        """The site an op's location names (None for an op this ledger has not numbered)."""
+        """The site of the module being numbered that an op's location names (None for any other op)."""
         loc = file_location(op.location)
         if loc is None or loc.start_col < SITE_COLUMN:
             return None
         number = loc.start_col - SITE_COLUMN
-        return self.sites[number] if number < len(self.sites) else None
+        return self.module[number] if number < len(self.module) else None
 
     def call_of(self, op) -> HookCall | None:
         """The hooked call that built `op` (None when no hook did)."""
@@ -178,10 +199,12 @@ class Ledger:
         op.location = ir.Location.file(path, max(int(line), 0), SITE_COLUMN + site.number, context=op.context)
 
     def drop_kernel(self, kernel: str) -> None:
-        """A kernel compiled again: its earlier compile's sites give way to the new ones."""
-        for site in self.sites:
-            if site.kernel == kernel:
-                site.kernel = ""  # kept for numbering, no longer reported
+        """A kernel compiled again: its earlier compile's sites give way to the new ones (their PTX counts kept
+        for a compile of the same code: end_module)."""
+        earlier = [site for site in self.sites if site.kernel == kernel]
+        if any(site.ptx is not None for site in earlier):
+            self.audited[(kernel, tuple(map(_identity, earlier)))] = [site.ptx for site in earlier]
+        self.sites = [site for site in self.sites if site.kernel != kernel]
 
     @contextlib.contextmanager
     def marking(self, call: HookCall):
@@ -200,6 +223,10 @@ class Ledger:
                 yield
         finally:
             self.marker = None
+
+
+def _identity(site: Site) -> tuple:
+    return (site.number, site.kind, site.site, site.instruction, site.op, site.traced, site.label)
 
 
 def walk(op) -> list:

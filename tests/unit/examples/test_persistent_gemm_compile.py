@@ -254,14 +254,20 @@ def test_traced_tma_probe_keeps_the_ring_apart_from_the_observer(probe, level):
 def test_cost_harness_variants_are_valid_trace_options():
     """Every variant gpu/pipelines_cost.py builds is accepted by trace_pipelines (a bad option would only
     surface on the GPU), names are unique, and the ablation includes the rows the analysis relies on."""
-    from ikp_cute.pipelines import trace_pipelines
-    from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT
+    from ikp_cute.pipelines import DEFAULT_BLOCKED_NS, trace_pipelines
+    from ikp_cute.testing.pipelines_cost_variants import ABLATION, DEFAULT, THRESHOLDS
 
-    variants = DEFAULT + ABLATION
+    variants = DEFAULT + THRESHOLDS + ABLATION
     assert len({name for name, _, _ in variants}) == len(variants)
-    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "polls_off"} <= {n for n, _, _ in variants}
-    for _, level, options in variants:
-        trace_pipelines(_spec(), level=level, address=BAKED, **options)
+    names = {n for n, _, _ in variants}
+    assert {"waits", "signals", "acquire_only", "wait_only", "never_stored", "acquire_256ns"} <= names
+    options_of = {}
+    for name, level, options in variants:
+        options_of[name] = trace_pipelines(_spec(), level=level, address=BAKED, **options).options["blocked_ns"]
+    # the threshold rows differ from the default in exactly the op they name
+    assert options_of["waits"] == DEFAULT_BLOCKED_NS
+    for name, op in (("acquire_256ns", "acquire"), ("bar_sync_1024ns", "bar_sync")):
+        assert {o for o, ns in options_of[name].items() if ns != DEFAULT_BLOCKED_NS[o]} == {op}
     never = dict((n, o) for n, _, o in variants)["never_stored"]
     with pytest.raises(ValueError):
         trace_pipelines(_spec(), address=BAKED, blocked_ns=never["blocked_ns"] + 1)  # the largest it takes

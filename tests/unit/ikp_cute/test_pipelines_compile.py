@@ -220,8 +220,25 @@ def test_bad_arguments_are_refused():
     for bad in (0, -64, 64.0, True, "256", 2**31):
         with pytest.raises(ValueError, match="blocked_ns"):
             trace_pipelines(pipeline_spec(8, 1), address=BAKED, blocked_ns=bad)
+    for bad in ({"poll": 64}, {"acquire": 0}, {"wait": "256"}):
+        with pytest.raises(ValueError, match="blocked_ns"):
+            trace_pipelines(pipeline_spec(8, 1), address=BAKED, blocked_ns=bad)
     options = trace_pipelines(pipeline_spec(8, 1), address=BAKED, blocked_ns=64).metadata()["pipeline_options"]
-    assert options["blocked_ns"] == 64
+    assert options["blocked_ns"] == {"acquire": 64, "wait": 64, "bar_sync": 64}
+    options = trace_pipelines(pipeline_spec(8, 1), address=BAKED).metadata()["pipeline_options"]
+    assert options["blocked_ns"] == {"acquire": 1024, "wait": 256, "bar_sync": 256}
+
+
+def test_each_blocking_op_is_checked_against_its_own_threshold():
+    """blocked_ns per op: every blocked-only check of an acquire compares with the acquire's threshold, of a
+    wait with the wait's, of a named-barrier wait with bar_sync's (one compare per timed call, none mixed)."""
+    from ikp_cute.pipelines import trace_pipelines
+
+    ptx = _compile_small(trace_pipelines(pipeline_spec(8, 4), address=BAKED,
+                                         blocked_ns={"acquire": 777, "wait": 333, "bar_sync": 555}))
+    timed = re.findall(r"ikp (acquire|wait|bar_sync)\S* call-end-time", ptx)
+    compares = re.findall(r"setp\.\w+\.u32\s+%p\d+, %r\d+, (777|333|555);", ptx)
+    assert timed and sorted(compares) == sorted({"acquire": "777", "wait": "333", "bar_sync": "555"}[t] for t in timed)
 
 
 def test_poll_modes_differ_only_in_what_a_poll_records(small_kernel_ptx_by_polls):

@@ -141,3 +141,20 @@ def test_kernel_ids_run_out_with_a_clear_error():
     with pytest.raises(RuntimeError, match="fake pool"):
         pool.read()
     pool.select(2, "last")  # host bookkeeping only: no buffer to write
+
+
+def test_a_kernel_of_known_code_takes_its_id():
+    """same_kernel: the code's first kernel keeps its id; a later kernel of the same code takes it and gives its
+    own back, free for the next kernel_id (wherever it lies: kernels of one module settle in any order)."""
+    pool = Pool.fake(0x7000_0000_0000, SIZE, max_kernels=5)
+    a, b = pool.kernel_id("a", meta={"n": 0}), pool.kernel_id("b")
+    assert (pool.same_kernel(a, "code a"), pool.same_kernel(b, "code b")) == (0, 1)
+    again, c = pool.kernel_id("a", meta={"n": 1}), pool.kernel_id("c")
+    assert pool.same_kernel(again, "code a") == 0 and pool.same_kernel(c, "code c") == 3
+    assert pool.kernels == {0: "a", 1: "b", 3: "c"} and sorted(pool.kernel_meta()) == [0, 1, 3]
+    assert pool.kernel_meta()[0]["n"] == 0
+    assert pool.kernel_id("d") == 2 and pool.same_kernel(2, "code d") == 2
+    assert pool.kernel_id("b") == 4 and pool.same_kernel(4, "code b") == 1  # the last id given back too
+    assert pool.kernels == {0: "a", 1: "b", 2: "d", 3: "c"} and pool.kernel_id("e") == 4
+    with pytest.raises(ValueError, match="kernel id 7 was not handed out"):
+        pool.same_kernel(7, "code x")

@@ -20,7 +20,7 @@ pytest.importorskip("cutlass")
 from ikp_cute.pipelines import record_pool, trace_pipelines  # noqa: E402
 from ikp_cute.pool import Pool  # noqa: E402
 from ikp_cute.testing import ptx as ptx_text  # noqa: E402
-from ikp_cute.testing import sass  # noqa: E402
+from ikp_cute.testing import sass, smem  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 ADDRESS = 0x7F00_1234_0000
@@ -94,6 +94,29 @@ def test_the_closed_copy_is_the_untouched_kernel(small):
     assert not any("globaltimer" in op for op in copy)
     assert traced.count("/* ikp decision */") == 1 and traced.count("/* ikp setup */") == 1
     assert traced.count("/* ikp epilogue */") == 1
+
+
+def shared_memory(compiled) -> dict:
+    """What a launch of `compiled` asks for: {"dynamic": the launch's dynamic size, "static": the PTX's static
+    ``.shared`` bytes, "section": the cubin's ``.nv.shared.<kernel>`` (sm_90: 1 KiB reserved for the system, the
+    static arrays, padded to the dynamic buffer's alignment)}."""
+    (dynamic,) = smem.launch_dynamic(compiled)
+    (section,) = smem.cubin_static(compiled.__cubin__).values()
+    return {"dynamic": dynamic, "static": sum(smem.ptx_static(compiled.__ptx__).values()), "section": section}
+
+
+def test_shared_memory_is_not_doubled(small):
+    """Both copies share the kernel's shared memory: the traced kernel declares the untouched kernel's static
+    arrays (its mbarriers, `cute.arch.alloc_smem`) once, plus the pool's state (32 bytes per warp and a 32-byte
+    descriptor: 288 bytes for 8 warps), once."""
+    plain, traced = shared_memory(small["plain"]), shared_memory(small["traced"])
+    state = 8 * record_pool.smem_words(8)
+    assert plain["static"] > 0 and state == 288
+    assert traced["static"] == plain["static"] + state, (plain, traced)
+    assert traced["dynamic"] == plain["dynamic"]
+    assert traced["section"] == plain["section"] + state
+    declared = smem.ptx_static_declarations(small["traced"].__ptx__)
+    assert declared.count(".shared .align 16 .b8 __static_shmem__0[288];") == 1, declared
 
 
 def test_every_record_block_has_one_atomic_behind_one_branch(small):
@@ -199,7 +222,8 @@ def real_kernels():
     out = {}
     for name, build in (("fa4", lambda tr=None: fa4_compile(tr, causal=True)), ("quack", quack_compile)):
         pool = Pool.fake(ADDRESS, 32 << 20)
-        out[name] = {"plain": build(), "pool": build(trace_pipelines(pool, level="waits")), "kernels": pool.kernels}
+        trace = trace_pipelines(pool, level="waits")
+        out[name] = {"plain": build(), "pool": build(trace), "kernels": pool.kernels, "into": pool, "trace": trace}
     return out
 
 
@@ -221,6 +245,39 @@ def test_fa4_and_quack_traced_into_a_pool(real_kernels, name):
     instructions = sass.disassemble(got["pool"].__cubin__)
     assert not [i for i in instructions if sass.opcode(i).startswith(("STL", "LDL"))]
     assert sum(sass.opcode(i).startswith("ATOMG") for i in instructions) >= 10
+
+
+@pytest.mark.parametrize("name", ["fa4", "quack"])
+def test_fa4_and_quack_shared_memory_fits_sm90(real_kernels, name):
+    """FA4's sm90 causal forward and quack's sm90 GEMM traced into a pool ask for the untouched kernel's dynamic
+    shared memory (the SmemAllocator's buffers: FA4 164,864 bytes, quack 230,400), not twice it, plus the pool
+    state as one static array (416 bytes for 12 warps; with the dynamic buffer's 1,024-byte alignment, 1 KiB of
+    the cubin's static section), and the total fits an sm_90a block (232,448 bytes)."""
+    got = real_kernels[name]
+    plain, traced = shared_memory(got["plain"]), shared_memory(got["pool"])
+    state = traced["static"] - plain["static"]
+    assert traced["dynamic"] == plain["dynamic"] > 100_000, (plain, traced)
+    assert 0 < state <= 8 * record_pool.smem_words(record_pool.MAX_WARPS), (plain, traced)
+    assert len(smem.ptx_static_declarations(got["pool"].__ptx__)) == 1  # the pool state, allocated once
+    assert traced["section"] <= plain["section"] + -(-state // 1024) * 1024
+    assert smem.block_bytes(got["pool"]) == traced["dynamic"] + traced["section"] - smem.SM90_SYSTEM_RESERVE
+    assert smem.block_bytes(got["pool"]) <= smem.SMEM_LIMIT_SM90, (plain, traced)
+
+
+
+def test_fa4_causal_and_not_are_two_kernels(real_kernels):
+    """FA4's forward compiled causal and not under one pool trace (one kernel name, other code): two kernel ids;
+    the causal one traced again takes id 0 back, its PTX the first compile's."""
+    from compile_cpu import fa4_compile
+
+    got = real_kernels["fa4"]
+    pool, trace = got["into"], got["trace"]
+    (name,) = got["kernels"].values()
+    not_causal = fa4_compile(trace, causal=False).__ptx__
+    assert pool.kernels == {0: name, 1: name}
+    assert "/* ikp decision */" in not_causal and not_causal != got["pool"].__ptx__
+    assert fa4_compile(trace, causal=True).__ptx__ == got["pool"].__ptx__
+    assert pool.kernels == {0: name, 1: name}
 
 
 STRIPPED = """
@@ -262,3 +319,156 @@ def test_strip_erases_only_what_is_ours(use, refused):
         assert copies.strip(block) == 3
         left = [op.operation.name for op in block.operations]
         assert left == ["arith.muli", "llvm.store", "scf.yield"], left
+
+
+SPLIT = """
+func.func @k(%n: index) {
+  %c = arith.constant true
+  %a = "cute.memref.alloca"() : () -> !cute.memref<i8, smem, align<1024>, "1024:1">
+  %lo = arith.constant 0 : index
+  %one = arith.constant 1 : index
+  scf.for %i = %lo to %n step %one {
+    %b = "cute_nvgpu.arch.alloc_smem"() {input = 4 : i32} : () -> !cute.ptr<i64, smem, align<8>>
+    %r = "cute.memref.alloca"() : () -> !cute.memref<f32, rmem, align<32>, "2:1">
+    "kernel.use"(%a, %b, %r) : (!cute.memref<i8, smem, align<1024>, "1024:1">, !cute.ptr<i64, smem, align<8>>,
+                                !cute.memref<f32, rmem, align<32>, "2:1">) -> ()
+  }
+  return
+}
+"""
+
+
+def test_split_moves_shared_allocations_above_both_copies():
+    """Every shared-memory allocation of the body (nested ones too) ends above the split, once, and both copies
+    use it; a register allocation stays in each copy; an allocation with operands is refused, by name."""
+    from cutlass._mlir import ir
+
+    from ikp_cute.pipelines import copies
+    from ikp_cute.pipelines.sites import walk
+
+    with ir.Context() as context, ir.Location.unknown():
+        context.allow_unregistered_dialects = True
+        module = ir.Module.parse(SPLIT)
+        kernel = module.body.operations[0].operation
+        split_after = kernel.regions[0].blocks[0].operations[0].operation
+        copies.split(kernel, split_after, split_after.results[0], lambda: None)
+        top = [op.operation.name for op in kernel.regions[0].blocks[0].operations]
+        assert top[:3] == ["arith.constant", "cute.memref.alloca", "cute_nvgpu.arch.alloc_smem"], top
+        names = [op.name for op in walk(kernel)]
+        assert names.count("cute_nvgpu.arch.alloc_smem") == 1 and names.count("kernel.use") == 2
+        assert names.count("cute.memref.alloca") == 3  # the shared one once, the register one in each copy
+        text = str(kernel)
+        uses = re.findall(r'"kernel.use"\((%\w+), (%\w+), (%\w+)\)', text)
+        assert len(uses) == 2 and uses[0][:2] == uses[1][:2], uses  # one value each, defined once at the top
+        assert all(text.count(f"{name} = ") == 1 for name in uses[0][:2]), text
+
+        bad = ir.Module.parse(SPLIT)  # an allocation whose size the loop computes (built unverified)
+        kernel = bad.body.operations[0].operation
+        kernel.attributes["sym_name"] = ir.StringAttr.get("k")
+        loop = next(op for op in walk(kernel) if op.name == "scf.for")
+        body = loop.regions[0].blocks[0]
+        with ir.InsertionPoint.at_block_begin(body):
+            ir.Operation.create("cute_nvgpu.arch.alloc_smem", results=[ir.Type.parse("!cute.ptr<i64, smem, align<8>>")],
+                                operands=[body.arguments[0]])
+        split_after = kernel.regions[0].blocks[0].operations[0].operation
+        with pytest.raises(RuntimeError, match="kernel k: the shared-memory allocation cute_nvgpu.arch.alloc_smem"):
+            copies.split(kernel, split_after, split_after.results[0], lambda: None)
+
+
+# --- re-traces: the same module, the DSL's JIT cache, one kernel id ------------------------------------------
+
+
+def module_hashes():
+    """(keys, a context entering a trace-finalize hook that collects the key of the DSL's in-memory JIT cache:
+    `dsl.get_module_hash` of the module as the hooks entered before it left it, compile options included)."""
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    dsl = CuTeDSL._get_dsl()
+    seen = []
+    return seen, lambda: dsl.trace_finalize_hooks(lambda d, module, name: seen.append(d.get_module_hash(module, name)))
+
+
+@pytest.mark.parametrize("target", ["session", "pool"])
+def test_a_retrace_is_the_same_module(target):
+    """Two traced compiles of one kernel under one trace give the same module (site numbers, hooked calls'
+    locations and a pool kernel's id come from the module's content), so the same DSL cache key and the same
+    PTX; the audit maps the second compile's PTX to its sites as it did the first's; a pool keeps one id."""
+    from ikp_cute import ProfileSpec
+
+    pool = fake_pool()
+    if target == "pool":
+        trace = trace_pipelines(pool, level="signals")
+    else:
+        spec = ProfileSpec(num_groups=8, num_blocks=4, write_stride=32, records_per_lane=64, warps_per_group=1)
+        trace = trace_pipelines(spec, level="signals", address=ADDRESS)
+    seen, hashing = module_hashes()
+    ptx, counts = [], []
+    for _ in range(2):
+        with trace, hashing():  # the hook after the trace's: it sees what the DSL hashes
+            ptx.append(compile_small().__ptx__)
+        counts.append([(s["number"], s["kind"], s["site"], s["ptx"]) for s in trace.metadata()["barrier_sites"]])
+    assert ptx[0] == ptx[1] and seen[0] == seen[1]
+    assert counts[0] == counts[1] and all(c[3] for c in counts[1]) and len(counts[1]) >= 10
+    assert len(pool.kernels) == (1 if target == "pool" else 0)
+
+
+def test_a_jit_call_in_a_loop_compiles_once():
+    """A `@cute.jit` function called directly in a loop under a pool trace (how `ikp record` sees a program
+    that does not call cute.compile) is compiled at the first call and served by the DSL's in-memory JIT cache
+    after, under one kernel id, its audit kept. On a CPU each call compiles (or hits the cache) and then fails
+    to launch."""
+    import torch
+    from cutlass import Int32
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    if torch.cuda.is_available():
+        pytest.skip("the calls would launch the kernel into a fake pool")
+    cache = CuTeDSL._get_dsl().jit_cache
+    before = len(cache)
+    pool = fake_pool()
+    x = from_dlpack(torch.zeros(4, dtype=torch.int32))
+    trace = trace_pipelines(pool, level="signals")
+    with trace:
+        for _ in range(3):
+            with pytest.raises(Exception, match="cudaErrorInsufficientDriver|driver|CUDA"):
+                pk.launch(x, Int32(5), 4)
+    assert len(cache) - before == 1
+    assert len(pool.kernels) == 1
+    sites = trace.metadata()["barrier_sites"]  # the calls the cache served keep the audit of the one compile
+    assert len(sites) >= 10 and all(s["ptx"] is not None for s in sites)
+
+
+@pytest.mark.parametrize("old, new", [(0, 1), (5, 0), (3, 511), (511, 7)])
+def test_renumbering_a_kernel_id_is_exact(old, new):
+    """A kernel's blocks renumbered from one id to another are the blocks emitted for the other id (every
+    number that depends on the id is mapped, nothing else)."""
+    g = record_pool.PoolGeometry(ADDRESS, 512, 1000)
+    assert record_pool.renumber(record_pool.decision_ptx(g, old), g, old, new) == record_pool.decision_ptx(g, new)
+    for warps in (4, 12, 32):
+        setup = record_pool.setup_ptx(g, old, warps)  # the refill included
+        assert record_pool.renumber(setup, g, old, new) == record_pool.setup_ptx(g, new, warps)
+
+
+
+def test_a_kernel_traced_again_after_another_takes_its_id_back():
+    """Kernels of other code get other ids; a kernel traced again after another takes its own id back (its
+    blocks renamed from the id it was handed: the PTX is the first compile's) and the id it was handed is free
+    for the next kernel. (FA4 causal or not, one kernel name: test_fa4_causal_and_not_are_two_kernels.)"""
+    from cutlass import Int32, cute
+    from cutlass.cute.runtime import make_fake_compact_tensor
+
+    from ikp_cute.testing.kernels import pipelines_kernel as pk
+
+    pool = fake_pool()
+    trace = trace_pipelines(pool, level="signals")
+    first = compile_small(trace).__ptx__
+    with trace:
+        turns = cute.compile(pk.launch_turns, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
+                             options=sass.keep_options()).__ptx__
+    assert len(set(pool.kernels.values())) == 2 and sorted(pool.kernels) == [0, 1] and turns != first
+    again = compile_small(trace).__ptx__
+    assert again == first and sorted(pool.kernels) == [0, 1]
+    assert pool.kernel_id("next") == 2
