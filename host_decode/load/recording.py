@@ -152,9 +152,11 @@ MANIFEST: dict[str, Key] = {
     "ended_ns": Key("int", "host clock when the recording was written", minimum=0),
     "pool": Key("object", "the pool's summary (host_decode.load.pool.read_pool: bytes, used, needed, records, "
                           "lost records, per kernel id the launches the device counted and recorded)"),
-    "kernels": Key("list", "one entry per kernel of each compile while recording: its pool kernel id (traced) or "
-                           "why not, its compile's index and arguments, selection, launches seen from Python"),
-    "retraced_ids": Key("list", "kernel ids of traces the DSL's in-memory cache answered (never launched)"),
+    "kernels": Key("list", "one entry per compiled kernel while recording, one per pool kernel id when traced (or "
+                           "why not): its compile's index and arguments, selection, builds (compiles sharing the "
+                           "id), launches seen from Python (over those builds)"),
+    "retraced_ids": Key("list", "kernel ids of traces the DSL's in-memory cache answered that no kernel entry "
+                                "holds (never launched)"),
     "untraced": Key("list", "launches of CuTe DSL kernels the recorder did not trace, with the reason"),
     "caches": Key("list", "compile caches set aside while recording, and how"),
     "captures": Key("list", "the captures written: path (relative), kernel, kernel_id, launch_index"),

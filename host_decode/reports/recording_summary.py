@@ -3,10 +3,11 @@ words, what bounds it (the top items of the critical path of its recorded launch
 host_decode.analysis.waits), what was recorded out of what was launched, and the exact commands to run
 next; then what was launched but not traced and why, the pool's accounting, the caches set aside.
 
-A compiled kernel is one pool kernel id: two compiles of one kernel name (FA4's causal and non-causal
-forward) are two kernels, labelled apart ("#1 (is_causal=False)", ikp_cute/record/builds.py), each with its
-own launch count, selection and captures. Across processes (ranks), the k-th compile of a name is one
-kernel: its counts are summed.
+A compiled kernel is one pool kernel id, and the pool gives one id per traced code: two compiles of one
+kernel name to different code (FA4's causal and non-causal forward) are two kernels, labelled apart ("#1
+(is_causal=False)", ikp_cute/record/builds.py), each with its own launch count, selection and captures;
+compiles to the same code share the id and one entry (its ``builds``), their launches counted together.
+Across processes (ranks), the k-th compile of a name is one kernel: its counts are summed.
 
 Critical path over several launches of a kernel: each launch's segments (`ikp waits`: "wg1 works",
 "wg1 waits on k for wg0") summed by kind over the launches, shares of the summed path time.
@@ -145,6 +146,7 @@ def build_summary(processes: list, captures: list, incomplete: list, timeline: d
             entry["dry_run"] = bool(m.get("dry_run"))
             entry["host_launches"] += int(k.get("host_launches") or 0)
             entry["retraced"] += int(k.get("retraced") or 0)
+            entry["builds"] = max(int(entry.get("builds") or 1), int(k.get("builds") or 1))  # per process
             if k.get("kernel_id") is None:
                 continue
             mine.add(int(k["kernel_id"]))
@@ -176,7 +178,7 @@ def build_summary(processes: list, captures: list, incomplete: list, timeline: d
             item["records"] = int(c.trace.loss.nonzero_slots)
         entry["captures"].append(item)
         entry.setdefault("waits", []).append(c.waits)
-    alike: dict[tuple, int] = {}  # (name, function, compile-time arguments) -> compiles
+    alike: dict[tuple, int] = {}  # (name, function, compile-time arguments) -> kernels (ids) compiled with them
     for entry in kernels.values():
         key = (entry["name"], entry.get("function"), dumps(entry.get("arguments") or {}))
         alike[key] = alike.get(key, 0) + 1
@@ -226,16 +228,17 @@ def kernel_lines(e: dict) -> list[str]:
                      f"{', '.join(map(str, trace.get('named_barriers') or [])) or 'none'}")
     for u in (trace.get("untraced_sites") or [])[:5]:
         lines.append(f"  untraced site {u.get('site')} ({u.get('op')}): {u.get('reason')}")
-    if e.get("traced") and (e.get("compiled_alike") or 1) > 1:
-        lines.append(f"  compiled {e['compiled_alike']} times with the same compile-time arguments, each compile a "
-                     "kernel with its own launch count and selection (a @cute.jit function called directly compiles "
-                     "again at each call while recording: compile it once with cute.compile and launch that, or "
-                     "record with --launches 0)")
-    elif " #" in e.get("label", ""):
-        lines.append(f"  compile {e.get('compile')} of this kernel name (its compile-time arguments differ): a "
-                     "kernel of its own, with its own launch count, selection and captures")
+    if e.get("traced") and (e.get("builds") or 1) > 1:
+        lines.append(f"  compiled {e['builds']} times alike (the same code): the compiles share kernel id "
+                     f"{e.get('kernel_id')}, one kernel with one launch count and selection; the launches of all "
+                     "of them are counted here")
+    if " #" in e.get("label", ""):
+        why = ("the compile-time arguments of another compile of this name, but other code (a value the arguments "
+               "do not show)" if (e.get("compiled_alike") or 1) > 1 else "its compile-time arguments differ")
+        lines.append(f"  compile {e.get('compile')} of this kernel name ({why}): a kernel of its own, with its own "
+                     "launch count, selection and captures")
     if e.get("retraced"):
-        lines.append(f"  traced again {e['retraced']} time(s) with the same module: the DSL's in-memory cache "
+        lines.append(f"  traced again {e['retraced']} time(s) to the same code: the DSL's in-memory cache "
                      "returned this build, whose launches are counted here")
     if trace.get("not_recorded"):
         lines.append(f"  not recorded at this level: {', '.join(trace['not_recorded'])}")

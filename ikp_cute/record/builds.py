@@ -7,9 +7,11 @@ A launch of an object the registry does not know was compiled where the recorder
 recording began, or loaded from a binary or a cache no compile of this recording made): it is counted in
 ``untraced`` under its kernel names with that reason, never dropped.
 
-Compiles of one kernel name (FA4 builds causal and non-causal under one name) are entries of their own, each
-with its own kernel id, launch count and selection: ``name_compiles`` gives each a file-system name and a
-label that sets it apart ("#2", and the compile-time arguments that differ: "is_causal=True").
+Compiles of one kernel name to different code (FA4 builds causal and non-causal under one name) are entries of
+their own, each with its own kernel id, launch count and selection: ``name_compiles`` gives each a file-system
+name and a label that sets it apart ("#2", and the compile-time arguments that differ: "is_causal=True").
+Compiles to the same code share a kernel id (the pool settles a kernel by its code) and one entry, which each
+of their builds lists (runtime.py).
 
 Invariants (tests/unit/ikp_cute/test_record_runtime.py guards each): every launch is counted exactly once,
 as a launch of a traced build or in ``untraced`` with a reason; a build registered by one recording is

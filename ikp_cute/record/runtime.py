@@ -9,13 +9,18 @@ Life of a recording (``Recorder``):
   level=..., kernels=<--kernels>)`` entered; it stays entered until the end, so every CuTe DSL kernel compiled
   from then on is traced (the tracer's hooks act only while a kernel is being traced) and kernels not matched
   compile untouched;
-* each trace (the DSL's ``generate_original_ir``): the kernel ids the tracer took from the pool while it ran
-  (``Pool.kernel_id``: one per traced kernel of that compile) are noted with the traced module;
+* each trace (the DSL's ``generate_original_ir``): the kernel ids its traced kernels ended the trace with are
+  noted with the traced module: the ids the pool settled them on (``Pool.settled``), one per traced kernel of
+  that compile. A kernel's code decides its id (``Pool.same_kernel``): a kernel traced again to the same code
+  ends on the id of its first trace;
 * each compile (``compile_and_cache`` of that module): the build registered (builds.py), one entry per kernel
   it compiled, with that compile's kernel id, and the selection --launches gives its kernel's name issued for
   that id (``Pool.select``: a stream-ordered device op, held back while a CUDA graph is being captured). Two
-  compiles of one name are two kernels, each with its own id, launch count and selection. A trace no compile
-  followed hit the DSL's in-memory cache: its ids never run, and the build the cache returned says so;
+  compiles of one name to different code (FA4's causal and not) are two kernels, each with its own id, launch
+  count and selection. A compile whose kernel ended on an id an earlier build of this recording holds is that
+  build's kernel: the same entry (its ``builds`` counts the compiles sharing the id), its launches counted
+  there, its selection the one already issued. A trace no compile followed hit the DSL's in-memory cache: the
+  entries holding its ids (else those of the build the cache returned) count it as traced again;
 * each launch: counted on the host against its build (the launch hooks), or reported untraced with the reason
   (a dry run skips it); the device counts the launches of each kernel id itself (the pool), and the summary
   compares the two;
@@ -26,10 +31,13 @@ Life of a recording (``Recorder``):
   traced build the program still holds keeps the pool alive (KEEPALIVE) and records nothing.
 
 Invariants (tests/unit/ikp_cute/test_record_runtime.py guards each): every launch is counted once (traced
-or untraced with a reason); each compile's kernel id gets the selection of its name
-(test_each_compile_gets_its_own_id_and_selection); a recording is written once, complete (manifest last) or
-not at all; recordings do not nest; a build compiled before the recording started is reported "launched but
-not traced".
+or untraced with a reason); each compile takes the kernel id its kernel ended the trace with, one entry and one
+selection per id (test_each_kernel_code_gets_one_id_and_selection); the host's launches of an id are those of
+every build sharing it, issued one selection (test_compiles_alike_count_their_launches_on_one_entry); a trace
+the DSL's cache answered counts on the kernel it ended on
+(test_a_trace_the_dsl_cache_answers_is_counted_on_the_kernel_it_ended_on); a recording is written once,
+complete (manifest last) or not at all; recordings do not nest; a build compiled before the recording started
+is reported "launched but not traced".
 """
 
 from __future__ import annotations
@@ -73,8 +81,8 @@ def process_tag() -> str:
 
 @dataclasses.dataclass
 class Trace:
-    """One run of the DSL's trace (generate_original_ir): its module, and the pool kernel ids the tracer took
-    while it ran."""
+    """One run of the DSL's trace (generate_original_ir): its module, and the pool kernel ids its kernels ended
+    the trace with (Pool.settled)."""
 
     module: object
     module_hash: str | None
@@ -102,8 +110,9 @@ class Recorder:
         self.kernels: list[dict] = []  # one entry per compiled kernel (builds.py)
         self.compiles: dict[str, int] = {}  # kernel name -> compiles seen
         self.traces: list[Trace] = []  # traces whose compile has not come yet
-        self.claimed: set[int] = set()  # kernel ids noted by a trace
-        self.retraced_ids: list[int] = []  # ids of traces the DSL's cache answered (they never run)
+        self.claimed: set[int] = set()  # positions in pool.settled noted by a trace (traces may nest)
+        self.by_id: dict[int, dict] = {}  # kernel id -> the entry that holds it (one per id)
+        self.retraced_ids: list[int] = []  # ids of traces the DSL's cache answered that no entry holds (never run)
         self.pending_selects: list[dict] = []  # kernels whose selection waits for the end of a graph capture
         self.pool = None
         self.trace = None
@@ -180,7 +189,7 @@ class Recorder:
 
     def before_trace(self) -> int | None:
         """The DSL starts tracing a module: the pool trace starts on the first one. Returns the mark that
-        after_trace takes (the pool's kernel ids so far), or None when not tracing."""
+        after_trace takes (the ids the pool settled so far), or None when not tracing."""
         if Recorder.active is not self:
             return None
         self.guards.refresh()
@@ -189,16 +198,17 @@ class Recorder:
         if not self.tracing():
             return None
         self.settle_traces()
-        return len(self.pool.kernels)
+        return len(self.pool.settled)
 
     def after_trace(self, generated, mark: int | None) -> None:
-        """The trace returned (module, module_hash, result): the kernel ids taken while it ran are its own."""
+        """The trace returned (module, module_hash, result): the ids the pool settled its kernels on since
+        `mark` are its own (less those of a trace nested in it)."""
         if mark is None or not self.tracing():
             return
         try:
-            ids = [i for i in range(mark, len(self.pool.kernels)) if i not in self.claimed]
-            self.claimed.update(ids)
-            self.traces.append(Trace(generated[0], generated[1], ids))
+            positions = [i for i in range(mark, len(self.pool.settled)) if i not in self.claimed]
+            self.claimed.update(positions)
+            self.traces.append(Trace(generated[0], generated[1], [self.pool.settled[i] for i in positions]))
         except Exception as e:  # noqa: BLE001
             self.errors.append(f"noting a trace's kernel ids: {type(e).__name__}: {e}")
 
@@ -210,13 +220,18 @@ class Recorder:
 
     def settle_traces(self) -> None:
         """Traces no compile followed: the DSL's in-memory cache held a build of the same module hash, which
-        runs instead (its kernel ids); the traces' ids never run."""
+        runs instead. Its kernels are the trace's (the same code ends on the same ids): the entries holding
+        those ids count the trace as traced again; ids no entry holds (else the build the cache returned
+        counts it) never run."""
         pending, self.traces = self.traces, []
         for t in pending:
-            self.retraced_ids.extend(t.ids)
-            cached = self.hooks.cached(t.module_hash)
-            build = BUILDS.find(cached) if cached is not None else None
-            for entry in build.entries if build is not None else []:
+            held = [self.by_id[i] for i in dict.fromkeys(t.ids) if i in self.by_id]
+            self.retraced_ids.extend(i for i in t.ids if i not in self.by_id)
+            if not held:
+                cached = self.hooks.cached(t.module_hash)
+                build = BUILDS.find(cached) if cached is not None else None
+                held = build.entries if build is not None else []
+            for entry in held:
                 entry["retraced"] = entry.get("retraced", 0) + 1
 
     def after_compile(self, compiled, function_name: str, module_hash, module, arguments: dict) -> None:
@@ -239,16 +254,22 @@ class Recorder:
             sites = self.trace.metadata().get("barrier_sites") or []
         build = Build(names, str(function_name), bool(ids), "", self.recording)
         for name in names:
+            known = self.by_id.get(ids.get(name, -1))
+            if known is not None:  # the code of an earlier build: its kernel, launches counted on its entry
+                known["builds"] += 1
+                build.entries.append(known)
+                continue
             self.compiles[name] = self.compiles.get(name, 0) + 1
             entry = {"name": name, "compile": self.compiles[name], "function": str(function_name),
                      "arguments": arguments, "traced": False, "kernel_id": None, "host_launches": 0,
-                     "retraced": 0, "reason": self.why_not(name, tracing, full)}
+                     "builds": 1, "retraced": 0, "reason": self.why_not(name, tracing, full)}
             if tracing and self.matches(name):
                 entry["trace"] = compile_report(sites, name)
             if name in ids:
                 selection = self.plan.for_kernel(name)
                 entry.update(traced=True, reason="", kernel_id=ids[name], selection=selection.text,
                              selection_words=selection.describe(), rule=self.plan.rule_for(name))
+                self.by_id[ids[name]] = entry
                 self.pending_selects.append(entry)
             self.kernels.append(entry)
             build.entries.append(entry)
@@ -268,8 +289,8 @@ class Recorder:
         if not self.matches(name):
             return NOT_MATCHED
         if full:
-            return (f"the pool holds its {self.pool.max_kernels} kernels: compiled untouched (a @cute.jit function "
-                    "called directly compiles again at each call while recording: compile it once)")
+            return (f"the pool holds its {self.pool.max_kernels} kernels (one per distinct traced code): compiled "
+                    "untouched (--kernels REGEX traces only the kernels you want)")
         return NOTHING_TO_RECORD
 
     def capturing(self) -> bool:

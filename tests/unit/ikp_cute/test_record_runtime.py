@@ -2,8 +2,10 @@
 (ikp_cute.pool: ``Pool.fake`` in a dry run, a pool whose buffer is host memory otherwise, its launches made by
 the host model of the device, tests/support/pool_device.py) and the small pipelined kernel of
 ikp_cute.testing: every launch is counted once, as a launch of a traced build or untraced with its reason; a
-build compiled before recording began is reported; each compile gets the pool kernel id its trace took and
-the selection of its name, issued to the pool's window; compiles of one name are kernels apart; the recording
+build compiled before recording began is reported; each compile gets the pool kernel id its kernel ended the
+trace with, one entry and one selection (issued to the pool's window) per id; compiles of one name to
+different code are kernels apart, compiles to the same code one kernel, their launches counted together; the
+recording
 is written once, manifest last; stopping undoes every hook."""
 
 from __future__ import annotations
@@ -76,12 +78,10 @@ def test_every_launch_counted_once_and_a_build_from_before_reported(tmp_path):
     (compiled,) = compiled
     assert compiled["host_launches"] == 3 and compiled["selection"] == "1"
     assert compiled["trace"]["pipelines"] == ["ring", "side_named"]
-    # each trace takes a kernel id of its own (baked into the kernel), so the second direct call's module hashes
-    # apart and compiles again: two kernels with one launch each. Were its module hashed like the first one's,
-    # the DSL's cache would answer it: one kernel, launched twice, traced again once.
-    assert sorted((k["compile"], k["host_launches"], k["retraced"]) for k in direct) in (
-        [(1, 1, 0), (2, 1, 0)], [(1, 2, 1)])
-    assert len({k["kernel_id"] for k in m["kernels"]}) == len(m["kernels"])
+    # the second direct call traces the same code, which the pool settles on the first trace's id: its module
+    # hashes like the first one's and the DSL's cache answers it: one kernel, launched twice, traced again once
+    assert [(k["compile"], k["host_launches"], k["retraced"], k["builds"]) for k in direct] == [(1, 2, 1, 1)]
+    assert len({k["kernel_id"] for k in m["kernels"]}) == len(m["kernels"]) and m["retraced_ids"] == []
     (untraced,) = m["untraced"]
     assert untraced["launches"] == 1 and untraced["reason"].startswith("compiled before recording started")
     assert m["dry_run"]["launches_skipped"] == 6
@@ -91,28 +91,60 @@ def test_every_launch_counted_once_and_a_build_from_before_reported(tmp_path):
     assert all(h not in CuTeDSL._get_dsl().jit_cache for h in rec.guards.traced_hashes)
 
 
-def test_each_compile_gets_its_own_id_and_selection(tmp_path, cpu_pool):
-    """Two compiles of one kernel name (a compile-time argument apart, as FA4's causal and not): two kernel
-    ids, each with the selection --launches gives the name, written into the pool's window words; on
-    stopping, every window is closed."""
+def test_each_kernel_code_gets_one_id_and_selection(tmp_path, cpu_pool):
+    """Two compiles of one kernel name a compile-time argument apart (as FA4's causal and not): two kernel ids,
+    each with the selection --launches gives the name, written into the pool's window words. A third compile
+    with the first one's arguments is the first one's code: the pool settles it on that id, and it is that
+    kernel (one entry, two builds). On stopping, every window is closed."""
     rec = recorder(tmp_path, launches="tensorptr=every=3,default=none")
     try:
-        compile_small(4)
+        first, _ = compile_small(4)
         compile_small(8)
-        compile_small(4)  # the same arguments again: cute.compile compiles again, a third kernel id
+        third, _ = compile_small(4)  # cute.compile compiles again: the same code
         pool = rec.pool
         entries = rec.kernels
-        assert [(e["name"], e["compile"], e["kernel_id"]) for e in entries] == [(KERNEL, 1, 0), (KERNEL, 2, 1),
-                                                                              (KERNEL, 3, 2)]
-        assert pool.kernels == {0: KERNEL, 1: KERNEL, 2: KERNEL}
-        assert pool_device.selections(pool) == {0: "every=3", 1: "every=3", 2: "every=3"}
+        assert [(e["name"], e["compile"], e["kernel_id"], e["builds"]) for e in entries] == [
+            (KERNEL, 1, 0, 2), (KERNEL, 2, 1, 1)]
+        assert pool.kernels == {0: KERNEL, 1: KERNEL} and pool.settled == [0, 1, 0]
+        assert pool_device.selections(pool) == {0: "every=3", 1: "every=3"}
         assert all(e["rule"] == "tensorptr" for e in entries)
-        assert [e["arguments"] for e in entries] == [{"arg2": 4}, {"arg2": 8}, {"arg2": 4}]
+        assert [e["arguments"] for e in entries] == [{"arg2": 4}, {"arg2": 8}]
+        assert rec.builds.find(third).entries == [entries[0]] and rec.builds.find(first).entries == [entries[0]]
     finally:
         rec.stop()
-    assert pool_device.selections(pool) == {0: "none", 1: "none", 2: "none"}
+    assert pool_device.selections(pool) == {0: "none", 1: "none"}
     labels = [k["label"] for k in manifest(tmp_path)["kernels"]]
-    assert labels == [f"{SHORT} #1 (arg2=4)", f"{SHORT} #2 (arg2=8)", f"{SHORT} #3 (arg2=4)"]
+    assert labels == [f"{SHORT} #1 (arg2=4)", f"{SHORT} #2 (arg2=8)"]
+
+
+def test_compiles_alike_count_their_launches_on_one_entry(tmp_path, cpu_pool, monkeypatch):
+    """Two builds of the same code (cute.compile called twice with the same arguments) run one kernel id: the
+    device counts their launches together, the host counts them on the one entry, so the two agree; the
+    selection is issued once (issued again, a `last` selection would empty the region its launches recorded
+    into), and the summary says the compiles are alike and share the id."""
+    import ikp_cute
+    from ikp_cute.pool import Pool
+    from ikp_cute.record.runtime import Recorder
+
+    issued = []
+    select = Pool.select
+    monkeypatch.setattr(Pool, "select", lambda pool, k, sel: (issued.append((k, sel)), select(pool, k, sel))[1])
+    with ikp_cute.record(out=tmp_path / "rec", launches="0:4", progress=False) as r:
+        first, _ = compile_small()
+        rec = Recorder.active
+        second, _ = compile_small()
+        (entry,) = rec.kernels
+        for build, launches in ((first, 3), (second, 2), (first, 1)):
+            for _ in range(launches):
+                rec.on_launch(build)
+                pool_device.launch(rec.pool, entry["kernel_id"])
+    assert issued == [(0, "0:4"), (0, "none")]  # once, then closed at the end
+    (kernel,) = r.summary["kernels"]
+    assert (kernel["builds"], kernel["host_launches"], kernel["device_seen"]) == (2, 6, 6)
+    assert kernel["recorded"] == 4 and not kernel["problems"] and kernel["launch_note"] is None
+    text = (tmp_path / "rec" / "summary.txt").read_text()
+    assert "compiled 2 times alike (the same code): the compiles share kernel id 0" in text
+    assert not r.summary["untraced"]
 
 
 def test_a_recording_with_the_device_modelled(tmp_path, cpu_pool):
@@ -220,23 +252,27 @@ def test_kernels_not_matched_and_binaries_loaded_are_reported(tmp_path):
     assert not kernel["traced"] and kernel["kernel_id"] is None
 
 
-def test_a_trace_the_dsl_cache_answers_is_counted_on_the_build_it_returned(tmp_path):
-    """A trace no compile follows (the DSL's in-memory cache held its module hash): the kernel ids it took
-    never run; the build the cache returned says it was traced again."""
+def test_a_trace_the_dsl_cache_answers_is_counted_on_the_kernel_it_ended_on(tmp_path):
+    """A trace no compile follows (the DSL's in-memory cache held its module hash): its kernels ended on the ids
+    of the build the cache returns (the same code), whose entry counts it as traced again; a trace that ended on
+    an id no entry holds (that id never runs) counts on the build the cache returned for its hash."""
     rec = recorder(tmp_path, dry_run="sm_90a")
     try:
         compiled, _ = compile_small()
         (entry,) = rec.kernels
         from ikp_cute.record.runtime import Trace
 
-        ids = [rec.pool.kernel_id(KERNEL)]  # what a second trace of the same module takes
-        rec.traces.append(Trace(object(), "the-hash", ids))
         rec.hooks.cached = lambda module_hash: compiled if module_hash == "the-hash" else None
+        rec.traces.append(Trace(object(), "another-hash", [entry["kernel_id"]]))
+        rec.settle_traces()
+        assert entry["retraced"] == 1
+        fresh = rec.pool.kernel_id(KERNEL)  # an id a trace ended on that no compile took
+        rec.traces.append(Trace(object(), "the-hash", [fresh]))
         rec.settle_traces()
     finally:
         rec.stop()
     m = manifest(tmp_path)
-    assert m["retraced_ids"] == ids and m["kernels"][0]["retraced"] == 1 and len(m["kernels"]) == 1
+    assert m["retraced_ids"] == [fresh] and m["kernels"][0]["retraced"] == 2 and len(m["kernels"]) == 1
 
 
 def test_compiles_of_one_name_are_named_apart():

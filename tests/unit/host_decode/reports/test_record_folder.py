@@ -16,6 +16,7 @@ from host_decode.reports.recording import finish_recording
 from tests.support.recordings import (
     FA4,
     FA4_KERNEL,
+    QUACK,
     QUACK_KERNEL,
     kernel_entry,
     pool_row,
@@ -121,19 +122,28 @@ def test_two_compiles_of_one_name_are_two_kernels(tmp_path):
 
 
 def test_compiles_alike_are_said(tmp_path):
-    """A kernel compiled again with the same compile-time arguments (a @cute.jit function called directly, in a
-    loop): each compile a kernel launched once, which the default selection never records; the summary says why
-    and what to do."""
+    """Compiles to the same code share one kernel id (the pool settles a kernel on the id of its code): one
+    entry, its `builds` the compiles sharing it and its host launches theirs summed, checked against the
+    device's count of that id; the summary says the compiles are alike and share the id. Compiles with the same
+    compile-time arguments but other code are kernels apart, and the summary says why."""
     staging = tmp_path / "staging"
-    kernels = [kernel_entry(QUACK_KERNEL, f"gemm-{i}", i, compile=i + 1, label=f"gemm #{i + 1}", host_launches=1,
-                            function="gemm")
-               for i in range(3)]
-    pool = pool_summary([pool_row(i, QUACK_KERNEL, 1, []) for i in range(3)])
-    process_folder(staging, captures={}, kernels=kernels, pool=pool)
-    finish_recording(staging, tmp_path / "rec", progress=False)
+    kernels = [kernel_entry(QUACK_KERNEL, "gemm", 0, host_launches=7, function="gemm", builds=3, retraced=2),
+               kernel_entry(FA4_KERNEL, "flash_fwd-1", 1, compile=1, label="flash_fwd #1", host_launches=1,
+                            function="fwd", arguments={"tile_m": 128}),
+               kernel_entry(FA4_KERNEL, "flash_fwd-2", 2, compile=2, label="flash_fwd #2", host_launches=1,
+                            function="fwd", arguments={"tile_m": 128})]
+    pool = pool_summary([pool_row(0, QUACK_KERNEL, 7, [1]), pool_row(1, FA4_KERNEL, 1, []),
+                         pool_row(2, FA4_KERNEL, 1, [])])
+    process_folder(staging, captures={0: (QUACK, QUACK_KERNEL, "gemm", [1])}, kernels=kernels, pool=pool)
+    summary = finish_recording(staging, tmp_path / "rec", progress=False)
     text = (tmp_path / "rec" / "summary.txt").read_text()
-    assert text.count("compiled 3 times with the same compile-time arguments") == 3
-    assert "compile it once with cute.compile and launch that, or record with --launches 0" in text
+    gemm = kernel(summary, QUACK_KERNEL)
+    assert (gemm["builds"], gemm["host_launches"], gemm["device_seen"], gemm["launch_note"]) == (3, 7, 7, None)
+    assert text.count("compiled 3 times alike (the same code): the compiles share kernel id 0") == 1
+    assert "traced again 2 time(s) to the same code" in text
+    assert text.count("compile-time arguments of another compile of this name, but other code") == 2
+    assert "launches: 7 on the device (7 from Python)" in text and "1 recorded of 1 selected" in text
+    assert "note:" not in text
     assert "nothing recorded: its selection selected no launch it made" in text and "CHECK" not in text
 
 
