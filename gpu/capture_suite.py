@@ -162,6 +162,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
 
     from gpu.pc_profile import write_map
     from host_decode.load.capture import save_capture
+    from ikp_cute.testing.sass import dump_options
     from tests.support import ring_gpu as t
 
     d.mkdir(parents=True, exist_ok=True)
@@ -171,7 +172,7 @@ def cupti_worker(d: Path, cupti: bool, launches: int) -> int:
         from host_decode.hardware.adapters.cupti import PcSampler
 
         sampler = PcSampler().start()
-    session, launch, compiled = t.build(slots=launches, options="--keep-cubin --generate-line-info")
+    session, launch, compiled = t.build(slots=launches, options=dump_options("--keep-cubin --generate-line-info"))
     write_map(d, compiled, session)
     session.window(0, launches, relative=True)
     t0 = time.perf_counter()

@@ -42,6 +42,8 @@ docs/flags.md); ``ikp_cute.clock.measure_offset`` puts a GPU's clock on the host
 process-wide buffer, in the launches its selection picks, with nothing sized in advance (docs/pool.md).
 ``with profile_region("name"):`` (no Profiler) records a region into whatever trace is active, and nothing
 outside one.
+A whole program (every kernel it compiles, no sizes): ``with ikp_cute.record(out="rec"):`` or
+``ikp record -o rec -- python prog.py`` (docs/guides/recording.md).
 
 This module imports neither torch nor cutlass until a name that needs them is used.
 """
@@ -65,6 +67,7 @@ __all__ = [
     "fake_buffer",
     "launch_records",
     "profile_region",
+    "record",
     "require_gpu",
     "trace_pipelines",
     "window_branch",
@@ -82,6 +85,7 @@ __getattr__, __dir__ = lazy_exports(
         "require_gpu": ".session:require_gpu",
         "fake_buffer": ".session:fake_buffer",
         "trace_pipelines": ".pipelines:trace_pipelines",
+        "record": ".record:record",
         "window_branch": ".profiler:window_branch",
     },
 )

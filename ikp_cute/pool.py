@@ -20,6 +20,7 @@ The interface (the `ikp record` runtime builds on it)::
         kernel_id(name, meta=None) -> int      # at trace time, one per traced kernel (names may repeat)
         same_kernel(kernel_id, key) -> int     # at its end: the id of an earlier kernel of the same code, if any
                                                # (kernel_id is then given back); distinct code, distinct ids
+        settled -> list[int]                   # the ids same_kernel answered, in order (one per traced kernel)
         kernels -> {id: name}
         select(kernel_id, selection) -> None   # "1" | "3:6" | "5:" | "every=100" | "last" | "none" | "all";
                                                # stream-ordered device ops (capturable in a CUDA graph)
@@ -93,6 +94,7 @@ class Pool:
         self._names: list[str | None] = []  # by kernel id; None: an id given back (same_kernel), free again
         self._meta: list = []
         self._keys: dict[str, int] = {}  # fingerprint of a traced kernel's code -> its id (same_kernel)
+        self.settled: list[int] = []  # the id each traced kernel ended its trace with (same_kernel), in order
         self._selections: dict[int, str] = {}
         self._regions: dict[int, tuple[int, int]] = {}  # kernel id -> (first unit, units per half)
         self._top = self.units  # units the shared area may hand out (host-side copy of TOP: only the host moves it)
@@ -159,6 +161,7 @@ class Pool:
             while self._names and self._names[-1] is None:
                 self._names.pop()
                 self._meta.pop()
+        self.settled.append(known)
         return known
 
     @property

@@ -11,6 +11,7 @@ is what docs/getting-started.md shows (tests/docs/test_docs.py checks it and run
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,8 +30,9 @@ def compile_cubin(out: str, blocks: int = 8, tiles: int = 12) -> None:
     y = make_fake_compact_tensor(Float32, (blocks * THREADS,))
     spec = ikp_cute.ProfileSpec(num_groups=2, num_blocks=blocks, records_per_lane=5 * tiles + 8,
                                 events=["tile", "load", "compute", "tile_done"])
-    compiled = cute.compile(launch_tiles, x, y, Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks,
-                            options="--keep-cubin --generate-line-info")
+    with tempfile.TemporaryDirectory() as dump:  # --keep-cubin also writes a file: there, not in the working directory
+        compiled = cute.compile(launch_tiles, x, y, Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks,
+                                options=f"--keep-cubin --generate-line-info --dump-dir={dump}")
     Path(out).write_bytes(bytes(compiled.__cubin__))
 
 

@@ -6,15 +6,19 @@ from __future__ import annotations
 import contextlib
 import os
 
+from ikp_cute.testing.sass import dump_options
+
 
 @contextlib.contextmanager
 def keeping_artifacts(module):
-    """`module.cute.compile` gets --keep-ptx --keep-cubin for the duration (FA4/quack pass their own options)."""
+    """`module.cute.compile` gets --keep-ptx --keep-cubin for the duration (FA4/quack pass their own options); the
+    files they write go to a private temporary folder (ikp_cute.testing.sass.dump_options), not the working one."""
+
     compile_fn = module.cute.compile
 
     class Keep:
         def __call__(self, *args, options: str = "", **kwargs):
-            return compile_fn(*args, options=f"{options} --keep-ptx --keep-cubin".strip(), **kwargs)
+            return compile_fn(*args, options=dump_options(f"{options} --keep-ptx --keep-cubin"), **kwargs)
 
         def __getattr__(self, name):
             return getattr(compile_fn, name)
@@ -128,7 +132,7 @@ def capturing_compiles(module):
 
     class Capture:
         def __call__(self, *args, options: str = "", **kwargs):
-            result = compile_fn(*args, options=f"{options} --keep-ptx --keep-cubin".strip(), **kwargs)
+            result = compile_fn(*args, options=dump_options(f"{options} --keep-ptx --keep-cubin"), **kwargs)
             compiled.append(result)
             return result
 

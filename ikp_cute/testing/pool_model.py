@@ -52,6 +52,17 @@ class PoolModel:
                 self.w32[wire.pool_set(max_kernels, k, s, wire.POOL_SET_LOSS_MIN) // 4] = 0xFFFFFFFF
         self.clock = 1_000_000_000_000  # ns; every record is 100 ns after the previous one of any lane
 
+    @classmethod
+    def over(cls, words: np.ndarray, max_kernels: int) -> PoolModel:
+        """The device's steps on an existing pool's words (uint64, shared: e.g. the host buffer of an
+        ikp_cute Pool created on the CPU), its control block as the host left it."""
+        model = cls.__new__(cls)
+        model.words, model.max_kernels, model.w32 = words, max_kernels, words.view(np.uint32)
+        model.units = wire.pool_units(8 * words.size, max_kernels)
+        model.unit_base = wire.pool_control_bytes(max_kernels) // 8
+        model.clock = 1_000_000_000_000
+        return model
+
     # --- host ops ----------------------------------------------------------------------------------
 
     def select(self, k: int, selection: str, half_units: int | None = None) -> None:

@@ -52,11 +52,18 @@ def opcode(instruction: str) -> str:
 _DUMP_DIR: str | None = None
 
 
-def keep_options(extra: str = "") -> str:
-    """cute.compile options that keep PTX and cubin in memory (compiled.__ptx__ / __cubin__) and send the
-    files the DSL writes alongside into one private temp folder instead of the working directory."""
+def dump_options(options: str = "") -> str:
+    """cute.compile `options` with the DSL's dump folder set to one private temp folder of this process: the
+    files --keep-ptx / --keep-cubin write beside compiled.__ptx__ / __cubin__ land there, never in the
+    working directory (the DSL's default)."""
     global _DUMP_DIR
     if _DUMP_DIR is None:
         _DUMP_DIR = tempfile.mkdtemp(prefix="ikp_cute_dump_")
         atexit.register(shutil.rmtree, _DUMP_DIR, True)  # the folder goes with the process
-    return f"--keep-ptx --keep-cubin --dump-dir={_DUMP_DIR} {extra}".strip()
+    return f"{options} --dump-dir={_DUMP_DIR}".strip()
+
+
+def keep_options(extra: str = "") -> str:
+    """cute.compile options that keep PTX and cubin in memory (compiled.__ptx__ / __cubin__), their files in
+    the private dump folder (dump_options)."""
+    return dump_options(f"--keep-ptx --keep-cubin {extra}".strip())

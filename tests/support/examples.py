@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ikp_cute.testing.sass import dump_options
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BAKED = 0x7F0012340000  # the profile buffer address compiled into the instrumented kernels under test
 
@@ -64,12 +66,13 @@ def compile_fa4(spec, detail, causal=False):
 
 @contextlib.contextmanager
 def keeping_ptx(interface):
-    """FA4 calls cute.compile with its own options: add --keep-ptx for the duration (no dump files)."""
+    """FA4 calls cute.compile with its own options: add --keep-ptx for the duration (the PTX file in the private
+    dump folder, ikp_cute.testing.sass.dump_options)."""
     compile_fn = interface.cute.compile
 
     class KeepPtx:
         def __call__(self, *args, options: str = "", **kwargs):
-            return compile_fn(*args, options=f"{options} --keep-ptx".strip(), **kwargs)
+            return compile_fn(*args, options=dump_options(f"{options} --keep-ptx"), **kwargs)
 
     interface.cute.compile = KeepPtx()
     try:

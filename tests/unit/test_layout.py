@@ -53,6 +53,7 @@ IKP_LAYERS = {
     "pipelines": 6,  # trace_pipelines (builds Sessions for pipeline lanes)
     "flags": 6,  # flag signal / wait helpers (emitted by the pipelines tracer) and the buffers flags lie in
     "testing": 7, "__main__": 7,  # test helpers and kernels written as user code; the include-path entry point
+    "record": 7,  # a whole program recorded: the pool trace, compile/launch accounting, caches, the child process
 }
 
 # violation -> what removes it. Empty it as the owners' branches land.

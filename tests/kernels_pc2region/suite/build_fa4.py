@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from flash_attn.cute import interface  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
+from ikp_cute.testing.sass import dump_options  # noqa: E402
 from tests.support.examples import BAKED, import_example, profile_spec  # noqa: E402
 
 fi = import_example("fa4_sm90", "fa4_instrumented")
@@ -24,7 +25,7 @@ compile_fn = interface.cute.compile
 
 class Keep:
     def __call__(self, *a, options="", **k):
-        return compile_fn(*a, options=f"{options} --keep-cubin".strip(), **k)
+        return compile_fn(*a, options=dump_options(f"{options} --keep-cubin"), **k)
 
 
 interface.cute.compile = Keep()

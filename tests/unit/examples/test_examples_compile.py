@@ -21,6 +21,7 @@ import re
 import numpy as np
 import pytest
 
+from ikp_cute.testing.sass import dump_options
 from tests.support.examples import (
     BAKED,
     EXAMPLES,
@@ -118,7 +119,8 @@ def _compile_pipeline(spec):
     a = fake(BFloat16, (m, k), stride_order=(1, 0), assumed_align=16)
     b = fake(BFloat16, (n, k), stride_order=(1, 0), assumed_align=16)
     c = fake(Float32, (m, n), stride_order=(1, 0), assumed_align=16)
-    return cute.compile(gp.PipelinedGemm(), a, b, c, fake_buffer(spec), spec, options="--keep-ptx").__ptx__
+    return cute.compile(gp.PipelinedGemm(), a, b, c, fake_buffer(spec), spec,
+                        options=dump_options("--keep-ptx")).__ptx__
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +175,7 @@ def _compile_megakernel(spec, num_ctas=132):
             fake(Float32, (1 << 20,)), fake(Float32, (64, mk.ROW_LEN), stride_order=(1, 0)), fake(Float32, (64,)),
             fake(Float32, (128, mk.GEMM_K), stride_order=(1, 0)), fake(Float32, (mk.GEMM_K, 128), stride_order=(1, 0)),
             fake(Float32, (128, 128), stride_order=(1, 0))]
-    return cute.compile(mk.launch, *args, fake_buffer(spec), spec, num_ctas, options="--keep-ptx").__ptx__
+    return cute.compile(mk.launch, *args, fake_buffer(spec), spec, num_ctas, options=dump_options("--keep-ptx")).__ptx__
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ikp_cute.testing.sass import dump_options
 from tests.support.pipelines_ptx import (
     BAKED,
     assert_full_coverage,
@@ -49,9 +50,9 @@ def _compile_small(trace=None):
 
     out = make_fake_compact_tensor(Int32, (4,))
     if trace is None:
-        return cute.compile(pk.launch, out, Int32(5), 4, options="--keep-ptx").__ptx__
+        return cute.compile(pk.launch, out, Int32(5), 4, options=dump_options("--keep-ptx")).__ptx__
     with trace:
-        return cute.compile(pk.launch, out, Int32(5), 4, options="--keep-ptx").__ptx__
+        return cute.compile(pk.launch, out, Int32(5), 4, options=dump_options("--keep-ptx")).__ptx__
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +158,7 @@ def _small_kernel_signals(launch: str) -> dict:
     trace = trace_pipelines(pipeline_spec(8, 4), level="signals", address=BAKED)
     with trace:
         ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                           options="--keep-ptx").__ptx__
+                           options=dump_options("--keep-ptx")).__ptx__
     meta = trace.metadata()
     check_call_sites(ptx, meta, LEVEL_OPS["signals"])
     return meta
@@ -552,7 +553,7 @@ def _turns_ptx(level: str) -> str:
 
     with trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED):
         return cute.compile(pk.launch_turns, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                            options="--keep-ptx").__ptx__
+                            options=dump_options("--keep-ptx")).__ptx__
 
 
 def _positions(ptx: str, pattern: str) -> list[int]:
@@ -600,7 +601,7 @@ def test_checks_stay_in_time_order_around_a_constant_if_and_a_loop():
 
     with trace_pipelines(pipeline_spec(8, 4), level="waits", address=BAKED):
         ptx = cute.compile(pk.launch_order, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                           options="--keep-ptx").__ptx__
+                           options=dump_options("--keep-ptx")).__ptx__
     order = []
     for label in ("acquire_ring", r"bar_sync\[3\]", r"bar_sync\[4\]"):
         for kind in ("call-begin", "call-end-time", "call-end"):
@@ -646,7 +647,7 @@ def _small_ptx(launch: str, level: str = "waits", spec=None):
     trace = trace_pipelines(spec or pipeline_spec(8, 4), level=level, address=BAKED)
     with trace:
         ptx = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                           options="--keep-ptx").__ptx__
+                           options=dump_options("--keep-ptx")).__ptx__
     return ptx, trace
 
 
@@ -678,7 +679,7 @@ def test_a_kernel_traced_twice_keeps_its_pipelines_names_and_ids():
     for _ in range(2):
         with trace:
             ptx.append(cute.compile(pk.launch_two_rings, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                                    options="--keep-ptx").__ptx__)
+                                    options=dump_options("--keep-ptx")).__ptx__)
     names = [(p["name"], p["ids"]) for p in trace.metadata()["pipelines"]]
     assert [n for n, _ in names] == ["ring_a", "ring_b"], names
     assert markers(ptx[0]) == markers(ptx[1])

@@ -19,6 +19,7 @@ import tempfile
 
 import pytest
 
+from ikp_cute.testing.sass import dump_options
 from tests.support.pipelines_ptx import BAKED, assert_full_coverage, assert_sites_match_ptx, markers, pipeline_spec
 from tests.support.record_order import checking_record_order
 
@@ -26,9 +27,10 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 pytest.importorskip("cutlass")
 
 
-def _compile(launch: str, level: str = "signals", options: str = "--keep-ptx", swap: bool = False, **trace_options):
-    """(PTX, trace) of pipelines_paths_kernel.<launch> compiled under trace_pipelines; `swap`: with the
-    kernel's own mbarrier_wait in place of cutlass's while it is traced."""
+def _compile(launch: str, level: str = "signals", options: str | None = None, swap: bool = False, **trace_options):
+    """(PTX, trace) of pipelines_paths_kernel.<launch> compiled under trace_pipelines (`options` default: keep the
+    PTX, its file in the private dump folder); `swap`: with the kernel's own mbarrier_wait in place of cutlass's
+    while it is traced."""
     from cutlass import Int32, cute
     from cutlass.cute.runtime import make_fake_compact_tensor
 
@@ -38,7 +40,7 @@ def _compile(launch: str, level: str = "signals", options: str = "--keep-ptx", s
     trace = trace_pipelines(pipeline_spec(8, 4), level=level, address=BAKED, **trace_options)
     with trace, (pk.swapped_wait() if swap else contextlib.nullcontext()):
         compiled = cute.compile(getattr(pk, launch), make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                                options=options)
+                                options=dump_options("--keep-ptx") if options is None else options)
     return compiled.__ptx__, trace
 
 
@@ -178,7 +180,7 @@ def test_the_audit_changes_no_sass():
     for audit in (True, False):
         with trace_pipelines(pipeline_spec(8, 4), level="waits", address=BAKED, audit=audit) as trace:
             compiled = cute.compile(pk.launch, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                                    options="--keep-ptx --keep-cubin")
+                                    options=dump_options("--keep-ptx --keep-cubin"))
         cubins[audit] = compiled.__cubin__
         assert (".loc" in compiled.__ptx__) == audit
         assert all(c["ptx_checked"] == audit for c in trace.metadata()["coverage"].values())
@@ -208,7 +210,7 @@ def test_a_hook_left_behind_is_inert():
 
     def build():
         return cute.compile(pk.launch, make_fake_compact_tensor(Int32, (4,)), Int32(5), 4,
-                            options="--keep-ptx").__ptx__
+                            options=dump_options("--keep-ptx")).__ptx__
 
     plain = build()
     original = cute.arch.mbarrier_wait

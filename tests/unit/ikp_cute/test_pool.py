@@ -156,5 +156,6 @@ def test_a_kernel_of_known_code_takes_its_id():
     assert pool.kernel_id("d") == 2 and pool.same_kernel(2, "code d") == 2
     assert pool.kernel_id("b") == 4 and pool.same_kernel(4, "code b") == 1  # the last id given back too
     assert pool.kernels == {0: "a", 1: "b", 2: "d", 3: "c"} and pool.kernel_id("e") == 4
+    assert pool.settled == [0, 1, 0, 3, 2, 1]  # what each trace ended with (the recorder's ids per compile)
     with pytest.raises(ValueError, match="kernel id 7 was not handed out"):
         pool.same_kernel(7, "code x")

@@ -13,6 +13,7 @@ from host_decode.core.errors import DecodeError
 from host_decode.core.model import LOSS_BUCKETS
 from host_decode.interop import detect, read_foreign
 from host_decode.load.capture import load_capture
+from ikp_cute.testing.sass import dump_options
 
 HERE = Path(__file__).resolve().parents[4] / "examples" / "interop"
 IKET_JSON = HERE / "iket_twin" / "iket_pid_0x217.trace.json"
@@ -220,7 +221,8 @@ def test_twin_kernel_compiles_on_the_current_device_api():
     spec = ikp_cute.ProfileSpec(num_groups=threads // 32, num_blocks=blocks, warps_per_group=1,
                                 records_per_lane=7 * tiles + 8, events=["tile", "load", "math", "tile_done"])
     compiled = cute.compile(launch_twin, fake(Float32, (blocks * tiles * threads,)), fake(Float32, (blocks * threads,)),
-                            Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks, threads, options="--keep-ptx")
+                            Int32(tiles), ikp_cute.fake_buffer(spec), spec, blocks, threads,
+                            options=dump_options("--keep-ptx"))
     assert "globaltimer" in compiled.__ptx__
 
 
