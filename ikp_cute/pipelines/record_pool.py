@@ -48,7 +48,19 @@ The state (64 bytes per warp at state_base + 64 * warp; the block's {counter set
   +36 u32 lost    records lost in virtual units so far (the unused rest is given back on leaving one)
   +40 u32 limit   units the launch's area hands out; +44 u32 the launch index
   +48 u64 the address of the area's NEXT; +56 u64 the address of the area's first unit
-(the refill reads only the warp's own state: no register holds the state base across it).
+(the refill reads only the warp's own state and the block's descriptor, found from the block's state-base operand:
+no register holds the state base across the kernel's code).
+
+%tid.x: every block of ours takes %tid.x as the DSL's operand (`thread_idx`, the value LLVM shares with the
+kernel's own reads); none reads the special register itself where every block runs it. ptxas proves a kernel's
+warp index (%tid.x >> 5, with `.reqntid` a multiple of 32) warp-uniform and keeps the code that depends on it on
+the uniform datapath: TMA issues, tensor-core descriptors, ELECT. A %tid.x read of our own in the decision (every
+block, before the split) or in a refill was enough to lose that proof for the copy it dominates: FA4's closed
+copy then ran R2UR moves before its wgmma instructions, VOTEU for every ELECT and a loop around each TMA issue
+(SASS, sm_90a: 59 R2UR / 38 VOTEU.ANY / 10 BRA.U.ANY in FA4 non-causal's closed copy, against 1 / 0 / 0 in the
+untouched kernel; docs/pool.md, "Cost"). So the decision reads %tid only in block 0, behind a branch on %ctaid,
+to pick the warp that adds the launch count's remainder, and the refill finds the block's descriptor from the
+state base.
 
 A FLAG RECORD (`record_with_payload`: a flag signal's INSTANT or a blocked wait's region, then its payload
 instants FLAG_ADDR and FLAG_VALUE, docs/flags.md) needs up to five slots at once; all of them lie in one unit:
@@ -57,7 +69,11 @@ the reader skips). A record and its payloads are stored together or, in a virtua
 
 Invariants a change could break (tests/unit/ikp_cute/test_pool_compile.py guards them):
 * a closed launch runs the kernel's own code: the closed copy holds no record block and no timer read of
-  ours (test_the_closed_copy_is_the_untouched_kernel);
+  ours (test_the_closed_copy_is_the_untouched_kernel), and ptxas compiles it as the untouched kernel, its
+  warp-uniform code kept (test_the_closed_copy_keeps_the_kernels_warp_uniform_code,
+  test_fa4_noncausal_traced_copy_keeps_its_warp_uniform_code);
+* no block of ours reads %tid.x itself where every block runs it (above; the decision in block 0 only:
+  test_no_block_of_ours_reads_tid_x_where_every_block_runs_it);
 * the decision reads TICKS only past the empty-window branch, and no atomic lands on the window line
   (test_the_decision_waits_for_ticks_only_when_a_window_is_set);
 * a record block has one branch, to its refill, and the refill one atomic
@@ -176,11 +192,14 @@ def decision_ptx(g: PoolGeometry, kernel: int) -> str:
         " add.u32 q, q, 31; shr.u32 q, q, 5; mul.lo.u32 n, n, q;"
         f" sub.u32 d, n, 1; clz.b32 d, d; sub.u32 d, 32, d; mov.u32 q, {TICKS_PER_LAUNCH}; shr.u32 q, q, d;"
         f" mul.lo.u32 r, q, n; sub.u32 r, {TICKS_PER_LAUNCH}, r;"
-        # warp 0 of block 0 adds the remainder (the thread's linear index in its block, for any block shape)
+        # warp 0 of block 0 adds the remainder (the thread's linear index in its block, for any block shape). Only
+        # block 0 reads %tid: a %tid.x read that every block makes here is one ptxas shares with the kernel's own
+        # (the module docstring, "%tid.x"), and the kernel's warp index then stops being warp-uniform to it
+        " mov.u32 d, %ctaid.x; mov.u32 n, %ctaid.y; or.b32 d, d, n; mov.u32 n, %ctaid.z; or.b32 d, d, n;"
+        " setp.ne.u32 zero, d, 0; @zero bra.uni COUNTED;"
         " mov.u32 d, %tid.z; mov.u32 n, %ntid.y; mov.u32 s, %tid.y; mad.lo.u32 d, d, n, s;"
         " mov.u32 n, %ntid.x; mov.u32 s, %tid.x; mad.lo.u32 d, d, n, s; shr.u32 d, d, 5;"
-        " mov.u32 n, %ctaid.x; or.b32 d, d, n; mov.u32 n, %ctaid.y; or.b32 d, d, n; mov.u32 n, %ctaid.z;"
-        " or.b32 d, d, n; setp.eq.u32 zero, d, 0; @zero add.u32 q, q, r;"
+        " setp.eq.u32 zero, d, 0; @zero add.u32 q, q, r; COUNTED:"
         " cvt.u64.u32 sh, q; @lead red.relaxed.gpu.global.add.u64 [pt], sh;"
         " selp.u32 d, 1, 0, w; selp.u32 n, 2, 0, last; or.b32 $0, d, n; mov.u32 $1, e; } /* ikp decision */"
     )
@@ -232,7 +251,7 @@ def setup_ptx(g: PoolGeometry, kernel: int, warps: int) -> str:
         f" mov.u64 end, 0; @lead st.volatile.shared.v2.u32 [a], {{room, lane}};"
         f" @lead st.volatile.shared.u64 [a+{S_END}], end; @lead st.volatile.shared.v2.u32 [a+{S_COLD}], {{d, d}};"
         " @!ok bra.uni DONE;"  # an invalid lane takes no unit
-        + _refill(kernel, warps)
+        + _refill(kernel, warps, "$0")
         + " } /* ikp setup */"
     )
 
@@ -241,16 +260,17 @@ _REFILL_REGS = (" .reg .pred virt, ask, fits, refill, same; .reg .u32 c, lost, r
                 " .reg .u64 end, idx, unit, t, hw;")
 
 
-def _refill(kernel: int, warps: int) -> str:
+def _refill(kernel: int, warps: int, base: str) -> str:
     """PTX from REFILL to DONE: the lane's next unit, after a record left fewer than two slots (module
-    docstring). In: a (the warp's state address), m (the active mask), lead. Everything else is read from the
-    warp's state and its block's descriptor when needed, and written back at once, so that few values are live
-    at a time (FA4's producer warp runs with 24 registers, quack's consumers with ~10 to spare)."""
+    docstring). In: a (the warp's state address), `base` (the operand holding the state base), m (the active
+    mask), lead. Everything else is read from the warp's state and its block's descriptor when needed, and
+    written back at once, so that few values are live at a time (FA4's producer warp runs with 24 registers,
+    quack's consumers with ~10 to spare)."""
     return (
         " REFILL:"
-        # the block's descriptor: after the warps' states (from a and %tid.x: no register holds the base)
-        " mov.u32 dsc, %tid.x; and.b32 dsc, dsc, 0xFFFFFFE0; sub.u32 dsc, a, dsc;"
-        f" add.u32 dsc, dsc, {STATE_BYTES * warps};"
+        # the block's descriptor: after the warps' states (from the block's own base operand, never a %tid.x
+        # read of its own: the module docstring, "%tid.x")
+        f" add.u32 dsc, {base}, {STATE_BYTES * warps};"
         f" ld.volatile.shared.v2.u32 {{c, lost}}, [a+{S_COLD}]; ld.volatile.shared.v2.u32 {{room, lane}}, [a];"
         f" and.b32 k, lane, {VIRTUAL}; setp.ne.u32 virt, k, 0; @virt sub.u32 lost, lost, room;"
         " bfe.u32 run, c, 24, 8; setp.eq.or.u32 ask, run, 0, virt;"
@@ -338,7 +358,7 @@ class PoolKernelState:
             " shl.b32 tag, lane, 12; or.b32 tag, tag, $1; mov.b64 rec, {tag, tlo}; @ok st.global.b64 [addr], rec;"
             " sub.s32 room, room, 1; @lead st.volatile.shared.u32 [a], room;"
             " setp.lt.s32 refill, room, 2; @!refill bra.uni DONE;"
-            + _refill(self.kernel_id, self.warps)
+            + _refill(self.kernel_id, self.warps, "$0")
             + f" }} /* ikp {label} */"
         )
         operands = [self.state_base, Int32(bits), _thread_x()] + ([] if time is None else [Int32(time)])
@@ -386,7 +406,7 @@ class PoolKernelState:
             " setp.lt.s32 refill, $2, 0; @!refill bra.uni DONE;"
             + _LEADER
             + _STATE.format(tid="$5", base="$4")
-            + _refill(self.kernel_id, self.warps)
+            + _refill(self.kernel_id, self.warps, "$4")
             + f" }} /* ikp {label} */"
         )
         operands = [Int64(address), Int64(begin_record), Int32(flags), Int32(end), self.state_base, _thread_x()]
@@ -445,7 +465,7 @@ class PoolKernelState:
                      f" selp.u32 f, 2, 0, ok; @refill or.b32 f, f, {REFILL_FLAG:#x}; mov.b32 $2, f; bra.uni DONE;")
         else:
             text += " @!refill bra.uni DONE;"
-        text += (_refill(self.kernel_id, self.warps)
+        text += (_refill(self.kernel_id, self.warps, base)
                  + " setp.eq.u32 again, phase, 0; @again bra.uni STORE;"
                  + f" }} /* ikp {label} */")
         operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]

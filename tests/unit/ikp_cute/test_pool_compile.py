@@ -247,6 +247,62 @@ def test_fa4_and_quack_traced_into_a_pool(real_kernels, name):
     assert sum(sass.opcode(i).startswith("ATOMG") for i in instructions) >= 10
 
 
+# SASS a warp runs when ptxas cannot prove its warp index warp-uniform: uniform values copied in from vector registers
+# (R2UR) before each tensor-core / TMA instruction, ELECT results voted into uniform predicates, and every TMA
+# issue wrapped in a loop over the warp's distinct operands (BRA.U.ANY).
+NOT_UNIFORM = ("R2UR", "VOTEU.ANY", "BRA.U.ANY")
+
+
+def closed_copy_sass(cubin: bytes) -> list[str]:
+    """The SASS laid out before the traced copy's first atomic (the setup's first unit): the decision and the
+    closed copy (copies.py lays the closed copy out first)."""
+    instructions = sass.disassemble(cubin)
+    first_atomic = next(i for i, ins in enumerate(instructions) if sass.opcode(ins).startswith("ATOMG"))
+    return instructions[:first_atomic]
+
+
+def not_uniform(instructions: list[str]) -> dict:
+    found = collections.Counter(sass.opcode(i) for i in instructions)
+    return {op: found[op] for op in NOT_UNIFORM}
+
+
+@pytest.mark.parametrize("name", ["fa4", "quack"])
+def test_the_closed_copy_keeps_the_kernels_warp_uniform_code(real_kernels, name):
+    """ptxas compiles the closed copy as it compiles the untouched kernel: its warp index stays warp-uniform, so
+    the copy has the untouched kernel's R2UR / VOTEU / BRA.U.ANY (FA4 causal: 3 / 0 / 0, against 167 / 39 / 10
+    with a %tid.x read that every block's decision makes: record_pool.py's docstring, "%tid.x")."""
+    got = real_kernels[name]
+    plain = not_uniform(sass.disassemble(got["plain"].__cubin__))
+    closed = not_uniform(closed_copy_sass(got["pool"].__cubin__))
+    assert closed["VOTEU.ANY"] <= plain["VOTEU.ANY"] and closed["BRA.U.ANY"] <= plain["BRA.U.ANY"], (plain, closed)
+    assert closed["R2UR"] <= plain["R2UR"] + 4, (plain, closed)
+
+
+def test_fa4_noncausal_traced_copy_keeps_its_warp_uniform_code():
+    """FA4's non-causal forward traced into a pool: neither copy loses the kernel's warp-uniform code (the traced
+    copy's R2UR come from the refills' elected lanes, a handful; 59 / 38 / 10 in the closed copy alone and as
+    many again in the traced one when a refill re-read %tid.x itself)."""
+    pytest.importorskip("flash_attn.cute")
+    sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
+    from compile_cpu import fa4_compile
+
+    plain = not_uniform(sass.disassemble(fa4_compile(causal=False).__cubin__))
+    traced = fa4_compile(trace_pipelines(Pool.fake(ADDRESS, 32 << 20), level="waits"), causal=False).__cubin__
+    closed, whole = not_uniform(closed_copy_sass(traced)), not_uniform(sass.disassemble(traced))
+    assert closed["VOTEU.ANY"] == plain["VOTEU.ANY"] and closed["BRA.U.ANY"] == plain["BRA.U.ANY"], (plain, closed)
+    assert whole["BRA.U.ANY"] == plain["BRA.U.ANY"] and whole["R2UR"] <= plain["R2UR"] + 16, (plain, whole)
+
+
+def test_no_block_of_ours_reads_tid_x_where_every_block_runs_it(small):
+    """%tid.x comes into every block of ours as the DSL's operand; only the decision reads it itself, and only in
+    block 0 (behind a branch on %ctaid, where it picks the warp that adds the launch count's remainder)."""
+    decision = record_pool.decision_ptx(record_pool.PoolGeometry(ADDRESS, 8, 100), 3)
+    assert decision.index("%tid.") > decision.index("@zero bra.uni COUNTED") > decision.index("%ctaid.z")
+    blocks = [(m.group(1), m.group(0)) for m in BLOCK.finditer(small["traced"].__ptx__)]
+    assert len(blocks) > 10
+    assert [label for label, text in blocks if "%tid." in text] == ["decision"]
+
+
 @pytest.mark.parametrize("name", ["fa4", "quack"])
 def test_fa4_and_quack_shared_memory_fits_sm90(real_kernels, name):
     """FA4's sm90 causal forward and quack's sm90 GEMM traced into a pool ask for the untouched kernel's dynamic
