@@ -80,7 +80,8 @@ def row_sums(x: cute.Tensor, y: cute.Tensor, stream):
 
 def compile_row_sums(m: int, n: int):
     """The kernel for an m x n float32 matrix, called with torch tensors (TVM-FFI, the current stream)."""
-    x = cute.runtime.make_fake_compact_tensor(Float32, (m, n), stride_order=(1, 0), assumed_align=16)  # row-major, as torch
+    # row-major, as torch hands it over
+    x = cute.runtime.make_fake_compact_tensor(Float32, (m, n), stride_order=(1, 0), assumed_align=16)
     y = cute.runtime.make_fake_compact_tensor(Float32, (m,), assumed_align=16)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
     return cute.compile(row_sums, x, y, stream, options="--enable-tvm-ffi")
