@@ -71,46 +71,62 @@ MEASURE = """
 import gc, json, sys, tracemalloc
 from pathlib import Path
 from host_decode.writers.parquet import export_tables
-warm_in, warm, folder, out = map(Path, sys.argv[1:5])
-export_tables([warm_in], warm)  # imports and first-use caches out of the measurement
+warm_in, folder, out = map(Path, sys.argv[1:4])
+export_tables([warm_in], out / "warm")  # imports and first-use caches out of the measurement
 gc.collect()
 gc.set_threshold(20)  # numpy's .npy header reader leaves cycles: collected promptly, the peak is live data
 tracemalloc.start()
-manifest = export_tables([folder], out)
-print(json.dumps({"peak": tracemalloc.get_traced_memory()[1], "manifest": manifest}))
+peaks = []
+for k in range(REPEATS):  # the least of the peaks: a collection that came late in one export does not count
+    gc.collect()
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    manifest = export_tables([folder], out / str(k))
+    peaks.append(tracemalloc.get_traced_memory()[1] - before)
+print(json.dumps({"peaks": peaks, "manifest": manifest}))
 """
+REPEATS = 3
 
 
 def peak_of(folder, tmp_path, name, warm_in) -> tuple[int, dict]:
-    """tracemalloc's peak over one export, in a fresh interpreter (what earlier tests left in this one does not
-    count)."""
-    warm, out = tmp_path / f"warm_{name}", tmp_path / name
-    warm.mkdir()
-    out.mkdir()
+    """The least of REPEATS tracemalloc peaks of one export each (above what was held before it), in a fresh
+    interpreter (what earlier tests left in this one does not count)."""
+    out = tmp_path / name
+    for sub in ("warm", *map(str, range(REPEATS))):
+        (out / sub).mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", MEASURE, str(warm_in), str(warm), str(folder), str(out)],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([sys.executable, "-c", MEASURE.replace("REPEATS", str(REPEATS)), str(warm_in), str(folder),
+                        str(out)], capture_output=True, text=True, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads(r.stdout.splitlines()[-1])
-    return data["peak"], data["manifest"]
+    return min(data["peaks"]), data["manifest"]
+
+
+# what may grow with the captures: their names (load.inputs.CaptureFiles, ~15 bytes a capture) and the export's
+# bookkeeping: the least peaks grew 70-90 bytes a capture from 128 to 1,024 ranks (2026-11-29, 2 cores); a
+# capture's own rows held on (a span table, a batch of flag events) are hundreds of bytes and more
+PER_CAPTURE_BYTES = 128
+SLACK_BYTES = 32 << 10  # the least peaks' own spread between runs (allocator and collection timing)
 
 
 def test_memory_does_not_grow_with_the_rank_count(tmp_path):
-    small, large, warm = tmp_path / "r256", tmp_path / "r1024", tmp_path / "r48"
-    for folder, n in ((small, 256), (large, 1024), (warm, 48)):
+    small, large, warm = tmp_path / "r128", tmp_path / "r1024", tmp_path / "r48"
+    for folder, n in ((small, 128), (large, 1024), (warm, 48)):
         folder.mkdir()
         ring(folder, n, blocks=1, seed=n)
-    peak_small, _ = peak_of(small, tmp_path, "t256", warm)
+    peak_small, _ = peak_of(small, tmp_path, "t128", warm)
     peak_large, manifest = peak_of(large, tmp_path, "t1024", warm)
     assert manifest["captures"] == manifest["ranks"] == 1024
     rows = {k: v["rows"] for k, v in manifest["tables"].items()}
     assert rows["launches"] == 1024 and rows["flag_matches"] == rows["flows"] == 1024 and rows["flag_events"] == 2048
-    matches = read(tmp_path / "t1024", "flag_matches")
+    matches = read(tmp_path / "t1024" / "0", "flag_matches")
     assert set(matches["reason"]) == {"matched"}
     assert all(s == (w - 1) % 1024 for w, s in zip(matches["rank"], matches["signal_rank"]))  # ring: from r - 1
-    # four times the ranks, the same peak: only the capture names grow (~15 bytes a capture); a leak of 50
-    # bytes a capture would add 38 KB to a peak of ~360 KB
-    assert peak_large < 1.12 * peak_small, (peak_small, peak_large)
+    # eight times the ranks, about the same peak (~310-340 KB at 128 ranks): a bound of a few bytes a capture
+    # plus a fixed slack, not a ratio, so that anything held per capture shows (each capture's span table held
+    # on, a few rows here, added 211 KB against 147 KB allowed)
+    allowed = peak_small + PER_CAPTURE_BYTES * (1024 - 128) + SLACK_BYTES
+    assert peak_large <= allowed, (peak_small, peak_large, allowed)
 
 
 def test_output_is_whole_or_absent(tmp_path, capsys):
