@@ -13,11 +13,11 @@ path with host_decode.analysis.flags, the matching a tracer's records will get. 
 megakernel_deps.json under --out and prints a table last.
 
 --trace: the same kernel compiled inside ikp_cute.trace_pipelines (no kernel edit: the tracer hooks
-cutlass.utils.distributed), at the default level and with flags only (`ops=`), checked like the plain one,
-timed beside it, each run saved as a capture (captures/*.npy + sidecar with `flags`, `flag_buffers`: the
-`ready` counters, and the clock's offset), read back with host_decode's loader and its records matched and walked
-(host_decode.analysis.flag_paths). --diagnose: a traced variant that fails its check is diagnosed instead of
-stopping the run (diagnosis(); the example's README).
+cutlass.utils.distributed), at the default level, with flags only (`ops=`) and without the named-barrier records
+(TRACE_MODES), checked like the plain one, timed beside it, each run saved as a capture (captures/*.npy + sidecar
+with `flags`, `flag_buffers`: the `ready` counters, and the clock's offset), read back with host_decode's loader and
+its records matched and walked (host_decode.analysis.flag_paths). --diagnose: a traced variant that fails its
+check is diagnosed instead of stopping the run (diagnosis(); the example's README).
 """
 
 from __future__ import annotations
@@ -215,7 +215,10 @@ def compile_kernel(mk, prob: Problem, wait_kind: str, log_tasks: bool, num_ctas:
     return run
 
 
-TRACE_MODES = {"traced": None, "flags only": {"flag_signal", "flag_wait"}}  # trace_pipelines(ops=...)
+# trace_pipelines options of each traced variant: the default level, flags only, and the default level without the
+# named-barrier records (the CTA barriers' blocked-only checks: the bisecting row between the other two)
+TRACE_MODES = {"traced": {}, "flags only": {"ops": {"flag_signal", "flag_wait"}},
+               "no named barriers": {"named_barriers": False}}
 
 
 def compile_traced(mk, prob: Problem, num_ctas: int, records_per_lane: int, device: str = "cuda") -> dict:
@@ -229,9 +232,9 @@ def compile_traced(mk, prob: Problem, num_ctas: int, records_per_lane: int, devi
     ikp_cute.flags.register_buffer("ready", prob.ready)
     out = {}
     for wk in mk.WAIT_KINDS:
-        for mode, ops in TRACE_MODES.items():
+        for mode, options in TRACE_MODES.items():
             session = session_for(num_ctas, tg.THREADS // 32, records_per_lane, kernel="megakernel_deps", device=device)
-            trace = trace_pipelines(session, ops=ops)
+            trace = trace_pipelines(session, **options)
             with trace:
                 out[(wk, mode)] = (trace, session, compile_kernel(mk, prob, wk, False, num_ctas))
     return out

@@ -20,7 +20,9 @@ Invariants a change could break (tests/unit/ikp_cute/test_pipelines_compile.py g
 * a wait is gated only by a poll of its own array and stage
   (test_a_wait_without_a_token_is_not_gated_by_another_rings_poll);
 * polls="begin" / "timed" / "off" differ only in what a poll records
-  (test_poll_modes_differ_only_in_what_a_poll_records).
+  (test_poll_modes_differ_only_in_what_a_poll_records);
+* a check's branch is taken by the whole warp or by none of it: its predicate is a vote of the active lanes
+  (tests/unit/ikp_cute/test_checks_warp_uniform.py; `warp_any` says why).
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ class Recorder:
         blocked = Uint32(end - begin) >= self.blocked_ns[op]  # unsigned: the 32-bit timer wraps
         if succeeded is not None:
             blocked = succeeded(result) & blocked
+        blocked = warp_any(blocked, label)  # the warp's lanes agree: the check never splits a warp
         if_generate(blocked, lambda: state.finish_region(state.reserve_region(bits, begin), end, f"{label} {kind}-end"))
 
     def poll(self, mbar, index, marker, call, op: str):
@@ -303,6 +306,21 @@ class Recorder:
 
         with ir.InsertionPoint.at_block_begin(kernel.regions[0].blocks[0]), ir.Location.unknown():
             return self.state()
+
+
+def warp_any(predicate, label: str = ""):
+    """True on every active lane of the warp when `predicate` holds on any (`vote.sync.any` on `activemask`,
+    one inline-PTX block, so the mask is read where the check runs). A check's branch must be taken by the
+    whole warp or by none of it: ptxas takes `%globaltimer` values for warp-uniform, puts no reconvergence
+    after a branch on them, and keeps the kernel's loop counters in uniform registers across it. Lanes that
+    read different times (a warp that reaches the call split) would leave that branch split, and each part
+    would then step the uniform counters (a loop that runs past its bound) and arrive at an aligned
+    `bar.sync` on its own."""
+    from cutlass import Boolean, Int32
+
+    asm = ("{ .reg .pred p; .reg .u32 m; activemask.b32 m; setp.ne.u32 p, $1, 0; vote.sync.any.pred p, p, m;"
+           f" selp.u32 $0, 1, 0, p; }} /* ikp {label} warp-any */")
+    return Boolean(Int32(inline_ptx.asm(Int32.mlir_type, [Int32(predicate)], asm, "=r,r")) != 0)
 
 
 def kernel_name(kernel) -> str:

@@ -1,7 +1,7 @@
 """The flag examples (examples/megakernel_deps, examples/distributed) for tests: their runners loaded as modules and
 their kernels compiled on the CPU for sm_90a with fake tensors of small shapes (used by
-tests/unit/examples/test_flag_examples.py, tests/unit/ikp_cute/test_flags_compile.py and
-tests/unit/examples/test_flag_examples_traced.py)."""
+tests/unit/examples/test_flag_examples.py, tests/unit/ikp_cute/test_flags_compile.py,
+tests/unit/ikp_cute/test_checks_warp_uniform.py and tests/unit/examples/test_flag_examples_traced.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ dist_run = load_runner(DIST / "run.py", "ikp_example_distributed_run")
 
 def compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128) -> str:
     """The megakernel's PTX (132 CTAs)."""
+    return compile_deps_kernel(wait_kind, log_tasks, m, k, n1, n2).__ptx__
+
+
+def compile_deps_kernel(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128):
+    """The megakernel compiled (132 CTAs), its PTX and cubin kept (`__ptx__`, `__cubin__`)."""
     import megakernel_deps as mk
     from cutlass import Float32, Int32, Int64, cute
     from cutlass.cute.runtime import make_fake_compact_tensor as fake
@@ -48,7 +53,7 @@ def compile_deps(wait_kind: str, log_tasks: bool, m=256, k=128, n1=128, n2=128) 
     args = [fake(Int32, tasks.shape, **row), fake(Int32, (1,)), fake(Int32, (m // 64,)), fake(Float32, (m, k), **row),
             fake(Float32, (k, n1), **row), fake(Float32, (m, n1), **row), fake(Float32, (n1, n2), **row),
             fake(Float32, (m, n2), **row), Int32(-1), Int64(0), fake(Int64, (tasks.shape[0], 6), **row)]
-    return cute.compile(mk.launch, *args, wait_kind, log_tasks, 132, options=keep_options()).__ptx__
+    return cute.compile(mk.launch, *args, wait_kind, log_tasks, 132, options=keep_options())
 
 
 def compile_dist(wait_kind: str, log_tasks: bool, world=2, ranks_here=1, ms=128, k=128, n=128, chunks=2) -> str:

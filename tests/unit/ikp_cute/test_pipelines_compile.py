@@ -237,7 +237,9 @@ def test_each_blocking_op_is_checked_against_its_own_threshold():
     ptx = _compile_small(trace_pipelines(pipeline_spec(8, 4), address=BAKED,
                                          blocked_ns={"acquire": 777, "wait": 333, "bar_sync": 555}))
     timed = re.findall(r"ikp (acquire|wait|bar_sync)\S* call-end-time", ptx)
-    compares = re.findall(r"setp\.\w+\.u32\s+%p\d+, %r\d+, (777|333|555);", ptx)
+    # `took >= N` compiles to `setp.ge/lt ... N` or to `setp.gt/le ... N - 1`
+    compares = [str(int(n) + (op in ("gt", "le"))) for op, n in
+                re.findall(r"setp\.(\w+)\.u32\s+%p\d+, %r\d+, (777|333|555|776|332|554);", ptx)]
     assert timed and sorted(compares) == sorted({"acquire": "777", "wait": "333", "bar_sync": "555"}[t] for t in timed)
 
 
