@@ -44,7 +44,7 @@ VARIANTS = {
     "producer_full": ("full", {"roles": ("producer",)}),
 }
 # Lean with its leaf-region pairing turned off (every record loads its lane's state from shared memory and
-# stores at once, as every lean record did before session 12): the A/B rows for the lean record that
+# stores at once, the lean record's older design): the A/B rows for the lean record that
 # takes a leaf region's slots at its BEGIN.
 LEAN_AB = {
     f"{level}_lean_shared_state": (level, {"mode": "lean", "recorder_class": "SharedStateLean"})
@@ -283,7 +283,7 @@ ABLATIONS = {  # name: (detail, options): where does the cost of each detail lev
     "iter_lean": ("iter", {"mode": "lean"}),
     "full_producer_only": ("full", {"roles": ("producer",)}),
     # where the cost of a lean n_block region goes: the records' compiler barrier alone, each record
-    # storing on its own (session 12)
+    # storing on its own
     "iter": ("iter", {}),
     "iter_lean barrier only": ("iter", {"mode": "lean", "recorder_class": "LeanBarrierOnly"}),
     "iter_lean_shared_state": ("iter", {"mode": "lean", "recorder_class": "SharedStateLean"}),
