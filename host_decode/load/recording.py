@@ -8,9 +8,19 @@ and the manifest each recording process writes, with their one schema, writer an
   captures), what it compiled and launched (traced or not, and why), the pool's accounting, the caches it
   set aside; written last, atomically, so a process directory with a manifest is complete.
 
-Invariants (tests/unit/host_decode/load/test_recording.py guards each): a config survives to_env/from_env
+* Occurrences: each launch of a traced kernel entry is numbered among every host launch of its kernel *name*
+  in the process (``name_occurrences``, arithmetic runs: ``add_occurrence`` / ``occurrence_of``), and the
+  process's launches per name are totalled (``name_launches``). torch.profiler's slices of one name, in time
+  order, are those launches in host order when the process drives one device and launches that name on one
+  stream (kernels of one name on several streams may overlap and reorder): launch index L of a kernel is
+  then the slice ``occurrence_of(runs, L)`` of its name, if the trace holds every launch
+  (host_decode.reports.recording checks the count and says so when it does not).
+
+Invariants (tests/unit/host_decode/load/test_record_config.py guards each): a config survives to_env/from_env
 unchanged and a malformed one is a ValueError naming the key; a size is parsed or refused naming the text;
-a manifest is validated on writing and on reading (a value outside the schema names file, key and value).
+a manifest is validated on writing and on reading (a value outside the schema names file, key and value);
+occurrence runs give back every occurrence added (test_occurrence_runs_give_back_every_launch), a malformed
+run is a DecodeError naming it, and a manifest without them still loads.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from host_decode.core.errors import DecodeError
 from host_decode.load.launches import LaunchPlan, parse_launches
 from host_decode.load.sidecar import PIPELINE_LEVELS, Key, read_json, sidecar_text, validate
 
@@ -33,6 +44,7 @@ ARCHES = ("sm_90a", "sm_100a")  # dry-run targets: what FA4 and quack build with
 STATUSES = ("complete", "interrupted", "failed")
 MIN_POOL_BYTES = 1 << 20  # the pool's control block for its 512 kernels takes ~140 KB of it
 MAX_POOL_BYTES = 1 << 40
+MAX_OCCURRENCE_RUNS = 4096  # runs kept per kernel entry; launches past them have no recorded occurrence
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -163,7 +175,41 @@ MANIFEST: dict[str, Key] = {
     "dry_run": Key("object", "the dry run: architecture, per kernel what would be traced, launches skipped"),
     "errors": Key("list", "what went wrong while recording (each a string)"),
     "timings": Key("object", "timings the program measured while recording (gpu/record_suite.py)"),
+    "name_launches": Key("object", "{kernel name: host launches of that name seen in this process}, traced or not "
+                                   "(a kernel entry's name_occurrences number its launches among them)"),
+    "name_graph_launches": Key("object", "{kernel name: those of its launches made while a CUDA graph was being "
+                                         "captured} (replays launch them again where Python does not see it)"),
 }
+
+
+def add_occurrence(runs: list, launch: int, occurrence: int) -> bool:
+    """Note that launch index `launch` of a kernel entry was occurrence `occurrence` of its name: runs are
+    [first launch, its occurrence, count, step] (launches first..first+count-1 at occurrence + j * step), so a
+    kernel launched alone or interleaved with others at a regular stride costs one run. False (nothing noted)
+    once MAX_OCCURRENCE_RUNS runs are held."""
+    if runs:
+        first, occ, count, step = runs[-1]
+        if launch == first + count and (occurrence == occ + count * step or (count == 1 and occurrence > occ)):
+            runs[-1] = [first, occ, count + 1, occurrence - occ if count == 1 else step]
+            return True
+    if len(runs) >= MAX_OCCURRENCE_RUNS:
+        return False
+    runs.append([int(launch), int(occurrence), 1, 1])
+    return True
+
+
+def occurrence_of(runs, launch: int, source: str = "name_occurrences") -> int | None:
+    """The occurrence of launch index `launch` among its name's launches (add_occurrence's runs), None when no
+    run holds it; DecodeError naming `source` and the run when a run is not four integers (count >= 1)."""
+    for i, run in enumerate(runs or []):
+        if (not isinstance(run, list) or len(run) != 4 or any(isinstance(v, bool) or not isinstance(v, int)
+                                                               for v in run) or run[2] < 1 or min(run) < 0):
+            raise DecodeError(f"run {i} = {str(run)[:60]}: expected [first launch, occurrence, count >= 1, step], "
+                              "non-negative integers", source=source)
+        first, occ, count, step = run
+        if first <= launch < first + count:
+            return occ + (launch - first) * step
+    return None
 
 
 def manifest_text(manifest: dict, source: str = MANIFEST_NAME) -> str:

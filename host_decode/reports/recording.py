@@ -176,50 +176,108 @@ def find_torch_trace(root: Path) -> Path | None:
     return None
 
 
-def write_torch(root: Path, torch_path: Path, merged, captures: list[Capture], kernels: list[dict]) -> dict:
-    """The recording's regions inside the profiler trace: the clocks' offset solved on the first compiled kernel
-    whose launches align (host_decode.analysis.align), then every region placed with it. A kernel's launch
-    indices are its slices' occurrences when it is the only compile of its name and the profiler has one slice
-    per launch the device counted; otherwise align picks the occurrences."""
+def write_torch(root: Path, torch_path: Path, merged, captures: list[Capture], processes: list[Process],
+                kernels: list[dict], shown: str | None = None) -> dict:
+    """The recording's regions inside the profiler trace: every compiled kernel's captures aligned with their
+    slices (host_decode.analysis.align), each capture on the slice its recorded occurrence names
+    (``slice_occurrences``), then every region placed with the first kernel that aligned. `shown`: how the
+    summary names the profiler trace (its final path)."""
     from host_decode.analysis import align as al
     from host_decode.analysis.sessions import concat, parts_from_traces
     from host_decode.torch_traces.loader import read_chrome
     from host_decode.writers import chrome_json
 
     doc = read_chrome(torch_path)
-    tried = []
+    shown = shown or str(torch_path)
+    tried, alignments, placed = [], [], None
     groups: dict[tuple, list[Capture]] = {}
     for c in captures:
         if c.trace is not None:
             groups.setdefault((c.process, c.kernel_id), []).append(c)
-    compiles = {}
-    for k in kernels:
-        compiles[k["name"]] = compiles.get(k["name"], 0) + 1
-    seen = {(p, k.get("kernel_id")): k.get("device_seen") for k in kernels for p in k.get("processes") or []}
+    manifests = {p.folder: p.manifest for p in processes}
     for key, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         group.sort(key=lambda c: c.launch_index)
         kernel = group[0].kernel
         trace = concat(parts_from_traces([c.trace for c in group]), mode="timeline")
+        why = ""
         try:
-            _, matches, _ = al.find_kernel(doc, kernel, str(torch_path))
-            count = seen.get(key) if compiles.get(kernel) == 1 else None
-            occurrence = [c.launch_index for c in group] if count and len(matches) == count else None
-            result, chosen = al.align(trace, doc, kernel, occurrence, source=str(torch_path))
+            _, matches, _ = al.find_kernel(doc, kernel, shown)
+            occurrence, why = slice_occurrences(manifests.get(key[0]) or {}, key[1], group, len(matches), kernels)
+            result, chosen = al.align(trace, doc, kernel, occurrence, source=shown)
         except Exception as e:  # noqa: BLE001 - try the next kernel; say why each failed
-            tried.append(f"{kernel[:60]}: {e}")
+            which = f"{kernel[:60]}" + (f" (kernel id {key[1]})" if key[1] >= 0 else "")
+            tried.append(f"{which}: " + (f"{why}; " if why else "") + f"{e}")
             continue
-        pid = chosen[0].get("pid", 0)
-        base = int(doc.get("baseTimeNanoseconds", 0))
-        kept, left = chrome_json.keep_lanes(merged, TORCH_MAX_LANES)
-        regions = chrome_json.chrome_events(kept, process=pid, tid_base=1_000_000,
-                                            origin_ns=base - result.offset_ns, cat="ikp")
-        head = {k: v for k, v in doc.items() if k != "traceEvents"}
-        head["ikp_alignment"] = dict(result.to_json(), aligned_on=kernel, torch_trace=str(torch_path), **left)
-        chrome_json.write_document(root / TORCH_OUTPUT, regions, head=head, foreign=doc["traceEvents"])
-        return {"path": TORCH_OUTPUT, "aligned_on": kernel, "offset_ns": result.offset_ns,
-                "accuracy_ns": result.accuracy_ns, "consistent": result.consistent,
-                "torch_trace": str(torch_path), **left}
-    return {"path": None, "torch_trace": str(torch_path), "not_aligned": tried or ["no decoded capture"]}
+        alignments.append({"kernel": kernel, "kernel_id": key[1], "process": key[0],
+                           "launch_indices": [c.launch_index for c in group], "occurrences": result.occurrences,
+                           "by": "recorded occurrences" if occurrence is not None else "absolute time",
+                           "offset_ns": result.offset_ns, "accuracy_ns": result.accuracy_ns,
+                           "consistent": result.consistent, "note": why or None})
+        if placed is None:
+            placed = (kernel, result, chosen)
+    if placed is None:
+        return {"path": None, "torch_trace": shown, "not_aligned": tried or ["no decoded capture"]}
+    kernel, result, chosen = placed
+    pid = chosen[0].get("pid", 0)
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    kept, left = chrome_json.keep_lanes(merged, TORCH_MAX_LANES)
+    regions = chrome_json.chrome_events(kept, process=pid, tid_base=1_000_000,
+                                        origin_ns=base - result.offset_ns, cat="ikp")
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    head["ikp_alignment"] = dict(result.to_json(), aligned_on=kernel, torch_trace=shown, **left)
+    chrome_json.write_document(root / TORCH_OUTPUT, regions, head=head, foreign=doc["traceEvents"])
+    return {"path": TORCH_OUTPUT, "aligned_on": kernel, "offset_ns": result.offset_ns,
+            "accuracy_ns": result.accuracy_ns, "consistent": result.consistent, "torch_trace": shown,
+            "alignments": alignments, "not_aligned": tried, **left}
+
+
+def slice_occurrences(manifest: dict, kernel_id: int, group: list[Capture], slices: int,
+                      kernels: list[dict]) -> tuple[list[int] | None, str]:
+    """Which slice of its kernel name each capture of `group` is, from what the recording process noted
+    (host_decode.load.recording: name_occurrences, name_launches), when the profiler trace holds exactly the
+    launches of that name the process made, none of them inside a CUDA graph capture, and the device counted
+    the kernel's launches as the host did. Otherwise None and why (align then picks by absolute time, or
+    refuses). A manifest without occurrences: the launch indices, when the kernel is the only compile of its
+    name and the trace has one slice per launch the device counted."""
+    name = group[0].kernel
+    entry = next((k for k in manifest.get("kernels") or [] if k.get("kernel_id") == kernel_id), None)
+    row = next((r for r in (manifest.get("pool") or {}).get("kernels") or [] if r.get("id") == kernel_id), None)
+    seen = int(row.get("launches_seen") or 0) if row else None
+    launches = (manifest.get("name_launches") or {}).get(name)
+    if entry is None or launches is None or "name_occurrences" not in entry:
+        alone = sum(k["name"] == name for k in kernels) == 1
+        return ([c.launch_index for c in group] if alone and seen and seen == slices else None), ""
+    in_graphs = (manifest.get("name_graph_launches") or {}).get(name)
+    if in_graphs:
+        return None, (f"{in_graphs} of the program's launches of this name were made inside a CUDA graph capture: "
+                      "its replays are slices Python did not see, so which slice is which launch is not known")
+    if slices < launches:
+        return None, (f"the profiler trace holds {slices} slices of this name and the program launched it {launches} "
+                      "times: the trace was cut (the profiler's schedule records only some steps), so which slice "
+                      "is which launch is not known")
+    if slices > launches:
+        return None, (f"the profiler trace holds {slices} slices of this name and the program launched it {launches} "
+                      "times from Python: launches the recorder did not see (another process, a launch from C++), "
+                      "so which slice is which launch is not known")
+    if seen is not None and seen != int(entry.get("host_launches") or 0):
+        return None, (f"the device counted {seen} launches of kernel id {kernel_id} and Python saw "
+                      f"{entry.get('host_launches')}: its launch indices are not its host launches")
+    from host_decode.load.recording import occurrence_of
+
+    found = [occurrence_of(entry["name_occurrences"], c.launch_index, f"{c.process or '.'}/record.json: kernel id "
+                           f"{kernel_id}: name_occurrences") for c in group]
+    if None in found:
+        return None, "the recording noted no occurrence for some of its launches (too irregular to keep)"
+    return found, ""
+
+
+def final_path(path: Path, root: Path, display: str) -> str:
+    """How the summary names `path`: inside the staging folder `root`, its place in the finished folder
+    (`display`), since the staging folder is gone once the recording is finished; elsewhere, as given."""
+    try:
+        return str(Path(display) / Path(path).resolve().relative_to(Path(root).resolve()))
+    except ValueError:
+        return str(path)
 
 
 def commit_dir(staging: Path, final: Path, force: bool) -> None:
@@ -268,10 +326,11 @@ def postprocess(root: Path, *, display: str, torch_trace: str | os.PathLike | No
         summary["processes"][0]["errors"].append(failed)
     torch_path = Path(torch_trace) if torch_trace else find_torch_trace(root)
     if torch_path is not None and merged is not None:
+        shown = final_path(torch_path, root, display)
         try:
-            summary["torch"] = write_torch(root, torch_path, merged, captures, summary["kernels"])
+            summary["torch"] = write_torch(root, torch_path, merged, captures, processes, summary["kernels"], shown)
         except Exception as e:  # noqa: BLE001 - the rest of the folder stands without it
-            summary["torch"] = {"path": None, "torch_trace": str(torch_path), "not_aligned": [f"{e}"]}
+            summary["torch"] = {"path": None, "torch_trace": shown, "not_aligned": [f"{e}"]}
     write_summary(root, summary)
     return summary
 

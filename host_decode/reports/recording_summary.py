@@ -312,6 +312,15 @@ def summary_text(s: dict) -> str:
         if torch.get("path"):
             out.append(f"torch.profiler trace {torch['torch_trace']}: regions placed in {torch['path']} (aligned on "
                        f"{torch['aligned_on'][:60]}, +-{torch['accuracy_ns']:.0f} ns)")
+            labels = {(p, e.get("kernel_id")): e.get("label") or e["name"] for e in s["kernels"]
+                      for p in e.get("processes") or []}
+            for a in torch.get("alignments") or []:
+                which = ", ".join(f"launch {i} = slice {o}" for i, o in zip(a["launch_indices"], a["occurrences"]))
+                out.append(f"  {labels.get((a['process'], a['kernel_id']), a['kernel'][:60])}: {which} of its name "
+                           f"(by {a['by']}; offset {a['offset_ns']} ns +-{a['accuracy_ns']:.0f} ns"
+                           + ("" if a["consistent"] else "; regions longer than the slice: CHECK") + ")")
+            for why in torch.get("not_aligned") or []:
+                out.append(f"  not aligned: {why}")
         else:
             out.append(f"torch.profiler trace {torch['torch_trace']}: not aligned: {'; '.join(torch['not_aligned'])}")
     return "\n".join(out).rstrip() + "\n"

@@ -23,7 +23,10 @@ Life of a recording (``Recorder``):
   entries holding its ids (else those of the build the cache returned) count it as traced again;
 * each launch: counted on the host against its build (the launch hooks), or reported untraced with the reason
   (a dry run skips it); the device counts the launches of each kernel id itself (the pool), and the summary
-  compares the two;
+  compares the two. Every launch, traced or not, also counts against its kernel names (``name_launches``;
+  those made while a CUDA graph is captured apart, ``name_graph_launches``), and each launch of a traced
+  entry notes its occurrence among its name's launches (``name_occurrences``, host_decode.load.recording):
+  the slice of that name a torch.profiler trace of the run holds for it;
 * ``write``: the pool read once (``Pool.read``), each capture saved (BUFFER.npy + sidecar, save_capture),
   then the manifest (host_decode.load.recording), atomically and last: a process directory without a
   manifest is incomplete and is never used. Signals are held off while writing;
@@ -37,7 +40,8 @@ every build sharing it, issued one selection (test_compiles_alike_count_their_la
 the DSL's cache answered counts on the kernel it ended on
 (test_a_trace_the_dsl_cache_answers_is_counted_on_the_kernel_it_ended_on); a recording is written once,
 complete (manifest last) or not at all; recordings do not nest; a build compiled before the recording started
-is reported "launched but not traced".
+is reported "launched but not traced"; launch L of an entry is occurrence ``occurrence_of(name_occurrences, L)``
+among all host launches of its name, in host order (test_occurrences_number_launches_among_their_name).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import time
 import weakref
 from pathlib import Path
 
-from host_decode.load.recording import MANIFEST_FORMAT, MANIFEST_NAME, RecordConfig, manifest_text
+from host_decode.load.recording import MANIFEST_FORMAT, MANIFEST_NAME, RecordConfig, add_occurrence, manifest_text
 from host_decode.load.sidecar import NAME_KEYS
 
 from .builds import (
@@ -120,6 +124,8 @@ class Recorder:
         self.errors: list[str] = []
         self.dry = None
         self.skipped_launches = 0
+        self.name_launches: dict[str, int] = {}  # kernel name -> host launches of it, traced or not
+        self.name_graph_launches: dict[str, int] = {}  # kernel name -> of those, made inside a CUDA graph capture
         self.after_cutlass = None
         self.written = False
         self.stopped = False
@@ -347,8 +353,9 @@ class Recorder:
             if self.pending_selects:
                 self.select_pending()
             build = BUILDS.find(obj)
+            names = kernel_names(obj) if build is None else build.kernels
             if build is None:
-                self.untraced.add(kernel_names(obj), BEFORE)
+                self.untraced.add(names, BEFORE)
             elif build.recording != self.recording:
                 self.untraced.add(build.kernels, EARLIER if build.traced else (build.reason or BEFORE))
             elif not build.traced:
@@ -356,15 +363,28 @@ class Recorder:
             else:
                 build.launches += 1
                 for entry in build.entries:
-                    entry["host_launches"] += 1
-                    if not entry["traced"]:
+                    if entry["traced"]:
+                        occurrence = self.name_launches.get(entry["name"], 0)
+                        add_occurrence(entry.setdefault("name_occurrences", []), entry["host_launches"], occurrence)
+                    else:
                         self.untraced.add((entry["name"],), entry["reason"])
+                    entry["host_launches"] += 1
+            self.count_names(names)
         except Exception as e:  # noqa: BLE001 - a launch must never fail for the recorder's sake
             self.errors.append(f"counting a launch: {type(e).__name__}: {e}")
         if self.dry is not None:
             self.skipped_launches += 1
             return True
         return False
+
+    def count_names(self, names) -> None:
+        """One host launch of each of `names` (a launch made inside a CUDA graph capture counted apart too: its
+        replays run where Python does not see them)."""
+        captured = self.capturing()
+        for name in dict.fromkeys(names):
+            self.name_launches[name] = self.name_launches.get(name, 0) + 1
+            if captured:
+                self.name_graph_launches[name] = self.name_graph_launches.get(name, 0) + 1
 
     # --- the end ---------------------------------------------------------------------------------------
 
@@ -432,7 +452,8 @@ class Recorder:
             "device": self.device_name(), "started_ns": self.started_ns, "ended_ns": time.time_ns(),
             "pool": pool_summary, "kernels": list(self.kernels), "untraced": self.untraced.as_json(),
             "retraced_ids": sorted(self.retraced_ids), "caches": self.guards.report(), "captures": captures,
-            "errors": list(self.errors), "timings": self.timings or None,
+            "errors": list(self.errors), "timings": self.timings or None, "name_launches": dict(self.name_launches),
+            "name_graph_launches": dict(self.name_graph_launches),
         }
         if self.dry is not None:
             out["dry_run"] = {"arch": self.dry.arch.name, "launches_skipped": self.skipped_launches,

@@ -56,9 +56,10 @@ def pool_summary(rows: list[dict], size: int = 1 << 25) -> dict:
 
 
 def process_folder(root: Path, tag: str = "pid100", *, status: str = "complete", captures=None, pool=None,
-                   untraced=(), kernels=None, rank=None, fa4_launches=(1,), quack_launches=(1,)) -> Path:
+                   untraced=(), kernels=None, rank=None, fa4_launches=(1,), quack_launches=(1,),
+                   **extra) -> Path:
     """A process folder: captures (kernel id -> (template, kernel, short, launch indices); default: FA4 as
-    id 0 and quack as id 1, each launch 1 recorded out of 10) and a manifest."""
+    id 0 and quack as id 1, each launch 1 recorded out of 10) and a manifest (`extra`: more of its keys)."""
     folder = root / tag
     folder.mkdir(parents=True, exist_ok=True)
     if captures is None:
@@ -76,6 +77,6 @@ def process_folder(root: Path, tag: str = "pid100", *, status: str = "complete",
     manifest = {"format": MANIFEST_FORMAT, "status": status, "config": {"out": str(root)}, "pid": 100,
                 "rank": rank, "argv": ["train.py", "--steps", "10"], "device": "NVIDIA H200", "pool": pool,
                 "kernels": kernels, "untraced": list(untraced), "retraced_ids": [], "caches": [], "captures": listed,
-                "errors": []}
+                "errors": [], **extra}
     (folder / "record.json").write_text(manifest_text(manifest))
     return folder

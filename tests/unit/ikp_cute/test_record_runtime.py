@@ -181,6 +181,37 @@ def test_a_recording_with_the_device_modelled(tmp_path, cpu_pool):
     assert KEEPALIVE.get(id(first)) is rec.pool
 
 
+def test_occurrences_number_launches_among_their_name(tmp_path, cpu_pool, monkeypatch):
+    """Two compiles of one kernel name launched interleaved with a build of that name compiled before the
+    recording (untraced, yet a slice of the name in a profiler trace): each launch of a traced kernel is noted
+    with its occurrence among every host launch of the name, in host order; the process's launches per name
+    are totalled, those made inside a CUDA graph capture counted apart."""
+    from host_decode.load.recording import occurrence_of
+
+    before, _ = compile_small(2)
+    rec = recorder(tmp_path, launches="all")
+    try:
+        first, _ = compile_small(4)
+        second, _ = compile_small(8)
+        ids = {id(first): rec.kernels[0]["kernel_id"], id(second): rec.kernels[1]["kernel_id"]}
+        for build in (first, second, before, first, second, first, second):
+            rec.on_launch(build)
+            if id(build) in ids:
+                pool_device.launch(rec.pool, ids[id(build)])
+        monkeypatch.setattr(rec, "capturing", lambda: True)
+        rec.on_launch(first)  # inside a graph capture: its replays are slices Python does not see
+        pool_device.launch(rec.pool, ids[id(first)])
+    finally:
+        rec.stop()
+    m = manifest(tmp_path)
+    one, two = m["kernels"]
+    assert [occurrence_of(one["name_occurrences"], i) for i in range(4)] == [0, 3, 5, 7]
+    assert [occurrence_of(two["name_occurrences"], i) for i in range(3)] == [1, 4, 6]
+    assert occurrence_of(two["name_occurrences"], 3) is None and len(two["name_occurrences"]) <= 2
+    assert m["name_launches"] == {KERNEL: 8} and m["name_graph_launches"] == {KERNEL: 1}
+    assert [k["host_launches"] for k in m["kernels"]] == [4, 3] and m["untraced"][0]["launches"] == 1
+
+
 def test_written_once_manifest_last_and_idle_processes_write_nothing(tmp_path, cpu_pool, monkeypatch):
     rec = recorder(tmp_path / "idle")
     rec.stop()

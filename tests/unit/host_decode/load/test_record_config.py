@@ -1,6 +1,6 @@
 """The recording's configuration and manifest (host_decode.load.recording): a config survives the trip to the
 child unchanged, a bad one names the key, sizes parse or are refused naming the text, a manifest is validated
-on writing and reading."""
+on writing and reading, occurrence runs give back every launch's occurrence and a malformed run is named."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import pytest
 from host_decode.core.errors import DecodeError
 from host_decode.load.recording import (
     MANIFEST_FORMAT,
+    MAX_OCCURRENCE_RUNS,
     RecordConfig,
+    add_occurrence,
     format_size,
     manifest_text,
+    occurrence_of,
     parse_size,
     read_manifest,
 )
@@ -67,3 +70,39 @@ def test_manifest_is_validated_on_writing_and_reading(tmp_path):
     path.write_text(json.dumps(dict(good, kernels={"not": "a list"})))
     with pytest.raises(DecodeError, match="record.json.*'kernels' must be a list"):
         read_manifest(path)
+
+
+def test_occurrence_runs_give_back_every_launch():
+    """Interleaved launches (two kernels of one name, then a third kernel joining) are a few arithmetic runs,
+    each launch's occurrence given back; past MAX_OCCURRENCE_RUNS nothing more is noted (None, not a guess)."""
+    order = ["a", "b"] * 20 + ["a", "c", "b"] * 10 + ["a"] * 5
+    runs, seen = {"a": [], "b": [], "c": []}, {"a": [], "b": [], "c": []}
+    for occurrence, kernel in enumerate(order):
+        assert add_occurrence(runs[kernel], len(seen[kernel]), occurrence)
+        seen[kernel].append(occurrence)
+    for kernel in runs:
+        assert [occurrence_of(runs[kernel], i) for i in range(len(seen[kernel]))] == seen[kernel]
+        assert occurrence_of(runs[kernel], len(seen[kernel])) is None
+    assert len(runs["a"]) <= 3 and runs["b"][0] == [0, 1, 20, 2]
+    def irregular_occurrence(i):
+        return 3 * i + (i % 2) + (i // 2) * 7  # strides 4, 9, 4, 9...: a run every 2 launches
+
+    irregular = []
+    noted = [add_occurrence(irregular, i, irregular_occurrence(i)) for i in range(2 * MAX_OCCURRENCE_RUNS + 5)]
+    assert len(irregular) == MAX_OCCURRENCE_RUNS and noted.index(False) == 2 * MAX_OCCURRENCE_RUNS
+    assert all(occurrence_of(irregular, i) == irregular_occurrence(i) for i in range(0, 2 * MAX_OCCURRENCE_RUNS, 97))
+    assert occurrence_of(irregular, 2 * MAX_OCCURRENCE_RUNS + 1) is None
+
+
+@pytest.mark.parametrize("run", [[0, 1, 0, 1], [0, 1, 2], ["0", 1, 2, 1], [0, -1, 2, 1], [True, 1, 2, 1]])
+def test_a_malformed_occurrence_run_is_named(run):
+    with pytest.raises(DecodeError, match=r"k.json: name_occurrences: run 1 = "):
+        occurrence_of([[5, 9, 1, 1], run], 99, "k.json: name_occurrences")
+
+
+def test_a_manifest_without_occurrences_loads(tmp_path):
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"format": MANIFEST_FORMAT, "status": "complete", "pid": 7,
+                                "kernels": [{"name": "k", "kernel_id": 0, "host_launches": 3}]}))
+    manifest = read_manifest(path)
+    assert "name_launches" not in manifest and occurrence_of(manifest["kernels"][0].get("name_occurrences"), 1) is None

@@ -222,3 +222,61 @@ def test_a_torch_trace_written_into_the_recording_is_found_and_aligned(tmp_path)
     ours = [e for e in doc["traceEvents"] if e.get("cat") == "ikp"]
     assert len(ours) > 1000 and doc["ikp_alignment"]["aligned_on"] == FA4_KERNEL
     assert sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 10
+
+
+def fa4_interleaved(staging: Path, first_slice: int = 0, launches: int = 21) -> tuple[Path, int]:
+    """FA4 non-causal (kernel id 0) and causal (id 1), one kernel name, launched alternately `launches` times
+    each, launch 1 of each recorded; the program's profiler trace holds the slices of that name from
+    occurrence `first_slice` on, 300 us apart, its clock 150 us ahead of %globaltimer (the capture of id 0's
+    launch 1, occurrence 2, sits 2 us into its slice). Returns the process folder and t0 of the captures."""
+    from host_decode.load.capture import load_capture
+
+    kernels = [kernel_entry(FA4_KERNEL, "flash_fwd-1", 0, compile=1, label="flash_fwd #1 (is_causal=False)",
+                            host_launches=launches, name_occurrences=[[0, 0, launches, 2]]),
+               kernel_entry(FA4_KERNEL, "flash_fwd-2", 1, compile=2, label="flash_fwd #2 (is_causal=True)",
+                            host_launches=launches, name_occurrences=[[0, 1, launches, 2]])]
+    pool = pool_summary([pool_row(0, FA4_KERNEL, launches, [1]), pool_row(1, FA4_KERNEL, launches, [1])])
+    captures = {0: (FA4, FA4_KERNEL, "flash_fwd-1", [1]), 1: (FA4, FA4_KERNEL, "flash_fwd-2", [1])}
+    folder = process_folder(staging, captures=captures, kernels=kernels, pool=pool,
+                            name_launches={FA4_KERNEL: 2 * launches})
+    trace = load_capture(folder / "captures" / "flash_fwd-1" / "launch_000001.npy")
+    t0, t1 = int(trace.lanes["first_ns"][trace.lanes["first_ns"] >= 0].min()), int(trace.lanes["last_ns"].max())
+    base = t0 - 5_000_000
+    start = t0 + 150_000 - 2_000 - 2 * 300_000  # occurrence 0
+    events = [{"ph": "X", "cat": "kernel", "name": FA4_KERNEL, "pid": 0, "tid": 7,
+               "ts": round((start + i * 300_000 - base) / 1000.0, 3), "dur": round((t1 - t0 + 5_000) / 1000.0, 3)}
+              for i in range(first_slice, 2 * launches)]
+    (folder / "fa4_torch_trace.json").write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": events}))
+    return folder, t0
+
+
+def test_each_capture_is_aligned_on_the_slice_its_recorded_occurrence_names(tmp_path):
+    """Two kernels of one name, launches interleaved: the capture's absolute time is 150 us from the nearest
+    slice and the slices are 300 us apart, too close to pick by time; the occurrence the recorder noted
+    (launch 1 of id 0 is the name's occurrence 2, launch 1 of id 1 its occurrence 3) picks each slice. The
+    summary names the profiler trace where it lies once the recording is finished."""
+    fa4_interleaved(tmp_path / ".ikp-tmp-1-rec")
+    summary = finish_recording(tmp_path / ".ikp-tmp-1-rec", tmp_path / "rec", progress=False)
+    torch = summary["torch"]
+    assert torch["path"] == "trace_torch.json.gz" and torch["consistent"] and not torch["not_aligned"]
+    assert [(a["kernel_id"], a["launch_indices"], a["occurrences"], a["by"]) for a in torch["alignments"]] == [
+        (0, [1], [2], "recorded occurrences"), (1, [1], [3], "recorded occurrences")]
+    assert abs(torch["offset_ns"] - 150_000) <= 5_000 and all(a["consistent"] for a in torch["alignments"])
+    assert torch["torch_trace"] == str(tmp_path / "rec" / "fa4_torch_trace.json")
+    text = (tmp_path / "rec" / "summary.txt").read_text()
+    assert f"torch.profiler trace {tmp_path / 'rec' / 'fa4_torch_trace.json'}: regions placed" in text
+    assert "flash_fwd #2 (is_causal=True): launch 1 = slice 3 of its name (by recorded occurrences" in text
+    assert ".ikp-tmp" not in text
+
+
+def test_a_profiler_trace_cut_by_its_schedule_is_refused_with_the_reason(tmp_path):
+    """The profiler kept only the later slices (its schedule): fewer slices than the program's launches of the
+    name, so the recorded occurrences name no slice of this trace; the aligner's own pick by time refuses, and
+    the summary says the trace was cut."""
+    fa4_interleaved(tmp_path / "staging", first_slice=20)
+    summary = finish_recording(tmp_path / "staging", tmp_path / "rec", progress=False)
+    torch = summary["torch"]
+    assert torch["path"] is None and len(torch["not_aligned"]) == 2
+    assert all("holds 22 slices of this name and the program launched it 42 times: the trace was cut" in why
+               for why in torch["not_aligned"])
+    assert "the trace was cut" in (tmp_path / "rec" / "summary.txt").read_text()
