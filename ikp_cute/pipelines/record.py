@@ -259,7 +259,15 @@ class KernelState:
             text += (f" mov.u64 $0, addr; or.b32 m, tag, {bits_op}; mov.b64 $1, {{m, {time_op}}};"
                      " selp.u32 $2, 2, 0, fit;")
         text += f" }} /* ikp {label} */"
-        return emit_payload_block(text, [self.state_base, _thread_x()], bits, time, address, values, optional, region)
+        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]
+        operands += [Int32(v) for v in values]
+        if optional is not None:
+            operands += [Int32(optional[0]), Int32(optional[1])]
+        constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))
+        if not region:
+            inline_ptx.asm(None, operands, text, constraints)
+            return None
+        return inline_ptx.asm_results((Int64, Int64, Int32), operands, text, "=l,=l,=r," + constraints)
 
     def finish_region(self, token, end=None, label: str = "") -> None:
         """After the blocking call: the END time (or `end`) and the reserved BEGIN / END stores."""
@@ -275,21 +283,6 @@ class KernelState:
         )
         operands = [Int64(address), Int64(begin_record), Int32(room), Int32(end)]
         inline_ptx.asm(None, operands, asm, "l,l,r,r")
-
-
-def emit_payload_block(text: str, state_operands: list, bits, time, address, values, optional, region: bool):
-    """The inline-PTX block of a record with payload instants (KernelState / PoolKernelState
-    .record_with_payload: the same operand order, `text` their own): operands $0.. = `state_operands`
-    (state base, %tid.x), bits, time, the flag's address, the values, then the optional pair. A region returns
-    finish_region's token (three outputs ahead of the operands), an instant returns None."""
-    operands = [*state_operands, Int32(bits), Int32(time), Int64(address)] + [Int32(v) for v in values]
-    if optional is not None:
-        operands += [Int32(optional[0]), Int32(optional[1])]
-    constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))
-    if not region:
-        inline_ptx.asm(None, operands, text, constraints)
-        return None
-    return inline_ptx.asm_results((Int64, Int64, Int32), operands, text, "=l,=l,=r," + constraints)
 
 
 def event_bits(base: int, stage, event_type: int):

@@ -94,8 +94,6 @@ from cutlass import Int32, Int64, cute
 from host_decode.core import wire
 from ikp_cute import inline_ptx
 
-from .record import emit_payload_block
-
 MAX_WARPS = wire.POOL_MAX_WARPS
 STATE_BYTES = 32  # per warp (the module docstring's table)
 S_END, S_COLD, S_LANE_WORD = 8, 16, 24  # byte offsets in a warp's state
@@ -470,7 +468,15 @@ class PoolKernelState:
         text += (_refill(self.kernel_id, self.warps, base)
                  + " setp.eq.u32 again, phase, 0; @again bra.uni STORE;"
                  + f" }} /* ikp {label} */")
-        return emit_payload_block(text, [self.state_base, _thread_x()], bits, time, address, values, optional, region)
+        operands = [self.state_base, _thread_x(), Int32(bits), Int32(time), Int64(address)]
+        operands += [Int32(v) for v in values]
+        if optional is not None:
+            operands += [Int32(optional[0]), Int32(optional[1])]
+        constraints = "r,r,r,r,l" + ",r" * (len(values) + (2 if optional is not None else 0))
+        if not region:
+            inline_ptx.asm(None, operands, text, constraints)
+            return None
+        return inline_ptx.asm_results((Int64, Int64, Int32), operands, text, "=l,=l,=r," + constraints)
 
     def epilogue(self) -> None:
         """At the end of the traced copy: each lane's losses and strays into the pool (module docstring)."""
