@@ -89,12 +89,6 @@ class FlagEvents:
         return {p.rank: 0 if p.offset_applied else p.clock_offset_ns for p in self.parts}
 
 
-def has_flags(trace: Trace) -> bool:
-    """The trace (or a part of a merged one) declares flag call sites."""
-    meta = trace.meta or {}
-    return bool(meta.get("flags")) or any(bool(p.get("flags")) for p in meta.get("parts") or [])
-
-
 def parts_of(trace: Trace) -> list[Part]:
     meta = trace.meta or {}
     entries = meta.get("parts")

@@ -120,6 +120,84 @@ def pair_histograms(group: np.ndarray, event: np.ndarray, dur, chunk: int = CHUN
     return counts[present], gmin + present // events, emin + present % events, lo_ns
 
 
+class RunSummary:
+    """region_summary(trace)'s rows counted from runs of span rows as a writer streams them (every span once,
+    in any order): a histogram per (group, event) over the bounding box of the runs seen, grown as they
+    come; the rows are then read from it as summarize reads pair_histograms', so they are the same.
+    result() is None where summarize would not take histograms (the box passes its bound), where one run's
+    box is large against its rows (its counts would cost more than the separate pass), or where not every
+    span was seen: the caller then runs region_summary. restart() starts over (a writer that starts its
+    stream again). Guarded by tests/unit/host_decode/analysis/test_summary_paths.py::test_run_summary_*."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self.restart()
+
+    def restart(self) -> None:
+        self.counts: np.ndarray | None = None  # [group, event, duration] over the box from self.low
+        self.low = (0, 0, 0)
+        self.seen = 0
+        self.spread = False
+
+    def add(self, group: np.ndarray, event: np.ndarray, dur: np.ndarray) -> None:
+        """One run's spans: their group, event and duration columns (equally long)."""
+        if self.spread or not group.size:
+            return
+        low = (int(group.min()), int(event.min()), int(dur.min()))
+        shape = (int(group.max()) - low[0] + 1, int(event.max()) - low[1] + 1, int(dur.max()) - low[2] + 1)
+        if shape[0] * shape[1] * shape[2] > 4 * group.size + (1 << 16):
+            self.spread, self.counts = True, None
+            return
+        key = group.astype(np.int64)
+        key -= low[0]
+        key *= shape[1]
+        key += event
+        key -= low[1]
+        key *= shape[2]
+        key += dur
+        key -= low[2]
+        counts = np.bincount(key, minlength=shape[0] * shape[1] * shape[2]).reshape(shape)
+        if self.counts is None:
+            self.counts, self.low = counts, low
+        else:
+            self._grow(low, shape)
+            if self.spread:
+                return
+            at = tuple(slice(a - b, a - b + n) for a, b, n in zip(low, self.low, shape))
+            self.counts[at] += counts
+        self.seen += group.size
+
+    def _grow(self, low: tuple, shape: tuple) -> None:
+        """Widen the box to hold a run's box (low, shape); past summarize's bound: spread."""
+        new_low = tuple(min(a, b) for a, b in zip(low, self.low))
+        new_high = tuple(max(a + n, b + m) for a, n, b, m in zip(low, shape, self.low, self.counts.shape))
+        new_shape = tuple(h - lo for h, lo in zip(new_high, new_low))
+        if new_shape == self.counts.shape:
+            return
+        if new_shape[0] * new_shape[1] * new_shape[2] > int(HISTOGRAM_RANGE * self.rows) + (1 << 16):
+            self.spread, self.counts = True, None
+            return
+        grown = np.zeros(new_shape, np.int64)
+        grown[tuple(slice(a - b, a - b + n) for a, b, n in zip(self.low, new_low, self.counts.shape))] = self.counts
+        self.counts, self.low = grown, new_low
+
+    def result(self) -> np.ndarray | None:
+        if self.rows == 0:
+            return np.zeros(0, SUMMARY_DTYPE)
+        if self.spread or self.seen != self.rows:
+            return None
+        groups, events, width = self.counts.shape
+        if groups * events * width > int(HISTOGRAM_RANGE * self.rows) + (1 << 16):
+            return None  # summarize takes the grouped path (its figures may differ in the last bit)
+        counts = self.counts.reshape(groups * events, width)
+        present = np.flatnonzero(counts.any(axis=1))
+        out = np.zeros(present.size, SUMMARY_DTYPE)
+        out["group"], out["event"] = self.low[0] + present // events, self.low[1] + present % events
+        for k, cell in enumerate(present.tolist()):
+            _fill_row_from_histogram(out, k, counts[cell], self.low[2])
+        return out
+
+
 def _fill_row_from_histogram(out: np.ndarray, k: int, h: np.ndarray, lo_ns: int) -> None:
     """Row k from its histogram `h` (h[v]: durations of lo_ns + v ns): the same figures as _fill_row."""
     seen = np.flatnonzero(h)

@@ -37,7 +37,7 @@ from typing import Any
 from host_decode.core import wire
 from host_decode.core.errors import DecodeError
 from host_decode.core.jsonable import dumps, to_jsonable
-from host_decode.core.model import Names
+from host_decode.core.model import Names, Trace
 
 FORMAT = "ikp-v1"  # the capture sidecar's `format`
 RING_FORMAT = "ikp-ring"  # the ring summary's `format`
@@ -301,6 +301,13 @@ def flag_entries(name: str, kind: str, value: Any, source: str | None) -> None:
                 raise DecodeError(f"'{where}.id' {entry['id']} is also the id of {name}[{ids[entry['id']]}]",
                                   source=source)
             ids[entry["id"]] = i
+
+
+def has_flags(trace: Trace) -> bool:
+    """The trace (or a part of a merged one, meta["parts"]) declares flag call sites (its sidecar's `flags`):
+    what callers ask before they import the flag analysis."""
+    meta = trace.meta or {}
+    return bool(meta.get("flags")) or any(bool(p.get("flags")) for p in meta.get("parts") or [])
 
 
 def _loose(name: str) -> str:

@@ -36,17 +36,18 @@ def trace_format(path: str | Path) -> tuple[str, bool]:
     raise ValueError(f"{path}: unknown trace file extension (use one of {known}, optionally followed by .gz)")
 
 
-def write_trace(trace: Trace, path: str | Path, options: TraceOptions | None = None):
+def write_trace(trace: Trace, path: str | Path, options: TraceOptions | None = None, spans_seen=None):
     """Write `trace` to `path` in the format its extension names, with `options` (default TraceOptions():
     no slice args, lane counters for small traces, gzip iff the name ends in .gz, every overlay).
     Returns the writer's statistics (perfetto.WriteStats, whose ``notes`` say what each overlay drew, or
-    a dict for JSON)."""
+    a dict for JSON). spans_seen: given every span once as the file is written (restart(), then
+    add(group, event, duration) per run of lanes; e.g. host_decode.analysis.stats.RunSummary)."""
     fmt, _ = trace_format(path)
     options = options or DEFAULT_OPTIONS
     if fmt == "perfetto":
         from host_decode.writers.perfetto import write_perfetto
 
-        return write_perfetto(trace, path, options)
+        return write_perfetto(trace, path, options, spans_seen=spans_seen)
     from host_decode.writers.chrome_json import write_chrome_json
 
-    return write_chrome_json(trace, path, options)
+    return write_chrome_json(trace, path, options, spans_seen=spans_seen)

@@ -69,6 +69,7 @@ def chrome_events(
     origin_ns: int | None = None,
     cat: str | None = None,
     counts: dict | None = None,
+    spans_seen=None,
 ) -> Iterator[list[str]]:
     """Yield the JSON text of each event (metadata first), in lists of strings.
 
@@ -76,7 +77,7 @@ def chrome_events(
     JSON value), one thread per (lane, sub-track) from tid_base (>= FIRST_TID). origin_ns: the trace-time ns written as
     ts 0 (default: the launch origin); an event before it is a ValueError. cat: a "cat" for the X events.
     counters: the lanes-inside counters (by-block placement only). `counts`, if given, receives
-    {"written", "lanes", "tracks"}."""
+    {"written", "lanes", "tracks"}. spans_seen: as perfetto.encode_perfetto's."""
     if tid_base < FIRST_TID:
         raise ValueError(f"chrome_events: tid_base {tid_base} < {FIRST_TID}; trace processor reads tid 0 as tid = pid")
     spans, instants = trace.spans, trace.instants
@@ -105,8 +106,12 @@ def chrome_events(
     x_fmt += ',"args":{"lane":%d,"event":%d,"sm":%d}}' if args else "}"
 
     # X events in the BEGIN order of the one event order: rows in (lane, begin) order, chunk by chunk
+    if spans_seen is not None:
+        spans_seen.restart()
     for oc in ln.ordered_chunks(chunks, origin, table.subs):
         s = oc.cols.table
+        if spans_seen is not None:
+            spans_seen.add(s["group"], oc.cols.event, oc.cols.dur)
         for lo in range(0, s.size, CHUNK):
             rows = slice(lo, lo + CHUNK)
             c = s[rows]
@@ -248,17 +253,17 @@ def _dumps_events(events: Sequence[dict]) -> list[str]:
         return [json.dumps(e) for e in events]
 
 
-def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | None = None) -> dict:
+def write_chrome_json(trace: Trace, path: str | Path, options: TraceOptions | None = None, spans_seen=None) -> dict:
     """Write `trace` as Chrome JSON (lanes by block), titled as the Perfetto writer titles its root track
     (``otherData.title``: kernel, device, launch index), with `options` (TraceOptions: slice args, lane
-    counters, gzip, timings; JSON draws no overlays)."""
+    counters, gzip, timings; JSON draws no overlays). spans_seen: as perfetto.encode_perfetto's."""
     t0 = time.perf_counter()
     options = options or DEFAULT_OPTIONS
     # the title the Perfetto writer gives its root track ("toy on H100 (launch 2)"): JSON has no track above
     # the block processes, so it goes in the metadata (Perfetto: Info and stats)
     head = {"otherData": {"title": tracks.root_name(trace), "generator": "ikp_cute"}}
     events = write_document(path, chrome_events(trace, args=options.slice_args,
-                                                counters=options.with_lane_counters(trace)),
+                                                counters=options.with_lane_counters(trace), spans_seen=spans_seen),
                             head=head, gzip=options.gzipped(path))
     secs = time.perf_counter() - t0
     if options.timings:

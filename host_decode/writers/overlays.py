@@ -218,7 +218,7 @@ def flag_overlay(trace: Trace) -> Overlay | None:
     """A flow from each signal to the end of the wait it released, across blocks and ranks
     (host_decode.analysis.flag_paths: a signal placed after its wait by the clocks' residual error is drawn
     at the wait's end, under its own flow kind); None without flag call sites in the sidecar(s)."""
-    from host_decode.analysis.flag_events import has_flags
+    from host_decode.load.sidecar import has_flags
 
     if not has_flags(trace):
         return None

@@ -26,13 +26,14 @@ from typing import Iterable
 
 import numpy as np
 
-from host_decode.analysis.flag_events import flag_events, has_flags
+from host_decode.analysis.flag_events import flag_events
 from host_decode.analysis.flag_paths import FLOW_KINDS
 from host_decode.analysis.flags import KINDS, OPS, REASONS, UNKNOWN, FlagTable, match_waits
 from host_decode.core import wire
 from host_decode.core.jsonable import dumps
 from host_decode.core.model import Trace
 from host_decode.load.inputs import CaptureFiles, load_file
+from host_decode.load.sidecar import has_flags
 
 ROWS_PER_GROUP = 1 << 16
 SPILL_ROWS = 1 << 16

@@ -111,10 +111,10 @@ class WriteStats:
 
 
 def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None = None,
-                   overlay: Overlay | None = None) -> WriteStats:
+                   overlay: Overlay | None = None, spans_seen=None) -> WriteStats:
     """Write `trace` as a Perfetto protobuf trace with `options` (TraceOptions: slice args, lane
     counters, gzip, timings, overlays). overlay: what to draw over the slices; None draws
-    options.overlays from the trace (host_decode.writers.overlays)."""
+    options.overlays from the trace (host_decode.writers.overlays). spans_seen: as encode_perfetto."""
     t0 = time.perf_counter()
     options = options or DEFAULT_OPTIONS
     path = Path(path)
@@ -124,7 +124,7 @@ def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None 
               else (lambda p: open(p, "wb")))
 
     def encode(one_pass: bool):
-        return encode_perfetto(trace, options, overlay, one_pass=one_pass, deferred=True)
+        return encode_perfetto(trace, options, overlay, one_pass=one_pass, deferred=True, spans_seen=spans_seen)
 
     def write(chunks, info: dict) -> dict:
         with opener(path) as f:  # "wb": the two-pass stream starts the file over
@@ -153,7 +153,7 @@ def write_perfetto(trace: Trace, path: str | Path, options: TraceOptions | None 
 
 
 def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: Overlay | None = None, *,
-                    one_pass: bool = False, deferred: bool = False) -> tuple[Iterator, dict]:
+                    one_pass: bool = False, deferred: bool = False, spans_seen=None) -> tuple[Iterator, dict]:
     """-> (chunks, info): the trace file is the concatenation of the chunks (bytes or uint8 arrays),
     produced lazily; `info` (counts, phase timings) is complete once the chunks are consumed. options and
     overlay as write_perfetto (gzip is the file's business: never applied here).
@@ -163,7 +163,11 @@ def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: 
     produced must then be discarded and a two-pass stream, one_pass=False, made instead).
 
     deferred: the events' chunks may be UnplacedEvents, whose place() returns the bytes (write_perfetto
-    places them on its file-write thread)."""
+    places them on its file-write thread).
+
+    spans_seen: an object given every span of the file once, run by run as the chunks are made:
+    restart() when the stream starts, then add(group, event, duration) per run (int64 columns but group);
+    e.g. host_decode.analysis.stats.RunSummary, the region summary without a pass of its own."""
     options = options or DEFAULT_OPTIONS
     overlay = draw_overlays(trace, options.overlays) if overlay is None else overlay
     overlay.check(trace)
@@ -172,7 +176,7 @@ def encode_perfetto(trace: Trace, options: TraceOptions | None = None, overlay: 
     info = {"slices": int(trace.spans.size), "instants": int(trace.instants.size), "counter_samples": 0,
             "flows": int(overlay.flows.size), "overlay_slices": sum(ss.slices.size for ss in overlay.slice_sets),
             "phases": {}}
-    return _encode(trace, info, options, overlay, one_pass, deferred), info
+    return _encode(trace, info, options, overlay, one_pass, deferred, spans_seen), info
 
 
 class SubTracksNeeded(Exception):
@@ -253,7 +257,8 @@ class _Widths:
     inst_args: list
 
 
-def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, one_pass: bool, deferred: bool):
+def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, one_pass: bool, deferred: bool,
+            spans_seen=None):
     phases = info["phases"]
     clock = [time.perf_counter()]
 
@@ -282,9 +287,13 @@ def _encode(trace: Trace, info: dict, options: TraceOptions, overlay: Overlay, o
     arg_names = tuple(dict.fromkeys(a for ss in slice_sets for a in ss.arg_names))
     yield _interning_packet(trace, event_ids, args, overlay.flow_kinds, slice_names, arg_names)
     yield tree.descriptor_bytes(origin, trace.absolute)
+    if spans_seen is not None:
+        spans_seen.restart()
     for oc in ln.ordered_chunks(chunks, origin, None if one_pass else table.subs):
         if one_pass and oc.sub.any():
             raise SubTracksNeeded
+        if spans_seen is not None:
+            spans_seen.add(oc.cols.table["group"], oc.cols.event, oc.cols.dur)
         out = _encode_events(trace, oc, tree, widths, origin, args, deferred)
         phase("events")
         yield out

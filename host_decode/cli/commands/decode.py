@@ -49,10 +49,29 @@ def run(args) -> int:
         names = read_names(args.names)
         with Step(f"decoding {args.buffer}", args):
             trace = load_input(args.buffer, names=names, write_stride=args.write_stride)
-        if args.format != "table" or not args.quiet:  # -q drops the tables, never an output asked for
+        if loss_tmp:
+            loss_tmp.write_text(trace.loss.dumps())
+        if csv_tmp:
+            from host_decode.writers.spans_csv import write_spans_csv
+
+            write_spans_csv(trace, csv_tmp)
+        tables = args.format != "table" or not args.quiet  # -q drops the tables, never an output asked for
+        note, seen = "", None
+        if trace_tmp:
+            from host_decode.writers import TraceOptions, write_trace
+
+            if tables:  # the region summary counted as the writer streams the spans: no pass of its own
+                from host_decode.analysis.stats import RunSummary
+
+                seen = RunSummary(trace.spans.size)
+            options = TraceOptions(slice_args=args.slice_args, lane_counters=args.lane_counters,
+                                   timings=args.verbose)
+            stats = write_trace(trace, trace_tmp, options, spans_seen=seen)
+            note = "; ".join(getattr(stats, "notes", ()))  # what the overlays drew (Perfetto only)
+        if tables:
             from host_decode.reports.tables.decode import decode_json, loss_items, summary_table
 
-            data = decode_json(trace)
+            data = decode_json(trace, seen.result() if seen is not None else None)
             items = []
             if trace.meta.get("launch_index") is not None:  # one launch of a ring: named as its trace is titled
                 from host_decode.writers.tracks import root_name
@@ -60,20 +79,6 @@ def run(args) -> int:
                 items.append(root_name(trace))
             items += loss_items(trace) + [summary_table(trace, data["regions"])]
             print_result(args, items, data)
-        if loss_tmp:
-            loss_tmp.write_text(trace.loss.dumps())
-        if csv_tmp:
-            from host_decode.writers.spans_csv import write_spans_csv
-
-            write_spans_csv(trace, csv_tmp)
-        note = ""
-        if trace_tmp:
-            from host_decode.writers import TraceOptions, write_trace
-
-            options = TraceOptions(slice_args=args.slice_args, lane_counters=args.lane_counters,
-                                   timings=args.verbose)
-            stats = write_trace(trace, trace_tmp, options)
-            note = "; ".join(getattr(stats, "notes", ()))  # what the overlays drew (Perfetto only)
     if not args.quiet:
         for path in (args.output, args.spans_csv, args.loss_json):
             if path:  # beside JSON or CSV on stdout, on stderr

@@ -41,11 +41,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from host_decode.analysis.flag_events import has_flags
     from host_decode.analysis.pipeline_meta import has_pipelines
     from host_decode.analysis.waits import waits_summary
     from host_decode.cli.common import free_name, load_input, next_step, print_result
     from host_decode.load.inputs import read_names
+    from host_decode.load.sidecar import has_flags
     from host_decode.reports.tables.waits import TABLES, waits_items
 
     trace = load_input(args.capture, names=read_names(args.names))

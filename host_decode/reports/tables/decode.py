@@ -14,9 +14,12 @@ from host_decode.core.model import LOSS_BUCKETS, Trace
 from host_decode.reports.tables.console import Column, Table, make_console, print_tables
 
 
-def decode_json(trace: Trace) -> dict:
-    """What `ikp decode --format json` prints: the loss report and the region summary rows."""
-    return {"loss": trace.loss.to_json(), "regions": summary_rows(region_summary(trace), trace.names)}
+def decode_json(trace: Trace, summary=None) -> dict:
+    """What `ikp decode --format json` prints: the loss report and the region summary rows. summary:
+    region_summary(trace) when the caller has it already (analysis.stats.RunSummary, counted as a writer
+    streamed the spans)."""
+    summary = region_summary(trace) if summary is None else summary
+    return {"loss": trace.loss.to_json(), "regions": summary_rows(summary, trace.names)}
 
 
 def loss_items(trace: Trace) -> list:

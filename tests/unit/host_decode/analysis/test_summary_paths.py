@@ -46,3 +46,44 @@ def test_grouping_crosses_chunks_in_order():
     grouped, first = stats.grouped_durations(ids, 3, dur, chunk=2)
     assert first.tolist() == [0, 4, 6, 9]
     assert grouped.tolist() == [10, 30, 70, 80, 20, 60, 0, 40, 50]  # stable within each pair
+
+
+def _runs(n, rng):
+    """Random cut points: runs of rows of every size, some empty."""
+    cuts = np.sort(rng.integers(0, n + 1, 6))
+    return [slice(a, b) for a, b in zip(np.r_[0, cuts], np.r_[cuts, n])]
+
+
+@pytest.mark.parametrize("groups, spread, n", [(3, 50, 10_000), (4, 3000, 20_000), (1, 2, 5), (5, 10**9, 2_000),
+                                               (2, 20, 0)])
+def test_run_summary_equals_summarize_bit_for_bit(groups, spread, n):
+    """The writer's runs, in any order, give summarize's rows exactly (every float); a restart forgets what
+    came before; where summarize would not take histograms, the result is None (the caller's cue)."""
+    rng = np.random.default_rng(groups * 7 + n)
+    group = rng.integers(0, groups, n).astype(np.int32)
+    event = rng.integers(3, 6, n).astype(np.int64)
+    dur = rng.integers(0, spread, n).astype(np.int64) + 11
+    seen = stats.RunSummary(n)
+    seen.add(group[: n // 2], event[: n // 2] + 1, dur[: n // 2])  # a stream given up part way
+    seen.restart()
+    runs = _runs(n, rng)
+    for rows in reversed(runs):  # any order of runs: the box grows both ways
+        seen.add(group[rows], event[rows], dur[rows])
+    got = seen.result()
+    if n and stats.pair_histograms(group, event, dur) is None:
+        assert got is None
+        return
+    want = stats.summarize(group, event, dur)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def test_run_summary_is_none_unless_every_span_was_seen_or_a_run_is_spread():
+    group, event = np.zeros(1000, np.int32), np.ones(1000, np.int64)
+    seen = stats.RunSummary(1000)
+    seen.add(group[:999], event[:999], np.arange(999, dtype=np.int64) % 7)
+    assert seen.result() is None  # a span missing
+    seen.add(group[999:], event[999:], np.array([3], np.int64))
+    assert seen.result() is not None
+    wide = stats.RunSummary(4)  # one run whose box is large against its rows: counted the other way
+    wide.add(np.zeros(4, np.int32), np.ones(4, np.int64), np.array([0, 1, 2, 10**6], np.int64))
+    assert wide.result() is None

@@ -183,7 +183,7 @@ def test_failed_write_leaves_no_partial_file_and_keeps_the_previous_output(data,
         out = out_dir / ("t.json" if case == "decode-json" else "t.pftrace")
         argv = ["decode", cap, "-o", str(out), "-f", "-q"]
         monkeypatch.setattr(
-            writers, "write_trace", lambda trace, path, options=None: _half_then_enospc(path, '{"traceEvents":[' * 50)
+            writers, "write_trace", lambda trace, path, *a, **k: _half_then_enospc(path, '{"traceEvents":[' * 50)
         )
     elif case == "spans-csv":
         out = out_dir / "spans.csv"
