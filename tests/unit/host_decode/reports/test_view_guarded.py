@@ -21,17 +21,10 @@ import numpy as np
 import pytest
 
 from host_decode.reports import viewer
+from tests.support.view import fake_ui
 
 ROOT = Path(__file__).resolve().parents[4]
 CAPTURE = ROOT / "examples" / "basic" / "capture.npy"
-
-
-def fake_ui(tmp_path: Path) -> Path:
-    root = tmp_path / "ui"
-    (root / "v99.0-test").mkdir(parents=True)
-    (root / "index.html").write_text("<!doctype html><title>fake ui</title>")
-    (root / "v99.0-test" / "trace_processor.wasm").write_bytes(b"\0asm\1\0\0\0")
-    return root
 
 
 def request(server, path: str, host: str | None = None, cookie: str | None = None):
