@@ -370,34 +370,23 @@ def test_two_cta_cluster():
     c.region(0, MMA0, WAIT, 1, 7).instant(0, MMA0, RELEASE, 12)
     c.region(1, MMA0, WAIT, 1, 7).instant(1, MMA0, RELEASE, 9)
     clustered = c.trace([k_pipeline(stages=1, cluster=[2, 1, 1])], grid=[2, 1, 1])
-    rows = table(clustered, pl.analyze_pipelines(clustered))
     pa = pl.analyze_pipelines(clustered)
-    by_block = {
-        (int(r["block"]), pm.WAIT_OPS[r["op"]], int(r["occurrence"])): (
-            int(r["src_lane"]),
-            (int(r["src_ns"]) - clustered.start_ns) // TICK,
-        )
-        for r in pa.waits
-        if r["src_lane"] >= 0
-    }
-    # lanes: block * 3 + group
-    assert by_block == {
+    rows = table(clustered, pa)
+
+    def sources(trace, pa):
+        """(block, op, occurrence) -> (the releasing lane, its time in ticks); lanes: block * 3 + group."""
+        return {(int(r["block"]), pm.WAIT_OPS[r["op"]], int(r["occurrence"])):
+                (int(r["src_lane"]), (int(r["src_ns"]) - trace.start_ns) // TICK)
+                for r in pa.waits if r["src_lane"] >= 0}
+
+    assert sources(clustered, pa) == {
         (0, "wait", 0): (3, 6),
         (1, "wait", 0): (3, 6),
         (0, "acquire", 1): (1, 12),
         (1, "acquire", 1): (1, 12),
     }
     local = c.trace([k_pipeline(stages=1)])
-    pa = pl.analyze_pipelines(local)
-    by_block = {
-        (int(r["block"]), pm.WAIT_OPS[r["op"]], int(r["occurrence"])): (
-            int(r["src_lane"]),
-            (int(r["src_ns"]) - local.start_ns) // TICK,
-        )
-        for r in pa.waits
-        if r["src_lane"] >= 0
-    }
-    assert by_block == {
+    assert sources(local, pl.analyze_pipelines(local)) == {
         (0, "wait", 0): (0, 2),
         (1, "wait", 0): (3, 6),
         (0, "acquire", 1): (1, 12),
